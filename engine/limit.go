@@ -1,0 +1,255 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Algorithm names one of the six rate-limiting algorithms.
+type Algorithm uint8
+
+// The algorithms. The zero value is not an algorithm, so a Limit left empty
+// fails validation instead of silently meaning one of them.
+const (
+	FixedWindow   Algorithm = iota + 1 // one counter per aligned window
+	SlidingLog                         // exact: one timestamp per admitted unit
+	SlidingWindow                      // current and previous window counts, weighted
+	TokenBucket                        // bursts up to capacity, refilled at rate
+	LeakyBucket                        // a queue drained at rate: admits with a delay
+	GCRA                               // redis-cell's CL.THROTTLE: one arrival time
+)
+
+// algorithmNames holds, per Algorithm, its canonical name (used in policies,
+// metrics and INFO) and its short name (used in commands and Redis keys).
+var algorithmNames = [...]struct{ long, short string }{
+	FixedWindow:   {"fixed_window", "fixed"},
+	SlidingLog:    {"sliding_log", "log"},
+	SlidingWindow: {"sliding_window", "sliding"},
+	TokenBucket:   {"token_bucket", "token"},
+	LeakyBucket:   {"leaky_bucket", "leaky"},
+	GCRA:          {"gcra", "gcra"},
+}
+
+// Algorithms lists every algorithm, in declaration order.
+var Algorithms = []Algorithm{FixedWindow, SlidingLog, SlidingWindow, TokenBucket, LeakyBucket, GCRA}
+
+func (a Algorithm) valid() bool { return a >= FixedWindow && a <= GCRA }
+
+// String returns the canonical name, such as "token_bucket".
+func (a Algorithm) String() string {
+	if !a.valid() {
+		return "algorithm(" + strconv.Itoa(int(a)) + ")"
+	}
+	return algorithmNames[a].long
+}
+
+// Short returns the short name, such as "token": the suffix of its Redis key.
+func (a Algorithm) Short() string {
+	if !a.valid() {
+		return a.String()
+	}
+	return algorithmNames[a].short
+}
+
+// ParseAlgorithm accepts the canonical or the short name, in any case.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for _, a := range Algorithms {
+		if strings.EqualFold(s, algorithmNames[a].long) || strings.EqualFold(s, algorithmNames[a].short) {
+			return a, nil
+		}
+	}
+	return 0, &ParamError{Param: "algorithm", Value: strconv.Quote(s),
+		Reason: "must be one of fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra"}
+}
+
+// Bounds on parameters. They keep every value the algorithms compute, in
+// microseconds since the epoch, below 2^53, where Lua's doubles are exact.
+const (
+	MinPeriod  = time.Millisecond
+	MaxPeriod  = 3650 * 24 * time.Hour // about ten years
+	MaxRate    = 1_000_000_000_000     // per period, and the largest capacity or burst
+	MaxLogRate = 100_000               // sliding log: one stored entry per admitted unit
+	MaxKeyLen  = 1024                  // bytes
+)
+
+// Limit is an algorithm and its parameters: what a policy or an inline
+// command asks for. Two requests share state when their key and algorithm
+// match, whatever their parameters, as redis-cell does.
+type Limit struct {
+	Algorithm Algorithm
+	// Rate is how many units a Period admits: the limit of the window
+	// algorithms, the refill rate of the token bucket, the drain rate of the
+	// leaky bucket, the sustained rate of GCRA.
+	Rate int64
+	// Period is the window length, or the time over which Rate units refill.
+	// Its resolution is one microsecond.
+	Period time.Duration
+	// Burst is the token bucket's capacity, the leaky bucket's queue size, or
+	// GCRA's max_burst (GCRA then admits Burst+1 at once). The window
+	// algorithms take no burst: it must be zero.
+	Burst int64
+}
+
+// Capacity is the most one request may cost, and the Limit a Decision reports.
+func (l Limit) Capacity() int64 {
+	switch l.Algorithm {
+	case TokenBucket, LeakyBucket:
+		return l.Burst
+	case GCRA:
+		return l.Burst + 1
+	default:
+		return l.Rate
+	}
+}
+
+// periodMicros is the Period in the algorithms' unit.
+func (l Limit) periodMicros() int64 { return int64(l.Period / time.Microsecond) }
+
+// interval is the time one unit takes to refill or drain, in microseconds,
+// for the bucket algorithms and GCRA.
+func (l Limit) interval() int64 { return l.periodMicros() / l.Rate }
+
+// rateName and burstName are the names a user knows the parameters by.
+func (l Limit) rateName() string {
+	switch l.Algorithm {
+	case FixedWindow, SlidingLog, SlidingWindow:
+		return "limit"
+	default:
+		return "rate"
+	}
+}
+
+func (l Limit) burstName() string {
+	if l.Algorithm == GCRA {
+		return "burst"
+	}
+	return "capacity"
+}
+
+// Validate reports the first parameter that is out of bounds, as a
+// *ParamError that names it.
+func (l Limit) Validate() error {
+	if !l.Algorithm.valid() {
+		return &ParamError{Param: "algorithm", Value: l.Algorithm.String(), Reason: "unknown algorithm"}
+	}
+	if l.Period < MinPeriod || l.Period > MaxPeriod {
+		return &ParamError{Param: "period", Value: l.Period.String(),
+			Reason: "must be between 1ms and 3650 days"}
+	}
+	maxRate := int64(MaxRate)
+	if l.Algorithm == SlidingLog {
+		maxRate = MaxLogRate
+	}
+	if l.Rate < 1 || l.Rate > maxRate {
+		return &ParamError{Param: l.rateName(), Value: strconv.FormatInt(l.Rate, 10),
+			Reason: "must be between 1 and " + strconv.FormatInt(maxRate, 10)}
+	}
+	switch l.Algorithm {
+	case FixedWindow, SlidingLog, SlidingWindow:
+		if l.Burst != 0 {
+			return &ParamError{Param: "burst", Value: strconv.FormatInt(l.Burst, 10),
+				Reason: "the " + l.Algorithm.String() + " algorithm takes no burst"}
+		}
+		return nil
+	}
+	minBurst := int64(1)
+	if l.Algorithm == GCRA {
+		minBurst = 0
+	}
+	if l.Burst < minBurst || l.Burst > MaxRate-1+minBurst {
+		return &ParamError{Param: l.burstName(), Value: strconv.FormatInt(l.Burst, 10),
+			Reason: fmt.Sprintf("must be between %d and %d", minBurst, MaxRate-1+minBurst)}
+	}
+	t := l.interval()
+	if t < 1 {
+		return &ParamError{Param: "rate", Value: strconv.FormatInt(l.Rate, 10),
+			Reason: "more than one per microsecond over period " + l.Period.String()}
+	}
+	if l.Capacity() > MaxPeriod.Microseconds()/t {
+		return &ParamError{Param: l.burstName(), Value: strconv.FormatInt(l.Burst, 10),
+			Reason: "refilling it at this rate would take more than 3650 days"}
+	}
+	return nil
+}
+
+// Request asks for one decision.
+type Request struct {
+	Key   string
+	Limit Limit
+	// Cost is how many units the request takes: 1 for a plain request, more
+	// for a weighted one, 0 to look without taking anything.
+	Cost int64
+	// Peek asks for the decision the request would get, without changing
+	// any state.
+	Peek bool
+}
+
+// Validate checks the limit, the key and the cost.
+func (r *Request) Validate() error {
+	if err := r.Limit.Validate(); err != nil {
+		return err
+	}
+	if r.Key == "" {
+		return &ParamError{Param: "key", Value: `""`, Reason: "must not be empty"}
+	}
+	if len(r.Key) > MaxKeyLen {
+		return &ParamError{Param: "key", Value: "of " + strconv.Itoa(len(r.Key)) + " bytes",
+			Reason: "must be at most " + strconv.Itoa(MaxKeyLen) + " bytes"}
+	}
+	if r.Cost < 0 {
+		return &ParamError{Param: "cost", Value: strconv.FormatInt(r.Cost, 10), Reason: "must not be negative"}
+	}
+	if c := r.Limit.Capacity(); r.Cost > c {
+		return &ParamError{Param: "cost", Value: strconv.FormatInt(r.Cost, 10),
+			Reason: "exceeds the capacity " + strconv.FormatInt(c, 10) + ", so it could never be allowed"}
+	}
+	return nil
+}
+
+// Decision is the answer to a Request. Every algorithm fills the same
+// fields with the same meaning.
+type Decision struct {
+	Allowed bool
+	// Limit is the most the key admits at once: Limit.Capacity().
+	Limit int64
+	// Remaining is how many more units of cost 1 would be admitted now.
+	Remaining int64
+	// RetryAfter is how long until the same request would be admitted;
+	// zero when it was admitted.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the key is back to its full capacity.
+	ResetAfter time.Duration
+	// Delay is how long an admitted request should wait before it proceeds:
+	// the leaky bucket's place in its queue. Zero for the other algorithms.
+	Delay time.Duration
+}
+
+// Result is one request's outcome within a batch: a Decision, or the error
+// that this request alone met.
+type Result struct {
+	Decision Decision
+	Err      error
+}
+
+// ErrInvalid is wrapped by every *ParamError, so callers can tell bad input
+// (a client's fault) from a failing store.
+var ErrInvalid = errors.New("invalid argument")
+
+// ParamError names a parameter, the value it was given, and why that value
+// is refused.
+type ParamError struct {
+	Param  string
+	Value  string
+	Reason string
+}
+
+func (e *ParamError) Error() string {
+	return "invalid " + e.Param + " " + e.Value + ": " + e.Reason
+}
+
+func (e *ParamError) Unwrap() error { return ErrInvalid }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,17 @@
+package engine
+
+// Policy is a named Limit that clients use by name (RL.ALLOW policy key), so
+// that limits are defined once, in one file, for every API.
+type Policy struct {
+	Name  string
+	Limit Limit
+	// Prefix is put before each client key, so that two policies counting
+	// the same client never share state. Loaders default it to Name + ":".
+	Prefix string
+}
+
+// Policies finds policies by name. Implementations are safe for concurrent
+// use, and may change what they hold (a reloaded file) between calls.
+type Policies interface {
+	Lookup(name string) (Policy, bool)
+}
