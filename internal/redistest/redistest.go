@@ -170,7 +170,6 @@ func readReply(r *bufio.Reader) (string, error) {
 	return "", fmt.Errorf("redistest: unexpected reply %q", line)
 }
 
-
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
