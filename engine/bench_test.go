@@ -1,0 +1,79 @@
+package engine_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// benchLimits gives every algorithm a limit generous enough that the
+// benchmark loop exercises admissions and refusals alike.
+func benchLimits() map[engine.Algorithm]engine.Limit {
+	return map[engine.Algorithm]engine.Limit{
+		engine.FixedWindow:   {Algorithm: engine.FixedWindow, Rate: 1000, Period: time.Second},
+		engine.SlidingLog:    {Algorithm: engine.SlidingLog, Rate: 1000, Period: time.Second},
+		engine.SlidingWindow: {Algorithm: engine.SlidingWindow, Rate: 1000, Period: time.Second},
+		engine.TokenBucket:   {Algorithm: engine.TokenBucket, Rate: 1000, Period: time.Second, Burst: 100},
+		engine.LeakyBucket:   {Algorithm: engine.LeakyBucket, Rate: 1000, Period: time.Second, Burst: 100},
+		engine.GCRA:          {Algorithm: engine.GCRA, Rate: 1000, Period: time.Second, Burst: 100},
+	}
+}
+
+func BenchmarkMemoryDecide(b *testing.B) {
+	for _, alg := range engine.Algorithms {
+		l := benchLimits()[alg]
+		b.Run(alg.String(), func(b *testing.B) {
+			s, err := engine.NewMemoryStore(engine.MemoryConfig{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			keys := make([]string, 1024)
+			for i := range keys {
+				keys[i] = "user:" + strconv.Itoa(i)
+			}
+			req := make([]engine.Request, 1)
+			res := make([]engine.Result, 1)
+			ctx := context.Background()
+			// Warm every key so the loop measures decisions, not first writes.
+			for _, k := range keys {
+				req[0] = engine.Request{Key: k, Limit: l, Cost: 1}
+				_ = s.Decide(ctx, req, res)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				req[0] = engine.Request{Key: keys[i%len(keys)], Limit: l, Cost: 1}
+				if err := s.Decide(ctx, req, res); err != nil || res[0].Err != nil {
+					b.Fatal(err, res[0].Err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+func BenchmarkMemoryDecideParallel(b *testing.B) {
+	l := benchLimits()[engine.GCRA]
+	s, err := engine.NewMemoryStore(engine.MemoryConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		req := []engine.Request{{Limit: l, Cost: 1}}
+		res := make([]engine.Result, 1)
+		keys := make([]string, 256)
+		for i := range keys {
+			keys[i] = "parallel:" + strconv.Itoa(i)
+		}
+		i := 0
+		for pb.Next() {
+			req[0].Key = keys[i%len(keys)]
+			_ = s.Decide(context.Background(), req, res)
+			i++
+		}
+	})
+}
