@@ -1,0 +1,25 @@
+-- GCRA, as redis-cell's CL.THROTTLE computes it: limit = burst + 1, the
+-- delay variation tolerance is limit emission intervals (period / rate).
+-- State: one integer string, the theoretical arrival time (µs); engine's
+-- state a.
+local function gcra(key, now, rate, period, burst, cost, peek)
+  local t, limit = interval(rate, period), burst + 1
+  local tolerance = t * limit
+  local tat = max(int(redis.call('GET', key), key), now)
+  local new = tat + cost * t
+  local allowed, retry, remaining = true, 0, 0
+  local left = new - now
+  local diff = now - (new - tolerance)
+  if diff < 0 then
+    allowed = false
+    retry = -diff
+    left = tat - now
+  end
+  if tolerance - left > 0 then
+    remaining = floor((tolerance - left) / t)
+  end
+  if allowed and not peek and cost > 0 then
+    redis.call('SET', key, num(new), 'PX', ttl(new - now))
+  end
+  return allowed, limit, remaining, retry, left, 0
+end

@@ -1,0 +1,110 @@
+// Package lua holds Sluice's Redis scripts: the six rate-limiting algorithms
+// in Lua, each a local function that decides one request against one key,
+// composed into a script per algorithm and one batch script that decides a
+// whole batch of requests with any algorithms in one call.
+//
+// The scripts reproduce engine/algorithms.go decision by decision, in the
+// same integer microseconds and with the same state (each file says how it
+// keeps it in Redis). Each request touches exactly one key; every key written
+// gets its TTL in the same script, when its state stops mattering, so no key
+// lives forever and no crash can leave one without a TTL. The time is Redis's
+// TIME, so sidecars with skewed clocks agree; a pinned time, an optional last
+// argument, exists for tests only.
+//
+// Argument and reply layouts are documented at the top of single.lua (one
+// request) and batch.lua (many). The package imports nothing of the project:
+// upstream maps engine's algorithms onto these scripts by their short names.
+package lua
+
+import (
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+)
+
+// Script is one composed script, ready for EVALSHA.
+type Script struct {
+	// Name is the algorithm's short name ("fixed", "gcra", …) or "batch".
+	Name string
+	// Source is the Lua text sent by EVAL and SCRIPT LOAD.
+	Source string
+	// SHA is the hex SHA-1 of Source: the EVALSHA digest.
+	SHA string
+}
+
+// Layouts shared by the scripts and their callers.
+const (
+	// BatchArgs is how many ARGV fields each request takes in the batch
+	// script; the single scripts take all but the first (the algorithm).
+	BatchArgs = 6
+	// ReplyFields is how many integers each request's reply holds.
+	ReplyFields = 6
+)
+
+var (
+	//go:embed prelude.lua
+	prelude string
+	//go:embed single.lua
+	singleMain string
+	//go:embed batch.lua
+	batchMain string
+
+	//go:embed fixed.lua
+	fixedSrc string
+	//go:embed log.lua
+	logSrc string
+	//go:embed sliding.lua
+	slidingSrc string
+	//go:embed token.lua
+	tokenSrc string
+	//go:embed leaky.lua
+	leakySrc string
+	//go:embed gcra.lua
+	gcraSrc string
+)
+
+// algorithms lists each algorithm's short name (also the name of its Lua
+// function) and source, in engine's order.
+var algorithms = []struct{ name, src string }{
+	{"fixed", fixedSrc},
+	{"log", logSrc},
+	{"sliding", slidingSrc},
+	{"token", tokenSrc},
+	{"leaky", leakySrc},
+	{"gcra", gcraSrc},
+}
+
+// The scripts, composed once.
+var (
+	// Batch decides many requests, each with its own algorithm.
+	Batch *Script
+	// singles holds the single-request scripts by short name.
+	singles = map[string]*Script{}
+	// all is every script: the singles in engine's order, then Batch.
+	all []*Script
+)
+
+func init() {
+	batch := prelude
+	for _, a := range algorithms {
+		s := newScript(a.name, prelude+"\n"+a.src+"\nlocal decide = "+a.name+"\n\n"+singleMain)
+		singles[a.name] = s
+		all = append(all, s)
+		batch += "\n" + a.src
+	}
+	Batch = newScript("batch", batch+"\n"+batchMain)
+	all = append(all, Batch)
+}
+
+func newScript(name, src string) *Script {
+	sum := sha1.Sum([]byte(src))
+	return &Script{Name: name, Source: src, SHA: hex.EncodeToString(sum[:])}
+}
+
+// Single returns the script that decides one request with the algorithm of
+// that short name ("fixed", "log", "sliding", "token", "leaky", "gcra"), or
+// nil for any other name.
+func Single(name string) *Script { return singles[name] }
+
+// All returns every script: the six single-request scripts, then Batch.
+func All() []*Script { return append([]*Script(nil), all...) }

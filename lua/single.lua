@@ -1,0 +1,13 @@
+-- Decides one request against one key with the algorithm defined above as
+-- decide.
+--
+-- KEYS[1]  the key
+-- ARGV     rate, period (µs), burst, cost, peek (1 or 0) [, now (µs)]
+--
+-- now is for tests only: it pins the clock, which otherwise is Redis's TIME.
+--
+-- Reply: allowed (1 or 0), limit, remaining, retry_after (µs),
+-- reset_after (µs), delay (µs).
+local now = clock(ARGV[6])
+local allowed, limit, remaining, retry, reset, delay = decide(KEYS[1], now, decode(1))
+return {allowed and 1 or 0, limit, remaining, retry, reset, delay}
