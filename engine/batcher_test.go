@@ -1,0 +1,193 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/enginetest"
+)
+
+// gateStore is a hand-written fake: it records each batch it is given and,
+// while gated, holds every batch until the test releases it.
+type gateStore struct {
+	inner engine.Store
+	mu    sync.Mutex
+	sizes []int // guarded by mu
+	gate  chan struct{}
+	err   error
+}
+
+func (g *gateStore) Decide(ctx context.Context, reqs []engine.Request, res []engine.Result) error {
+	g.mu.Lock()
+	g.sizes = append(g.sizes, len(reqs))
+	g.mu.Unlock()
+	if g.gate != nil {
+		<-g.gate
+	}
+	if g.err != nil {
+		return g.err
+	}
+	return g.inner.Decide(ctx, reqs, res)
+}
+
+func (g *gateStore) Reset(ctx context.Context, key string) error { return g.inner.Reset(ctx, key) }
+
+func (g *gateStore) batchSizes() []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]int(nil), g.sizes...)
+}
+
+func (g *gateStore) waitBatches(t *testing.T, n int) {
+	t.Helper()
+	for i := 0; len(g.batchSizes()) < n; i++ {
+		if i > 5000 {
+			t.Fatalf("waited for %d batches, saw %v", n, g.batchSizes())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func newBatcher(t *testing.T, store engine.Store, maxBatch, inFlight int) *engine.Batcher {
+	t.Helper()
+	b, err := engine.NewBatcher(engine.BatcherConfig{Store: store, MaxBatch: maxBatch, MaxInFlight: inFlight})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b
+}
+
+var perHour = engine.Limit{Algorithm: engine.FixedWindow, Rate: 1000, Period: time.Hour}
+
+func TestBatcherGathersWhileABatchIsInFlight(t *testing.T) {
+	clock := enginetest.NewClock(enginetest.Epoch)
+	g := &gateStore{inner: openMemory(t, clock.Now), gate: make(chan struct{})}
+	b := newBatcher(t, g, 0, 1)
+
+	var wg sync.WaitGroup
+	decide := func(key string) {
+		defer wg.Done()
+		res := make([]engine.Result, 1)
+		if err := b.Decide(context.Background(), []engine.Request{{Key: key, Limit: perHour, Cost: 1}}, res); err != nil || !res[0].Decision.Allowed {
+			t.Errorf("Decide(%s) = %v, %+v", key, err, res[0])
+		}
+	}
+	wg.Add(1)
+	go decide("first")
+	g.waitBatches(t, 1) // the first batch is in flight and held
+	for range 10 {
+		wg.Add(1)
+		go decide("later")
+	}
+	// Let the ten queue up behind the held batch, then release everything.
+	for i := 0; i < 5000; i++ {
+		if b.Queued() == 10 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(g.gate)
+	wg.Wait()
+	if got := g.batchSizes(); len(got) != 2 || got[0] != 1 || got[1] != 10 {
+		t.Fatalf("batch sizes %v; want [1 10]: the ten gathered while the first was in flight", got)
+	}
+	if s := b.Stats(); s.Batches != 2 || s.Decisions != 11 {
+		t.Fatalf("stats %+v; want 2 batches of 11 decisions", s)
+	}
+}
+
+func TestBatcherKeepsEachCallersOrder(t *testing.T) {
+	clock := enginetest.NewClock(enginetest.Epoch)
+	b := newBatcher(t, openMemory(t, clock.Now), 64, 4)
+	limit := engine.Limit{Algorithm: engine.FixedWindow, Rate: 100, Period: time.Hour}
+	var wg sync.WaitGroup
+	for c := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := "caller" + string(rune('a'+c))
+			reqs := make([]engine.Request, 100)
+			for i := range reqs {
+				reqs[i] = engine.Request{Key: key, Limit: limit, Cost: 1}
+			}
+			res := make([]engine.Result, len(reqs))
+			if err := b.Decide(context.Background(), reqs, res); err != nil {
+				t.Error(err)
+				return
+			}
+			for i, r := range res {
+				if want := int64(99 - i); r.Err != nil || r.Decision.Remaining != want {
+					t.Errorf("%s request %d: %+v; want remaining %d", key, i, r, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestBatcherSendsAnOversizedPipelineWhole(t *testing.T) {
+	clock := enginetest.NewClock(enginetest.Epoch)
+	g := &gateStore{inner: openMemory(t, clock.Now)}
+	b := newBatcher(t, g, 8, 1)
+	reqs := make([]engine.Request, 20)
+	for i := range reqs {
+		reqs[i] = engine.Request{Key: "big", Limit: perHour, Cost: 1}
+	}
+	if err := b.Decide(context.Background(), reqs, make([]engine.Result, 20)); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.batchSizes(); len(got) != 1 || got[0] != 20 {
+		t.Fatalf("batch sizes %v; want one batch of 20", got)
+	}
+}
+
+func TestBatcherReportsTheBatchError(t *testing.T) {
+	boom := errors.New("upstream: connection refused")
+	g := &gateStore{err: boom}
+	b := newBatcher(t, g, 0, 2)
+	err := b.Decide(context.Background(), []engine.Request{{Key: "k", Limit: perHour, Cost: 1}}, make([]engine.Result, 1))
+	if !errors.Is(err, boom) {
+		t.Fatalf("Decide = %v; want %v", err, boom)
+	}
+}
+
+func TestBatcherAfterClose(t *testing.T) {
+	clock := enginetest.NewClock(enginetest.Epoch)
+	b, err := engine.NewBatcher(engine.BatcherConfig{Store: openMemory(t, clock.Now)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	b.Close() // idempotent
+	err = b.Decide(context.Background(), []engine.Request{{Key: "k", Limit: perHour, Cost: 1}}, make([]engine.Result, 1))
+	if !errors.Is(err, engine.ErrClosed) {
+		t.Fatalf("Decide after Close = %v; want ErrClosed", err)
+	}
+}
+
+func TestBatcherConformance(t *testing.T) {
+	enginetest.Run(t, func(t *testing.T, now func() time.Time) engine.Store {
+		return newBatcher(t, openMemory(t, now), 0, 0)
+	})
+}
+
+func BenchmarkBatcherDecide(b *testing.B) {
+	s, _ := engine.NewMemoryStore(engine.MemoryConfig{})
+	bt, _ := engine.NewBatcher(engine.BatcherConfig{Store: s})
+	defer bt.Close()
+	reqs := make([]engine.Request, 16)
+	for i := range reqs {
+		reqs[i] = engine.Request{Key: "bench", Limit: perHour, Cost: 0}
+	}
+	res := make([]engine.Result, len(reqs))
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = bt.Decide(context.Background(), reqs, res)
+	}
+}

@@ -1,0 +1,190 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+)
+
+// DenyCacheConfig configures a DenyCache. Zero values mean the documented
+// defaults.
+type DenyCacheConfig struct {
+	// Store decides what the cache cannot: the batcher in front of Redis.
+	Store Store
+	// MaxEntries bounds the refusals remembered; the least recently used
+	// goes first. Zero means 100,000.
+	MaxEntries int
+	// Now is the clock; nil means time.Now. Only durations are taken from
+	// it, so it need not agree with Redis's clock.
+	Now func() time.Time
+}
+
+// DenyCache is a Store that remembers refusals. Once a key is refused with
+// a retry-after, a later request for that key with the same limit and no
+// smaller cost is refused here, without a round trip, until the retry-after
+// runs out. It can never refuse what the store would admit: every algorithm
+// only frees capacity as time passes, so until the retry-after the same
+// request would be refused there too — unless the key is reset, which is
+// why Reset and Forget drop the remembered refusal.
+type DenyCache struct {
+	store   Store
+	now     func() time.Time
+	entries *lru.Cache[stateKey, denial]
+	scratch sync.Pool // *missBuffers
+	hits    atomic.Uint64
+	misses  atomic.Uint64
+}
+
+// denial is a remembered refusal.
+type denial struct {
+	limit    Limit
+	cost     int64
+	until    time.Time // retry-after runs out
+	resetsAt time.Time
+	decision Decision
+}
+
+// missBuffers gathers the requests a batch could not answer locally.
+type missBuffers struct {
+	index []int
+	reqs  []Request
+	res   []Result
+}
+
+var _ Store = (*DenyCache)(nil)
+
+// NewDenyCache returns an empty cache in front of cfg.Store.
+func NewDenyCache(cfg DenyCacheConfig) (*DenyCache, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("engine: deny cache needs a store")
+	}
+	if cfg.MaxEntries < 0 {
+		return nil, errors.New("engine: deny cache size must not be negative")
+	}
+	if cfg.MaxEntries == 0 {
+		cfg.MaxEntries = 100_000
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	entries, err := lru.New[stateKey, denial](cfg.MaxEntries)
+	if err != nil {
+		return nil, err
+	}
+	c := &DenyCache{store: cfg.Store, now: cfg.Now, entries: entries}
+	c.scratch.New = func() any { return new(missBuffers) }
+	return c, nil
+}
+
+// Decide answers remembered refusals locally and sends the rest on.
+func (c *DenyCache) Decide(ctx context.Context, reqs []Request, res []Result) error {
+	now := c.now()
+	hits := 0
+	for i := range reqs {
+		if d, ok := c.lookup(&reqs[i], now); ok {
+			res[i] = Result{Decision: d}
+			hits++
+		}
+	}
+	c.hits.Add(uint64(hits))
+	c.misses.Add(uint64(len(reqs) - hits))
+	switch hits {
+	case len(reqs):
+		return nil
+	case 0:
+		if err := c.store.Decide(ctx, reqs, res); err != nil {
+			return err
+		}
+		c.remember(reqs, res, now)
+		return nil
+	}
+	// Some of each: send only the misses, then put their results in place.
+	b := c.scratch.Get().(*missBuffers)
+	defer c.scratch.Put(b)
+	b.index, b.reqs = b.index[:0], b.reqs[:0]
+	for i := range reqs {
+		if _, ok := c.lookup(&reqs[i], now); !ok {
+			b.index = append(b.index, i)
+			b.reqs = append(b.reqs, reqs[i])
+		}
+	}
+	if cap(b.res) < len(b.reqs) {
+		b.res = make([]Result, len(b.reqs))
+	}
+	b.res = b.res[:len(b.reqs)]
+	err := c.store.Decide(ctx, b.reqs, b.res)
+	if err == nil {
+		c.remember(b.reqs, b.res, now)
+		for j, i := range b.index {
+			res[i] = b.res[j]
+		}
+	}
+	clear(b.reqs)
+	clear(b.res)
+	return err
+}
+
+// lookup returns the local refusal for r, if one applies at now.
+func (c *DenyCache) lookup(r *Request, now time.Time) (Decision, bool) {
+	if r.Cost == 0 || c.entries.Len() == 0 {
+		return Decision{}, false
+	}
+	e, ok := c.entries.Get(stateKey{r.Limit.Algorithm, r.Key})
+	if !ok || e.limit != r.Limit || r.Cost < e.cost || !now.Before(e.until) {
+		return Decision{}, false
+	}
+	d := e.decision
+	d.RetryAfter = e.until.Sub(now)
+	d.ResetAfter = max(e.resetsAt.Sub(now), d.RetryAfter)
+	return d, true
+}
+
+// remember records the refusals among res and forgets keys now admitted.
+func (c *DenyCache) remember(reqs []Request, res []Result, now time.Time) {
+	for i := range reqs {
+		r, d := &reqs[i], res[i].Decision
+		if res[i].Err != nil || r.Cost == 0 {
+			continue
+		}
+		sk := stateKey{r.Limit.Algorithm, r.Key}
+		if d.Allowed {
+			if c.entries.Len() > 0 {
+				c.entries.Remove(sk)
+			}
+			continue
+		}
+		if d.RetryAfter > 0 {
+			c.entries.Add(sk, denial{limit: r.Limit, cost: r.Cost, decision: d,
+				until: now.Add(d.RetryAfter), resetsAt: now.Add(d.ResetAfter)})
+		}
+	}
+}
+
+// Reset drops the key's remembered refusals, then resets it in the store.
+func (c *DenyCache) Reset(ctx context.Context, key string) error {
+	c.Forget(key)
+	return c.store.Reset(ctx, key)
+}
+
+// Forget drops the key's remembered refusals: called when another sidecar
+// announces a reset.
+func (c *DenyCache) Forget(key string) {
+	for _, a := range Algorithms {
+		c.entries.Remove(stateKey{a, key})
+	}
+}
+
+// DenyCacheStats counts what the cache did, for INFO and metrics.
+type DenyCacheStats struct {
+	Hits, Misses uint64
+	Entries      int
+}
+
+// Stats returns the counts so far.
+func (c *DenyCache) Stats() DenyCacheStats {
+	return DenyCacheStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Entries: c.entries.Len()}
+}
