@@ -18,7 +18,8 @@ type BatcherConfig struct {
 	MaxBatch int
 	// MaxInFlight caps the round trips in flight at once. Zero means 4.
 	MaxInFlight int
-	// Timeout bounds each round trip. Zero means 250ms.
+	// Timeout bounds each round trip. Zero means 100ms: a healthy Redis
+	// answers in well under a millisecond, so a slow one is a failed one.
 	Timeout time.Duration
 }
 
@@ -72,7 +73,7 @@ func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
 		cfg.MaxInFlight = 4
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = 250 * time.Millisecond
+		cfg.Timeout = 100 * time.Millisecond
 	}
 	b := &Batcher{
 		store:    cfg.Store,

@@ -86,7 +86,7 @@ func (c *DenyCache) Decide(ctx context.Context, reqs []Request, res []Result) er
 	hits := 0
 	for i := range reqs {
 		if d, ok := c.lookup(&reqs[i], now); ok {
-			res[i] = Result{Decision: d}
+			res[i] = Result{Decision: d, Path: PathDenyCache}
 			hits++
 		}
 	}

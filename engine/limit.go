@@ -185,6 +185,39 @@ type Request struct {
 	// Peek asks for the decision the request would get, without changing
 	// any state.
 	Peek bool
+	// OnFailure says what decides when the store cannot answer in time;
+	// zero means the Guard's default.
+	OnFailure FailureMode
+}
+
+// FailureMode is what a request gets when the shared store cannot answer.
+type FailureMode uint8
+
+// The failure modes. FailDefault defers to the Guard's configured default.
+const (
+	FailDefault FailureMode = iota
+	FailOpen                // allow: the API stays up, unlimited
+	FailClosed              // deny: nothing passes until the store is back
+	FailLocal               // the in-memory store enforces the same limits in this sidecar alone
+)
+
+var failureModeNames = [...]string{FailDefault: "default", FailOpen: "allow", FailClosed: "deny", FailLocal: "local"}
+
+func (m FailureMode) String() string {
+	if int(m) < len(failureModeNames) {
+		return failureModeNames[m]
+	}
+	return "failure(" + strconv.Itoa(int(m)) + ")"
+}
+
+// ParseFailureMode accepts allow, deny or local.
+func ParseFailureMode(s string) (FailureMode, error) {
+	for m := FailOpen; m <= FailLocal; m++ {
+		if strings.EqualFold(s, failureModeNames[m]) {
+			return m, nil
+		}
+	}
+	return 0, &ParamError{Param: "on_failure", Value: strconv.Quote(s), Reason: "must be allow, deny or local"}
 }
 
 // Validate checks the limit, the key and the cost.
@@ -232,6 +265,34 @@ type Decision struct {
 type Result struct {
 	Decision Decision
 	Err      error
+	// Path says what decided: the store, the deny cache, or a fallback.
+	Path Path
+}
+
+// Path is what decided a request, for INFO and metrics.
+type Path uint8
+
+// The paths. PathStore is the zero value: the store behind the wrappers
+// (Redis, or the embedded in-memory store) decided.
+const (
+	PathStore      Path = iota
+	PathDenyCache       // a remembered refusal, answered locally
+	PathLocal           // the store failed; the in-memory store decided
+	PathFailOpen        // the store failed; allowed by policy
+	PathFailClosed      // the store failed; refused by policy
+)
+
+var pathNames = [...]string{PathStore: "store", PathDenyCache: "deny_cache", PathLocal: "local_fallback",
+	PathFailOpen: "fail_open", PathFailClosed: "fail_closed"}
+
+// Paths lists every path, in declaration order.
+var Paths = []Path{PathStore, PathDenyCache, PathLocal, PathFailOpen, PathFailClosed}
+
+func (p Path) String() string {
+	if int(p) < len(pathNames) {
+		return pathNames[p]
+	}
+	return "path(" + strconv.Itoa(int(p)) + ")"
 }
 
 // ErrInvalid is wrapped by every *ParamError, so callers can tell bad input

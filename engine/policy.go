@@ -8,6 +8,9 @@ type Policy struct {
 	// Prefix is put before each client key, so that two policies counting
 	// the same client never share state. Loaders default it to Name + ":".
 	Prefix string
+	// OnFailure is what decides when the shared store cannot answer;
+	// FailDefault leaves it to the sidecar's default.
+	OnFailure FailureMode
 }
 
 // Policies finds policies by name. Implementations are safe for concurrent

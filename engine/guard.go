@@ -1,0 +1,202 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// GuardConfig configures a Guard. Zero values mean the documented defaults.
+type GuardConfig struct {
+	// Store is the shared store the guard protects callers from: the deny
+	// cache and batcher in front of Redis.
+	Store Store
+	// Local enforces limits in this sidecar alone for FailLocal requests.
+	// Nil makes FailLocal behave as FailOpen.
+	Local Store
+	// Default is the failure mode of requests that name none. Zero means
+	// FailLocal when Local is set, FailOpen otherwise.
+	Default FailureMode
+	// Threshold is how many failed round trips in a row open the breaker.
+	// Zero means 3.
+	Threshold int
+	// ProbeEvery is how long the open breaker waits before it lets one
+	// batch through to see whether the store is back. Zero means 250ms.
+	ProbeEvery time.Duration
+	// OnBreaker, if set, is called (outside any lock) when the breaker opens
+	// (with the error that opened it) or closes (with nil), for logs.
+	OnBreaker func(open bool, cause error)
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Guard is a Store that keeps deciding when the shared store fails. Each
+// request that the store cannot decide gets its failure mode's answer:
+// allowed, refused, or decided by the local in-memory store. A breaker
+// stops sending to a store that keeps failing, so that requests do not each
+// wait out a deadline, and lets one batch through every ProbeEvery to find
+// out when it is back; recovery needs no restart.
+type Guard struct {
+	store, local Store
+	def          FailureMode
+	threshold    int
+	probeEvery   time.Duration
+	onBreaker    func(bool, error)
+	now          func() time.Time
+
+	mu        sync.Mutex
+	failures  int       // consecutive failed round trips; guarded by mu
+	openUntil time.Time // zero while closed; guarded by mu
+	probing   bool      // a probe is in flight; guarded by mu
+
+	open     atomic.Bool
+	fallback atomic.Uint64
+}
+
+var _ Store = (*Guard)(nil)
+
+// NewGuard returns a guard with its breaker closed.
+func NewGuard(cfg GuardConfig) (*Guard, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("engine: guard needs a store")
+	}
+	if cfg.Threshold < 0 || cfg.ProbeEvery < 0 {
+		return nil, errors.New("engine: guard threshold and probe interval must not be negative")
+	}
+	if cfg.Default == FailDefault {
+		cfg.Default = FailOpen
+		if cfg.Local != nil {
+			cfg.Default = FailLocal
+		}
+	}
+	if cfg.Threshold == 0 {
+		cfg.Threshold = 3
+	}
+	if cfg.ProbeEvery == 0 {
+		cfg.ProbeEvery = 250 * time.Millisecond
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Guard{store: cfg.Store, local: cfg.Local, def: cfg.Default, threshold: cfg.Threshold,
+		probeEvery: cfg.ProbeEvery, onBreaker: cfg.OnBreaker, now: cfg.Now}, nil
+}
+
+// Decide sends the batch to the store unless the breaker is open, and
+// decides by failure mode whatever the store could not.
+func (g *Guard) Decide(ctx context.Context, reqs []Request, res []Result) error {
+	probe, ok := g.admit()
+	if !ok {
+		return g.fail(ctx, reqs, res)
+	}
+	err := g.store.Decide(ctx, reqs, res)
+	g.record(err, probe)
+	if err != nil {
+		return g.fail(ctx, reqs, res)
+	}
+	return nil
+}
+
+// admit says whether a batch may go to the store, and whether it is the
+// open breaker's probe.
+func (g *Guard) admit() (probe, ok bool) {
+	if !g.open.Load() {
+		return false, true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.openUntil.IsZero() {
+		return false, true
+	}
+	if g.probing || g.now().Before(g.openUntil) {
+		return false, false
+	}
+	g.probing = true
+	return true, true
+}
+
+func (g *Guard) record(err error, probe bool) {
+	g.mu.Lock()
+	if probe {
+		g.probing = false
+	}
+	changed := false
+	if err == nil {
+		g.failures = 0
+		if !g.openUntil.IsZero() {
+			g.openUntil, changed = time.Time{}, true
+			g.open.Store(false)
+		}
+	} else {
+		g.failures++
+		if g.failures >= g.threshold {
+			changed = g.openUntil.IsZero()
+			g.openUntil = g.now().Add(g.probeEvery)
+			g.open.Store(true)
+		}
+	}
+	g.mu.Unlock()
+	if changed && g.onBreaker != nil {
+		g.onBreaker(err != nil, err)
+	}
+}
+
+// fail decides reqs by their failure modes, in order.
+func (g *Guard) fail(ctx context.Context, reqs []Request, res []Result) error {
+	g.fallback.Add(uint64(len(reqs)))
+	for i := range reqs {
+		r := &reqs[i]
+		if err := r.Validate(); err != nil {
+			res[i] = Result{Err: err}
+			continue
+		}
+		c := r.Limit.Capacity()
+		switch g.mode(r) {
+		case FailLocal:
+			// The local store never fails as a batch.
+			if err := g.local.Decide(ctx, reqs[i:i+1], res[i:i+1]); err != nil {
+				res[i] = Result{Err: err}
+			}
+			res[i].Path = PathLocal
+		case FailClosed:
+			res[i] = Result{Path: PathFailClosed, Decision: Decision{Limit: c,
+				RetryAfter: g.probeEvery, ResetAfter: g.probeEvery}}
+		default:
+			res[i] = Result{Path: PathFailOpen, Decision: Decision{Allowed: true, Limit: c, Remaining: c - r.Cost}}
+		}
+	}
+	return nil
+}
+
+func (g *Guard) mode(r *Request) FailureMode {
+	m := r.OnFailure
+	if m == FailDefault {
+		m = g.def
+	}
+	if m == FailLocal && g.local == nil {
+		m = FailOpen
+	}
+	return m
+}
+
+// Reset resets the key in the store, and in the local store so that a
+// fallback does not keep a state the user asked to forget.
+func (g *Guard) Reset(ctx context.Context, key string) error {
+	if g.local != nil {
+		_ = g.local.Reset(ctx, key)
+	}
+	return g.store.Reset(ctx, key)
+}
+
+// GuardStats counts what the guard did, for INFO, metrics and readiness.
+type GuardStats struct {
+	BreakerOpen bool
+	Fallbacks   uint64 // requests decided by a failure mode
+}
+
+// Stats returns the breaker state and the counts so far.
+func (g *Guard) Stats() GuardStats {
+	return GuardStats{BreakerOpen: g.open.Load(), Fallbacks: g.fallback.Load()}
+}

@@ -1,0 +1,180 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/enginetest"
+)
+
+// flakyStore fails every call while down, counting the calls it gets.
+type flakyStore struct {
+	inner engine.Store
+	mu    sync.Mutex
+	down  bool // guarded by mu
+	calls int  // guarded by mu
+}
+
+var errDown = errors.New("upstream: dial tcp 127.0.0.1:6379: connection refused")
+
+func (f *flakyStore) Decide(ctx context.Context, reqs []engine.Request, res []engine.Result) error {
+	f.mu.Lock()
+	f.calls++
+	down := f.down
+	f.mu.Unlock()
+	if down {
+		return errDown
+	}
+	return f.inner.Decide(ctx, reqs, res)
+}
+
+func (f *flakyStore) Reset(ctx context.Context, key string) error { return f.inner.Reset(ctx, key) }
+
+func (f *flakyStore) set(down bool) { f.mu.Lock(); f.down = down; f.mu.Unlock() }
+
+func (f *flakyStore) count() int { f.mu.Lock(); defer f.mu.Unlock(); return f.calls }
+
+type breakerEvent struct {
+	open  bool
+	cause error
+}
+
+func newGuard(t *testing.T, clock *enginetest.Clock) (*engine.Guard, *flakyStore, *[]breakerEvent) {
+	t.Helper()
+	f := &flakyStore{inner: openMemory(t, clock.Now)}
+	var events []breakerEvent
+	g, err := engine.NewGuard(engine.GuardConfig{
+		Store: f, Local: openMemory(t, clock.Now), Threshold: 2, ProbeEvery: time.Second, Now: clock.Now,
+		OnBreaker: func(open bool, cause error) { events = append(events, breakerEvent{open, cause}) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, f, &events
+}
+
+func TestGuardFailureModes(t *testing.T) {
+	clock := enginetest.NewClock(enginetest.Epoch)
+	g, f, _ := newGuard(t, clock)
+	f.set(true)
+	limit := engine.Limit{Algorithm: engine.FixedWindow, Rate: 2, Period: time.Hour}
+	reqs := []engine.Request{
+		{Key: "a", Limit: limit, Cost: 1, OnFailure: engine.FailOpen},
+		{Key: "b", Limit: limit, Cost: 1, OnFailure: engine.FailClosed},
+		{Key: "c", Limit: limit, Cost: 2, OnFailure: engine.FailLocal},
+		{Key: "c", Limit: limit, Cost: 1}, // the default: local, since Local is set
+		{Key: "", Limit: limit, Cost: 1, OnFailure: engine.FailOpen},
+	}
+	res := make([]engine.Result, len(reqs))
+	if err := g.Decide(context.Background(), reqs, res); err != nil {
+		t.Fatalf("Decide = %v; a guard answers even when the store is down", err)
+	}
+	want := []struct {
+		path    engine.Path
+		allowed bool
+	}{
+		{engine.PathFailOpen, true},
+		{engine.PathFailClosed, false},
+		{engine.PathLocal, true},
+		{engine.PathLocal, false}, // the local store enforces the limit of 2
+	}
+	for i, w := range want {
+		if res[i].Err != nil || res[i].Path != w.path || res[i].Decision.Allowed != w.allowed {
+			t.Errorf("request %d: %+v; want path %v, allowed %v", i, res[i], w.path, w.allowed)
+		}
+	}
+	if !errors.Is(res[4].Err, engine.ErrInvalid) {
+		t.Errorf("invalid request during an outage: %+v; want its validation error", res[4])
+	}
+	if res[1].Decision.RetryAfter != time.Second {
+		t.Errorf("fail-closed retry-after %v; want the probe interval", res[1].Decision.RetryAfter)
+	}
+}
+
+func TestGuardBreakerOpensProbesAndCloses(t *testing.T) {
+	clock := enginetest.NewClock(enginetest.Epoch)
+	g, f, events := newGuard(t, clock)
+	req := []engine.Request{{Key: "k", Limit: perHour, Cost: 1}}
+	res := make([]engine.Result, 1)
+	decide := func() engine.Result {
+		t.Helper()
+		if err := g.Decide(context.Background(), req, res); err != nil {
+			t.Fatal(err)
+		}
+		return res[0]
+	}
+
+	f.set(true)
+	decide()
+	decide() // the second failure in a row opens the breaker
+	if !g.Stats().BreakerOpen || len(*events) != 1 || !(*events)[0].open || !errors.Is((*events)[0].cause, errDown) {
+		t.Fatalf("after 2 failures: stats %+v, events %+v; want the breaker open", g.Stats(), *events)
+	}
+	calls := f.count()
+	for range 10 {
+		if r := decide(); r.Path != engine.PathLocal {
+			t.Fatalf("breaker open: path %v; want the local fallback", r.Path)
+		}
+	}
+	if f.count() != calls {
+		t.Fatalf("%d calls reached the store while the breaker was open", f.count()-calls)
+	}
+
+	clock.Advance(time.Second) // time to probe; the store is still down
+	decide()
+	decide()
+	if f.count() != calls+1 {
+		t.Fatalf("%d probes; want exactly 1 per interval", f.count()-calls)
+	}
+
+	f.set(false)
+	clock.Advance(time.Second)
+	if r := decide(); r.Path != engine.PathStore || !r.Decision.Allowed {
+		t.Fatalf("probe after recovery: %+v; want the store to decide", r)
+	}
+	if g.Stats().BreakerOpen || len(*events) != 2 || (*events)[1].open {
+		t.Fatalf("after recovery: stats %+v, events %+v; want the breaker closed", g.Stats(), *events)
+	}
+	if r := decide(); r.Path != engine.PathStore {
+		t.Fatalf("after recovery: path %v; want store", r.Path)
+	}
+}
+
+func TestGuardConcurrentOutage(t *testing.T) {
+	clock := enginetest.NewClock(enginetest.Epoch)
+	g, f, _ := newGuard(t, clock)
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := make([]engine.Result, 1)
+			for j := range 200 {
+				if i == 0 && j%50 == 0 {
+					f.set(j%100 == 0)
+					clock.Advance(300 * time.Millisecond)
+				}
+				req := []engine.Request{{Key: "shared", Limit: perHour, Cost: 0}}
+				if err := g.Decide(context.Background(), req, res); err != nil || res[0].Err != nil {
+					t.Errorf("Decide: %v %v", err, res[0].Err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestGuardConformance(t *testing.T) {
+	enginetest.Run(t, func(t *testing.T, now func() time.Time) engine.Store {
+		g, err := engine.NewGuard(engine.GuardConfig{Store: openMemory(t, now)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	})
+}
