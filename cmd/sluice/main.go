@@ -1,0 +1,318 @@
+// Command sluice runs the Sluice rate limiter: a RESP server on localhost
+// that any Redis client can ask for rate-limit decisions, keeping its state
+// in a central Redis (--upstream) or, without one, in memory.
+//
+// This is the composition root: flags and SLUICE_* environment variables
+// become Config structs, the logger is made here and injected, and signals
+// become a draining Shutdown. Nothing below it reads flags or globals.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/policy"
+	"github.com/sluice-rl/sluice/respserver"
+	"github.com/sluice-rl/sluice/upstream"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stderr))
+}
+
+// options are the parsed flags.
+type options struct {
+	listen          string
+	upstream        string
+	keyPrefix       string
+	policies        string
+	requirePass     string
+	logFormat       string
+	logLevel        string
+	shutdownTimeout time.Duration
+}
+
+const usageHead = `Usage: sluice [flags]
+
+Sluice is a rate limiter that speaks the Redis protocol. Point any Redis
+client (or redis-cli) at --listen and send RL.* or CL.THROTTLE commands.
+Every flag can also be set by the environment variable shown in brackets;
+a flag given on the command line wins.
+
+Flags:
+`
+
+const usageTail = `
+Upstream address forms (--upstream):
+  redis://[user:pass@]host:6379[/db]          one Redis server
+  rediss://...                                the same over TLS
+  redis+sentinel://host1:26379,host2:26379/mymaster
+                                              Sentinel: the sentinels, then the master name
+  redis+cluster://host1:7000,host2:7001       Redis Cluster: seed nodes
+  (rediss+sentinel:// and rediss+cluster:// use TLS; query parameters are
+  go-redis's: ?dial_timeout=1s&read_timeout=500ms&pool_size=20 ...)
+`
+
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	env := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	fs.StringVar(&o.listen, "listen", env("SLUICE_LISTEN", "127.0.0.1:6380"),
+		"`address` to serve RESP on. A non-loopback address needs --requirepass [SLUICE_LISTEN]")
+	fs.StringVar(&o.upstream, "upstream", env("SLUICE_UPSTREAM", ""),
+		"central Redis `address` (see below); empty: the in-memory store, limits local to this process [SLUICE_UPSTREAM]")
+	fs.StringVar(&o.keyPrefix, "key-prefix", env("SLUICE_KEY_PREFIX", upstream.DefaultPrefix),
+		"`prefix` of every key Sluice writes to the upstream Redis [SLUICE_KEY_PREFIX]")
+	fs.StringVar(&o.policies, "policies", env("SLUICE_POLICIES", ""),
+		"YAML `file` of named policies for RL.ALLOW; a bad file stops start-up [SLUICE_POLICIES]")
+	fs.StringVar(&o.requirePass, "requirepass", env("SLUICE_REQUIREPASS", ""),
+		"`password` clients must give with AUTH (or HELLO ... AUTH) before any other command [SLUICE_REQUIREPASS]")
+	fs.StringVar(&o.logFormat, "log-format", env("SLUICE_LOG_FORMAT", "text"),
+		"log `format`: text or json [SLUICE_LOG_FORMAT]")
+	fs.StringVar(&o.logLevel, "log-level", env("SLUICE_LOG_LEVEL", "info"),
+		"log `level`: debug, info, warn or error [SLUICE_LOG_LEVEL]")
+	timeout := env("SLUICE_SHUTDOWN_TIMEOUT", "10s")
+	fs.StringVar(&timeout, "shutdown-timeout", timeout,
+		"on SIGTERM or SIGINT, how long to wait for requests being answered (`duration`) [SLUICE_SHUTDOWN_TIMEOUT]")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usageHead)
+		fs.PrintDefaults()
+		fmt.Fprint(stderr, usageTail)
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q: sluice takes only flags (see --help)", fs.Arg(0))
+	}
+	d, err := time.ParseDuration(timeout)
+	if err != nil || d < 0 {
+		return o, fmt.Errorf("invalid --shutdown-timeout %q: must be a duration such as 10s", timeout)
+	}
+	o.shutdownTimeout = d
+	return o, nil
+}
+
+func newLogger(o options, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, fmt.Errorf("invalid --log-level %q: must be debug, info, warn or error", o.logLevel)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	switch o.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, hopts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, hopts)), nil
+	}
+	return nil, fmt.Errorf("invalid --log-format %q: must be text or json", o.logFormat)
+}
+
+// checkListen is Redis's protected mode: serving beyond this machine
+// without a password would hand every quota to anyone who can connect.
+func checkListen(addr, pass string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("invalid --listen %q: %v", addr, err)
+	}
+	if pass != "" {
+		return nil
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("refusing to listen on %q without a password: it is reachable from other machines. "+
+		"Set --requirepass (SLUICE_REQUIREPASS), or listen on 127.0.0.1", addr)
+}
+
+// newUpstreamClient turns --upstream into a go-redis client, using
+// go-redis's own URL parsers for the options.
+func newUpstreamClient(addr string) (redis.UniversalClient, string, error) {
+	scheme, rest, ok := strings.Cut(addr, "://")
+	if !ok {
+		return nil, "", fmt.Errorf("invalid --upstream %q: expected redis://host:port, redis+sentinel://… or redis+cluster://…", addr)
+	}
+	base, kind, _ := strings.Cut(scheme, "+")
+	if base != "redis" && base != "rediss" {
+		return nil, "", fmt.Errorf("invalid --upstream %q: scheme must be redis, rediss, redis+sentinel, redis+cluster, rediss+sentinel or rediss+cluster", addr)
+	}
+	// A comma-separated host list becomes go-redis's addr= parameters.
+	userHosts, pathQuery := rest, ""
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		userHosts, pathQuery = rest[:i], rest[i:]
+	}
+	userinfo, hosts := "", userHosts
+	if i := strings.LastIndex(userHosts, "@"); i >= 0 {
+		userinfo, hosts = userHosts[:i+1], userHosts[i+1:]
+	}
+	list := strings.Split(hosts, ",")
+	path, query, _ := strings.Cut(pathQuery, "?")
+	var extra []string
+	for _, h := range list[1:] {
+		extra = append(extra, "addr="+h)
+	}
+	switch kind {
+	case "":
+		if len(list) > 1 {
+			return nil, "", fmt.Errorf("invalid --upstream %q: several hosts need redis+sentinel:// or redis+cluster://", addr)
+		}
+		opt, err := redis.ParseURL(addr)
+		if err != nil {
+			return nil, "", fmt.Errorf("invalid --upstream: %w", err)
+		}
+		return redis.NewClient(opt), "standalone", nil
+	case "sentinel":
+		master := strings.Trim(path, "/")
+		if master == "" {
+			return nil, "", fmt.Errorf("invalid --upstream %q: a Sentinel address ends with the master name: redis+sentinel://host:26379/mymaster", addr)
+		}
+		extra = append(extra, "master_name="+master)
+		u := base + "://" + userinfo + list[0] + "?" + joinQuery(query, extra)
+		opt, err := redis.ParseFailoverURL(u)
+		if err != nil {
+			return nil, "", fmt.Errorf("invalid --upstream: %w", err)
+		}
+		return redis.NewFailoverClient(opt), "sentinel", nil
+	case "cluster":
+		u := base + "://" + userinfo + list[0] + "?" + joinQuery(query, extra)
+		opt, err := redis.ParseClusterURL(u)
+		if err != nil {
+			return nil, "", fmt.Errorf("invalid --upstream: %w", err)
+		}
+		return redis.NewClusterClient(opt), "cluster", nil
+	}
+	return nil, "", fmt.Errorf("invalid --upstream %q: unknown kind %q (sentinel or cluster)", addr, kind)
+}
+
+func joinQuery(q string, extra []string) string {
+	parts := extra
+	if q != "" {
+		parts = append([]string{q}, extra...)
+	}
+	return strings.Join(parts, "&")
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+	o, err := parseFlags(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice:", err)
+		return 2
+	}
+	log, err := newLogger(o, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice:", err)
+		return 2
+	}
+	if err := serve(ctx, o, log); err != nil {
+		log.Error("sluice stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func serve(ctx context.Context, o options, log *slog.Logger) error {
+	if err := checkListen(o.listen, o.requirePass); err != nil {
+		return err
+	}
+	var store engine.Store
+	if o.upstream == "" {
+		log.Info("no --upstream: using the in-memory store; limits apply to this process only")
+		mem, err := engine.NewMemoryStore(engine.MemoryConfig{})
+		if err != nil {
+			return err
+		}
+		store = mem
+	} else {
+		client, kind, err := newUpstreamClient(o.upstream)
+		if err != nil {
+			return err
+		}
+		defer client.Close()
+		up, err := upstream.New(upstream.Config{Client: client, Prefix: o.keyPrefix})
+		if err != nil {
+			return err
+		}
+		log.Info("using the upstream Redis", "kind", kind, "addrs", redactedHosts(o.upstream), "key_prefix", o.keyPrefix)
+		store = up
+	}
+	var policies engine.Policies
+	if o.policies != "" {
+		set, err := policy.Load(o.policies)
+		if err != nil {
+			return err
+		}
+		log.Info("policies loaded", "file", o.policies, "count", set.Len(), "names", set.Names())
+		policies = set
+	}
+	srv, err := respserver.New(respserver.Config{
+		Store: store, Policies: policies, RequirePass: o.requirePass, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return err
+	}
+	log.Info("listening", "addr", ln.Addr().String(), "version", respserver.Version, "auth", o.requirePass != "")
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	case sig := <-sigs:
+		log.Info("shutting down: draining connections", "signal", sig.String(), "timeout", o.shutdownTimeout)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("shutdown did not drain in time", "err", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, respserver.ErrServerClosed) {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// redactedHosts is --upstream without its password, for the log.
+func redactedHosts(addr string) string {
+	_, rest, _ := strings.Cut(addr, "://")
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		rest = rest[i+1:]
+	}
+	if i := strings.IndexAny(rest, "?"); i >= 0 {
+		rest = rest[:i]
+	}
+	return rest
+}

@@ -1,0 +1,293 @@
+// Package policy loads named rate-limit policies from a YAML file, so that
+// limits are defined once, in one place, and clients ask for them by name
+// (RL.ALLOW policy key). It also owns the period syntax (ParseDuration) that
+// commands and policy files share.
+//
+// A bad file must stop start-up with an error that points at the fix, so
+// every error names the file, the line, the policy and the field, and
+// unknown fields are refused rather than ignored: a misspelt "burts" must
+// not silently mean "no burst".
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// Set is an immutable set of policies, safe for concurrent use.
+type Set struct {
+	byName map[string]engine.Policy
+}
+
+var _ engine.Policies = (*Set)(nil)
+
+// Lookup implements engine.Policies.
+func (s *Set) Lookup(name string) (engine.Policy, bool) {
+	if s == nil {
+		return engine.Policy{}, false
+	}
+	p, ok := s.byName[name]
+	return p, ok
+}
+
+// Names lists the policies, sorted.
+func (s *Set) Names() []string {
+	names := make([]string, 0, len(s.byName))
+	for n := range s.byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Len is the number of policies.
+func (s *Set) Len() int { return len(s.byName) }
+
+// Load reads and parses the policies file at path.
+func Load(path string) (*Set, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policies: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Error is a problem in a policies file, at a line.
+type Error struct {
+	File   string
+	Line   int
+	Policy string // empty for problems outside a policy
+	Field  string // empty for problems with the policy as a whole
+	Msg    string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s:%d: ", e.File, e.Line)
+	if e.Policy != "" {
+		fmt.Fprintf(&b, "policy %q: ", e.Policy)
+	}
+	if e.Field != "" {
+		fmt.Fprintf(&b, "field %s: ", e.Field)
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// fields a policy may have. rate and limit are one field under two names
+// (limit reads better for the window algorithms), as are burst and
+// capacity (capacity reads better for the buckets).
+var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity", "prefix"}
+
+// Parse parses a policies file's contents; file names it in errors.
+//
+//	policies:
+//	  api:
+//	    algorithm: gcra      # or sliding_window, sliding, token_bucket, token, …
+//	    rate: 100            # or limit
+//	    period: 1m           # 500ms, 1s, 1m, 1h, 1d, 1h30m
+//	    burst: 20            # or capacity
+//	    prefix: "api:"       # default: the name and a colon
+func Parse(file string, data []byte) (*Set, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, yamlError(file, err)
+	}
+	set := &Set{byName: map[string]engine.Policy{}}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return nil, &Error{File: file, Line: 1, Msg: "empty file: expected a top-level key \"policies\""}
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, &Error{File: file, Line: root.Line, Msg: "expected a mapping with the key \"policies\""}
+	}
+	var list *yaml.Node
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		if k.Value != "policies" {
+			return nil, &Error{File: file, Line: k.Line, Msg: fmt.Sprintf("unknown key %q: expected \"policies\"", k.Value)}
+		}
+		list = v
+	}
+	if list == nil {
+		return nil, &Error{File: file, Line: root.Line, Msg: "missing the key \"policies\""}
+	}
+	if list.Kind == yaml.ScalarNode && list.Tag == "!!null" {
+		return set, nil
+	}
+	if list.Kind != yaml.MappingNode {
+		return nil, &Error{File: file, Line: list.Line, Msg: "\"policies\" must map policy names to policies"}
+	}
+	for i := 0; i+1 < len(list.Content); i += 2 {
+		k, v := list.Content[i], list.Content[i+1]
+		name := k.Value
+		if !validName(name) {
+			return nil, &Error{File: file, Line: k.Line, Policy: name,
+				Msg: "a name must be 1 to 128 letters, digits or _ - . :"}
+		}
+		if _, dup := set.byName[name]; dup {
+			return nil, &Error{File: file, Line: k.Line, Policy: name, Msg: "defined twice"}
+		}
+		p, err := parsePolicy(file, name, k, v)
+		if err != nil {
+			return nil, err
+		}
+		set.byName[name] = p
+	}
+	return set, nil
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		ok := r == '_' || r == '-' || r == '.' || r == ':' ||
+			(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func parsePolicy(file, name string, key, node *yaml.Node) (engine.Policy, error) {
+	fail := func(line int, field, msg string) error {
+		return &Error{File: file, Line: line, Policy: name, Field: field, Msg: msg}
+	}
+	p := engine.Policy{Name: name, Prefix: name + ":"}
+	if node.Kind != yaml.MappingNode {
+		return p, fail(node.Line, "", "expected a mapping of fields ("+strings.Join(fields, ", ")+")")
+	}
+	seen := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(node.Content); i += 2 {
+		k, v := node.Content[i], node.Content[i+1]
+		f := k.Value
+		known := false
+		for _, want := range fields {
+			known = known || f == want
+		}
+		if !known {
+			return p, fail(k.Line, f, "unknown field: expected one of "+strings.Join(fields, ", "))
+		}
+		if _, dup := seen[f]; dup {
+			return p, fail(k.Line, f, "given twice")
+		}
+		seen[f] = v
+		if v.Kind != yaml.ScalarNode {
+			return p, fail(v.Line, f, "expected a single value")
+		}
+	}
+	for _, pair := range [][2]string{{"rate", "limit"}, {"burst", "capacity"}} {
+		if seen[pair[0]] != nil && seen[pair[1]] != nil {
+			return p, fail(seen[pair[1]].Line, pair[1], "is another name for "+pair[0]+": give one of them")
+		}
+	}
+	lineOf := func(f string) int {
+		if n := seen[f]; n != nil {
+			return n.Line
+		}
+		return key.Line
+	}
+	alg := seen["algorithm"]
+	if alg == nil {
+		return p, fail(key.Line, "algorithm", "missing: give one of fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket, gcra")
+	}
+	a, err := engine.ParseAlgorithm(alg.Value)
+	if err != nil {
+		return p, fail(alg.Line, "algorithm", reason(err))
+	}
+	p.Limit.Algorithm = a
+	for _, f := range []string{"rate", "limit", "burst", "capacity"} {
+		v := seen[f]
+		if v == nil {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.ReplaceAll(v.Value, "_", ""), 10, 64)
+		if err != nil || (v.Tag != "!!int" && v.Tag != "!!str") {
+			return p, fail(v.Line, f, fmt.Sprintf("%q is not a whole number", v.Value))
+		}
+		if f == "rate" || f == "limit" {
+			p.Limit.Rate = n
+		} else {
+			p.Limit.Burst = n
+		}
+	}
+	if seen["rate"] == nil && seen["limit"] == nil {
+		return p, fail(key.Line, "rate", "missing: how many units a period admits (rate, or limit)")
+	}
+	per := seen["period"]
+	if per == nil {
+		return p, fail(key.Line, "period", "missing: give a duration such as 1s, 1m, 1h or 1d")
+	}
+	d, err := ParseDuration(per.Value)
+	if err != nil {
+		msg := err.Error()
+		if errors.Is(err, ErrDurationNoUnit) {
+			msg = fmt.Sprintf("%q needs a unit: did you mean %ss (seconds) or %sms (milliseconds)?", per.Value, per.Value, per.Value)
+		} else {
+			msg = fmt.Sprintf("%q %s", per.Value, msg)
+		}
+		return p, fail(per.Line, "period", msg)
+	}
+	p.Limit.Period = d
+	if v := seen["prefix"]; v != nil {
+		p.Prefix = v.Value
+	}
+	if err := p.Limit.Validate(); err != nil {
+		var pe *engine.ParamError
+		field := ""
+		if errors.As(err, &pe) {
+			field = pe.Param
+			if seen[field] == nil { // the engine's name for a field given under its other name
+				switch field {
+				case "rate":
+					field = "limit"
+				case "limit":
+					field = "rate"
+				case "burst":
+					field = "capacity"
+				case "capacity":
+					field = "burst"
+				}
+			}
+			if seen[field] == nil {
+				return p, fail(key.Line, field, "missing: it "+pe.Reason)
+			}
+			return p, fail(lineOf(field), field, pe.Value+" "+pe.Reason)
+		}
+		return p, fail(key.Line, "", err.Error())
+	}
+	return p, nil
+}
+
+// reason is a ParamError's reason, or the error's text.
+func reason(err error) string {
+	var pe *engine.ParamError
+	if errors.As(err, &pe) {
+		return pe.Value + " " + pe.Reason
+	}
+	return err.Error()
+}
+
+// yamlError turns the YAML library's "yaml: line N: …" into file:N: ….
+func yamlError(file string, err error) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 1
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if i := strings.Index(rest, ":"); i > 0 {
+			if n, err := strconv.Atoi(rest[:i]); err == nil {
+				line, msg = n, strings.TrimSpace(rest[i+1:])
+			}
+		}
+	}
+	return &Error{File: file, Line: line, Msg: msg}
+}

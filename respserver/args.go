@@ -1,0 +1,83 @@
+package respserver
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/policy"
+)
+
+// Argument parsers. Each returns a reason on failure ("" when it succeeds)
+// and allocates nothing when it succeeds; the caller turns a reason into
+// `ERR invalid <argument> '<value>': <reason>` with invalidArg.
+
+const (
+	reasonInteger = "must be an integer"
+	reasonRange   = "must be an integer between -9223372036854775808 and 9223372036854775807"
+)
+
+// parseInt reads a base-10 64-bit integer, as Redis does: no spaces, no
+// plus sign, no fraction.
+func parseInt(b []byte) (int64, string) {
+	if len(b) == 0 || b[0] == '+' {
+		return 0, reasonInteger
+	}
+	n, err := strconv.ParseInt(str(b), 10, 64)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			return 0, reasonRange
+		}
+		return 0, reasonInteger
+	}
+	return n, ""
+}
+
+// parsePeriod reads a period with its unit (500ms, 1s, 1m, 1h, 1d, 1h30m).
+// A bare number gets a reason that suggests the unit it most likely meant.
+func parsePeriod(b []byte) (time.Duration, string) {
+	d, err := policy.ParseDuration(str(b))
+	if err == nil {
+		return d, ""
+	}
+	if errors.Is(err, policy.ErrDurationNoUnit) {
+		return 0, "needs a unit: did you mean " + string(b) + "s (seconds) or " + string(b) + "ms (milliseconds)?"
+	}
+	return 0, err.Error()
+}
+
+// parseCostPeek reads the optional tail of every decision command:
+// [cost] [PEEK]. The cost defaults to 1.
+func parseCostPeek(tail [][]byte) (cost int64, peek bool, msg string) {
+	cost = 1
+	if len(tail) > 0 && isPeek(tail[len(tail)-1]) {
+		peek = true
+		tail = tail[:len(tail)-1]
+	}
+	switch len(tail) {
+	case 0:
+	case 1:
+		n, why := parseInt(tail[0])
+		if why != "" {
+			return 0, false, invalidArg("cost", tail[0], why)
+		}
+		cost = n
+	default:
+		return 0, false, invalidArg("option", tail[1], "expected PEEK")
+	}
+	return cost, peek, ""
+}
+
+func isPeek(b []byte) bool {
+	return len(b) == 4 && b[0]|0x20 == 'p' && b[1]|0x20 == 'e' && b[2]|0x20 == 'e' && b[3]|0x20 == 'k'
+}
+
+// validate checks a parsed request before it is queued, so that a store
+// sees valid requests only, and names parameters as cmd calls them.
+func validate(cmd *command, req *engine.Request) string {
+	if err := req.Validate(); err != nil {
+		return requestError(err, cmd)
+	}
+	return ""
+}

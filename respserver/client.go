@@ -1,0 +1,146 @@
+package respserver
+
+import (
+	"context"
+	"net"
+	"unsafe"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// client is one connection's state. Only the connection's goroutine
+// touches it, except busy (guarded by Server.mu) and netConn (immutable).
+type client struct {
+	s       *Server
+	id      int64
+	netConn net.Conn
+	addr    string
+	busy    bool // guarded by Server.mu
+
+	proto   int // 2 or 3
+	authed  bool
+	name    string
+	libName string
+	libVer  string
+	quit    bool // QUIT was read: answer what came before it, then close
+
+	// Reused per pipeline, so that a warm connection allocates nothing.
+	reqs []engine.Request
+	res  []engine.Result
+	pend []pending
+	out  []byte
+}
+
+// pending is a reply owed in pipeline order: a queued decision, or an error
+// that was found while decisions before it were still queued.
+type pending struct {
+	req   int // index into reqs, or -1 for err
+	shape shape
+	cmd   *command
+	err   string
+}
+
+func newClient(s *Server, rc redcon.Conn) *client {
+	return &client{
+		s:       s,
+		id:      s.nextID.Add(1),
+		netConn: rc.NetConn(),
+		addr:    rc.RemoteAddr(),
+		proto:   2,
+		authed:  s.cfg.RequirePass == "",
+	}
+}
+
+// exec runs one command. Decisions are queued until settle; anything else
+// settles the queue first, so replies and effects keep the pipeline's order.
+func (c *client) exec(args [][]byte) {
+	c.s.stats.commands.Add(1)
+	if len(args) == 0 {
+		return
+	}
+	cmd := lookup(args[0])
+	if cmd == nil {
+		c.fail(unknownCommand(args))
+		return
+	}
+	if len(args) < cmd.minArgs || (cmd.maxArgs > 0 && len(args) > cmd.maxArgs) {
+		c.fail(arityError(cmd.name))
+		return
+	}
+	if !c.authed && !cmd.noAuth {
+		c.fail(errNoAuth)
+		return
+	}
+	if cmd.parse != nil {
+		req, sh, msg := cmd.parse(c, args)
+		if msg != "" {
+			c.fail(msg)
+			return
+		}
+		c.reqs = append(c.reqs, req)
+		c.pend = append(c.pend, pending{req: len(c.reqs) - 1, shape: sh, cmd: cmd})
+		return
+	}
+	c.settle()
+	cmd.run(c, args)
+}
+
+// fail owes an error reply: queued behind pending decisions, or at once.
+func (c *client) fail(msg string) {
+	c.s.stats.errors.Add(1)
+	if len(c.pend) == 0 {
+		c.out = appendError(c.out, msg)
+		return
+	}
+	c.pend = append(c.pend, pending{req: -1, err: msg})
+}
+
+// settle decides the queued requests as one batch and writes every owed
+// reply in order.
+func (c *client) settle() {
+	if len(c.pend) == 0 {
+		return
+	}
+	var batchErr error
+	if n := len(c.reqs); n > 0 {
+		if cap(c.res) < n {
+			c.res = make([]engine.Result, n, 2*n)
+		}
+		c.res = c.res[:n]
+		ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.DecideTimeout)
+		batchErr = c.s.cfg.Store.Decide(ctx, c.reqs, c.res)
+		cancel()
+	}
+	for i := range c.pend {
+		p := &c.pend[i]
+		switch {
+		case p.req < 0:
+			c.out = appendError(c.out, p.err)
+		case batchErr != nil:
+			c.s.stats.errors.Add(1)
+			c.out = appendError(c.out, storeError(batchErr))
+		case c.res[p.req].Err != nil:
+			c.s.stats.errors.Add(1)
+			c.out = appendError(c.out, requestError(c.res[p.req].Err, p.cmd))
+		default:
+			d := &c.res[p.req].Decision
+			if d.Allowed {
+				c.s.stats.allowed.Add(1)
+			} else {
+				c.s.stats.denied.Add(1)
+			}
+			c.out = appendDecision(c.out, d, p.shape, c.proto)
+		}
+	}
+	clear(c.reqs) // drop the keys, which alias the commands' buffers
+	clear(c.res)
+	clear(c.pend)
+	c.reqs, c.res, c.pend = c.reqs[:0], c.res[:0], c.pend[:0]
+}
+
+// str views an argument as a string without copying. redcon gives every
+// command its own freshly allocated buffer and never writes to it again,
+// so the string stays immutable for as long as anything holds it.
+func str(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

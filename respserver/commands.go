@@ -1,0 +1,262 @@
+package respserver
+
+import (
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// command is one entry of the command table: its arity and documentation
+// (for arity checks, COMMAND and COMMAND DOCS) and its handler. A decision
+// command has parse, which turns arguments into a request to be queued;
+// any other has run, which replies at once.
+type command struct {
+	name             string // lower case, as Redis names commands in errors
+	minArgs, maxArgs int    // counting the name; maxArgs 0 means no maximum
+	flags            []string
+	firstKey         int // COMMAND's key positions, for cluster-aware clients
+	lastKey          int
+	keyStep          int
+	group            string
+	summary          string
+	args             []argDoc
+	noAuth           bool              // allowed before AUTH
+	rename           map[string]string // engine parameter name → this command's
+
+	parse func(c *client, args [][]byte) (engine.Request, shape, string)
+	run   func(c *client, args [][]byte)
+}
+
+// argDoc documents one argument for COMMAND DOCS, which redis-cli turns
+// into its inline hints.
+type argDoc struct {
+	name     string
+	typ      string // key, integer, string, pure-token
+	optional bool
+	multiple bool
+}
+
+// arity is COMMAND's arity: the exact count, or minus the minimum.
+func (cmd *command) arity() int {
+	if cmd.minArgs == cmd.maxArgs {
+		return cmd.minArgs
+	}
+	return -cmd.minArgs
+}
+
+var commandTable map[string]*command
+
+// commandList is the table in a stable order, for COMMAND and tests.
+var commandList []*command
+
+func init() {
+	commandList = append(decisionCommands(), connectionCommands()...)
+	commandTable = make(map[string]*command, len(commandList))
+	for _, cmd := range commandList {
+		commandTable[cmd.name] = cmd
+	}
+}
+
+// lookup finds a command by name in any case, without allocating.
+func lookup(name []byte) *command {
+	var buf [16]byte
+	if len(name) > len(buf) {
+		return nil
+	}
+	for i, b := range name {
+		if b >= 'A' && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		buf[i] = b
+	}
+	return commandTable[string(buf[:len(name)])]
+}
+
+var (
+	costPeekDocs = []argDoc{{name: "cost", typ: "integer", optional: true}, {name: "peek", typ: "pure-token", optional: true}}
+	decideFlags  = []string{"write", "fast"}
+)
+
+// inline describes an RL.<algorithm> command: the parameters after the key
+// and before the period, in order, and which Limit field each fills.
+type inline struct {
+	name    string
+	alg     engine.Algorithm
+	params  []string // each "limit", "capacity", "burst" or "rate"
+	summary string
+}
+
+func decisionCommands() []*command {
+	inlines := []inline{
+		{"rl.fixed", engine.FixedWindow, []string{"limit"}, "Fixed window: at most limit units per aligned window of period."},
+		{"rl.sliding", engine.SlidingWindow, []string{"limit"}, "Sliding window counter: at most limit units per period, estimated from the current and previous windows."},
+		{"rl.log", engine.SlidingLog, []string{"limit"}, "Sliding window log: at most limit units in any period, exactly."},
+		{"rl.token", engine.TokenBucket, []string{"capacity", "rate"}, "Token bucket: bursts up to capacity, refilled at rate units per period."},
+		{"rl.leaky", engine.LeakyBucket, []string{"capacity", "rate"}, "Leaky bucket: a queue of capacity drained at rate units per period; replies the delay to wait."},
+		{"rl.gcra", engine.GCRA, []string{"burst", "rate"}, "GCRA: rate units per period with bursts of burst+1, as redis-cell."},
+	}
+	var cmds []*command
+	for _, in := range inlines {
+		docs := []argDoc{{name: "key", typ: "key"}}
+		for _, p := range in.params {
+			docs = append(docs, argDoc{name: p, typ: "integer"})
+		}
+		docs = append(docs, argDoc{name: "period", typ: "string"})
+		docs = append(docs, costPeekDocs...)
+		n := 3 + len(in.params)
+		cmds = append(cmds, &command{
+			name: in.name, minArgs: n, maxArgs: n + 2, flags: decideFlags,
+			firstKey: 1, lastKey: 1, keyStep: 1, group: "sluice", summary: in.summary,
+			args: docs, parse: in.parse,
+		})
+	}
+	cmds = append(cmds,
+		&command{
+			name: "rl.allow", minArgs: 3, maxArgs: 5, flags: decideFlags,
+			firstKey: 2, lastKey: 2, keyStep: 1, group: "sluice",
+			summary: "Decide by a named policy from the policies file; the key is stored under the policy's prefix.",
+			args:    append([]argDoc{{name: "policy", typ: "string"}, {name: "key", typ: "key"}}, costPeekDocs...),
+			parse:   parseAllow,
+		},
+		&command{
+			name: "cl.throttle", minArgs: 5, maxArgs: 6, flags: decideFlags,
+			firstKey: 1, lastKey: 1, keyStep: 1, group: "sluice",
+			summary: "redis-cell compatible GCRA: replies [limited, limit, remaining, retry_after, reset_after] in seconds.",
+			args: []argDoc{{name: "key", typ: "key"}, {name: "max_burst", typ: "integer"}, {name: "count", typ: "integer"},
+				{name: "period", typ: "integer"}, {name: "quantity", typ: "integer", optional: true}},
+			rename: map[string]string{"burst": "max_burst", "rate": "count", "cost": "quantity"},
+			parse:  parseThrottle,
+		},
+		&command{
+			name: "rl.reset", minArgs: 2, flags: []string{"write"},
+			firstKey: 1, lastKey: -1, keyStep: 1, group: "sluice",
+			summary: "Forget the keys' state under every algorithm; replies the number of keys given.",
+			args:    []argDoc{{name: "key", typ: "key", multiple: true}},
+			run:     runReset,
+		},
+	)
+	return cmds
+}
+
+// parse reads key, the inline parameters, period, [cost] [PEEK].
+func (in inline) parse(c *client, args [][]byte) (engine.Request, shape, string) {
+	req := engine.Request{Key: str(args[1]), Limit: engine.Limit{Algorithm: in.alg}}
+	for i, p := range in.params {
+		n, why := parseInt(args[2+i])
+		if why != "" {
+			return req, 0, invalidArg(p, args[2+i], why)
+		}
+		switch p {
+		case "rate":
+			req.Limit.Rate = n
+		case "limit":
+			req.Limit.Rate = n
+		default:
+			req.Limit.Burst = n
+		}
+	}
+	at := 2 + len(in.params)
+	period, why := parsePeriod(args[at])
+	if why != "" {
+		return req, 0, invalidArg("period", args[at], why)
+	}
+	req.Limit.Period = period
+	cost, peek, msg := parseCostPeek(args[at+1:])
+	if msg != "" {
+		return req, 0, msg
+	}
+	req.Cost, req.Peek = cost, peek
+	cmd := commandTable[in.name]
+	if msg := validate(cmd, &req); msg != "" {
+		return req, 0, msg
+	}
+	sh := shapeRL
+	if in.alg == engine.LeakyBucket {
+		sh = shapeLeaky
+	}
+	return req, sh, ""
+}
+
+func parseAllow(c *client, args [][]byte) (engine.Request, shape, string) {
+	var req engine.Request
+	if c.s.cfg.Policies == nil {
+		return req, 0, "ERR no policies are loaded: start sluice with --policies FILE"
+	}
+	p, ok := c.s.cfg.Policies.Lookup(str(args[1]))
+	if !ok {
+		return req, 0, invalidArg("policy", args[1], "no such policy")
+	}
+	if len(args[2]) == 0 {
+		return req, 0, `ERR invalid key "": must not be empty`
+	}
+	req.Key = p.Prefix + str(args[2])
+	req.Limit = p.Limit
+	cost, peek, msg := parseCostPeek(args[3:])
+	if msg != "" {
+		return req, 0, msg
+	}
+	req.Cost, req.Peek = cost, peek
+	if msg := validate(commandTable["rl.allow"], &req); msg != "" {
+		return req, 0, msg
+	}
+	sh := shapeRL
+	if p.Limit.Algorithm == engine.LeakyBucket {
+		sh = shapeLeaky
+	}
+	return req, sh, ""
+}
+
+// parseThrottle reads CL.THROTTLE key max_burst count period [quantity],
+// with period in whole seconds, as redis-cell does.
+func parseThrottle(c *client, args [][]byte) (engine.Request, shape, string) {
+	req := engine.Request{Key: str(args[1]), Limit: engine.Limit{Algorithm: engine.GCRA}, Cost: 1}
+	var vals [4]int64
+	names := [4]string{"max_burst", "count", "period", "quantity"}
+	for i := 0; i < 4 && 2+i < len(args); i++ {
+		n, why := parseInt(args[2+i])
+		if why != "" {
+			return req, 0, invalidArg(names[i], args[2+i], why)
+		}
+		vals[i] = n
+	}
+	if vals[2] < 1 || vals[2] > int64(engine.MaxPeriod/time.Second) {
+		return req, 0, invalidArg("period", args[4], "must be a whole number of seconds between 1 and "+itoa(int64(engine.MaxPeriod/time.Second)))
+	}
+	req.Limit.Burst, req.Limit.Rate, req.Limit.Period = vals[0], vals[1], time.Duration(vals[2])*time.Second
+	if len(args) > 5 {
+		req.Cost = vals[3]
+	}
+	sh := shapeThrottle
+	// redis-cell answers a quantity that could never fit as a refusal
+	// that takes nothing, with the key's current numbers.
+	if req.Cost > req.Limit.Burst+1 && req.Limit.Burst >= 0 {
+		req.Cost, sh = 0, shapeThrottleOver
+	}
+	if msg := validate(commandTable["cl.throttle"], &req); msg != "" {
+		return req, 0, msg
+	}
+	return req, sh, ""
+}
+
+func runReset(c *client, args [][]byte) {
+	keys := args[1:]
+	for _, k := range keys {
+		if len(k) == 0 {
+			c.fail(`ERR invalid key "": must not be empty`)
+			return
+		}
+		if len(k) > engine.MaxKeyLen {
+			c.fail("ERR invalid key of " + itoa(int64(len(k))) + " bytes: must be at most " + itoa(engine.MaxKeyLen) + " bytes")
+			return
+		}
+	}
+	ctx, cancel := c.s.timeout()
+	defer cancel()
+	for _, k := range keys {
+		if err := c.s.cfg.Store.Reset(ctx, string(k)); err != nil {
+			c.fail(storeError(err))
+			return
+		}
+	}
+	c.out = appendInt(c.out, int64(len(keys)))
+}

@@ -1,0 +1,460 @@
+package respserver
+
+import (
+	"context"
+	"crypto/subtle"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// The commands clients send on connect and tools use. Their replies and
+// error texts follow Redis 7, so clients that match on them keep working.
+
+func connectionCommands() []*command {
+	return []*command{
+		{name: "ping", minArgs: 1, maxArgs: 2, flags: []string{"fast"}, group: "connection",
+			summary: "Returns PONG, or the message given.", args: []argDoc{{name: "message", typ: "string", optional: true}}, run: runPing},
+		{name: "echo", minArgs: 2, maxArgs: 2, flags: []string{"fast"}, group: "connection",
+			summary: "Returns the message given.", args: []argDoc{{name: "message", typ: "string"}}, run: runEcho},
+		{name: "hello", minArgs: 1, flags: []string{"noauth", "fast"}, group: "connection", noAuth: true,
+			summary: "Chooses RESP2 or RESP3, optionally authenticates and names the connection; replies the server's details.",
+			args: []argDoc{{name: "protover", typ: "integer", optional: true}, {name: "auth", typ: "string", optional: true},
+				{name: "setname", typ: "string", optional: true}}, run: runHello},
+		{name: "auth", minArgs: 2, maxArgs: 3, flags: []string{"noauth", "fast"}, group: "connection", noAuth: true,
+			summary: "Authenticates the connection with the password set by --requirepass.",
+			args:    []argDoc{{name: "username", typ: "string", optional: true}, {name: "password", typ: "string"}}, run: runAuth},
+		{name: "select", minArgs: 2, maxArgs: 2, flags: []string{"fast"}, group: "connection",
+			summary: "Accepts database 0 only.", args: []argDoc{{name: "index", typ: "integer"}}, run: runSelect},
+		{name: "client", minArgs: 2, flags: []string{"fast"}, group: "connection",
+			summary: "CLIENT SETNAME, GETNAME, SETINFO and ID.",
+			args:    []argDoc{{name: "subcommand", typ: "string"}, {name: "arg", typ: "string", optional: true, multiple: true}}, run: runClient},
+		{name: "command", minArgs: 1, flags: []string{"fast"}, group: "server",
+			summary: "Describes the commands: COMMAND, COMMAND COUNT, COMMAND INFO, COMMAND DOCS, COMMAND LIST.",
+			args:    []argDoc{{name: "subcommand", typ: "string", optional: true}, {name: "command-name", typ: "string", optional: true, multiple: true}}, run: runCommand},
+		{name: "info", minArgs: 1, flags: []string{"fast"}, group: "server",
+			summary: "Server, clients, persistence and stats sections, as Redis's INFO.",
+			args:    []argDoc{{name: "section", typ: "string", optional: true, multiple: true}}, run: runInfo},
+		{name: "quit", minArgs: 1, maxArgs: 1, flags: []string{"noauth", "fast"}, group: "connection", noAuth: true,
+			summary: "Replies OK and closes the connection.", run: runQuit},
+		{name: "reset", minArgs: 1, maxArgs: 1, flags: []string{"noauth", "fast"}, group: "connection", noAuth: true,
+			summary: "Returns the connection to RESP2, no name, and (with --requirepass) not authenticated.", run: runResetConn},
+	}
+}
+
+func (s *Server) timeout() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.cfg.DecideTimeout)
+}
+
+func runPing(c *client, args [][]byte) {
+	if len(args) == 2 {
+		c.out = appendBulk(c.out, args[1])
+		return
+	}
+	c.out = appendSimple(c.out, "PONG")
+}
+
+func runEcho(c *client, args [][]byte) { c.out = appendBulk(c.out, args[1]) }
+
+func runQuit(c *client, _ [][]byte) {
+	c.out = appendOK(c.out)
+	c.quit = true
+}
+
+func runResetConn(c *client, _ [][]byte) {
+	c.proto, c.name = 2, ""
+	c.authed = c.s.cfg.RequirePass == ""
+	c.out = appendSimple(c.out, "RESET")
+}
+
+func runSelect(c *client, args [][]byte) {
+	n, why := parseInt(args[1])
+	switch {
+	case why != "":
+		c.fail(errNotInteger)
+	case n != 0:
+		c.fail(errDBRange)
+	default:
+		c.out = appendOK(c.out)
+	}
+}
+
+// checkPass compares in constant time, so a password cannot be guessed
+// byte by byte from reply times.
+func (c *client) checkPass(user, pass []byte) bool {
+	want := c.s.cfg.RequirePass
+	okUser := user == nil || strings.EqualFold(str(user), "default")
+	return subtle.ConstantTimeCompare(pass, []byte(want)) == 1 && okUser
+}
+
+func runAuth(c *client, args [][]byte) {
+	if c.s.cfg.RequirePass == "" {
+		c.fail(errNoPassword)
+		return
+	}
+	var user []byte
+	pass := args[1]
+	if len(args) == 3 {
+		user, pass = args[1], args[2]
+	}
+	if !c.checkPass(user, pass) {
+		c.fail(errWrongPass)
+		return
+	}
+	c.authed = true
+	c.out = appendOK(c.out)
+}
+
+func runHello(c *client, args [][]byte) {
+	proto := c.proto
+	if len(args) > 1 {
+		n, why := parseInt(args[1])
+		if why != "" {
+			c.fail("ERR Protocol version is not an integer or out of range")
+			return
+		}
+		if n != 2 && n != 3 {
+			c.fail(errNoProto)
+			return
+		}
+		proto = int(n)
+	}
+	var user, pass, name []byte
+	authGiven, nameGiven := false, false
+	for i := 2; i < len(args); i++ {
+		switch opt := args[i]; {
+		case strings.EqualFold(str(opt), "auth") && i+2 < len(args):
+			user, pass, authGiven = args[i+1], args[i+2], true
+			i += 2
+		case strings.EqualFold(str(opt), "setname") && i+1 < len(args):
+			name, nameGiven = args[i+1], true
+			i++
+		default:
+			c.fail("ERR Syntax error in HELLO option " + quote(opt))
+			return
+		}
+	}
+	if authGiven {
+		if c.s.cfg.RequirePass == "" {
+			c.fail(errNoPassword)
+			return
+		}
+		if !c.checkPass(user, pass) {
+			c.fail(errWrongPass)
+			return
+		}
+		c.authed = true
+	}
+	if !c.authed {
+		c.fail(errNoAuthHello)
+		return
+	}
+	if nameGiven {
+		if !validName(name) {
+			c.fail(errBadName)
+			return
+		}
+		c.name = string(name)
+	}
+	c.proto = proto
+	c.out = appendMapLen(c.out, 7, c.proto)
+	c.out = appendBulkString(c.out, "server")
+	c.out = appendBulkString(c.out, "sluice")
+	c.out = appendBulkString(c.out, "version")
+	c.out = appendBulkString(c.out, Version)
+	c.out = appendBulkString(c.out, "proto")
+	c.out = appendInt(c.out, int64(c.proto))
+	c.out = appendBulkString(c.out, "id")
+	c.out = appendInt(c.out, c.id)
+	c.out = appendBulkString(c.out, "mode")
+	c.out = appendBulkString(c.out, "standalone")
+	c.out = appendBulkString(c.out, "role")
+	c.out = appendBulkString(c.out, "master")
+	c.out = appendBulkString(c.out, "modules")
+	c.out = appendArrayLen(c.out, 0)
+}
+
+// validName is Redis's rule for client names: printable ASCII, no spaces.
+func validName(b []byte) bool {
+	for _, ch := range b {
+		if ch < '!' || ch > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+func runClient(c *client, args [][]byte) {
+	sub := args[1]
+	want := func(n int) bool {
+		if len(args) != n {
+			c.fail(arityError("client|" + strings.ToLower(string(sub))))
+			return false
+		}
+		return true
+	}
+	switch strings.ToLower(str(sub)) {
+	case "setname":
+		if !want(3) {
+			return
+		}
+		if !validName(args[2]) {
+			c.fail(errBadName)
+			return
+		}
+		c.name = string(args[2])
+		c.out = appendOK(c.out)
+	case "getname":
+		if !want(2) {
+			return
+		}
+		if c.name == "" {
+			c.out = appendNull(c.out, c.proto)
+			return
+		}
+		c.out = appendBulkString(c.out, c.name)
+	case "setinfo":
+		if !want(4) {
+			return
+		}
+		switch strings.ToLower(str(args[2])) {
+		case "lib-name":
+			if !validName(args[3]) {
+				c.fail("ERR lib-name cannot contain spaces, newlines or special characters.")
+				return
+			}
+			c.libName = string(args[3])
+		case "lib-ver":
+			if !validName(args[3]) {
+				c.fail("ERR lib-ver cannot contain spaces, newlines or special characters.")
+				return
+			}
+			c.libVer = string(args[3])
+		default:
+			c.fail("ERR Unrecognized option " + quote(args[2]))
+			return
+		}
+		c.out = appendOK(c.out)
+	case "id":
+		if !want(2) {
+			return
+		}
+		c.out = appendInt(c.out, c.id)
+	case "help":
+		lines := []string{
+			"CLIENT <subcommand> [<arg> ...]. Subcommands are:",
+			"GETNAME", "    Return the name of the current connection.",
+			"ID", "    Return the ID of the current connection.",
+			"SETINFO <option> <value>", "    Set LIB-NAME or LIB-VER of the current connection.",
+			"SETNAME <name>", "    Assign the name <name> to the current connection.",
+		}
+		c.out = appendLines(c.out, lines)
+	default:
+		c.fail(unknownSubcommand(sub, "CLIENT"))
+	}
+}
+
+func runCommand(c *client, args [][]byte) {
+	if len(args) == 1 {
+		c.out = appendArrayLen(c.out, len(commandList))
+		for _, cmd := range commandList {
+			c.out = appendCommandInfo(c.out, cmd, c.proto)
+		}
+		return
+	}
+	switch strings.ToLower(str(args[1])) {
+	case "count":
+		if len(args) != 2 {
+			c.fail(arityError("command|count"))
+			return
+		}
+		c.out = appendInt(c.out, int64(len(commandList)))
+	case "list":
+		c.out = appendArrayLen(c.out, len(commandList))
+		for _, cmd := range commandList {
+			c.out = appendBulkString(c.out, cmd.name)
+		}
+	case "info":
+		names := args[2:]
+		if len(names) == 0 {
+			c.out = appendArrayLen(c.out, len(commandList))
+			for _, cmd := range commandList {
+				c.out = appendCommandInfo(c.out, cmd, c.proto)
+			}
+			return
+		}
+		c.out = appendArrayLen(c.out, len(names))
+		for _, n := range names {
+			if cmd := lookup(n); cmd != nil {
+				c.out = appendCommandInfo(c.out, cmd, c.proto)
+			} else {
+				c.out = appendNull(c.out, c.proto)
+			}
+		}
+	case "docs":
+		var cmds []*command
+		if len(args) == 2 {
+			cmds = commandList
+		}
+		for _, n := range args[2:] {
+			if cmd := lookup(n); cmd != nil {
+				cmds = append(cmds, cmd)
+			}
+		}
+		c.out = appendMapLen(c.out, len(cmds), c.proto)
+		for _, cmd := range cmds {
+			c.out = appendBulkString(c.out, cmd.name)
+			c.out = appendCommandDocs(c.out, cmd, c.proto)
+		}
+	case "help":
+		lines := []string{
+			"COMMAND <subcommand> [<arg> ...]. Subcommands are:",
+			"(no subcommand)", "    Return details about all commands.",
+			"COUNT", "    Return the total number of commands.",
+			"DOCS [<command-name> ...]", "    Return documentary information about commands.",
+			"INFO [<command-name> ...]", "    Return details about the given commands.",
+			"LIST", "    Return the names of all commands.",
+		}
+		c.out = appendLines(c.out, lines)
+	default:
+		c.fail(unknownSubcommand(args[1], "COMMAND"))
+	}
+}
+
+// appendCommandInfo writes one COMMAND entry in Redis 7's ten-field form.
+func appendCommandInfo(dst []byte, cmd *command, proto int) []byte {
+	dst = appendArrayLen(dst, 10)
+	dst = appendBulkString(dst, cmd.name)
+	dst = appendInt(dst, int64(cmd.arity()))
+	dst = appendArrayLen(dst, len(cmd.flags))
+	for _, f := range cmd.flags {
+		dst = appendSimple(dst, f)
+	}
+	dst = appendInt(dst, int64(cmd.firstKey))
+	dst = appendInt(dst, int64(cmd.lastKey))
+	dst = appendInt(dst, int64(cmd.keyStep))
+	dst = appendArrayLen(dst, 1) // ACL categories
+	dst = appendSimple(dst, "@"+cmd.group)
+	dst = appendArrayLen(dst, 0)  // tips
+	dst = appendArrayLen(dst, 0)  // key specs
+	return appendArrayLen(dst, 0) // subcommands
+}
+
+func appendCommandDocs(dst []byte, cmd *command, proto int) []byte {
+	dst = appendMapLen(dst, 5, proto)
+	dst = appendBulkString(dst, "summary")
+	dst = appendBulkString(dst, cmd.summary)
+	dst = appendBulkString(dst, "since")
+	dst = appendBulkString(dst, "0.1.0")
+	dst = appendBulkString(dst, "group")
+	dst = appendBulkString(dst, cmd.group)
+	dst = appendBulkString(dst, "complexity")
+	dst = appendBulkString(dst, "O(1)")
+	dst = appendBulkString(dst, "arguments")
+	dst = appendArrayLen(dst, len(cmd.args))
+	for _, a := range cmd.args {
+		n := 2
+		var flags []string
+		if a.optional {
+			flags = append(flags, "optional")
+		}
+		if a.multiple {
+			flags = append(flags, "multiple")
+		}
+		if len(flags) > 0 {
+			n++
+		}
+		if a.typ == "pure-token" {
+			n++
+		}
+		dst = appendMapLen(dst, n, proto)
+		dst = appendBulkString(dst, "name")
+		dst = appendBulkString(dst, a.name)
+		dst = appendBulkString(dst, "type")
+		dst = appendBulkString(dst, a.typ)
+		if a.typ == "pure-token" {
+			dst = appendBulkString(dst, "token")
+			dst = appendBulkString(dst, strings.ToUpper(a.name))
+		}
+		if len(flags) > 0 {
+			dst = appendBulkString(dst, "flags")
+			dst = appendArrayLen(dst, len(flags))
+			for _, f := range flags {
+				dst = appendSimple(dst, f)
+			}
+		}
+	}
+	return dst
+}
+
+func runInfo(c *client, args [][]byte) {
+	want := func(section string) bool {
+		if len(args) == 1 {
+			return true
+		}
+		for _, a := range args[1:] {
+			if s := str(a); strings.EqualFold(s, section) || strings.EqualFold(s, "all") ||
+				strings.EqualFold(s, "default") || strings.EqualFold(s, "everything") {
+				return true
+			}
+		}
+		return false
+	}
+	s := c.s
+	var b strings.Builder
+	line := func(k, v string) { b.WriteString(k + ":" + v + "\r\n") }
+	if want("server") {
+		up := time.Since(s.started)
+		b.WriteString("# Server\r\n")
+		// redis_version is what clients read to pick features; Sluice
+		// answers as the Redis 7 its surface follows.
+		line("redis_version", "7.0.0")
+		line("sluice_version", Version)
+		line("redis_mode", "standalone")
+		line("os", runtime.GOOS)
+		line("arch_bits", "64")
+		line("go_version", runtime.Version())
+		line("process_id", itoa(int64(os.Getpid())))
+		if a := s.Addr(); a != nil {
+			line("listen_addr", a.String())
+		}
+		line("uptime_in_seconds", itoa(int64(up/time.Second)))
+		line("uptime_in_days", itoa(int64(up/(24*time.Hour))))
+		b.WriteString("\r\n")
+	}
+	if want("clients") {
+		s.mu.Lock()
+		n := len(s.conns)
+		s.mu.Unlock()
+		b.WriteString("# Clients\r\n")
+		line("connected_clients", itoa(int64(n)))
+		line("maxclients", itoa(int64(s.cfg.MaxConns)))
+		b.WriteString("\r\n")
+	}
+	if want("persistence") {
+		b.WriteString("# Persistence\r\n")
+		line("loading", "0")
+		b.WriteString("\r\n")
+	}
+	if want("stats") {
+		b.WriteString("# Stats\r\n")
+		line("total_connections_received", itoa(s.stats.connsTotal.Load()))
+		line("rejected_connections", itoa(s.stats.rejectedConn.Load()))
+		line("total_commands_processed", itoa(s.stats.commands.Load()))
+		line("total_error_replies", itoa(s.stats.errors.Load()))
+		line("decisions_allowed", itoa(s.stats.allowed.Load()))
+		line("decisions_denied", itoa(s.stats.denied.Load()))
+		b.WriteString("\r\n")
+	}
+	c.out = appendBulkString(c.out, strings.TrimSuffix(b.String(), "\r\n"))
+}
+
+// appendLines writes a HELP reply: an array of status lines.
+func appendLines(dst []byte, lines []string) []byte {
+	dst = appendArrayLen(dst, len(lines))
+	for _, l := range lines {
+		dst = appendSimple(dst, l)
+	}
+	return dst
+}

@@ -1,0 +1,132 @@
+package respserver
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// Every error a client can see is made here, so the wording is consistent
+// and a value a client sent is always quoted, shortened and escaped: an
+// error reply is one line, and a 1 MB argument must not come back whole.
+
+const (
+	errNoAuth      = "NOAUTH Authentication required."
+	errNoAuthHello = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
+	errWrongPass   = "WRONGPASS invalid username-password pair or user is disabled."
+	errNoPassword  = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+	errNotInteger  = "ERR value is not an integer or out of range"
+	errSyntax      = "ERR syntax error"
+	errNoProto     = "NOPROTO unsupported protocol version"
+	errBadName     = "ERR Client names cannot contain spaces, newlines or special characters."
+	errDBRange     = "ERR DB index is out of range"
+)
+
+// maxQuoted is how much of a client's value an error message repeats.
+const maxQuoted = 64
+
+func appendError(dst []byte, msg string) []byte {
+	dst = append(dst, '-')
+	for i := 0; i < len(msg); i++ {
+		if b := msg[i]; b == '\r' || b == '\n' {
+			dst = append(dst, ' ')
+		} else {
+			dst = append(dst, b)
+		}
+	}
+	return append(dst, '\r', '\n')
+}
+
+// quote renders a client's value as 'value': at most maxQuoted bytes, with
+// anything but printable ASCII escaped as \xNN, and a note of the length
+// when it was cut.
+func quote(v []byte) string {
+	var b strings.Builder
+	b.WriteByte('\'')
+	n := min(len(v), maxQuoted)
+	for _, c := range v[:n] {
+		switch {
+		case c == '\'' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c >= 0x20 && c < 0x7f:
+			b.WriteByte(c)
+		default:
+			const hex = "0123456789abcdef"
+			b.WriteString(`\x`)
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+		}
+	}
+	b.WriteByte('\'')
+	if n < len(v) {
+		b.WriteString("... (")
+		b.WriteString(itoa(int64(len(v))))
+		b.WriteString(" bytes)")
+	}
+	return b.String()
+}
+
+// invalidArg is the reply to an argument that does not parse.
+func invalidArg(name string, v []byte, reason string) string {
+	return "ERR invalid " + name + " " + quote(v) + ": " + reason
+}
+
+// arityError is Redis's own text, so clients that match on it still do.
+func arityError(name string) string {
+	return "ERR wrong number of arguments for '" + name + "' command"
+}
+
+// unknownCommand is Redis's own text: the name, then the arguments' first
+// 128 bytes, each quoted.
+func unknownCommand(args [][]byte) string {
+	var b strings.Builder
+	b.WriteString("ERR unknown command '")
+	name := args[0]
+	b.Write(name[:min(len(name), 128)])
+	b.WriteString("', with args beginning with: ")
+	written := 0
+	for _, a := range args[1:] {
+		if written >= 128 {
+			break
+		}
+		a = a[:min(len(a), 128-written)]
+		b.WriteByte('\'')
+		b.Write(a)
+		b.WriteString("' ")
+		written += len(a) + 3
+	}
+	return b.String()
+}
+
+func unknownSubcommand(sub []byte, cmd string) string {
+	return "ERR unknown subcommand " + quote(sub) + ". Try " + cmd + " HELP."
+}
+
+// requestError is the reply to a request the engine refused: a
+// *engine.ParamError with the parameter renamed to the command's own
+// argument name, or anything else as the store's error.
+func requestError(err error, cmd *command) string {
+	var pe *engine.ParamError
+	if errors.As(err, &pe) {
+		param := pe.Param
+		if cmd != nil {
+			if r, ok := cmd.rename[param]; ok {
+				param = r
+			}
+		}
+		return "ERR invalid " + param + " " + pe.Value + ": " + pe.Reason
+	}
+	return storeError(err)
+}
+
+// storeError is the reply when the store could not decide: Redis
+// unreachable, a deadline passed.
+func storeError(err error) string {
+	msg := err.Error()
+	if strings.HasPrefix(msg, "ERR ") {
+		return msg
+	}
+	return "ERR " + msg
+}

@@ -1,0 +1,141 @@
+package respserver
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// shape is how a decision is written back.
+type shape uint8
+
+const (
+	// shapeRL: [allowed, limit, remaining, retry_after_ms, reset_after_ms],
+	// or a map of those names after HELLO 3.
+	shapeRL shape = iota
+	// shapeLeaky: shapeRL plus delay_ms.
+	shapeLeaky
+	// shapeThrottle: redis-cell's CL.THROTTLE reply, always an array:
+	// [limited, limit, remaining, retry_after_s, reset_after_s].
+	shapeThrottle
+	// shapeThrottleOver: CL.THROTTLE for a quantity above max_burst+1,
+	// which redis-cell refuses without taking anything.
+	shapeThrottleOver
+)
+
+// Field names of the decision map (RESP3) and of the README's table.
+var decisionFields = [...]string{"allowed", "limit", "remaining", "retry_after_ms", "reset_after_ms", "delay_ms"}
+
+// appendDecision encodes d. It allocates nothing when dst has room.
+func appendDecision(dst []byte, d *engine.Decision, sh shape, proto int) []byte {
+	switch sh {
+	case shapeThrottle, shapeThrottleOver:
+		limited, retry := int64(0), int64(-1)
+		if !d.Allowed {
+			limited, retry = 1, cellSeconds(d.RetryAfter)
+		}
+		if sh == shapeThrottleOver {
+			limited, retry = 1, -1
+		}
+		dst = appendArrayLen(dst, 5)
+		dst = appendInt(dst, limited)
+		dst = appendInt(dst, d.Limit)
+		dst = appendInt(dst, d.Remaining)
+		dst = appendInt(dst, retry)
+		return appendInt(dst, cellSeconds(d.ResetAfter))
+	}
+	n := 5
+	if sh == shapeLeaky {
+		n = 6
+	}
+	vals := [6]int64{0, d.Limit, d.Remaining, ceilMillis(d.RetryAfter), ceilMillis(d.ResetAfter), ceilMillis(d.Delay)}
+	if d.Allowed {
+		vals[0] = 1
+	}
+	if proto == 3 {
+		dst = appendMapLen(dst, n, proto)
+		for i := range n {
+			dst = appendBulkString(dst, decisionFields[i])
+			dst = appendInt(dst, vals[i])
+		}
+		return dst
+	}
+	dst = appendArrayLen(dst, n)
+	for i := range n {
+		dst = appendInt(dst, vals[i])
+	}
+	return dst
+}
+
+// ceilMillis rounds up to whole milliseconds, so that a client that waits
+// retry_after_ms is never early.
+func ceilMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// cellSeconds rounds as redis-cell does: whole seconds, plus one when the
+// sub-second part holds at least a millisecond.
+func cellSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second >= time.Millisecond {
+		s++
+	}
+	return s
+}
+
+func appendInt(dst []byte, n int64) []byte {
+	dst = append(dst, ':')
+	dst = strconv.AppendInt(dst, n, 10)
+	return append(dst, '\r', '\n')
+}
+
+func appendArrayLen(dst []byte, n int) []byte {
+	dst = append(dst, '*')
+	dst = strconv.AppendInt(dst, int64(n), 10)
+	return append(dst, '\r', '\n')
+}
+
+// appendMapLen starts a map of n pairs: a RESP3 map, or under RESP2 the
+// flat array of 2n elements Redis sends instead.
+func appendMapLen(dst []byte, n, proto int) []byte {
+	if proto == 3 {
+		dst = append(dst, '%')
+		dst = strconv.AppendInt(dst, int64(n), 10)
+		return append(dst, '\r', '\n')
+	}
+	return appendArrayLen(dst, 2*n)
+}
+
+func appendBulkString(dst []byte, s string) []byte {
+	dst = append(dst, '$')
+	dst = strconv.AppendInt(dst, int64(len(s)), 10)
+	dst = append(dst, '\r', '\n')
+	dst = append(dst, s...)
+	return append(dst, '\r', '\n')
+}
+
+func appendBulk(dst []byte, b []byte) []byte { return appendBulkString(dst, str(b)) }
+
+func appendSimple(dst []byte, s string) []byte {
+	dst = append(dst, '+')
+	dst = append(dst, s...)
+	return append(dst, '\r', '\n')
+}
+
+func appendOK(dst []byte) []byte { return append(dst, "+OK\r\n"...) }
+
+func appendNull(dst []byte, proto int) []byte {
+	if proto == 3 {
+		return append(dst, "_\r\n"...)
+	}
+	return append(dst, "$-1\r\n"...)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,349 @@
+package respserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// Version is the version HELLO and INFO report.
+const Version = "0.1.0"
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = errors.New("respserver: server closed")
+
+// Config configures a Server. Zero values mean the documented defaults.
+type Config struct {
+	// Store decides requests. Required.
+	Store engine.Store
+	// Policies resolves RL.ALLOW's policy names. Nil means no policies:
+	// RL.ALLOW then replies with an error that says how to load some.
+	Policies engine.Policies
+	// RequirePass, when set, is the password every connection must give
+	// (AUTH or HELLO … AUTH) before any other command.
+	RequirePass string
+	// Logger receives connection-level events at debug level and internal
+	// errors at error level. Nil means slog.Default().
+	Logger *slog.Logger
+	// DecideTimeout bounds one Store.Decide or Store.Reset call. Zero means
+	// 2s.
+	DecideTimeout time.Duration
+	// MaxRequestBytes bounds how many bytes a connection may send without
+	// completing a command; past it the connection gets a protocol error and
+	// is closed. Zero means 16 MiB.
+	MaxRequestBytes int
+	// MaxConns bounds concurrent connections; more are refused with an
+	// error and closed. Zero means 10,000.
+	MaxConns int
+}
+
+// Server serves the RESP protocol. Its methods are safe for concurrent use.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	started time.Time
+	nextID  atomic.Int64
+	stats   stats
+
+	mu       sync.Mutex
+	conns    map[*client]struct{} // guarded by mu
+	closing  bool                 // guarded by mu
+	listener *drainListener       // guarded by mu
+	idle     chan struct{}        // guarded by mu; closed when busy reaches 0 while closing
+	busy     int                  // guarded by mu: connections inside a handler
+}
+
+type stats struct {
+	connsTotal   atomic.Int64
+	commands     atomic.Int64
+	allowed      atomic.Int64
+	denied       atomic.Int64
+	errors       atomic.Int64
+	rejectedConn atomic.Int64
+}
+
+// New checks cfg and fills its defaults.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("respserver: Config.Store is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.DecideTimeout < 0 || cfg.MaxRequestBytes < 0 || cfg.MaxConns < 0 {
+		return nil, errors.New("respserver: negative limit in Config")
+	}
+	if cfg.DecideTimeout == 0 {
+		cfg.DecideTimeout = 2 * time.Second
+	}
+	if cfg.MaxRequestBytes == 0 {
+		cfg.MaxRequestBytes = 16 << 20
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = 10_000
+	}
+	return &Server{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		started: time.Now(),
+		conns:   make(map[*client]struct{}),
+	}, nil
+}
+
+// Serve accepts connections on ln until Shutdown or Close, and then returns
+// ErrServerClosed. Any other error is the listener's.
+func (s *Server) Serve(ln net.Listener) error {
+	dl := &drainListener{Listener: ln, max: s.cfg.MaxRequestBytes, drained: make(chan struct{})}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	if s.listener != nil {
+		s.mu.Unlock()
+		return errors.New("respserver: Serve called twice")
+	}
+	s.listener = dl
+	s.mu.Unlock()
+
+	rs := redcon.NewServerNetwork(ln.Addr().Network(), ln.Addr().String(), s.handle, s.accept, s.closed)
+	rs.AcceptError = func(err error) { s.log.Warn("accept", "err", err) }
+	err := rs.Serve(dl)
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		return ErrServerClosed
+	}
+	if err == nil {
+		err = dl.err
+	}
+	return err
+}
+
+// Shutdown stops accepting connections, closes idle ones, and waits until
+// every connection that is inside a handler has written its replies, then
+// closes those too. Requests a client had not yet sent are not answered. If
+// ctx ends first, the remaining connections are closed at once and ctx's
+// error is returned.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	dl := s.listener
+	if s.idle == nil {
+		s.idle = make(chan struct{})
+		if s.busy == 0 {
+			close(s.idle)
+		}
+	}
+	idle := s.idle
+	for c := range s.conns {
+		if !c.busy {
+			c.netConn.Close() // the handler will not run again: it is closed once read fails
+		}
+	}
+	s.mu.Unlock()
+	if dl != nil {
+		dl.stop()
+	}
+	var err error
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	s.mu.Lock()
+	for c := range s.conns {
+		c.netConn.Close()
+	}
+	s.mu.Unlock()
+	if dl != nil {
+		dl.finish()
+	}
+	return err
+}
+
+// Close closes the listener and every connection at once, without draining.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// Addr is the address Serve listens on, or nil before Serve.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.listener == nil {
+		return nil
+	}
+	return s.listener.Addr()
+}
+
+func (s *Server) accept(rc redcon.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	if len(s.conns) >= s.cfg.MaxConns {
+		s.stats.rejectedConn.Add(1)
+		rc.WriteError("ERR max number of clients reached")
+		_ = redcon.BaseWriter(rc).Flush()
+		return false
+	}
+	c := newClient(s, rc)
+	s.conns[c] = struct{}{}
+	rc.SetContext(c)
+	s.stats.connsTotal.Add(1)
+	return true
+}
+
+func (s *Server) closed(rc redcon.Conn, err error) {
+	c, _ := rc.Context().(*client)
+	if c == nil {
+		return
+	}
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		s.log.Debug("connection closed", "id", c.id, "addr", rc.RemoteAddr(), "err", err)
+	}
+}
+
+// enter marks c busy; leave marks it idle and reports whether it must now
+// close because the server is shutting down.
+func (s *Server) enter(c *client) {
+	s.mu.Lock()
+	c.busy = true
+	s.busy++
+	s.mu.Unlock()
+}
+
+func (s *Server) leave(c *client) (closeConn bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c.busy = false
+	s.busy--
+	if s.closing && s.busy == 0 && s.idle != nil {
+		select {
+		case <-s.idle:
+		default:
+			close(s.idle)
+		}
+	}
+	return s.closing
+}
+
+// handle is redcon's handler. It takes the rest of the pipeline at once so
+// that decisions in it form one batch, and writes all replies with one
+// flush (redcon flushes after the handler returns).
+func (s *Server) handle(rc redcon.Conn, first redcon.Command) {
+	c, _ := rc.Context().(*client)
+	if c == nil {
+		_ = rc.Close()
+		return
+	}
+	if lc, ok := rc.NetConn().(*limitConn); ok {
+		lc.unparsed = 0
+	}
+	s.enter(c)
+	rest := rc.ReadPipeline()
+	defer func() {
+		if r := recover(); r != nil {
+			// A bug, not an input: it must not take the process down.
+			s.log.Error("panic in command handler", "panic", fmt.Sprint(r), "id", c.id)
+			c.out = appendError(c.out, "ERR internal error")
+			c.quit = true
+		}
+		rc.WriteRaw(c.out)
+		if cap(c.out) > 1<<20 {
+			c.out = nil // do not keep a huge pipeline's buffer per connection
+		} else {
+			c.out = c.out[:0]
+		}
+		if s.leave(c) || c.quit {
+			_ = rc.Close()
+		}
+	}()
+	c.exec(first.Args)
+	for i := range rest {
+		if c.quit {
+			break
+		}
+		c.exec(rest[i].Args)
+	}
+	c.settle()
+}
+
+// drainListener lets Shutdown stop accepting without redcon noticing:
+// redcon closes every connection as soon as Accept fails, which would cut
+// off requests being answered, so after stop, Accept blocks until finish.
+type drainListener struct {
+	net.Listener
+	max      int
+	stopOnce sync.Once
+	stopped  atomic.Bool
+	drained  chan struct{}
+	doneOnce sync.Once
+	err      error // the listener's own error, set before Accept returns it
+}
+
+func (l *drainListener) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if err != nil {
+		if l.stopped.Load() {
+			<-l.drained
+			return nil, net.ErrClosed
+		}
+		l.err = err
+		return nil, err
+	}
+	return &limitConn{Conn: nc, max: l.max}, nil
+}
+
+func (l *drainListener) stop() {
+	l.stopOnce.Do(func() {
+		l.stopped.Store(true)
+		_ = l.Listener.Close()
+	})
+}
+
+func (l *drainListener) finish() { l.doneOnce.Do(func() { close(l.drained) }) }
+
+// limitConn bounds how much a client may send without completing a
+// command: redcon buffers an incomplete command without limit. Only the
+// connection's own goroutine reads, so unparsed needs no lock.
+type limitConn struct {
+	net.Conn
+	max      int
+	unparsed int
+}
+
+var errRequestTooLarge = errors.New("request too large")
+
+func (c *limitConn) Read(p []byte) (int, error) {
+	if c.unparsed >= c.max {
+		_, _ = c.Conn.Write([]byte("-ERR Protocol error: request larger than the server's limit\r\n"))
+		return 0, errRequestTooLarge
+	}
+	if room := c.max - c.unparsed; len(p) > room {
+		p = p[:room]
+	}
+	n, err := c.Conn.Read(p)
+	c.unparsed += n
+	return n, err
+}
