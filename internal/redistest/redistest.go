@@ -26,7 +26,8 @@ type Server struct {
 	Port int
 	Dir  string
 	cmd  *exec.Cmd
-	args []string
+	argv []string // the command line
+	conf string   // configuration given on standard input, for "redis-server -"
 	tb   testing.TB
 }
 
@@ -41,16 +42,17 @@ func Start(tb testing.TB, directives ...string) *Server {
 	}
 	s := &Server{Dir: tb.TempDir(), tb: tb, Port: FreePort(tb)}
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-	s.args = append([]string{bin, "-"}, directives...)
+	s.argv = []string{bin, "-"}
+	s.conf = s.config(directives)
 	s.start()
 	tb.Cleanup(s.Kill)
 	return s
 }
 
-func (s *Server) config() string {
+func (s *Server) config(directives []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "port %d\nbind 127.0.0.1\ndir %s\nsave \"\"\nappendonly no\nprotected-mode no\n", s.Port, s.Dir)
-	for _, d := range s.args[2:] {
+	for _, d := range directives {
 		b.WriteString(d + "\n")
 	}
 	return b.String()
@@ -58,9 +60,9 @@ func (s *Server) config() string {
 
 func (s *Server) start() {
 	s.tb.Helper()
-	cmd := exec.Command(s.args[0], s.args[1])
+	cmd := exec.Command(s.argv[0], s.argv[1:]...)
 	cmd.Dir = s.Dir
-	cmd.Stdin = strings.NewReader(s.config())
+	cmd.Stdin = strings.NewReader(s.conf)
 	logf, err := os.Create(filepath.Join(s.Dir, "redis.log"))
 	if err != nil {
 		s.tb.Fatalf("redistest: %v", err)

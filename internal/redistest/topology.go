@@ -1,0 +1,217 @@
+package redistest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Cluster is a Redis Cluster of real servers on loopback.
+type Cluster struct {
+	Nodes []*Server // masters first, then replicas, in creation order
+	tb    testing.TB
+}
+
+// StartCluster creates a cluster of masters masters with replicas replicas
+// each, through `redis-cli --cluster create`, and waits until every node
+// reports the cluster ok. Node timeouts are short (1s) so that a failover
+// happens within seconds in tests.
+func StartCluster(tb testing.TB, masters, replicas int) *Cluster {
+	tb.Helper()
+	cli := lookCLI(tb)
+	c := &Cluster{tb: tb}
+	addrs := make([]string, 0, masters*(1+replicas))
+	for range masters * (1 + replicas) {
+		s := Start(tb, "cluster-enabled yes", "cluster-config-file nodes.conf",
+			"cluster-node-timeout 1000", "cluster-replica-validity-factor 0")
+		c.Nodes = append(c.Nodes, s)
+		addrs = append(addrs, s.Addr)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
+	out, err := exec.Command(cli, args...).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	c.WaitOK()
+	c.waitReplicasSynced()
+	return c
+}
+
+// Addrs lists every node's address: what a cluster client is given.
+func (c *Cluster) Addrs() []string {
+	a := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		a[i] = n.Addr
+	}
+	return a
+}
+
+// WaitOK waits until every live node says cluster_state:ok and all slots are
+// served.
+func (c *Cluster) WaitOK() {
+	c.tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok := true
+		for _, n := range c.Nodes {
+			if !n.alive() {
+				continue
+			}
+			info, err := n.Do("CLUSTER", "INFO")
+			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.tb.Fatalf("redistest: cluster not ok within 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// MasterOf returns the live node serving key's slot as master, waiting up
+// to 30s for one (after a master is killed, until its replica takes over).
+func (c *Cluster) MasterOf(key string) *Server {
+	c.tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for _, n := range c.Nodes {
+			if !n.alive() {
+				continue
+			}
+			role, err := n.Do("ROLE")
+			if err != nil || !strings.HasPrefix(role, "master") {
+				continue
+			}
+			// A master answers a key it serves; the others answer MOVED.
+			if _, err := n.Do("TYPE", key); err == nil {
+				return n
+			}
+		}
+		if time.Now().After(deadline) {
+			c.tb.Fatalf("redistest: no live master serves %q within 30s", key)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitReplicasSynced waits until every replica is connected to its master,
+// so that a killed master has a replica able to take over.
+func (c *Cluster) waitReplicasSynced() {
+	c.tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range c.Nodes {
+		for {
+			role, err := n.Do("ROLE")
+			if err == nil && (strings.HasPrefix(role, "master") || strings.Contains(role, "\nconnected\n")) {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.tb.Fatalf("redistest: replica %s not in sync within 30s: %q", n.Addr, role)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// Sentinel is one master, one replica and three sentinels watching them,
+// all on loopback, under the master name "mymaster".
+type Sentinel struct {
+	Master, Replica *Server
+	Sentinels       []*Server
+	Name            string
+}
+
+// StartSentinel starts the master, its replica and three sentinels, with
+// short timeouts so that a failover completes within seconds.
+func StartSentinel(tb testing.TB) *Sentinel {
+	tb.Helper()
+	st := &Sentinel{Name: "mymaster"}
+	st.Master = Start(tb)
+	st.Replica = Start(tb, "replicaof 127.0.0.1 "+strconv.Itoa(st.Master.Port), "replica-priority 100")
+	for range 3 {
+		st.Sentinels = append(st.Sentinels, startSentinel(tb, st.Master.Port))
+	}
+	// Wait until the sentinels know the replica and each other.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := st.Sentinels[0].Do("SENTINEL", "REPLICAS", st.Name)
+		if err == nil && strings.Contains(out, strconv.Itoa(st.Replica.Port)) && strings.Contains(out, "slave") {
+			return st
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: sentinels did not see the replica within 30s (%q, %v)", out, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Addrs lists the sentinels' addresses: what a failover client is given.
+func (st *Sentinel) Addrs() []string {
+	a := make([]string, len(st.Sentinels))
+	for i, s := range st.Sentinels {
+		a[i] = s.Addr
+	}
+	return a
+}
+
+// CurrentMaster asks the first live sentinel which address is the master.
+func (st *Sentinel) CurrentMaster() (string, error) {
+	var lastErr error
+	for _, s := range st.Sentinels {
+		out, err := s.Do("SENTINEL", "GET-MASTER-ADDR-BY-NAME", st.Name)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		parts := strings.Split(out, "\n")
+		if len(parts) == 2 {
+			return parts[0] + ":" + parts[1], nil
+		}
+		lastErr = fmt.Errorf("redistest: unexpected reply %q", out)
+	}
+	return "", lastErr
+}
+
+func startSentinel(tb testing.TB, masterPort int) *Server {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatalf("redistest: redis-server not found in PATH: install it (apt-get install -y redis-server redis-tools)")
+	}
+	s := &Server{Dir: tb.TempDir(), tb: tb, Port: FreePort(tb)}
+	s.Addr = "127.0.0.1:" + strconv.Itoa(s.Port)
+	// A sentinel rewrites its configuration file, so it needs a real one.
+	conf := filepath.Join(s.Dir, "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nprotected-mode no\n"+
+		"sentinel monitor mymaster 127.0.0.1 %d 2\n"+
+		"sentinel down-after-milliseconds mymaster 1000\n"+
+		"sentinel failover-timeout mymaster 5000\n"+
+		"sentinel parallel-syncs mymaster 1\n", s.Port, s.Dir, masterPort)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	s.argv = []string{bin, conf, "--sentinel"}
+	s.start()
+	tb.Cleanup(s.Kill)
+	return s
+}
+
+func lookCLI(tb testing.TB) string {
+	tb.Helper()
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		tb.Fatalf("redistest: redis-cli not found in PATH: install it (apt-get install -y redis-tools)")
+	}
+	return cli
+}
