@@ -39,6 +39,9 @@ func parseInt(b []byte) (int64, string) {
 func parsePeriod(b []byte) (time.Duration, string) {
 	d, err := policy.ParseDuration(str(b))
 	if err == nil {
+		if d < engine.MinPeriod || d > engine.MaxPeriod {
+			return 0, "must be between 1ms and 3650d"
+		}
 		return d, ""
 	}
 	if errors.Is(err, policy.ErrDurationNoUnit) {

@@ -45,20 +45,7 @@ func quote(v []byte) string {
 	var b strings.Builder
 	b.WriteByte('\'')
 	n := min(len(v), maxQuoted)
-	for _, c := range v[:n] {
-		switch {
-		case c == '\'' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c >= 0x20 && c < 0x7f:
-			b.WriteByte(c)
-		default:
-			const hex = "0123456789abcdef"
-			b.WriteString(`\x`)
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&15])
-		}
-	}
+	escape(&b, v[:n], true)
 	b.WriteByte('\'')
 	if n < len(v) {
 		b.WriteString("... (")
@@ -66,6 +53,25 @@ func quote(v []byte) string {
 		b.WriteString(" bytes)")
 	}
 	return b.String()
+}
+
+// escape writes v with anything but printable ASCII as \xNN, and, when
+// quoted, the quote and the backslash escaped too.
+func escape(b *strings.Builder, v []byte, quoted bool) {
+	const hex = "0123456789abcdef"
+	for _, c := range v {
+		switch {
+		case quoted && (c == '\'' || c == '\\'):
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c >= 0x20 && c < 0x7f:
+			b.WriteByte(c)
+		default:
+			b.WriteString(`\x`)
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+		}
+	}
 }
 
 // invalidArg is the reply to an argument that does not parse.
@@ -79,12 +85,12 @@ func arityError(name string) string {
 }
 
 // unknownCommand is Redis's own text: the name, then the arguments' first
-// 128 bytes, each quoted.
+// 128 bytes, each quoted; bytes that are not printable ASCII are escaped.
 func unknownCommand(args [][]byte) string {
 	var b strings.Builder
 	b.WriteString("ERR unknown command '")
 	name := args[0]
-	b.Write(name[:min(len(name), 128)])
+	escape(&b, name[:min(len(name), 128)], false)
 	b.WriteString("', with args beginning with: ")
 	written := 0
 	for _, a := range args[1:] {
@@ -93,7 +99,7 @@ func unknownCommand(args [][]byte) string {
 		}
 		a = a[:min(len(a), 128-written)]
 		b.WriteByte('\'')
-		b.Write(a)
+		escape(&b, a, false)
 		b.WriteString("' ")
 		written += len(a) + 3
 	}
