@@ -48,7 +48,7 @@ func newPinnedClock() *pinnedClock {
 	c.us.Store(transcriptStart.UnixMicro())
 	return c
 }
-func (c *pinnedClock) Now() time.Time           { return time.UnixMicro(c.us.Load()) }
+func (c *pinnedClock) Now() time.Time          { return time.UnixMicro(c.us.Load()) }
 func (c *pinnedClock) Advance(d time.Duration) { c.us.Add(d.Microseconds()) }
 
 func testPolicies(t testing.TB) engine.Policies {
