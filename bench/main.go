@@ -1,0 +1,235 @@
+// Command bench measures Sluice against Redis running the same GCRA script
+// directly, as an application without Sluice would, with redis-benchmark
+// driving both under the same load in one run. It prints the median of
+// several runs of each scenario and the ratios between them.
+//
+//	go run ./bench            # builds Sluice, starts its own Redis, runs everything
+//	go run ./bench -runs 5 -n 400000
+//
+// Everything listens on 127.0.0.1 and is stopped when the command ends.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/csv"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/lua"
+)
+
+var (
+	runs     = flag.Int("runs", 3, "runs of each scenario; the median is reported")
+	requests = flag.Int("n", 200_000, "requests per run")
+	clients  = flag.Int("c", 50, "concurrent connections")
+)
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	dir, err := os.MkdirTemp("", "sluice-bench-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			_ = p.Process.Kill() // only the processes this command started
+			_ = p.Wait()
+		}
+	}()
+	start := func(name string, args ...string) {
+		cmd := exec.Command(name, args...)
+		cmd.Dir = dir
+		logf, _ := os.Create(filepath.Join(dir, filepath.Base(name)+strconv.Itoa(len(procs))+".log"))
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			log.Fatalf("start %s: %v", name, err)
+		}
+		procs = append(procs, cmd)
+	}
+
+	sluiceBin, constBin := filepath.Join(dir, "sluice"), filepath.Join(dir, "constserver")
+	for bin, pkg := range map[string]string{sluiceBin: "./cmd/sluice", constBin: "./bench/constserver"} {
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			log.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	redisPort, sluicePort, memPort, constPort := freePort(), freePort(), freePort(), freePort()
+	start("redis-server", "--port", redisPort, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	waitPort(redisPort)
+	start(sluiceBin, "--listen", "127.0.0.1:"+sluicePort, "--upstream", "redis://127.0.0.1:"+redisPort)
+	start(sluiceBin, "--listen", "127.0.0.1:"+memPort)
+	start(constBin, "--listen", "127.0.0.1:"+constPort)
+	for _, p := range []string{sluicePort, memPort, constPort} {
+		waitPort(p)
+	}
+
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + redisPort})
+	defer rdb.Close()
+	ctx := context.Background()
+	gcra := lua.Single("gcra")
+	if err := rdb.ScriptLoad(ctx, gcra.Source).Err(); err != nil {
+		log.Fatalf("SCRIPT LOAD: %v", err)
+	}
+
+	fmt.Printf("Sluice vs Redis running the same GCRA script (EVALSHA), redis-benchmark -c %d, -n %d, median of %d\n",
+		*clients, *requests, *runs)
+	fmt.Printf("machine: %s/%s, %d CPUs, %s\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel())
+
+	// Many keys, all allowed: burst 1000 at 1000/s, keys drawn from 100,000.
+	direct := []string{"EVALSHA", gcra.SHA, "1", "k:__rand_int__", "1000", "1000000", "1000", "1", "0"}
+	sidecar := []string{"RL.GCRA", "k:__rand_int__", "1000", "1000", "1s"}
+	for _, p := range []int{1, 16} {
+		name := fmt.Sprintf("many keys allowed, -P %d", p)
+		d := measure(rdb, redisPort, *clients, p, direct)
+		s := measure(rdb, sluicePort, *clients, p, sidecar)
+		report(name, d, s)
+	}
+
+	// One hot key, refused: burst 0 at 1 per hour.
+	hotDirect := []string{"EVALSHA", gcra.SHA, "1", "hot", "1", "3600000000", "0", "1", "0"}
+	hotSidecar := []string{"RL.GCRA", "hot", "0", "1", "1h"}
+	d := measure(rdb, redisPort, *clients, 16, hotDirect)
+	s := measure(rdb, sluicePort, *clients, 16, hotSidecar)
+	report("one hot key refused, -P 16", d, s)
+	fmt.Printf("    round trips reaching Redis through Sluice: %.2f%% of requests\n", 100*s.evalshaPerRequest)
+
+	// One client, one request at a time: latency.
+	d = measure(rdb, redisPort, 1, 1, direct)
+	s = measure(rdb, sluicePort, 1, 1, sidecar)
+	fmt.Printf("%-34s p50 direct %.3f ms, Sluice %.3f ms, difference %+.3f ms\n", "-c 1 latency", d.p50, s.p50, s.p50-d.p50)
+
+	// The in-memory store against a server that answers from nothing.
+	for _, p := range []int{1, 16} {
+		c := measure(nil, constPort, *clients, p, sidecar)
+		m := measure(nil, memPort, *clients, p, sidecar)
+		fmt.Printf("%-34s constant reply %9.0f/s, Sluice in-memory %9.0f/s, ratio %.2f\n",
+			fmt.Sprintf("in-memory store, -P %d", p), c.rps, m.rps, m.rps/c.rps)
+	}
+}
+
+// result is the median of several redis-benchmark runs.
+type result struct {
+	rps, p50          float64
+	cpuPerMillion     float64 // Redis CPU seconds per million requests
+	evalshaPerRequest float64 // EVALSHA calls Redis saw per request sent
+}
+
+func measure(rdb *redis.Client, port string, c, pipeline int, args []string) result {
+	var rps, p50, cpu, eval []float64
+	for range *runs {
+		cpu0, eval0 := redisStats(rdb)
+		r, l := benchmark(port, c, pipeline, args)
+		cpu1, eval1 := redisStats(rdb)
+		rps, p50 = append(rps, r), append(p50, l)
+		cpu = append(cpu, (cpu1-cpu0)/float64(*requests)*1e6)
+		eval = append(eval, (eval1-eval0)/float64(*requests))
+	}
+	return result{median(rps), median(p50), median(cpu), median(eval)}
+}
+
+func report(name string, d, s result) {
+	fmt.Printf("%-34s direct %9.0f/s, Sluice %9.0f/s, ratio %.2f; Redis CPU s per 1M: direct %.2f, Sluice %.2f (%.0f%%)\n",
+		name, d.rps, s.rps, s.rps/d.rps, d.cpuPerMillion, s.cpuPerMillion, 100*s.cpuPerMillion/d.cpuPerMillion)
+}
+
+// benchmark runs redis-benchmark once and returns requests per second and
+// the p50 latency in milliseconds.
+func benchmark(port string, c, pipeline int, args []string) (float64, float64) {
+	cmdArgs := []string{"-h", "127.0.0.1", "-p", port, "-c", strconv.Itoa(c), "-n", strconv.Itoa(*requests),
+		"-P", strconv.Itoa(pipeline), "-r", "100000", "--csv"}
+	out, err := exec.Command("redis-benchmark", append(cmdArgs, args...)...).Output()
+	if err != nil {
+		log.Fatalf("redis-benchmark %v: %v\n%s", args, err, out)
+	}
+	rows, err := csv.NewReader(strings.NewReader(string(out))).ReadAll()
+	if err != nil || len(rows) < 2 || len(rows[1]) < 5 {
+		log.Fatalf("redis-benchmark output: %v\n%s", err, out)
+	}
+	rps, _ := strconv.ParseFloat(rows[1][1], 64)
+	p50, _ := strconv.ParseFloat(rows[1][4], 64)
+	return rps, p50
+}
+
+// redisStats reads Redis's CPU seconds and EVALSHA call count.
+func redisStats(rdb *redis.Client) (cpu, evalsha float64) {
+	if rdb == nil {
+		return 0, 0
+	}
+	info, err := rdb.Info(context.Background(), "cpu", "commandstats").Result()
+	if err != nil {
+		log.Fatalf("INFO: %v", err)
+	}
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			switch k {
+			case "used_cpu_sys", "used_cpu_user":
+				f, _ := strconv.ParseFloat(v, 64)
+				cpu += f
+			case "cmdstat_evalsha":
+				for _, field := range strings.Split(v, ",") {
+					if n, ok := strings.CutPrefix(field, "calls="); ok {
+						evalsha, _ = strconv.ParseFloat(n, 64)
+					}
+				}
+			}
+		}
+	}
+	return cpu, evalsha
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func freePort() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+}
+
+func waitPort(port string) {
+	for range 500 {
+		if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	log.Fatalf("nothing listens on port %s after 5s", port)
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
