@@ -84,24 +84,24 @@ func fixedWindow(st *state, now int64, r *Request) (Decision, outcome) {
 func slidingLog(st *state, now int64, r *Request) (Decision, outcome) {
 	p, limit := r.Limit.periodMicros(), r.Limit.Rate
 	// An entry counts while it is younger than the period: t > now-p.
-	// Dropping the older ones changes no decision, so even a peek may.
+	// The older ones are dropped only when st is written (as decide
+	// promises): a clock that steps back would see them count again, in
+	// memory as in Redis, where a peek or a refusal writes nothing.
 	cut := now - p
 	i := 0
 	for i < len(st.log) && st.log[i] <= cut {
 		i++
 	}
-	if i > 0 {
-		st.log = st.log[:copy(st.log, st.log[i:])]
-	}
-	n := int64(len(st.log))
+	live := st.log[i:]
+	n := int64(len(live))
 	d := Decision{Limit: limit, Allowed: n+r.Cost <= limit}
 	newest := int64(0)
 	if n > 0 {
-		newest = st.log[n-1]
+		newest = live[n-1]
 	}
 	if !d.Allowed {
 		// The request fits once the oldest n+cost-limit entries age out.
-		d.RetryAfter = micros(st.log[n+r.Cost-limit-1] + p - now)
+		d.RetryAfter = micros(live[n+r.Cost-limit-1] + p - now)
 		d.Remaining = limit - n
 	} else {
 		d.Remaining = limit - n - r.Cost
@@ -115,6 +115,7 @@ func slidingLog(st *state, now int64, r *Request) (Decision, outcome) {
 	if !d.Allowed || r.Peek || r.Cost == 0 {
 		return d, outcome{}
 	}
+	st.log = st.log[:copy(st.log, live)]
 	// Insert cost copies of now, keeping the log sorted even if the clock
 	// stepped back.
 	at := len(st.log)

@@ -18,6 +18,9 @@ type BatcherConfig struct {
 	MaxBatch int
 	// MaxInFlight caps the round trips in flight at once. Zero means 4.
 	MaxInFlight int
+	// OnBatch, if set, is called after each round trip with its start, its
+	// size and its error: the hook for metrics and traces.
+	OnBatch func(start time.Time, size int, err error)
 	// Timeout bounds each round trip. Zero means 100ms: a healthy Redis
 	// answers in well under a millisecond, so a slow one is a failed one.
 	Timeout time.Duration
@@ -32,6 +35,7 @@ type Batcher struct {
 	store    Store
 	maxBatch int
 	timeout  time.Duration
+	onBatch  func(time.Time, int, error)
 	wake     chan struct{} // one token per worker that should look at the queue
 	done     chan struct{}
 	wg       sync.WaitGroup
@@ -79,6 +83,7 @@ func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
 		store:    cfg.Store,
 		maxBatch: cfg.MaxBatch,
 		timeout:  cfg.Timeout,
+		onBatch:  cfg.OnBatch,
 		wake:     make(chan struct{}, cfg.MaxInFlight),
 		done:     make(chan struct{}),
 	}
@@ -205,9 +210,13 @@ func (b *Batcher) run(batch []*call, reqs []Request, res []Result) ([]Request, [
 		res = make([]Result, len(reqs))
 	}
 	res = res[:len(reqs)]
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	err := b.store.Decide(ctx, reqs, res)
 	cancel()
+	if b.onBatch != nil {
+		b.onBatch(start, len(reqs), err)
+	}
 	b.batches.Add(1)
 	b.decided.Add(uint64(len(reqs)))
 	off := 0

@@ -37,6 +37,7 @@ type DenyCache struct {
 	scratch sync.Pool // *missBuffers
 	hits    atomic.Uint64
 	misses  atomic.Uint64
+	evicted atomic.Uint64
 }
 
 // denial is a remembered refusal.
@@ -158,8 +159,10 @@ func (c *DenyCache) remember(reqs []Request, res []Result, now time.Time) {
 			continue
 		}
 		if d.RetryAfter > 0 {
-			c.entries.Add(sk, denial{limit: r.Limit, cost: r.Cost, decision: d,
-				until: now.Add(d.RetryAfter), resetsAt: now.Add(d.ResetAfter)})
+			if c.entries.Add(sk, denial{limit: r.Limit, cost: r.Cost, decision: d,
+				until: now.Add(d.RetryAfter), resetsAt: now.Add(d.ResetAfter)}) {
+				c.evicted.Add(1)
+			}
 		}
 	}
 }
@@ -181,10 +184,11 @@ func (c *DenyCache) Forget(key string) {
 // DenyCacheStats counts what the cache did, for INFO and metrics.
 type DenyCacheStats struct {
 	Hits, Misses uint64
+	Evictions    uint64 // refusals dropped to make room
 	Entries      int
 }
 
 // Stats returns the counts so far.
 func (c *DenyCache) Stats() DenyCacheStats {
-	return DenyCacheStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Entries: c.entries.Len()}
+	return DenyCacheStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evicted.Load(), Entries: c.entries.Len()}
 }

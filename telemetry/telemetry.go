@@ -1,0 +1,223 @@
+// Package telemetry is how operators see Sluice: OpenTelemetry metrics,
+// exported for Prometheus on the admin port (and over OTLP when the
+// standard OTEL_EXPORTER_OTLP_* variables say where), a span per upstream
+// batch when tracing is configured, and the /healthz and /readyz probes.
+//
+// The hot path only adds to atomic counters (Decisions, Errors); the
+// OpenTelemetry instruments read them when scraped, so metrics cost a
+// decision one atomic add and nothing else.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/otlptranslator"
+	"go.opentelemetry.io/otel/attribute"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// Sources are read when metrics are collected. Any may be nil: its
+// instruments then report nothing.
+type Sources struct {
+	Clients   func() int64                 // connected clients
+	DenyCache func() engine.DenyCacheStats // hits, misses, evictions, entries
+	Memory    func() int                   // in-memory store size, in keys
+	Guard     func() engine.GuardStats     // breaker state
+	Batcher   func() engine.BatcherStats   // batches and their decisions
+}
+
+// Config configures Telemetry.
+type Config struct {
+	Sources Sources
+	// Ready reports whether this sidecar can decide: nil when the upstream
+	// answers or the configured fallback can decide. Nil means always ready.
+	Ready func() error
+	// Upstream names the Redis node(s), for batch spans.
+	Upstream string
+	// Tracer, when set, receives a span per upstream batch. Nil turns
+	// tracing off, and then batches pay nothing for it.
+	Tracer trace.Tracer
+	// Readers are extra metric readers, such as an OTLP exporter's.
+	Readers []sdkmetric.Reader
+}
+
+// Telemetry holds the instruments and serves the admin endpoints.
+type Telemetry struct {
+	Decisions Decisions
+	Errors    Errors
+
+	cfg       Config
+	registry  *prometheus.Registry
+	provider  *sdkmetric.MeterProvider
+	batchSize metric.Int64Histogram
+	roundTrip metric.Float64Histogram
+	okAttr    metric.MeasurementOption
+	errAttr   metric.MeasurementOption
+}
+
+// New registers the instruments with a Prometheus registry of their own.
+func New(cfg Config) (*Telemetry, error) {
+	t := &Telemetry{cfg: cfg, registry: prometheus.NewRegistry()}
+	exporter, err := otelprom.New(otelprom.WithRegisterer(t.registry), otelprom.WithoutScopeInfo(),
+		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes))
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
+	}
+	opts := []sdkmetric.Option{sdkmetric.WithReader(exporter),
+		sdkmetric.WithResource(resource.NewSchemaless(attribute.String("service.name", "sluice")))}
+	for _, r := range cfg.Readers {
+		opts = append(opts, sdkmetric.WithReader(r))
+	}
+	t.provider = sdkmetric.NewMeterProvider(opts...)
+	if err := t.instruments(t.provider.Meter("github.com/sluice-rl/sluice")); err != nil {
+		return nil, fmt.Errorf("telemetry: instruments: %w", err)
+	}
+	t.okAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "ok")))
+	t.errAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "error")))
+	return t, nil
+}
+
+func (t *Telemetry) instruments(m metric.Meter) error {
+	var errs []error
+	must := func(err error) { errs = append(errs, err) }
+	var err error
+
+	decisions, err := m.Int64ObservableCounter("sluice.decisions", metric.WithUnit("{decision}"),
+		metric.WithDescription("Decisions made, by policy (\"inline\" for inline commands), algorithm, outcome (allowed, refused, shadow) and path (store, deny_cache, local_fallback, fail_open, fail_closed)."))
+	must(err)
+	errorsC, err := m.Int64ObservableCounter("sluice.errors", metric.WithUnit("{error}"),
+		metric.WithDescription("Error replies sent to clients, by kind."))
+	must(err)
+	clients, err := m.Int64ObservableGauge("sluice.clients", metric.WithUnit("{client}"),
+		metric.WithDescription("Connected clients."))
+	must(err)
+	hits, err := m.Int64ObservableCounter("sluice.deny_cache.hits", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests refused locally by a remembered refusal, without a round trip."))
+	must(err)
+	misses, err := m.Int64ObservableCounter("sluice.deny_cache.misses", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests the deny cache could not answer."))
+	must(err)
+	evictions, err := m.Int64ObservableCounter("sluice.deny_cache.evictions", metric.WithUnit("{entry}"),
+		metric.WithDescription("Remembered refusals evicted to stay within the cache's size."))
+	must(err)
+	entries, err := m.Int64ObservableGauge("sluice.deny_cache.entries", metric.WithUnit("{entry}"),
+		metric.WithDescription("Refusals remembered now."))
+	must(err)
+	memKeys, err := m.Int64ObservableGauge("sluice.memory_store.keys", metric.WithUnit("{key}"),
+		metric.WithDescription("States held by the in-memory store."))
+	must(err)
+	breaker, err := m.Int64ObservableGauge("sluice.breaker.open",
+		metric.WithDescription("1 while the breaker in front of the upstream is open, else 0."))
+	must(err)
+	fallbacks, err := m.Int64ObservableCounter("sluice.fallbacks", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests decided by a failure mode because the upstream could not answer."))
+	must(err)
+	t.batchSize, err = m.Int64Histogram("sluice.batch.size", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests per upstream round trip."),
+		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048))
+	must(err)
+	t.roundTrip, err = m.Float64Histogram("sluice.upstream.round_trip", metric.WithUnit("s"),
+		metric.WithDescription("Upstream round-trip latency, by outcome (ok, error)."),
+		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1))
+	must(err)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+
+	src := t.cfg.Sources
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		t.Decisions.each(func(policy string, alg engine.Algorithm, outcome Outcome, path engine.Path, n uint64) {
+			o.ObserveInt64(decisions, int64(n), metric.WithAttributes(
+				attribute.String("policy", policy), attribute.String("algorithm", alg.String()),
+				attribute.String("outcome", outcome.String()), attribute.String("path", path.String())))
+		})
+		t.Errors.each(func(kind string, n uint64) {
+			o.ObserveInt64(errorsC, int64(n), metric.WithAttributes(attribute.String("kind", kind)))
+		})
+		if src.Clients != nil {
+			o.ObserveInt64(clients, src.Clients())
+		}
+		if src.DenyCache != nil {
+			s := src.DenyCache()
+			o.ObserveInt64(hits, int64(s.Hits))
+			o.ObserveInt64(misses, int64(s.Misses))
+			o.ObserveInt64(evictions, int64(s.Evictions))
+			o.ObserveInt64(entries, int64(s.Entries))
+		}
+		if src.Memory != nil {
+			o.ObserveInt64(memKeys, int64(src.Memory()))
+		}
+		if src.Guard != nil {
+			s := src.Guard()
+			open := int64(0)
+			if s.BreakerOpen {
+				open = 1
+			}
+			o.ObserveInt64(breaker, open)
+			o.ObserveInt64(fallbacks, int64(s.Fallbacks))
+		}
+		return nil
+	}, decisions, errorsC, clients, hits, misses, evictions, entries, memKeys, breaker, fallbacks)
+	return err
+}
+
+// ObserveBatch records one upstream round trip: its size and latency, and a
+// span when tracing is on. The batcher calls it after each round trip.
+func (t *Telemetry) ObserveBatch(start time.Time, size int, err error) {
+	ctx := context.Background()
+	elapsed := time.Since(start)
+	t.batchSize.Record(ctx, int64(size))
+	outcome := t.okAttr
+	if err != nil {
+		outcome = t.errAttr
+	}
+	t.roundTrip.Record(ctx, elapsed.Seconds(), outcome)
+	if t.cfg.Tracer == nil {
+		return
+	}
+	_, span := t.cfg.Tracer.Start(ctx, "sluice.upstream.batch", trace.WithTimestamp(start),
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.Int("sluice.batch.size", size), attribute.String("server.address", t.cfg.Upstream)))
+	if err != nil {
+		span.RecordError(err)
+		span.SetAttributes(attribute.String("sluice.batch.outcome", "error"))
+	} else {
+		span.SetAttributes(attribute.String("sluice.batch.outcome", "ok"))
+	}
+	span.End(trace.WithTimestamp(start.Add(elapsed)))
+}
+
+// Handler serves /metrics (Prometheus text), /healthz (the process serves)
+// and /readyz (it can decide).
+func (t *Telemetry) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if t.cfg.Ready != nil {
+			if err := t.cfg.Ready(); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	return mux
+}
+
+// Shutdown flushes and stops the metric readers.
+func (t *Telemetry) Shutdown(ctx context.Context) error { return t.provider.Shutdown(ctx) }

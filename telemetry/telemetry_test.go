@@ -1,0 +1,205 @@
+package telemetry
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// scrape fetches /metrics over HTTP and parses it with Prometheus's own
+// text parser.
+func scrape(t *testing.T, srv *httptest.Server) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	return families
+}
+
+// value finds the sample of family name whose labels include want.
+func value(t *testing.T, families map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+	t.Helper()
+	f, ok := families[name]
+	if !ok {
+		t.Fatalf("no metric %s", name)
+	}
+	for _, m := range f.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		match := true
+		for k, v := range want {
+			if labels[k] != v {
+				match = false
+			}
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
+		}
+	}
+	t.Fatalf("no sample of %s with labels %v", name, want)
+	return 0
+}
+
+func TestMetricsCountKnownTraffic(t *testing.T) {
+	tel, err := New(Config{Sources: Sources{
+		Clients:   func() int64 { return 7 },
+		DenyCache: func() engine.DenyCacheStats { return engine.DenyCacheStats{Hits: 40, Misses: 60, Evictions: 2, Entries: 5} },
+		Memory:    func() int { return 1234 },
+		Guard:     func() engine.GuardStats { return engine.GuardStats{BreakerOpen: true, Fallbacks: 9} },
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		tel.Decisions.Record("api", engine.GCRA, Allowed, engine.PathStore)
+	}
+	tel.Decisions.Record("api", engine.GCRA, Refused, engine.PathDenyCache)
+	tel.Decisions.Record(Inline, engine.FixedWindow, Refused, engine.PathFailClosed)
+	tel.Errors.Record("invalid_argument")
+	tel.Errors.Record("invalid_argument")
+	tel.ObserveBatch(time.Now().Add(-time.Millisecond), 16, nil)
+	tel.ObserveBatch(time.Now(), 4, errors.New("timeout"))
+
+	srv := httptest.NewServer(tel.Handler())
+	defer srv.Close()
+	fams := scrape(t, srv)
+
+	checks := []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"sluice_decisions_total", map[string]string{"policy": "api", "algorithm": "gcra", "outcome": "allowed", "path": "store"}, 3},
+		{"sluice_decisions_total", map[string]string{"policy": "api", "algorithm": "gcra", "outcome": "refused", "path": "deny_cache"}, 1},
+		{"sluice_decisions_total", map[string]string{"policy": "inline", "algorithm": "fixed_window", "outcome": "refused", "path": "fail_closed"}, 1},
+		{"sluice_errors_total", map[string]string{"kind": "invalid_argument"}, 2},
+		{"sluice_clients", nil, 7},
+		{"sluice_deny_cache_hits_total", nil, 40},
+		{"sluice_deny_cache_misses_total", nil, 60},
+		{"sluice_deny_cache_evictions_total", nil, 2},
+		{"sluice_deny_cache_entries", nil, 5},
+		{"sluice_memory_store_keys", nil, 1234},
+		{"sluice_breaker_open", nil, 1},
+		{"sluice_fallbacks_total", nil, 9},
+		{"sluice_batch_size", nil, 2},
+		{"sluice_upstream_round_trip_seconds", map[string]string{"outcome": "ok"}, 1},
+		{"sluice_upstream_round_trip_seconds", map[string]string{"outcome": "error"}, 1},
+	}
+	for _, c := range checks {
+		if got := value(t, fams, c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v; want %v", c.name, c.labels, got, c.want)
+		}
+	}
+
+	// Every label is one of a fixed, bounded set: none can carry a key.
+	allowed := map[string]bool{"policy": true, "algorithm": true, "outcome": true, "path": true, "kind": true, "le": true}
+	for name, f := range fams {
+		if strings.HasPrefix(name, "target_info") {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if !allowed[l.GetName()] {
+					t.Errorf("%s has label %s=%q outside the bounded set", name, l.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+}
+
+func TestBatchSpans(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(t.Context())
+	tel, err := New(Config{Tracer: tp.Tracer("sluice"), Upstream: "127.0.0.1:6379"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().Add(-2 * time.Millisecond)
+	tel.ObserveBatch(start, 32, nil)
+	tel.ObserveBatch(start, 8, errors.New("i/o timeout"))
+	spans := exp.GetSpans()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans; want 2", len(spans))
+	}
+	attrs := map[string]string{}
+	for _, kv := range spans[0].Attributes {
+		attrs[string(kv.Key)] = kv.Value.Emit()
+	}
+	if spans[0].Name != "sluice.upstream.batch" || attrs["sluice.batch.size"] != "32" ||
+		attrs["server.address"] != "127.0.0.1:6379" || attrs["sluice.batch.outcome"] != "ok" {
+		t.Errorf("span %s %v", spans[0].Name, attrs)
+	}
+	if !spans[0].StartTime.Equal(start) {
+		t.Errorf("span starts at %v; want the batch's start %v", spans[0].StartTime, start)
+	}
+	if len(spans[1].Events) == 0 {
+		t.Errorf("failed batch's span records no error")
+	}
+}
+
+func TestProbes(t *testing.T) {
+	var down error
+	tel, err := New(Config{Ready: func() error { return down }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(tel.Handler())
+	defer srv.Close()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Errorf("/healthz = %d", code)
+	}
+	if code, _ := get("/readyz"); code != 200 {
+		t.Errorf("/readyz = %d while ready", code)
+	}
+	down = errors.New("upstream unreachable and policy api fails closed")
+	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "fails closed") {
+		t.Errorf("/readyz = %d %q; want 503 with the reason", code, body)
+	}
+}
+
+func BenchmarkRecord(b *testing.B) {
+	var d Decisions
+	b.ReportAllocs()
+	for b.Loop() {
+		d.Record("api", engine.GCRA, Allowed, engine.PathStore)
+	}
+}
