@@ -4,6 +4,9 @@ local function fixed(key, now, rate, period, burst, cost, peek)
   local p, limit = period, rate
   local st = redis.call('HMGET', key, 'w', 'n')
   local a, b = int(st[1], key), int(st[2], key)
+  if st[1] and expired(key, now, a + p) then
+    a, b = 0, 0
+  end
   -- A state from a later window (the clock stepped back) keeps its window.
   local w = max(now - now % p, a)
   local n = 0

@@ -5,7 +5,12 @@
 local function gcra(key, now, rate, period, burst, cost, peek)
   local t, limit = interval(rate, period), burst + 1
   local tolerance = t * limit
-  local tat = max(int(redis.call('GET', key), key), now)
+  local v = redis.call('GET', key)
+  local a = int(v, key)
+  if v and expired(key, now, a) then
+    a = 0
+  end
+  local tat = max(a, now)
   local new = tat + cost * t
   local allowed, retry, remaining = true, 0, 0
   local left = new - now

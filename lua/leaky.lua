@@ -4,7 +4,12 @@
 -- slot); engine's state a.
 local function leaky(key, now, rate, period, burst, cost, peek)
   local t, capacity = interval(rate, period), burst
-  local start = max(int(redis.call('GET', key), key), now)
+  local v = redis.call('GET', key)
+  local a = int(v, key)
+  if v and expired(key, now, a) then
+    a = 0
+  end
+  local start = max(a, now)
   local e = start + cost * t
   local allowed = e - now <= capacity * t
   local drains, delay, retry = start, 0, 0

@@ -84,10 +84,17 @@ var (
 	all []*Script
 )
 
+// shebang declares the scripts to Redis 7 as Lua with no flags: scripts that
+// write. Redis then refuses a whole call up front, with the usual error
+// (READONLY on a replica, OOM past maxmemory), rather than letting each
+// write fail inside it, where the batch script's pcall would take a server
+// that cannot serve for one bad request.
+const shebang = "#!lua\n"
+
 func init() {
-	batch := prelude
+	batch := shebang + prelude
 	for _, a := range algorithms {
-		s := newScript(a.name, prelude+"\n"+a.src+"\nlocal decide = "+a.name+"\n\n"+singleMain)
+		s := newScript(a.name, shebang+prelude+"\n"+a.src+"\nlocal decide = "+a.name+"\n\n"+singleMain)
 		singles[a.name] = s
 		all = append(all, s)
 		batch += "\n" + a.src

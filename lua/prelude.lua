@@ -29,32 +29,50 @@ local function int(v, key)
   return n
 end
 
--- slack is added to every TTL when the clock is pinned (tests only).
--- Redis expires keys on its own clock, which a pinned clock does not move;
--- a TTL that ran out in real time while the pinned clock stood still would
--- forget state the algorithm still counts. Every state carries its own
--- times, so a key that lives longer changes no decision.
-local slack = 0
+-- pinned is true when the caller pinned the clock (tests only). Redis
+-- expires keys on its own clock, which a pinned clock does not move, so the
+-- scripts then do Redis's expiry themselves on the pinned clock: every TTL
+-- gets slack, so that Redis never drops state the pinned clock still counts,
+-- and a key found past its state's end is deleted when touched, as Redis
+-- deletes an expired key on access (see expired).
+local pinned = false
+local slack = 3600000 -- ms
 
 -- ttl is the PEXPIRE argument for state that stops mattering in rem µs:
 -- rem rounded up to whole milliseconds, at least 1.
 local function ttl(rem)
-  return num(max(ceil(rem / 1000), 1) + slack)
+  local ms = max(ceil(rem / 1000), 1)
+  if pinned then
+    ms = ms + slack
+  end
+  return num(ms)
 end
 
 -- clock is now in µs since the epoch: the pinned time when one is given,
 -- otherwise Redis's own clock, so that every sidecar agrees on the time.
-local function clock(pinned)
-  if pinned ~= nil and pinned ~= '' then
-    local n = tonumber(pinned)
+local function clock(arg)
+  if arg ~= nil and arg ~= '' then
+    local n = tonumber(arg)
     if not n or n ~= floor(n) then
-      fail('invalid pinned now ' .. string.format('%q', pinned))
+      fail('invalid pinned now ' .. string.format('%q', arg))
     end
-    slack = 3600000
+    pinned = true
     return n
   end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- expired reports whether a key's state, which ends at the given time
+-- (µs), is over at now on a pinned clock, and then deletes the key, as Redis
+-- would have expired it on its own clock. On Redis's clock the key's TTL
+-- does this and expired is always false.
+local function expired(key, now, ends)
+  if pinned and now >= ends then
+    redis.call('DEL', key)
+    return true
+  end
+  return false
 end
 
 -- param reads a non-negative integer argument.

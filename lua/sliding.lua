@@ -10,6 +10,9 @@ local function sliding(key, now, rate, period, burst, cost, peek)
   local p, limit = period, rate
   local st = redis.call('HMGET', key, 'w', 'curr', 'prev')
   local a, b, c = int(st[1], key), int(st[2], key), int(st[3], key)
+  if st[1] and expired(key, now, a + 2 * p) then
+    a, b, c = 0, 0, 0
+  end
   local w = max(now - now % p, a)
   local curr, prev = 0, 0
   if a == w then

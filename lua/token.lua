@@ -6,6 +6,9 @@ local function token(key, now, rate, period, burst, cost, peek)
   local t, capacity = interval(rate, period), burst
   local st = redis.call('HMGET', key, 'used', 'last')
   local used, last = int(st[1], key), int(st[2], key)
+  if st[1] and expired(key, now, last + used * t) then
+    used, last = 0, 0
+  end
   if used > 0 and now > last then
     -- Refill whole tokens only, and keep the time of the last one, so no
     -- fraction of a token is ever lost or rounded.

@@ -363,3 +363,5 @@ func isExpectation(line string) bool {
 	line = strings.TrimRight(line, "\r")
 	return line != "" && !strings.HasPrefix(line, "> ") && !strings.HasPrefix(line, "@") && !strings.HasPrefix(line, "#")
 }
+
+func newReader(nc net.Conn) *bufio.Reader { return bufio.NewReader(nc) }

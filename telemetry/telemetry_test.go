@@ -71,10 +71,12 @@ func value(t *testing.T, families map[string]*dto.MetricFamily, name string, wan
 
 func TestMetricsCountKnownTraffic(t *testing.T) {
 	tel, err := New(Config{Sources: Sources{
-		Clients:   func() int64 { return 7 },
-		DenyCache: func() engine.DenyCacheStats { return engine.DenyCacheStats{Hits: 40, Misses: 60, Evictions: 2, Entries: 5} },
-		Memory:    func() int { return 1234 },
-		Guard:     func() engine.GuardStats { return engine.GuardStats{BreakerOpen: true, Fallbacks: 9} },
+		Clients: func() int64 { return 7 },
+		DenyCache: func() engine.DenyCacheStats {
+			return engine.DenyCacheStats{Hits: 40, Misses: 60, Evictions: 2, Entries: 5}
+		},
+		Memory: func() int { return 1234 },
+		Guard:  func() engine.GuardStats { return engine.GuardStats{BreakerOpen: true, Fallbacks: 9} },
 	}})
 	if err != nil {
 		t.Fatal(err)
