@@ -18,10 +18,15 @@ const (
 	reasonRange   = "must be an integer between -9223372036854775808 and 9223372036854775807"
 )
 
-// parseInt reads a base-10 64-bit integer, as Redis does: no spaces, no
-// plus sign, no fraction.
+// parseInt reads a base-10 64-bit integer exactly as Redis does
+// (string2ll): no spaces, no plus sign, no fraction, no leading zeros, no
+// "-0", so that each integer has one spelling.
 func parseInt(b []byte) (int64, string) {
-	if len(b) == 0 || b[0] == '+' {
+	digits := b
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || digits[0] < '0' || digits[0] > '9' || (digits[0] == '0' && len(b) > 1) {
 		return 0, reasonInteger
 	}
 	n, err := strconv.ParseInt(str(b), 10, 64)

@@ -1,0 +1,70 @@
+package respserver
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// The hot path's parts, each meant to allocate nothing.
+
+func BenchmarkParse(b *testing.B) {
+	c := offlineClient(fuzzServer(b))
+	args := bytesArgs("RL.GCRA", "user:1234", "20", "100", "1m", "1")
+	cmd := lookup(args[0])
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, msg := cmd.parse(c, args); msg != "" {
+			b.Fatal(msg)
+		}
+	}
+}
+
+func BenchmarkParseThrottle(b *testing.B) {
+	c := offlineClient(fuzzServer(b))
+	args := bytesArgs("CL.THROTTLE", "user:1234", "15", "30", "60", "1")
+	cmd := lookup(args[0])
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, msg := cmd.parse(c, args); msg != "" {
+			b.Fatal(msg)
+		}
+	}
+}
+
+func BenchmarkEncode(b *testing.B) {
+	d := engine.Decision{Allowed: true, Limit: 100, Remaining: 42, ResetAfter: 1234567 * time.Microsecond, Delay: time.Second}
+	for _, bc := range []struct {
+		name  string
+		shape shape
+		proto int
+	}{{"resp2", shapeRL, 2}, {"resp3", shapeRL, 3}, {"leaky-resp3", shapeLeaky, 3}, {"throttle", shapeThrottle, 2}} {
+		b.Run(bc.name, func(b *testing.B) {
+			buf := make([]byte, 0, 256)
+			b.ReportAllocs()
+			for b.Loop() {
+				buf = appendDecision(buf[:0], &d, bc.shape, bc.proto)
+			}
+		})
+	}
+}
+
+// BenchmarkPipeline is a pipeline of 100 decisions through the whole
+// command layer and the memory store, without the network: allocations
+// are per pipeline (the store call's deadline), not per decision.
+func BenchmarkPipeline(b *testing.B) {
+	c := offlineClient(fuzzServer(b))
+	var cmds [][][]byte
+	for i := range 100 {
+		cmds = append(cmds, bytesArgs("RL.TOKEN", string(rune('a'+i%26)), "1000000", "1000000", "1s"))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, args := range cmds {
+			c.exec(args)
+		}
+		c.settle()
+		c.out = c.out[:0]
+	}
+}

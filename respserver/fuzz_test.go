@@ -1,0 +1,246 @@
+package respserver
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/policy"
+)
+
+// Fuzz targets for the command layer, beside the named regression table
+// that keeps every input a fuzzer (or a person) found a bug with.
+
+func fuzzServer(t testing.TB) *Server {
+	t.Helper()
+	srv, err := New(Config{Store: memStore(t), Policies: testPolicies(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
+// offlineClient is a connection without a network: exec and settle write
+// into out, which the tests read back.
+func offlineClient(s *Server) *client {
+	return &client{s: s, id: 1, proto: 2, authed: s.cfg.RequirePass == ""}
+}
+
+// run executes commands on c and returns the replies, checking that they
+// are well-formed RESP, one per command.
+func run(t testing.TB, c *client, cmds [][][]byte) []string {
+	t.Helper()
+	want := 0
+	for _, args := range cmds {
+		if c.quit {
+			break
+		}
+		if len(args) > 0 {
+			want++
+		}
+		c.exec(args)
+	}
+	c.settle()
+	rd := bufio.NewReader(bytes.NewReader(c.out))
+	var replies []string
+	for {
+		r, err := readRendered(rd)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("malformed reply after %q: %v", replies, err)
+		}
+		if strings.HasPrefix(r, "-") && !startsWithCode(r[1:]) {
+			t.Fatalf("error reply without a code: %q", r)
+		}
+		replies = append(replies, r)
+	}
+	c.out = c.out[:0]
+	if len(replies) != want {
+		t.Fatalf("%d replies to %d commands: %q", len(replies), want, replies)
+	}
+	return replies
+}
+
+func startsWithCode(msg string) bool {
+	code, _, _ := strings.Cut(msg, " ")
+	return code != "" && strings.ToUpper(code) == code
+}
+
+// splitCommands reads fuzz input as lines of space-separated arguments.
+func splitCommands(data []byte) [][][]byte {
+	var cmds [][][]byte
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		var args [][]byte
+		for _, a := range bytes.Split(line, []byte(" ")) {
+			if len(a) > 0 {
+				args = append(args, bytes.Clone(a)) // the server may keep keys
+			}
+		}
+		cmds = append(cmds, args)
+	}
+	return cmds
+}
+
+// transcriptSeeds are the commands of every transcript.
+func transcriptSeeds(t testing.TB) []string {
+	files, _ := filepath.Glob(filepath.Join("testdata", "*.txt"))
+	var seeds []string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			if cmd, ok := strings.CutPrefix(l, "> "); ok && !strings.Contains(cmd, "@repeat") && !strings.Contains(cmd, `"`) {
+				seeds = append(seeds, cmd)
+			}
+		}
+	}
+	return seeds
+}
+
+func FuzzCommand(f *testing.F) {
+	for _, s := range transcriptSeeds(f) {
+		f.Add([]byte(s))
+	}
+	for _, r := range regressions {
+		f.Add([]byte(strings.Join(r.cmds, "\n")))
+	}
+	srv := fuzzServer(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		run(t, offlineClient(srv), splitCommands(data))
+	})
+}
+
+// FuzzFrames feeds raw bytes through redcon's reader and the command
+// layer: a frame no parser expected must not take the process down.
+func FuzzFrames(f *testing.F) {
+	for _, s := range []string{
+		"*1\r\n$4\r\nPING\r\n",
+		"*4\r\n$8\r\nRL.FIXED\r\n$1\r\nk\r\n$2\r\n10\r\n$2\r\n1m\r\n",
+		"*2\r\n$4\r\nECHO\r\nhello\r\n",
+		"*-1\r\n", "*0\r\n", "$5\r\nhello\r\n", "PING\r\nRL.GCRA k 1 1 1s\r\n",
+		"ECHO \"a\\x00b\"\r\n", "*2\r\n$4\r\nECHO\r\n$99999999999\r\n", "\x00\xff\r\n",
+		"*3\r\n$8\r\nRL.FIXED\r\n$1\r\nk",
+	} {
+		f.Add([]byte(s))
+	}
+	srv := fuzzServer(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		rd := redcon.NewReader(bytes.NewReader(data))
+		c := offlineClient(srv)
+		for range 1000 {
+			cmds, err := rd.ReadCommands()
+			if err != nil {
+				return
+			}
+			batch := make([][][]byte, len(cmds))
+			for i := range cmds {
+				batch[i] = cmds[i].Args
+			}
+			run(t, c, batch)
+			if c.quit {
+				return
+			}
+		}
+	})
+}
+
+// FuzzArgs checks the argument parsers: they never panic, a period they
+// accept agrees with time.ParseDuration where that reads it too, and a
+// quoted value is one short line.
+func FuzzArgs(f *testing.F) {
+	for _, s := range []string{"0", "1", "-1", "9223372036854775807", "9223372036854775808", "1.5", "NaN", "inf", "+1", " 1",
+		"500ms", "1s", "1m", "1h", "1d", "1h30m", "1.5s", "1d12h", "60", "-1s", "1x", "", "1e3s", ".5s", "5.s", "99999999999999999999h", "µs", "1µs"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		b := []byte(s)
+		if n, why := parseInt(b); why == "" {
+			if got := itoa(n); got != s {
+				t.Errorf("parseInt(%q) = %d, which prints as %q", s, n, got)
+			}
+		}
+		d, err := policy.ParseDuration(s)
+		if err == nil && d < 0 {
+			t.Errorf("ParseDuration(%q) = %v, negative", s, d)
+		}
+		if std, stdErr := time.ParseDuration(s); stdErr == nil && err == nil && !strings.Contains(s, "d") && std != d && fracDigits(s) < 15 {
+			t.Errorf("ParseDuration(%q) = %v, time.ParseDuration = %v", s, d, std)
+		}
+		if p, why := parsePeriod(b); why == "" && (p < engine.MinPeriod || p > engine.MaxPeriod) {
+			t.Errorf("parsePeriod(%q) = %v, out of bounds", s, p)
+		}
+		q := quote(b)
+		if strings.ContainsAny(q, "\r\n") || len(q) > 4*maxQuoted+40 {
+			t.Errorf("quote(%q) = %q", s, q)
+		}
+	})
+}
+
+func fracDigits(s string) int {
+	n, in := 0, false
+	for _, c := range s {
+		switch {
+		case c == '.':
+			in = true
+		case c >= '0' && c <= '9':
+			if in {
+				n++
+			}
+		default:
+			in = false
+		}
+	}
+	return n
+}
+
+// regressions are inputs that once went wrong, by name, with the replies
+// they must get.
+var regressions = []struct {
+	name    string
+	cmds    []string
+	replies []string
+}{
+	{"throttle quantity over burst takes nothing", []string{"CL.THROTTLE q 1 1 10 5", "CL.THROTTLE q 1 1 10 2"},
+		[]string{"[1, 2, 2, -1, 0]", "[0, 2, 0, -1, 20]"}},
+	{"throttle negative burst with a big quantity names max_burst", []string{"CL.THROTTLE q -5 1 10 100"},
+		[]string{"-ERR invalid max_burst -5: must be between 0 and 999999999999"}},
+	{"an empty command line is no command", []string{""}, nil},
+	{"a period one byte past the bound", []string{"RL.FIXED k 1 3650d1ns"}, []string{"-ERR invalid period '3650d1ns': must be between 1ms and 3650d"}},
+	{"a fraction of a day", []string{"RL.FIXED k 1 0.5d"}, []string{"[1, 1, 0, 0, 43200000]"}},
+	{"peek only as the last argument", []string{"RL.FIXED k 1 1s PEEK 1"}, []string{"-ERR invalid option '1': expected PEEK"}},
+	// Found by FuzzArgs (testdata/fuzz/FuzzArgs/81476e3145e0ed8c).
+	{"leading zeros are not an integer, as in Redis", []string{"RL.FIXED k 0010 1s", "CL.THROTTLE k -0 1 1"},
+		[]string{"-ERR invalid limit '0010': must be an integer", "-ERR invalid max_burst '-0': must be an integer"}},
+	{"commands after QUIT are not run", []string{"QUIT", "PING"}, []string{"+OK"}},
+	{"a long unknown name is cut at 128 bytes", []string{strings.Repeat("x", 200)},
+		[]string{"-ERR unknown command '" + strings.Repeat("x", 128) + "', with args beginning with: "}},
+}
+
+func TestRegressions(t *testing.T) {
+	srv := fuzzServer(t)
+	for _, r := range regressions {
+		t.Run(r.name, func(t *testing.T) {
+			var cmds [][][]byte
+			for _, c := range r.cmds {
+				cmds = append(cmds, splitCommands([]byte(c))...)
+			}
+			got := run(t, offlineClient(srv), cmds)
+			if strings.Join(got, "\n") != strings.Join(r.replies, "\n") {
+				t.Errorf("got  %q\nwant %q", got, r.replies)
+			}
+		})
+	}
+}

@@ -1,0 +1,404 @@
+package respserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+func memStore(t testing.TB) *engine.MemoryStore {
+	t.Helper()
+	m, err := engine.NewMemoryStore(engine.MemoryConfig{Now: newPinnedClock().Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// fakeStore records the batches it is given and can be told to fail or
+// to block until released.
+type fakeStore struct {
+	inner   engine.Store
+	mu      sync.Mutex
+	batches []int // guarded by mu
+	err     error // guarded by mu
+	gate    chan struct{}
+	entered chan struct{}
+}
+
+func (f *fakeStore) Decide(ctx context.Context, reqs []engine.Request, res []engine.Result) error {
+	if f.entered != nil {
+		f.entered <- struct{}{}
+	}
+	if f.gate != nil {
+		<-f.gate
+	}
+	f.mu.Lock()
+	f.batches = append(f.batches, len(reqs))
+	err := f.err
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return f.inner.Decide(ctx, reqs, res)
+}
+
+func (f *fakeStore) Reset(ctx context.Context, key string) error {
+	f.mu.Lock()
+	err := f.err
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return f.inner.Reset(ctx, key)
+}
+
+func TestNewConfig(t *testing.T) {
+	if _, err := New(Config{}); err == nil {
+		t.Error("New without a Store: want an error")
+	}
+	if _, err := New(Config{Store: memStore(t), MaxConns: -1}); err == nil {
+		t.Error("New with a negative limit: want an error")
+	}
+}
+
+// A whole pipeline of decisions reaches the store as one batch (or as few
+// as the reads that carried it), and the replies keep its order.
+func TestPipelineIsOneBatch(t *testing.T) {
+	fs := &fakeStore{inner: memStore(t)}
+	_, addr := startServer(t, Config{Store: fs})
+	c := dialTest(t, addr)
+	const n = 50
+	var pipe []byte
+	for i := range n {
+		pipe = append(pipe, encodeCommand(bytesArgs("RL.FIXED", fmt.Sprint("k", i%5), "5", "1m"))...)
+	}
+	c.send(t, pipe)
+	for i := range n {
+		got, err := c.reply(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("[1, 5, %d, 0, 60000]", 4-i/5)
+		if i >= 25 {
+			want = "[0, 5, 0, 60000, 60000]"
+		}
+		if got != want {
+			t.Fatalf("reply %d = %s, want %s", i, got, want)
+		}
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	sum, largest := 0, 0
+	for _, b := range fs.batches {
+		sum += b
+		largest = max(largest, b)
+	}
+	if sum != n || largest < 2 {
+		t.Errorf("batches %v: want %d requests in total, several in one batch", fs.batches, n)
+	}
+}
+
+// 10,000 pipelined commands, every tenth of them an error, are all
+// answered in order.
+func TestTenThousandPipelined(t *testing.T) {
+	_, addr := startServer(t, Config{Store: memStore(t)})
+	c := dialTest(t, addr)
+	const n = 10_000
+	var pipe []byte
+	for i := range n {
+		if i%10 == 9 {
+			pipe = append(pipe, encodeCommand(bytesArgs("RL.FIXED", "k", "x", "1m"))...)
+		} else {
+			pipe = append(pipe, encodeCommand(bytesArgs("RL.FIXED", "k", "5000", "1m"))...)
+		}
+	}
+	done := make(chan struct{})
+	go func() { // write while reading, as a real client would
+		defer close(done)
+		_, _ = c.nc.Write(pipe)
+	}()
+	allowed := 0
+	for i := range n {
+		got, err := c.reply(t)
+		if err != nil {
+			t.Fatalf("reply %d: %v", i, err)
+		}
+		switch {
+		case i%10 == 9:
+			if got != "-ERR invalid limit 'x': must be an integer" {
+				t.Fatalf("reply %d = %s, want the error", i, got)
+			}
+		case strings.HasPrefix(got, "[1, 5000, "):
+			allowed++
+		case !strings.HasPrefix(got, "[0, 5000, 0, "):
+			t.Fatalf("reply %d = %s", i, got)
+		}
+	}
+	<-done
+	if allowed != 5000 {
+		t.Errorf("allowed %d, want 5000", allowed)
+	}
+}
+
+func TestStoreErrorIsAnErrReply(t *testing.T) {
+	fs := &fakeStore{inner: memStore(t), err: errors.New("upstream: dial tcp 127.0.0.1:1: connection refused")}
+	_, addr := startServer(t, Config{Store: fs})
+	c := dialTest(t, addr)
+	c.send(t, append(encodeCommand(bytesArgs("RL.GCRA", "k", "1", "1", "1s")), encodeCommand(bytesArgs("RL.RESET", "k"))...))
+	for _, want := range []string{
+		"-ERR upstream: dial tcp 127.0.0.1:1: connection refused",
+		"-ERR upstream: dial tcp 127.0.0.1:1: connection refused",
+	} {
+		if got, err := c.reply(t); err != nil || got != want {
+			t.Fatalf("got %q, %v; want %q", got, err, want)
+		}
+	}
+	fs.mu.Lock()
+	fs.err = nil
+	fs.mu.Unlock()
+	c.send(t, encodeCommand(bytesArgs("RL.GCRA", "k", "1", "1", "1s")))
+	if got, err := c.reply(t); err != nil || got != "[1, 2, 1, 0, 1000]" {
+		t.Fatalf("after recovery: %q, %v", got, err)
+	}
+}
+
+// Shutdown answers a request already read before it closes the connection,
+// and stops accepting new ones at once.
+func TestShutdownDrains(t *testing.T) {
+	fs := &fakeStore{inner: memStore(t), gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	srv, err := New(Config{Store: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	busy := dialTest(t, ln.Addr().String())
+	idle := dialTest(t, ln.Addr().String())
+	idle.send(t, encodeCommand(bytesArgs("PING")))
+	if got, _ := idle.reply(t); got != "+PONG" {
+		t.Fatalf("PING = %q", got)
+	}
+	busy.send(t, encodeCommand(bytesArgs("RL.FIXED", "k", "1", "1m")))
+	<-fs.entered // the request is read and inside the store
+
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(context.Background()) }()
+	if _, err := idle.reply(t); err == nil {
+		t.Error("the idle connection was not closed")
+	}
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned %v before the request was answered", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		if n, _ := c.Read(make([]byte, 1)); n > 0 {
+			t.Error("a new connection was served during Shutdown")
+		}
+		c.Close()
+	}
+	close(fs.gate)
+	if got, err := busy.reply(t); err != nil || got != "[1, 1, 0, 0, 60000]" {
+		t.Fatalf("the drained reply = %q, %v", got, err)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if _, err := busy.reply(t); err == nil {
+		t.Error("the busy connection stayed open after its reply")
+	}
+	if err := <-served; !errors.Is(err, ErrServerClosed) {
+		t.Errorf("Serve = %v, want ErrServerClosed", err)
+	}
+}
+
+func TestShutdownGivesUpAtDeadline(t *testing.T) {
+	fs := &fakeStore{inner: memStore(t), gate: make(chan struct{}), entered: make(chan struct{}, 1)}
+	srv, err := New(Config{Store: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	c := dialTest(t, ln.Addr().String())
+	c.send(t, encodeCommand(bytesArgs("RL.FIXED", "k", "1", "1m")))
+	<-fs.entered
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := srv.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown = %v, want DeadlineExceeded", err)
+	}
+	close(fs.gate)
+	if err := <-served; !errors.Is(err, ErrServerClosed) {
+		t.Errorf("Serve = %v, want ErrServerClosed", err)
+	}
+}
+
+func TestServeAfterShutdown(t *testing.T) {
+	srv, err := New(Config{Store: memStore(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := srv.Serve(ln); !errors.Is(err, ErrServerClosed) {
+		t.Errorf("Serve after Close = %v", err)
+	}
+}
+
+// A client that sends more than MaxRequestBytes without completing a
+// command is cut off; the others carry on.
+func TestRequestTooLarge(t *testing.T) {
+	_, addr := startServer(t, Config{Store: memStore(t), MaxRequestBytes: 64 << 10})
+	big := dialTest(t, addr)
+	other := dialTest(t, addr)
+	// A 1 MB argument fits nowhere under a 64 KiB limit.
+	big.send(t, []byte("*2\r\n$4\r\nECHO\r\n$1048576\r\n"))
+	_, _ = big.nc.Write(bytes.Repeat([]byte("a"), 128<<10))
+	got, err := big.reply(t)
+	if err != nil || got != "-ERR Protocol error: request larger than the server's limit" {
+		t.Fatalf("got %q, %v", got, err)
+	}
+	if _, err := big.reply(t); err == nil {
+		t.Error("connection still open")
+	}
+	other.send(t, encodeCommand(bytesArgs("PING")))
+	if got, err := other.reply(t); err != nil || got != "+PONG" {
+		t.Errorf("other connection: %q, %v", got, err)
+	}
+}
+
+// The default limit admits a 1 MB argument, which then gets an ERR that
+// names it.
+func TestMegabyteArgument(t *testing.T) {
+	_, addr := startServer(t, Config{Store: memStore(t)})
+	c := dialTest(t, addr)
+	go func() { _, _ = c.nc.Write(encodeCommand(bytesArgs("RL.FIXED", strings.Repeat("k", 1<<20), "10", "1s"))) }()
+	if got, err := c.reply(t); err != nil || got != "-ERR invalid key of 1048576 bytes: must be at most 1024 bytes" {
+		t.Fatalf("got %q, %v", got, err)
+	}
+}
+
+func TestMaxConns(t *testing.T) {
+	_, addr := startServer(t, Config{Store: memStore(t), MaxConns: 1})
+	first := dialTest(t, addr)
+	first.send(t, encodeCommand(bytesArgs("PING")))
+	if got, _ := first.reply(t); got != "+PONG" {
+		t.Fatalf("PING = %q", got)
+	}
+	second := dialTest(t, addr)
+	if got, _ := second.reply(t); got != "-ERR max number of clients reached" {
+		t.Errorf("second connection got %q", got)
+	}
+}
+
+// A client that goes away mid-frame, or mid-pipeline, harms nobody.
+func TestClientVanishes(t *testing.T) {
+	srv, addr := startServer(t, Config{Store: memStore(t)})
+	for _, raw := range []string{"*3\r\n$8\r\nRL.FIXED\r\n$1\r\nk", "*1\r\n", "\x00\x01\x02", strings.Repeat("*1\r\n$4\r\nPING\r\n", 1000)} {
+		c := dialTest(t, addr)
+		c.send(t, []byte(raw))
+		c.nc.Close()
+	}
+	c := dialTest(t, addr)
+	c.send(t, encodeCommand(bytesArgs("PING")))
+	if got, err := c.reply(t); err != nil || got != "+PONG" {
+		t.Fatalf("PING = %q, %v", got, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		srv.mu.Lock()
+		n := len(srv.conns)
+		srv.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections tracked, want 1", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Many connections deciding on one key together admit exactly the limit.
+func TestConcurrentConnections(t *testing.T) {
+	_, addr := startServer(t, Config{Store: memStore(t)})
+	const conns, each, limit = 8, 100, 500
+	var wg sync.WaitGroup
+	allowed := make(chan int, conns)
+	errs := make(chan error, conns)
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer nc.Close()
+			c := &testConn{nc: nc, rd: newReader(nc)}
+			n := 0
+			for range each {
+				if _, err := nc.Write(encodeCommand(bytesArgs("RL.SLIDING", "shared", fmt.Sprint(limit), "1h"))); err != nil {
+					errs <- err
+					return
+				}
+				got, err := readRendered(c.rd)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if strings.HasPrefix(got, "[1,") {
+					n++
+				}
+			}
+			allowed <- n
+		}()
+	}
+	wg.Wait()
+	close(allowed)
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	total := 0
+	for n := range allowed {
+		total += n
+	}
+	if total != limit {
+		t.Errorf("allowed %d, want %d", total, limit)
+	}
+}
+
+func bytesArgs(args ...string) [][]byte {
+	out := make([][]byte, len(args))
+	for i, a := range args {
+		out[i] = []byte(a)
+	}
+	return out
+}
