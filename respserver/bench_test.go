@@ -11,25 +11,20 @@ import (
 
 func BenchmarkParse(b *testing.B) {
 	c := offlineClient(fuzzServer(b))
-	args := bytesArgs("RL.GCRA", "user:1234", "20", "100", "1m", "1")
-	cmd := lookup(args[0])
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, _, msg := cmd.parse(c, args); msg != "" {
-			b.Fatal(msg)
-		}
-	}
-}
-
-func BenchmarkParseThrottle(b *testing.B) {
-	c := offlineClient(fuzzServer(b))
-	args := bytesArgs("CL.THROTTLE", "user:1234", "15", "30", "60", "1")
-	cmd := lookup(args[0])
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, _, msg := cmd.parse(c, args); msg != "" {
-			b.Fatal(msg)
-		}
+	for _, args := range [][][]byte{
+		bytesArgs("RL.GCRA", "user:1234", "20", "100", "1m", "1"),
+		bytesArgs("CL.THROTTLE", "user:1234", "15", "30", "60", "1"),
+		bytesArgs("RL.ALLOW", "api", "user:1234"), // allocates the prefixed key
+	} {
+		b.Run(string(args[0]), func(b *testing.B) {
+			cmd := lookup(args[0])
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, msg := cmd.parse(c, args); msg != "" {
+					b.Fatal(msg)
+				}
+			}
+		})
 	}
 }
 

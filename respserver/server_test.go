@@ -171,9 +171,10 @@ func TestStoreErrorIsAnErrReply(t *testing.T) {
 	}
 }
 
-// Shutdown answers a request already read before it closes the connection,
-// and stops accepting new ones at once.
-func TestShutdownDrains(t *testing.T) {
+// serveGated serves a store whose Decide waits for fs.gate, and which
+// signals fs.entered when a batch reaches it. The test shuts it down.
+func serveGated(t *testing.T) (*Server, net.Listener, *fakeStore, chan error) {
+	t.Helper()
 	fs := &fakeStore{inner: memStore(t), gate: make(chan struct{}), entered: make(chan struct{}, 1)}
 	srv, err := New(Config{Store: fs})
 	if err != nil {
@@ -185,6 +186,13 @@ func TestShutdownDrains(t *testing.T) {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	return srv, ln, fs, served
+}
+
+// Shutdown answers a request already read before it closes the connection,
+// and stops accepting new ones at once.
+func TestShutdownDrains(t *testing.T) {
+	srv, ln, fs, served := serveGated(t)
 	busy := dialTest(t, ln.Addr().String())
 	idle := dialTest(t, ln.Addr().String())
 	idle.send(t, encodeCommand(bytesArgs("PING")))
@@ -227,17 +235,7 @@ func TestShutdownDrains(t *testing.T) {
 }
 
 func TestShutdownGivesUpAtDeadline(t *testing.T) {
-	fs := &fakeStore{inner: memStore(t), gate: make(chan struct{}), entered: make(chan struct{}, 1)}
-	srv, err := New(Config{Store: fs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	srv, ln, fs, served := serveGated(t)
 	c := dialTest(t, ln.Addr().String())
 	c.send(t, encodeCommand(bytesArgs("RL.FIXED", "k", "1", "1m")))
 	<-fs.entered
@@ -297,7 +295,9 @@ func TestRequestTooLarge(t *testing.T) {
 func TestMegabyteArgument(t *testing.T) {
 	_, addr := startServer(t, Config{Store: memStore(t)})
 	c := dialTest(t, addr)
-	go func() { _, _ = c.nc.Write(encodeCommand(bytesArgs("RL.FIXED", strings.Repeat("k", 1<<20), "10", "1s"))) }()
+	go func() {
+		_, _ = c.nc.Write(encodeCommand(bytesArgs("RL.FIXED", strings.Repeat("k", 1<<20), "10", "1s")))
+	}()
 	if got, err := c.reply(t); err != nil || got != "-ERR invalid key of 1048576 bytes: must be at most 1024 bytes" {
 		t.Fatalf("got %q, %v", got, err)
 	}
