@@ -248,15 +248,8 @@ func parsePolicy(file, name string, key, node *yaml.Node) (engine.Policy, error)
 		if errors.As(err, &pe) {
 			field = pe.Param
 			if seen[field] == nil { // the engine's name for a field given under its other name
-				switch field {
-				case "rate":
-					field = "limit"
-				case "limit":
-					field = "rate"
-				case "burst":
-					field = "capacity"
-				case "capacity":
-					field = "burst"
+				if other := alias[field]; seen[other] != nil {
+					field = other
 				}
 			}
 			if seen[field] == nil {
@@ -268,6 +261,9 @@ func parsePolicy(file, name string, key, node *yaml.Node) (engine.Policy, error)
 	}
 	return p, nil
 }
+
+// alias pairs the two names of one field.
+var alias = map[string]string{"rate": "limit", "limit": "rate", "burst": "capacity", "capacity": "burst"}
 
 // reason is a ParamError's reason, or the error's text.
 func reason(err error) string {

@@ -1,0 +1,161 @@
+package policy
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+func TestLoadExample(t *testing.T) {
+	set, err := Load(filepath.Join("testdata", "policies.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]engine.Policy{
+		"api":      {Name: "api", Prefix: "api:", Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 100, Period: time.Minute, Burst: 20}},
+		"login":    {Name: "login", Prefix: "login:", Limit: engine.Limit{Algorithm: engine.SlidingLog, Rate: 5, Period: 15 * time.Minute}},
+		"search":   {Name: "search", Prefix: "search:", Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 1000, Period: time.Hour}},
+		"reports":  {Name: "reports", Prefix: "reports:", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 10, Period: 24 * time.Hour}},
+		"uploads":  {Name: "uploads", Prefix: "up/", Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 10, Period: time.Second, Burst: 50}},
+		"webhooks": {Name: "webhooks", Prefix: "webhooks:", Limit: engine.Limit{Algorithm: engine.LeakyBucket, Rate: 5, Period: time.Second, Burst: 20}},
+	}
+	if set.Len() != len(want) {
+		t.Errorf("Len = %d, want %d (%v)", set.Len(), len(want), set.Names())
+	}
+	for name, w := range want {
+		got, ok := set.Lookup(name)
+		if !ok || got != w {
+			t.Errorf("Lookup(%q) = %+v, %v; want %+v", name, got, ok, w)
+		}
+	}
+	if _, ok := set.Lookup("nosuch"); ok {
+		t.Error("Lookup(nosuch) found something")
+	}
+	var nilSet *Set
+	if _, ok := nilSet.Lookup("api"); ok {
+		t.Error("a nil Set found something")
+	}
+}
+
+// Each failure mode gets its own fixture and its exact message: the file,
+// the line, the policy and the field.
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"empty file", "", `p.yaml:1: empty file: expected a top-level key "policies"`},
+		{"not yaml", "policies: [\n", `p.yaml:1: did not find expected node content`},
+		{"top level is a list", "- a\n", `p.yaml:1: expected a mapping with the key "policies"`},
+		{"unknown top-level key", "policy:\n  a: {}\n", `p.yaml:1: unknown key "policy": expected "policies"`},
+		{"policies is a list", "policies:\n  - api\n", `p.yaml:2: "policies" must map policy names to policies`},
+		{"policy is a string", "policies:\n  api: gcra\n", `p.yaml:2: policy "api": expected a mapping of fields (algorithm, rate, limit, period, burst, capacity, prefix)`},
+		{"bad name", "policies:\n  \"a b\":\n    algorithm: gcra\n", `p.yaml:2: policy "a b": a name must be 1 to 128 letters, digits or _ - . :`},
+		{"defined twice", "policies:\n  a: {algorithm: fixed, limit: 1, period: 1s}\n  a: {algorithm: fixed, limit: 1, period: 1s}\n",
+			`p.yaml:3: policy "a": defined twice`},
+		{"unknown field", "policies:\n  api:\n    algorithm: gcra\n    rate: 10\n    period: 1s\n    burts: 5\n",
+			`p.yaml:6: policy "api": field burts: unknown field: expected one of algorithm, rate, limit, period, burst, capacity, prefix`},
+		{"field twice", "policies:\n  api:\n    rate: 10\n    rate: 11\n", `p.yaml:4: policy "api": field rate: given twice`},
+		{"field is a list", "policies:\n  api:\n    rate: [1]\n", `p.yaml:3: policy "api": field rate: expected a single value`},
+		{"rate and limit", "policies:\n  api:\n    algorithm: fixed\n    rate: 10\n    limit: 10\n    period: 1s\n",
+			`p.yaml:5: policy "api": field limit: is another name for rate: give one of them`},
+		{"missing algorithm", "policies:\n  api:\n    rate: 10\n", `p.yaml:2: policy "api": field algorithm: missing: give one of fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket, gcra`},
+		{"unknown algorithm", "policies:\n  api:\n    algorithm: bucket\n", `p.yaml:3: policy "api": field algorithm: "bucket" must be one of fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra`},
+		{"rate not a number", "policies:\n  api:\n    algorithm: gcra\n    rate: lots\n", `p.yaml:4: policy "api": field rate: "lots" is not a whole number`},
+		{"rate a fraction", "policies:\n  api:\n    algorithm: gcra\n    rate: 1.5\n", `p.yaml:4: policy "api": field rate: "1.5" is not a whole number`},
+		{"missing rate", "policies:\n  api:\n    algorithm: gcra\n    period: 1s\n", `p.yaml:2: policy "api": field rate: missing: how many units a period admits (rate, or limit)`},
+		{"missing period", "policies:\n  api:\n    algorithm: gcra\n    rate: 1\n", `p.yaml:2: policy "api": field period: missing: give a duration such as 1s, 1m, 1h or 1d`},
+		{"bare period", "policies:\n  api:\n    algorithm: gcra\n    rate: 1\n    period: 60\n",
+			`p.yaml:5: policy "api": field period: "60" needs a unit: did you mean 60s (seconds) or 60ms (milliseconds)?`},
+		{"bad period", "policies:\n  api:\n    algorithm: gcra\n    rate: 1\n    period: soon\n",
+			`p.yaml:5: policy "api": field period: "soon" must be a duration with a unit, such as 500ms, 1s, 1m, 1h, 1d or 1h30m`},
+		{"period too short", "policies:\n  api:\n    algorithm: gcra\n    rate: 1\n    period: 1us\n",
+			`p.yaml:5: policy "api": field period: 1µs must be between 1ms and 3650 days`},
+		{"rate zero", "policies:\n  api:\n    algorithm: fixed\n    limit: 0\n    period: 1s\n",
+			`p.yaml:4: policy "api": field limit: 0 must be between 1 and 1000000000000`},
+		{"burst on a window", "policies:\n  api:\n    algorithm: fixed\n    limit: 5\n    period: 1s\n    burst: 2\n",
+			`p.yaml:6: policy "api": field burst: 2 the fixed_window algorithm takes no burst`},
+		{"token bucket without capacity", "policies:\n  up:\n    algorithm: token\n    rate: 5\n    period: 1s\n",
+			`p.yaml:2: policy "up": field capacity: missing: it must be between 1 and 1000000000000`},
+		{"capacity under its other name", "policies:\n  up:\n    algorithm: token\n    rate: 5\n    period: 1s\n    burst: -1\n",
+			`p.yaml:6: policy "up": field burst: -1 must be between 1 and 1000000000000`},
+		{"rate too fast", "policies:\n  api:\n    algorithm: gcra\n    rate: 2000000\n    period: 1s\n",
+			`p.yaml:4: policy "api": field rate: 2000000 more than one per microsecond over period 1s`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("p.yaml", []byte(tc.yaml))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if err.Error() != tc.want {
+				t.Errorf("got  %s\nwant %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseEmptyPolicies(t *testing.T) {
+	set, err := Parse("p.yaml", []byte("policies:\n"))
+	if err != nil || set.Len() != 0 {
+		t.Fatalf("Parse = %v, %v", set, err)
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "none.yaml"))
+	if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), "none.yaml") {
+		t.Errorf("Load = %v", err)
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		err  error
+	}{
+		{"500ms", 500 * time.Millisecond, nil},
+		{"1s", time.Second, nil},
+		{"1m", time.Minute, nil},
+		{"1h", time.Hour, nil},
+		{"1d", 24 * time.Hour, nil},
+		{"1h30m", 90 * time.Minute, nil},
+		{"1d12h", 36 * time.Hour, nil},
+		{"1.5s", 1500 * time.Millisecond, nil},
+		{".5d", 12 * time.Hour, nil},
+		{"10us", 10 * time.Microsecond, nil},
+		{"10µs", 10 * time.Microsecond, nil},
+		{"0s", 0, nil},
+		{"60", 0, ErrDurationNoUnit},
+		{"1h30", 0, ErrDurationNoUnit},
+		{"", 0, ErrDurationSyntax},
+		{"s", 0, ErrDurationSyntax},
+		{"1x", 0, ErrDurationSyntax},
+		{"1 s", 0, ErrDurationSyntax},
+		{"1e3s", 0, ErrDurationSyntax},
+		{"-1s", 0, ErrDurationSign},
+		{"+1s", 0, ErrDurationSign},
+		{"106752d", 0, ErrDurationRange},
+		{"99999999999999999999h", 0, ErrDurationRange},
+		{"9223372036854775807ns", 1<<63 - 1, nil},
+		{"9223372036854775807ns1ns", 0, ErrDurationRange},
+	} {
+		got, err := ParseDuration(tc.in)
+		if got != tc.want || !errors.Is(err, tc.err) {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v, %v", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+func BenchmarkParseDuration(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseDuration("1h30m"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
