@@ -1,0 +1,174 @@
+// Package tests drives the real sluice binary from the outside: built
+// once per run into a temporary directory, started on a free loopback
+// port, on the in-memory store or against a real redis-server, and talked
+// to by real clients: go-redis, redis-cli, redis-py and ioredis.
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/redistest"
+)
+
+var sluiceBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	sluiceBin = filepath.Join(dir, "sluice")
+	build := exec.Command("go", "build", "-o", sluiceBin, "../cmd/sluice")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "tests: building the sluice binary:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// syncBuffer collects a process's output while it runs.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer // guarded by mu
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// sluice is one running binary.
+type sluice struct {
+	Addr string
+	Port int
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	done chan error
+}
+
+// startSluice runs the binary on a free loopback port with args, waits
+// until it answers, and stops it with SIGTERM when the test ends, failing
+// the test if it then does not exit cleanly.
+func startSluice(t *testing.T, args ...string) *sluice {
+	t.Helper()
+	s := &sluice{Port: redistest.FreePort(t), logs: &syncBuffer{}, done: make(chan error, 1)}
+	s.Addr = fmt.Sprintf("127.0.0.1:%d", s.Port)
+	s.cmd = exec.Command(sluiceBin, append([]string{"--listen", s.Addr, "--log-level", "debug"}, args...)...)
+	s.cmd.Env = cleanEnv()
+	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.done <- s.cmd.Wait() }()
+	t.Cleanup(func() { s.stop(t) })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.DialTimeout("tcp", s.Addr, time.Second); err == nil {
+			c.Close()
+			return s
+		}
+		select {
+		case err := <-s.done:
+			s.done <- err
+			t.Fatalf("sluice exited at start: %v\n%s", err, s.logs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sluice did not listen on %s within 10s:\n%s", s.Addr, s.logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (s *sluice) stop(t *testing.T) {
+	t.Helper()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-s.done:
+		s.done <- err
+		if err != nil {
+			t.Errorf("sluice exited with %v after SIGTERM; its log:\n%s", err, s.logs)
+		}
+	case <-time.After(15 * time.Second):
+		_ = s.cmd.Process.Kill()
+		t.Errorf("sluice did not stop within 15s of SIGTERM; its log:\n%s", s.logs)
+	}
+}
+
+// cleanEnv is this process's environment without SLUICE_* settings, so a
+// developer's shell cannot change what a test runs.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SLUICE_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// backend is a store for the binary: the in-memory one, or a fresh
+// redis-server through --upstream.
+type backend struct {
+	name string
+	args func(t *testing.T) []string
+}
+
+var backends = []backend{
+	{"memory", func(*testing.T) []string { return nil }},
+	{"upstream", func(t *testing.T) []string {
+		r := redistest.Start(t)
+		return []string{"--upstream", "redis://" + r.Addr}
+	}},
+}
+
+// writePolicies writes the policies file the tests use.
+func writePolicies(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "policies.yaml")
+	err := os.WriteFile(p, []byte(`policies:
+  api:
+    algorithm: gcra
+    rate: 10
+    period: 1s
+    burst: 4
+  uploads:
+    algorithm: leaky_bucket
+    rate: 2
+    period: 1s
+    capacity: 4
+`), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
