@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -26,9 +25,12 @@ type Server struct {
 	Port int
 	Dir  string
 	cmd  *exec.Cmd
-	argv []string // the command line
-	conf string   // configuration given on standard input, for "redis-server -"
-	tb   testing.TB
+	// exited is closed once cmd has been waited for: alive reads it rather
+	// than cmd.ProcessState, which Wait writes on another goroutine.
+	exited chan struct{}
+	argv   []string // the command line
+	conf   string   // configuration given on standard input, for "redis-server -"
+	tb     testing.TB
 }
 
 // Start runs a redis-server with the given extra configuration directives
@@ -72,7 +74,9 @@ func (s *Server) start() {
 		s.tb.Fatalf("redistest: start redis-server: %v", err)
 	}
 	s.cmd = cmd
-	go func() { _ = cmd.Wait(); _ = logf.Close() }()
+	exited := make(chan struct{})
+	s.exited = exited
+	go func() { _ = cmd.Wait(); _ = logf.Close(); close(exited) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, err := s.Do("PING"); err == nil {
@@ -97,7 +101,12 @@ func (s *Server) Kill() {
 }
 
 func (s *Server) alive() bool {
-	return s.cmd.Process.Signal(syscall.Signal(0)) == nil && s.cmd.ProcessState == nil
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
 }
 
 // Restart starts the server again on the same port and directory, after Kill.
