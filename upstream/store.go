@@ -1,0 +1,445 @@
+// Package upstream is Sluice's Redis store: an engine.Store that decides
+// requests with the scripts of package lua on a central Redis (standalone,
+// Sentinel or Cluster, through go-redis's UniversalClient), so that every
+// sidecar shares one truth and every decision is one atomic script run.
+//
+// A batch is one round trip. On standalone and Sentinel Redis one EVALSHA of
+// the batch script decides the whole batch, so Redis pays its per-command
+// cost once for many decisions. On Cluster the batch is grouped by hash slot,
+// one EVALSHA per slot, all in one pipeline that go-redis splits per node and
+// runs on the nodes in parallel. A Redis that lost its scripts (restarted,
+// SCRIPT FLUSH) answers NOSCRIPT; the store then sends the same calls as EVAL,
+// which loads the scripts again, invisibly to the caller.
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/lua"
+)
+
+// Mode says how a batch is sent to Redis.
+type Mode uint8
+
+const (
+	// BatchScript, the default, decides a batch (on Cluster, each hash
+	// slot's part of it) with one call of the batch script.
+	BatchScript Mode = iota
+	// ScriptPerRequest pipelines one EVALSHA of the algorithm's own script
+	// per request: more work for Redis, kept for comparison and as a
+	// fallback.
+	ScriptPerRequest
+)
+
+// DefaultPrefix starts every Redis key the store writes when
+// Config.Prefix is empty.
+const DefaultPrefix = "sluice:"
+
+// Config configures a Store. Zero values mean the documented defaults.
+type Config struct {
+	// Client reaches Redis: a *redis.Client (standalone, or Sentinel through
+	// a failover client) or a *redis.ClusterClient. Required. A *redis.Ring
+	// is refused: it shards on the client, where one script call cannot
+	// follow.
+	Client redis.UniversalClient
+	// Prefix starts every key. Empty means DefaultPrefix. A request's state
+	// lives at Prefix + "{" + key + "}:" + the algorithm's short name; the
+	// hash tag keeps all of a key's algorithms in one Cluster slot, so a
+	// prefix should hold no '{'.
+	Prefix string
+	// Mode says how a batch is sent; the zero value is BatchScript.
+	Mode Mode
+	// Now pins the clock, for tests only. Nil means Redis's own clock
+	// (TIME), which keeps sidecars with skewed clocks in agreement.
+	Now func() time.Time
+}
+
+// Store decides requests on Redis. It is safe for concurrent use.
+type Store struct {
+	client  redis.UniversalClient
+	cluster bool // client is a *redis.ClusterClient: group batches by slot
+	prefix  string
+	mode    Mode
+	now     func() time.Time
+	bufs    sync.Pool // *buffers
+}
+
+var _ engine.Store = (*Store)(nil)
+
+// New returns a Store over cfg.Client. It does not talk to Redis.
+func New(cfg Config) (*Store, error) {
+	switch cfg.Client.(type) {
+	case nil:
+		return nil, errors.New("upstream: Config.Client is required")
+	case *redis.Ring:
+		return nil, errors.New("upstream: a *redis.Ring shards keys on the client, which one script call cannot follow; use a Redis Cluster")
+	}
+	if cfg.Mode > ScriptPerRequest {
+		return nil, fmt.Errorf("upstream: unknown mode %d", cfg.Mode)
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	_, cluster := cfg.Client.(*redis.ClusterClient)
+	return &Store{client: cfg.Client, cluster: cluster, prefix: cfg.Prefix, mode: cfg.Mode, now: cfg.Now}, nil
+}
+
+// Key returns the Redis key that holds key's state under algorithm a.
+func (s *Store) Key(key string, a engine.Algorithm) string {
+	return s.prefix + "{" + key + "}:" + a.Short()
+}
+
+// call is one script call: a part of a batch (or one request) and where its
+// replies go.
+type call struct {
+	script *lua.Script
+	keys   []string
+	args   []any
+	reqs   []int // indices into the caller's reqs, in order
+	cmd    *redis.Cmd
+}
+
+// buffers is one Decide's scratch space, pooled so that the hot path
+// reuses it.
+type buffers struct {
+	valid []int // indices of the requests to send, in order
+	// Cluster only: the valid requests regrouped by slot (order), each
+	// one's slot, and slot → group number.
+	slotted []slotted
+	order   []int
+	slots   []uint16
+	group   map[uint16]int
+	keys    []string
+	args    []any
+	calls   []call
+}
+
+type slotted struct {
+	group int
+	slot  uint16
+	req   int
+}
+
+func (s *Store) buffers() *buffers {
+	if b, ok := s.bufs.Get().(*buffers); ok {
+		return b
+	}
+	return &buffers{group: map[uint16]int{}}
+}
+
+func (s *Store) release(b *buffers) {
+	clear(b.keys)
+	clear(b.args)
+	clear(b.calls)
+	b.valid, b.slotted, b.slots, b.order = b.valid[:0], b.slotted[:0], b.slots[:0], b.order[:0]
+	b.keys, b.args, b.calls = b.keys[:0], b.args[:0], b.calls[:0]
+	clear(b.group)
+	s.bufs.Put(b)
+}
+
+// Boxed arguments that repeat, so that passing them allocates nothing.
+var (
+	algArgs  [len(algNames)]any
+	peekArgs = [2]any{"0", "1"}
+)
+
+// algNames is each algorithm's short name, which the batch script takes.
+var algNames = [...]string{
+	engine.FixedWindow:   engine.FixedWindow.Short(),
+	engine.SlidingLog:    engine.SlidingLog.Short(),
+	engine.SlidingWindow: engine.SlidingWindow.Short(),
+	engine.TokenBucket:   engine.TokenBucket.Short(),
+	engine.LeakyBucket:   engine.LeakyBucket.Short(),
+	engine.GCRA:          engine.GCRA.Short(),
+}
+
+func init() {
+	for a, name := range algNames {
+		if name != "" {
+			algArgs[a] = name
+		}
+	}
+}
+
+// Decide implements engine.Store. Each request is validated first; an
+// invalid one gets its own error and is not sent. A Redis error that only
+// some requests met (a key of the wrong type) is theirs alone; the returned
+// error means the round trip failed (ctx done, Redis unreachable or unable
+// to serve), and then no result may be trusted.
+func (s *Store) Decide(ctx context.Context, reqs []engine.Request, res []engine.Result) error {
+	b := s.buffers()
+	defer s.release(b)
+	for i := range reqs {
+		if err := reqs[i].Validate(); err != nil {
+			res[i] = engine.Result{Err: err}
+			continue
+		}
+		b.valid = append(b.valid, i)
+	}
+	if len(b.valid) == 0 {
+		return nil
+	}
+	var now any // nil: Redis's clock
+	if s.now != nil {
+		now = s.now().UnixMicro()
+	}
+	s.plan(b, reqs, now)
+	if err := s.run(ctx, b.calls); err != nil {
+		return err
+	}
+	for k := range b.calls {
+		if err := s.collect(&b.calls[k], reqs, res); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// plan turns the valid requests into calls.
+func (s *Store) plan(b *buffers, reqs []engine.Request, now any) {
+	if s.mode == ScriptPerRequest {
+		for _, i := range b.valid {
+			r := &reqs[i]
+			k, a := len(b.keys), len(b.args)
+			b.keys = append(b.keys, s.Key(r.Key, r.Limit.Algorithm))
+			b.args = appendParams(b.args, r)
+			if now != nil {
+				b.args = append(b.args, now)
+			}
+			b.calls = append(b.calls, call{
+				script: lua.Single(r.Limit.Algorithm.Short()),
+				keys:   b.keys[k:len(b.keys):len(b.keys)],
+				args:   b.args[a:len(b.args):len(b.args)],
+				reqs:   b.valid[len(b.calls) : len(b.calls)+1 : len(b.calls)+1],
+			})
+		}
+		return
+	}
+	order := b.valid
+	if s.cluster {
+		order = s.bySlot(b, reqs)
+	}
+	// One call per run of order that shares a slot: the whole batch unless
+	// on Cluster.
+	for start := 0; start < len(order); {
+		end := start + 1
+		for s.cluster && end < len(order) && b.slots[end] == b.slots[start] {
+			end++
+		}
+		k, a := len(b.keys), len(b.args)
+		for _, i := range order[start:end] {
+			r := &reqs[i]
+			b.keys = append(b.keys, s.Key(r.Key, r.Limit.Algorithm))
+			b.args = append(b.args, algArgs[r.Limit.Algorithm])
+			b.args = appendParams(b.args, r)
+		}
+		if now != nil {
+			b.args = append(b.args, now)
+		}
+		b.calls = append(b.calls, call{
+			script: lua.Batch,
+			keys:   b.keys[k:len(b.keys):len(b.keys)],
+			args:   b.args[a:len(b.args):len(b.args)],
+			reqs:   order[start:end:end],
+		})
+		start = end
+	}
+}
+
+// bySlot returns the valid requests grouped by hash slot: the groups in
+// order of first appearance, each in request order (all of a key's
+// requests share a slot, so their order holds). b.slots[k] is then the slot
+// of the k-th one returned.
+func (s *Store) bySlot(b *buffers, reqs []engine.Request) []int {
+	for _, i := range b.valid {
+		r := &reqs[i]
+		slot := Slot(s.Key(r.Key, r.Limit.Algorithm))
+		g, ok := b.group[slot]
+		if !ok {
+			g = len(b.group)
+			b.group[slot] = g
+		}
+		b.slotted = append(b.slotted, slotted{group: g, slot: slot, req: i})
+	}
+	slices.SortStableFunc(b.slotted, func(x, y slotted) int { return x.group - y.group })
+	for _, e := range b.slotted {
+		b.order = append(b.order, e.req)
+		b.slots = append(b.slots, e.slot)
+	}
+	return b.order
+}
+
+// appendParams appends a request's rate, period (µs), burst, cost and peek.
+func appendParams(args []any, r *engine.Request) []any {
+	peek := 0
+	if r.Peek {
+		peek = 1
+	}
+	return append(args, r.Limit.Rate, r.Limit.Period.Microseconds(), r.Limit.Burst, r.Cost, peekArgs[peek])
+}
+
+// run sends the calls in one round trip, then sends again as EVAL, in a
+// second one, those that met NOSCRIPT.
+func (s *Store) run(ctx context.Context, calls []call) error {
+	s.send(ctx, calls, func(p redis.Cmdable, c *call) *redis.Cmd {
+		return p.EvalSha(ctx, c.script.SHA, c.keys, c.args...)
+	})
+	if !hasNoScript(calls) {
+		return nil
+	}
+	// Send every call again that met NOSCRIPT, in order; EVAL loads its
+	// script into the node's cache for the next EVALSHA.
+	retry := make([]call, 0, len(calls))
+	for _, c := range calls {
+		if isNoScript(c.cmd.Err()) {
+			retry = append(retry, c)
+		}
+	}
+	s.send(ctx, retry, func(p redis.Cmdable, c *call) *redis.Cmd {
+		return p.Eval(ctx, c.script.Source, c.keys, c.args...)
+	})
+	for k, j := 0, 0; k < len(calls); k++ {
+		if isNoScript(calls[k].cmd.Err()) {
+			calls[k].cmd = retry[j].cmd
+			j++
+		}
+	}
+	return nil
+}
+
+// send issues one command per call: alone when there is one, else in one
+// pipeline. Errors stay in each call's cmd.
+func (s *Store) send(ctx context.Context, calls []call, issue func(redis.Cmdable, *call) *redis.Cmd) {
+	if len(calls) == 1 {
+		calls[0].cmd = issue(s.client, &calls[0])
+		return
+	}
+	pipe := s.client.Pipeline()
+	for k := range calls {
+		calls[k].cmd = issue(pipe, &calls[k])
+	}
+	_, _ = pipe.Exec(ctx) // each command keeps its own error
+}
+
+func hasNoScript(calls []call) bool {
+	for _, c := range calls {
+		if isNoScript(c.cmd.Err()) {
+			return true
+		}
+	}
+	return false
+}
+
+func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
+
+// unavailable lists the prefixes of Redis errors that mean the server
+// cannot serve at all now, rather than that a request met a problem of its
+// own: they fail the batch, so that the caller falls back as its policy
+// says.
+var unavailable = []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "NOAUTH", "NOPERM", "NOSCRIPT", "OOM"}
+
+// collect turns one call's reply into results. It returns an error only
+// when the call failed as a whole in a way that fails the batch.
+func (s *Store) collect(c *call, reqs []engine.Request, res []engine.Result) error {
+	reply, err := c.cmd.Slice()
+	if err != nil {
+		var rerr redis.Error
+		if !errors.As(err, &rerr) {
+			return fmt.Errorf("upstream: eval %s: %w", c.script.Name, err)
+		}
+		for _, p := range unavailable {
+			if redis.HasErrorPrefix(err, p) {
+				return fmt.Errorf("upstream: eval %s: %w", c.script.Name, err)
+			}
+		}
+		// The server ran the script and it failed: every request of this
+		// call meets the error (in per-request mode, that is one).
+		for k, i := range c.reqs {
+			res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, c.keys[k], err)}
+		}
+		return nil
+	}
+	n := len(c.reqs)
+	if len(reply) < lua.ReplyFields*n {
+		return fmt.Errorf("upstream: eval %s: want %d integers in the reply, got %d values", c.script.Name, lua.ReplyFields*n, len(reply))
+	}
+	for k, i := range c.reqs {
+		var f [lua.ReplyFields]int64
+		for j := range f {
+			v, ok := reply[lua.ReplyFields*k+j].(int64)
+			if !ok {
+				return fmt.Errorf("upstream: eval %s: reply field %d is %T, want an integer", c.script.Name, lua.ReplyFields*k+j, reply[lua.ReplyFields*k+j])
+			}
+			f[j] = v
+		}
+		if f[0] == -1 {
+			res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, c.keys[k], scriptError(reply, n, f[1]))}
+			continue
+		}
+		res[i] = engine.Result{Decision: engine.Decision{
+			Allowed:    f[0] == 1,
+			Limit:      f[1],
+			Remaining:  f[2],
+			RetryAfter: micros(f[3]),
+			ResetAfter: micros(f[4]),
+			Delay:      micros(f[5]),
+		}}
+	}
+	return nil
+}
+
+// scriptError is the message a batch reply holds for a request that failed:
+// the k-th (1-based) after the n requests' integers.
+func scriptError(reply []any, n int, k int64) error {
+	at := lua.ReplyFields*n + int(k) - 1
+	if k < 1 || at >= len(reply) {
+		return fmt.Errorf("script error %d missing from the reply", k)
+	}
+	msg, _ := reply[at].(string)
+	return errors.New(strings.TrimSpace(msg))
+}
+
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+// Reset implements engine.Store: it deletes key's state under every
+// algorithm in one command.
+func (s *Store) Reset(ctx context.Context, key string) error {
+	keys := make([]string, len(engine.Algorithms))
+	for k, a := range engine.Algorithms {
+		keys[k] = s.Key(key, a)
+	}
+	if s.cluster && !sameSlot(keys) {
+		// Only a key whose hash tag is empty (it starts with '}') spreads
+		// its algorithms over slots; delete them one by one.
+		pipe := s.client.Pipeline()
+		for _, k := range keys {
+			pipe.Del(ctx, k)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("upstream: reset %q: %w", key, err)
+		}
+		return nil
+	}
+	if err := s.client.Del(ctx, keys...).Err(); err != nil {
+		return fmt.Errorf("upstream: reset %q: %w", key, err)
+	}
+	return nil
+}
+
+func sameSlot(keys []string) bool {
+	for _, k := range keys[1:] {
+		if Slot(k) != Slot(keys[0]) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,504 @@
+package upstream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/enginetest"
+	"github.com/sluice-rl/sluice/upstream"
+)
+
+// TestConformance runs the shared conformance tables against Redis, through
+// the batch script and through the per-request scripts, standalone and on
+// Cluster, checking after every operation that every key has a TTL.
+func TestConformance(t *testing.T) {
+	eachTopologyAndMode(t, func(t *testing.T, top topology, m mode) {
+		prefix := "conf-" + m.name + ":"
+		enginetest.Run(t, func(t *testing.T, now func() time.Time) engine.Store {
+			s := newStore(t, upstream.Config{Client: top.client, Prefix: prefix, Mode: m.mode, Now: now})
+			return &ttlChecked{Store: s, tb: t, client: top.client, pattern: prefix + "*"}
+		})
+	})
+}
+
+// differential runs seed's random scenario against the memory store and
+// against Redis in each mode, with the clock pinned.
+func differential(tb testing.TB, client redis.UniversalClient, name string, seed []byte, checkTTL bool) {
+	tb.Helper()
+	for _, m := range modes {
+		clock := enginetest.NewClock(enginetest.Epoch)
+		mem, err := engine.NewMemoryStore(engine.MemoryConfig{Now: clock.Now})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		prefix := "diff-" + m.name + ":"
+		var red engine.Store = newStore(tb, upstream.Config{Client: client, Prefix: prefix, Mode: m.mode, Now: clock.Now})
+		if checkTTL {
+			red = &ttlChecked{Store: red, tb: tb, client: client, pattern: prefix + "{" + name + ":*"}
+		}
+		enginetest.Differential(tb, mem, red, clock, name, seed)
+	}
+}
+
+// seeds is the fuzz target's seed corpus and the differential test's
+// named regressions.
+var seeds = []string{"", "a", "gcra", "window edge", "\x00\xff\x10", "sliding", "token", "leaky", "log"}
+
+func TestDifferential(t *testing.T) {
+	_, client := standalone(t)
+	n := 400
+	if testing.Short() {
+		n = 50
+	}
+	for i := range n {
+		seed := fmt.Appendf(nil, "random-%d", i)
+		if i < len(seeds) {
+			seed = []byte(seeds[i])
+		}
+		differential(t, client, fmt.Sprintf("t%d", i), seed, i%10 == 0)
+		if t.Failed() {
+			t.Fatalf("seed %q", seed)
+		}
+	}
+}
+
+func TestDifferentialCluster(t *testing.T) {
+	client, _ := cluster(t)
+	for i := range 60 {
+		differential(t, client, fmt.Sprintf("c%d", i), fmt.Appendf(nil, "cluster-%d", i), i%10 == 0)
+		if t.Failed() {
+			t.Fatalf("seed cluster-%d", i)
+		}
+	}
+}
+
+// FuzzDifferentialRedis: random parameters and operation sequences decide
+// the same on Redis (both modes) as in memory.
+func FuzzDifferentialRedis(f *testing.F) {
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	_, client := standalone(f)
+	var n atomic.Int64
+	f.Fuzz(func(t *testing.T, seed []byte) {
+		differential(t, client, fmt.Sprintf("f%d", n.Add(1)), seed, false)
+	})
+}
+
+// TestBatchMatchesMemory sends many requests on a few keys, of every
+// algorithm at once, as one batch, and compares with the memory store fed
+// the same batch.
+func TestBatchMatchesMemory(t *testing.T) {
+	eachTopologyAndMode(t, func(t *testing.T, top topology, m mode) {
+		clock := enginetest.NewClock(enginetest.Epoch)
+		red := newStore(t, upstream.Config{Client: top.client, Mode: m.mode, Prefix: "batch-" + m.name + ":", Now: clock.Now})
+		var reqs []engine.Request
+		for i := range 300 {
+			alg := engine.Algorithms[i%len(engine.Algorithms)]
+			reqs = append(reqs, engine.Request{
+				Key:   fmt.Sprintf("k%d", i%7),
+				Limit: limitOf(alg, 5, time.Second),
+				Cost:  int64(i % 3),
+				Peek:  i%11 == 0,
+			})
+		}
+		reqs[17].Cost = -1 // an invalid one fails alone
+		sameAsMemory(t, red, clock, 4, func(int) []engine.Request { return reqs }, nil)
+		if keys := keysWithoutTTL(t, top.client, "*"); len(keys) > 0 {
+			t.Fatalf("keys without TTL: %q", keys)
+		}
+	})
+}
+
+// sameAsMemory decides rounds batches on red and on a memory store with the
+// same clock, which advances 90ms after each round and after, calls between.
+func sameAsMemory(t *testing.T, red engine.Store, clock *enginetest.Clock, rounds int, batch func(round int) []engine.Request, between func()) {
+	t.Helper()
+	mem, err := engine.NewMemoryStore(engine.MemoryConfig{Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range rounds {
+		reqs := batch(round)
+		got, want := decide(t, red, reqs...), decide(t, mem, reqs...)
+		for i := range reqs {
+			if (got[i].Err == nil) != (want[i].Err == nil) || got[i].Decision != want[i].Decision {
+				t.Fatalf("round %d, request %d %+v:\nredis  %+v\nmemory %+v", round, i, reqs[i], got[i], want[i])
+			}
+		}
+		if between != nil {
+			between()
+		}
+		clock.Advance(90 * time.Millisecond)
+	}
+}
+
+// TestAtomicity: three clients (three sidecars) with 50 goroutines each on
+// one key admit exactly the limit, on Redis's own clock, when nothing
+// refills within the test.
+//
+// The sliding window counter admits exactly the limit too unless the run
+// straddles a window edge (windows are aligned to the epoch). Its bound: a
+// run of duration d admits at least limit and at most
+// limit + ceil(limit·d/period), because past an edge the previous window's
+// count weighs ceil(prev·(p−e)/p), which falls by at most limit·d/p.
+func TestAtomicity(t *testing.T) {
+	srv, _ := standalone(t)
+	const limit, goroutines, perGoroutine = 100, 50, 3
+	for _, m := range modes {
+		for _, alg := range engine.Algorithms {
+			if alg == engine.LeakyBucket {
+				continue // it shapes, admitting with a delay; covered below
+			}
+			t.Run(m.name+"/"+alg.String(), func(t *testing.T) {
+				l := limitOf(alg, limit, time.Hour)
+				key := "atomic-" + m.name
+				var admitted, failed atomic.Int64
+				var wg sync.WaitGroup
+				start := time.Now()
+				for range 3 {
+					client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: goroutines})
+					defer client.Close()
+					s := newStore(t, upstream.Config{Client: client, Mode: m.mode})
+					for g := range goroutines {
+						wg.Go(func() {
+							// Some goroutines send their requests as one batch.
+							n := 1
+							if g%2 == 0 {
+								n = perGoroutine
+							}
+							for range perGoroutine / n {
+								reqs := make([]engine.Request, n)
+								for i := range reqs {
+									reqs[i] = engine.Request{Key: key, Limit: l, Cost: 1}
+								}
+								res := make([]engine.Result, n)
+								if err := s.Decide(context.Background(), reqs, res); err != nil {
+									failed.Add(1)
+									return
+								}
+								for _, r := range res {
+									if r.Err != nil {
+										failed.Add(1)
+									} else if r.Decision.Allowed {
+										admitted.Add(1)
+									}
+								}
+							}
+						})
+					}
+				}
+				wg.Wait()
+				d := time.Since(start)
+				if failed.Load() > 0 {
+					t.Fatalf("%d requests failed", failed.Load())
+				}
+				got := admitted.Load()
+				if alg == engine.SlidingWindow {
+					bound := limit + int64(math.Ceil(float64(limit)*float64(d)/float64(time.Hour)))
+					if got < limit || got > bound {
+						t.Fatalf("admitted %d of %d in %v; want between %d and %d", got, 3*goroutines*perGoroutine, d, limit, bound)
+					}
+					return
+				}
+				if got != limit {
+					t.Fatalf("admitted %d of %d; want exactly %d", got, 3*goroutines*perGoroutine, limit)
+				}
+			})
+		}
+	}
+}
+
+// TestAtomicityLeaky: the leaky bucket admits exactly its queue and gives
+// each admitted request its own slot: the delays are the distinct
+// multiples of the interval.
+func TestAtomicityLeaky(t *testing.T) {
+	srv, _ := standalone(t)
+	const capacity = 100
+	l := limitOf(engine.LeakyBucket, capacity, time.Hour)
+	var mu sync.Mutex
+	delays := map[time.Duration]bool{} // admitted requests' slots
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 3 {
+		client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 50})
+		defer client.Close()
+		s := newStore(t, upstream.Config{Client: client})
+		for range 50 {
+			wg.Go(func() {
+				for range 2 {
+					res := make([]engine.Result, 1)
+					err := s.Decide(context.Background(), []engine.Request{{Key: "leaky", Limit: l, Cost: 1}}, res)
+					if err != nil || res[0].Err != nil || !res[0].Decision.Allowed {
+						continue
+					}
+					admitted.Add(1)
+					mu.Lock()
+					delays[res[0].Decision.Delay.Round(36*time.Second)] = true
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if admitted.Load() != capacity || len(delays) != capacity {
+		t.Fatalf("admitted %d in %d distinct slots; want %d in as many", admitted.Load(), len(delays), capacity)
+	}
+}
+
+// TestScriptFlush: Redis losing its scripts between decisions costs the
+// caller nothing.
+func TestScriptFlush(t *testing.T) {
+	eachTopologyAndMode(t, func(t *testing.T, top topology, m mode) {
+		clock := enginetest.NewClock(enginetest.Epoch)
+		red := newStore(t, upstream.Config{Client: top.client, Mode: m.mode, Prefix: "flush-" + m.name + ":", Now: clock.Now})
+		sameAsMemory(t, red, clock, 20, func(round int) []engine.Request {
+			var reqs []engine.Request
+			for j, alg := range engine.Algorithms {
+				reqs = append(reqs, engine.Request{Key: fmt.Sprintf("k%d", (round+j)%4), Limit: limitOf(alg, 3, time.Second), Cost: 1})
+			}
+			return reqs
+		}, func() {
+			for _, srv := range top.servers {
+				mustDo(t, srv, "SCRIPT", "FLUSH")
+			}
+		})
+	})
+}
+
+// TestWrongType: a key someone overwrote with another type fails its own
+// request with a clear error; the rest of the batch is decided.
+func TestWrongType(t *testing.T) {
+	srv, client := standalone(t)
+	ctx := context.Background()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			prefix := "wrong-" + m.name + ":"
+			s := newStore(t, upstream.Config{Client: client, Mode: m.mode, Prefix: prefix})
+			bad := s.Key("bad", engine.FixedWindow)
+			garbage := s.Key("garbage", engine.GCRA)
+			mustDo(t, srv, "SET", bad, "a string")
+			mustDo(t, srv, "SET", garbage, "not a number")
+			checked := &ttlChecked{Store: s, tb: t, client: client, pattern: prefix + "*",
+				ignore: map[string]bool{bad: true, garbage: true}}
+			fixed := limitOf(engine.FixedWindow, 3, time.Minute)
+			gcra := limitOf(engine.GCRA, 3, time.Minute)
+			res := decide(t, checked,
+				engine.Request{Key: "good", Limit: fixed, Cost: 1},
+				engine.Request{Key: "bad", Limit: fixed, Cost: 1},
+				engine.Request{Key: "garbage", Limit: gcra, Cost: 1},
+				engine.Request{Key: "good", Limit: fixed, Cost: 1},
+				engine.Request{Key: "good", Limit: gcra, Cost: 1},
+			)
+			for _, i := range []int{0, 3, 4} {
+				if res[i].Err != nil || !res[i].Decision.Allowed {
+					t.Errorf("request %d: %+v; want allowed", i, res[i])
+				}
+			}
+			if res[3].Decision.Remaining != 1 {
+				t.Errorf("request 3: remaining %d; want 1", res[3].Decision.Remaining)
+			}
+			for _, w := range []struct {
+				i    int
+				key  string
+				want string
+			}{{1, bad, "WRONGTYPE Operation against a key holding the wrong kind of value"}, {2, garbage, `holds "not a number", not a number`}} {
+				err := res[w.i].Err
+				if err == nil || !strings.HasPrefix(err.Error(), "upstream: eval ") ||
+					!strings.Contains(err.Error(), w.key) || !strings.Contains(err.Error(), w.want) {
+					t.Errorf("request %d: error %v; want one naming %s and saying %s", w.i, err, w.key, w.want)
+				}
+				if errors.Is(err, engine.ErrInvalid) {
+					t.Errorf("request %d: a store error reads as invalid input: %v", w.i, err)
+				}
+			}
+			if got, _ := srv.Do("GET", bad); got != "a string" {
+				t.Errorf("the foreign key now holds %q", got)
+			}
+			if err := s.Reset(ctx, "bad"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestReset deletes a key's state under every algorithm, also on Cluster
+// and for a key whose hash tag is empty.
+func TestReset(t *testing.T) {
+	eachTopologyAndMode(t, func(t *testing.T, top topology, m mode) {
+		s := newStore(t, upstream.Config{Client: top.client, Mode: m.mode, Prefix: "reset-" + m.name + ":"})
+		for _, key := range []string{"user:1", "}odd", "{x}"} {
+			var reqs []engine.Request
+			for _, alg := range engine.Algorithms {
+				reqs = append(reqs, engine.Request{Key: key, Limit: limitOf(alg, 1, time.Hour), Cost: 1})
+			}
+			for _, step := range []struct {
+				name  string
+				reset bool
+				allow bool
+			}{{"first", false, true}, {"second", false, false}, {"after reset", true, true}} {
+				if step.reset {
+					if err := s.Reset(context.Background(), key); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for i, r := range decide(t, s, reqs...) {
+					if r.Err != nil || r.Decision.Allowed != step.allow {
+						t.Fatalf("key %q, %s request %d: %+v; want allowed %v", key, step.name, i, r, step.allow)
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestTTL: on Redis's own clock every written key's TTL is when its state
+// stops mattering, rounded up to a millisecond.
+func TestTTL(t *testing.T) {
+	_, client := standalone(t)
+	ctx := context.Background()
+	s := newStore(t, upstream.Config{Client: client, Prefix: "ttl:"})
+	for _, alg := range engine.Algorithms {
+		l := limitOf(alg, 10, time.Minute)
+		for _, peek := range []bool{true, false} {
+			res := decide(t, s, engine.Request{Key: "k", Limit: l, Cost: 1, Peek: peek})[0]
+			if res.Err != nil {
+				t.Fatal(res.Err)
+			}
+			ttl, err := client.PTTL(ctx, s.Key("k", alg)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if peek {
+				if ttl != -2*time.Nanosecond {
+					t.Errorf("%v: a peek wrote the key (PTTL %v)", alg, ttl)
+				}
+				continue
+			}
+			if ttl <= 0 || ttl > res.Decision.ResetAfter+time.Millisecond {
+				t.Errorf("%v: PTTL %v; want in (0, %v]", alg, ttl, res.Decision.ResetAfter+time.Millisecond)
+			}
+			// The fixed and sliding windows live to their windows' ends,
+			// aligned to the epoch; the others exactly as long as their reset.
+			if alg != engine.FixedWindow && alg != engine.SlidingWindow && ttl < res.Decision.ResetAfter-50*time.Millisecond {
+				t.Errorf("%v: PTTL %v; want about %v", alg, ttl, res.Decision.ResetAfter)
+			}
+		}
+	}
+}
+
+// TestLargeLogCost admits a sliding-log request of the largest cost, which
+// the script must add in chunks.
+func TestLargeLogCost(t *testing.T) {
+	_, client := standalone(t)
+	clock := enginetest.NewClock(enginetest.Epoch)
+	s := newStore(t, upstream.Config{Client: client, Now: clock.Now})
+	l := limitOf(engine.SlidingLog, engine.MaxLogRate, time.Minute)
+	r := decide(t, s, engine.Request{Key: "big", Limit: l, Cost: engine.MaxLogRate - 1})[0]
+	if r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != 1 {
+		t.Fatalf("%+v", r)
+	}
+	clock.Advance(time.Second)
+	r = decide(t, s, engine.Request{Key: "big", Limit: l, Cost: 2})[0]
+	if r.Err != nil || r.Decision.Allowed || r.Decision.RetryAfter != time.Minute-time.Second {
+		t.Fatalf("%+v", r)
+	}
+	r = decide(t, s, engine.Request{Key: "big", Limit: l, Cost: 1})[0]
+	if r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != 0 {
+		t.Fatalf("%+v", r)
+	}
+	if n, _ := client.ZCard(context.Background(), s.Key("big", engine.SlidingLog)).Result(); n != engine.MaxLogRate {
+		t.Fatalf("ZCARD %d; want %d", n, engine.MaxLogRate)
+	}
+}
+
+// TestBatchError: an unreachable Redis fails the batch, with context.
+func TestBatchError(t *testing.T) {
+	srv, client := standalone(t)
+	s := newStore(t, upstream.Config{Client: client})
+	srv.Kill()
+	reqs := []engine.Request{{Key: "k", Limit: limitOf(engine.GCRA, 1, time.Second), Cost: 1}}
+	err := s.Decide(context.Background(), reqs, make([]engine.Result, 1))
+	if err == nil || !strings.HasPrefix(err.Error(), "upstream: eval batch: ") {
+		t.Fatalf("Decide on a dead Redis: %v; want an upstream: eval batch error", err)
+	}
+	if err := s.Reset(context.Background(), "k"); err == nil || !strings.HasPrefix(err.Error(), `upstream: reset "k": `) {
+		t.Fatalf("Reset on a dead Redis: %v", err)
+	}
+}
+
+func TestNewConfig(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  upstream.Config
+		want string
+	}{
+		{"no client", upstream.Config{}, "upstream: Config.Client is required"},
+		{"ring", upstream.Config{Client: redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})},
+			"upstream: a *redis.Ring shards keys on the client, which one script call cannot follow; use a Redis Cluster"},
+		{"mode", upstream.Config{Client: redis.NewClient(&redis.Options{}), Mode: 7}, "upstream: unknown mode 7"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := upstream.New(c.cfg)
+			if err == nil || err.Error() != c.want {
+				t.Fatalf("New: %v; want %q", err, c.want)
+			}
+		})
+	}
+	s := newStore(t, upstream.Config{Client: redis.NewClient(&redis.Options{})})
+	if got := s.Key("user:1", engine.TokenBucket); got != "sluice:{user:1}:token" {
+		t.Fatalf("Key = %q", got)
+	}
+}
+
+// TestSlot agrees with CLUSTER KEYSLOT, hash tags included.
+func TestSlot(t *testing.T) {
+	_, nodes := cluster(t)
+	keys := []string{"123456789", "foo", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}",
+		"}odd", "{", "}", "{}", "sluice:{}}:gcra", "sluice:{user:1}:token", "ünïcødé"}
+	for i := range 200 {
+		keys = append(keys, fmt.Sprintf("k%d{t%d}", i, i*7))
+	}
+	for _, key := range keys {
+		want := mustDo(t, nodes[0], "CLUSTER", "KEYSLOT", key)
+		if got := fmt.Sprint(upstream.Slot(key)); got != want {
+			t.Errorf("Slot(%q) = %s; CLUSTER KEYSLOT says %s", key, got, want)
+		}
+	}
+}
+
+func BenchmarkDecide(b *testing.B) {
+	_, client := standalone(b)
+	ctx := context.Background()
+	s := newStore(b, upstream.Config{Client: client})
+	for _, n := range []int{1, 16, 128} {
+		b.Run(fmt.Sprintf("batch-of-%d", n), func(b *testing.B) {
+			reqs := make([]engine.Request, n)
+			for i := range reqs {
+				alg := engine.Algorithms[i%len(engine.Algorithms)]
+				if alg == engine.SlidingLog {
+					alg = engine.GCRA // the log grows with every admission
+				}
+				reqs[i] = engine.Request{Key: fmt.Sprintf("bench%d", i), Limit: limitOf(alg, 1_000_000, time.Second), Cost: 1}
+			}
+			res := make([]engine.Result, n)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.Decide(ctx, reqs, res); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/decision")
+		})
+	}
+}
