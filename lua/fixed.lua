@@ -7,8 +7,9 @@ local function fixed(key, now, rate, period, burst, cost, peek)
   if st[1] and expired(key, now, a + p) then
     a, b = 0, 0
   end
-  -- A state from a later window (the clock stepped back) keeps its window.
-  local w = max(now - now % p, a)
+  -- fmod truncates like Go's %, also for a time before the epoch. A state
+  -- from a later window (the clock stepped back) keeps its window.
+  local w = max(now - math.fmod(now, p), a)
   local n = 0
   if a == w then
     n = b

@@ -13,7 +13,7 @@ local function sliding(key, now, rate, period, burst, cost, peek)
   if st[1] and expired(key, now, a + 2 * p) then
     a, b, c = 0, 0, 0
   end
-  local w = max(now - now % p, a)
+  local w = max(now - math.fmod(now, p), a)
   local curr, prev = 0, 0
   if a == w then
     curr, prev = b, c

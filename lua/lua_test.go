@@ -1,0 +1,110 @@
+package lua_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/lua"
+)
+
+// TestScripts: every script compiles on Redis 7, under the digest computed
+// here, and declares itself with a shebang.
+func TestScripts(t *testing.T) {
+	srv := redistest.Start(t)
+	names := map[string]bool{}
+	for _, s := range lua.All() {
+		names[s.Name] = true
+		if !strings.HasPrefix(s.Source, "#!lua\n") {
+			t.Errorf("%s: no shebang", s.Name)
+		}
+		sha, err := srv.Do("SCRIPT", "LOAD", s.Source)
+		if err != nil {
+			t.Fatalf("%s: SCRIPT LOAD: %v", s.Name, err)
+		}
+		if sha != s.SHA {
+			t.Errorf("%s: Redis says SHA %s, we say %s", s.Name, sha, s.SHA)
+		}
+	}
+	for _, n := range []string{"fixed", "log", "sliding", "token", "leaky", "gcra", "batch"} {
+		if !names[n] {
+			t.Errorf("no script %q", n)
+		}
+		if n != "batch" && lua.Single(n) == nil {
+			t.Errorf("Single(%q) is nil", n)
+		}
+	}
+	if lua.Single("batch") != nil || lua.Single("nope") != nil {
+		t.Error("Single answers for a name that is no algorithm")
+	}
+}
+
+// TestCalls pins the argument and reply layouts documented in single.lua
+// and batch.lua, and the errors for bad arguments.
+func TestCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	const now = "1767225600000000" // 2026-01-01, a whole second
+	eval := func(s *lua.Script, keys []string, args ...string) (string, error) {
+		cmd := append([]string{"EVAL", s.Source, strconv.Itoa(len(keys))}, keys...)
+		return srv.Do(append(cmd, args...)...)
+	}
+	for _, c := range []struct {
+		name    string
+		script  *lua.Script
+		keys    []string
+		args    []string
+		want    string // the reply's elements, one a line
+		wantErr string
+	}{
+		{"gcra", lua.Single("gcra"), []string{"g"}, []string{"1", "1000000", "4", "1", "0", now},
+			"1\n5\n4\n0\n1000000\n0", ""},
+		{"gcra again", lua.Single("gcra"), []string{"g"}, []string{"1", "1000000", "4", "1", "0", now},
+			"1\n5\n3\n0\n2000000\n0", ""},
+		{"leaky delay", lua.Single("leaky"), []string{"l"}, []string{"10", "1000000", "2", "2", "0", now},
+			"1\n2\n0\n0\n200000\n0", ""},
+		{"leaky delayed", lua.Single("leaky"), []string{"l2"}, []string{"10", "1000000", "3", "1", "0", now},
+			"1\n3\n2\n0\n100000\n0", ""},
+		{"leaky second waits", lua.Single("leaky"), []string{"l2"}, []string{"10", "1000000", "3", "1", "0", now},
+			"1\n3\n1\n0\n200000\n100000", ""},
+		{"batch with a bad request", lua.Batch, []string{"f", "f2", "f"},
+			[]string{"fixed", "2", "1000000", "0", "1", "0", "nope", "1", "1", "0", "1", "0", "fixed", "2", "1000000", "0", "1", "1", now},
+			"1\n2\n1\n0\n1000000\n0\n-1\n1\n0\n0\n0\n0\n1\n2\n0\n0\n1000000\n0\nERR sluice: unknown algorithm \"nope\"", ""},
+		{"batch of two errors", lua.Batch, []string{"a", "b"},
+			[]string{"gcra", "x", "1", "0", "1", "0", "token", "2", "1", "1", "1", "0", now},
+			"-1\n1\n0\n0\n0\n0\n-1\n2\n0\n0\n0\n0\n" +
+				"ERR sluice: invalid rate \"x\": want an integer in [0, 2^53)\n" +
+				"ERR sluice: rate is more than one per microsecond", ""},
+		{"batch arity", lua.Batch, []string{"a"}, []string{"gcra", "1", "1", "0"}, "",
+			"ERR sluice: want 6 arguments per key and an optional now, got 4 for 1 keys"},
+		{"bad now", lua.Single("fixed"), []string{"a"}, []string{"1", "1000", "0", "1", "0", "soon"}, "",
+			`ERR sluice: invalid pinned now "soon"`},
+		{"zero period", lua.Single("fixed"), []string{"a"}, []string{"1", "0", "0", "1", "0"}, "",
+			"ERR sluice: rate and period must be at least 1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := eval(c.script, c.keys, c.args...)
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("error %v; want one with %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != c.want {
+				t.Fatalf("reply\n%s\nwant\n%s", got, c.want)
+			}
+		})
+	}
+	// Every key written got a TTL, in milliseconds, with the pinned clock's
+	// slack of an hour.
+	for _, k := range []string{"g", "l", "l2", "f"} {
+		ttl, err := srv.Do("PTTL", k)
+		if err != nil || ttl == "-1" || ttl == "-2" {
+			t.Errorf("PTTL %s = %s, %v", k, ttl, err)
+		}
+	}
+}
+
