@@ -81,22 +81,26 @@ func runSelect(c *client, args [][]byte) {
 }
 
 // checkPass compares in constant time, so a password cannot be guessed
-// byte by byte from reply times.
+// byte by byte from reply times. As in Redis, without a password the
+// default user takes any password.
 func (c *client) checkPass(user, pass []byte) bool {
 	want := c.s.cfg.RequirePass
 	okUser := user == nil || strings.EqualFold(str(user), "default")
+	if want == "" {
+		return okUser
+	}
 	return subtle.ConstantTimeCompare(pass, []byte(want)) == 1 && okUser
 }
 
 func runAuth(c *client, args [][]byte) {
-	if c.s.cfg.RequirePass == "" {
-		c.fail(errNoPassword)
-		return
-	}
 	var user []byte
 	pass := args[1]
 	if len(args) == 3 {
 		user, pass = args[1], args[2]
+	}
+	if c.s.cfg.RequirePass == "" && user == nil {
+		c.fail(errNoPassword)
+		return
 	}
 	if !c.checkPass(user, pass) {
 		c.fail(errWrongPass)
@@ -136,10 +140,6 @@ func runHello(c *client, args [][]byte) {
 		}
 	}
 	if authGiven {
-		if c.s.cfg.RequirePass == "" {
-			c.fail(errNoPassword)
-			return
-		}
 		if !c.checkPass(user, pass) {
 			c.fail(errWrongPass)
 			return
