@@ -85,7 +85,7 @@ func (e *Error) Error() string {
 // fields a policy may have. rate and limit are one field under two names
 // (limit reads better for the window algorithms), as are burst and
 // capacity (capacity reads better for the buckets).
-var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity", "prefix"}
+var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity", "prefix", "on_failure"}
 
 // Parse parses a policies file's contents; file names it in errors.
 //
@@ -96,6 +96,7 @@ var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity
 //	    period: 1m           # 500ms, 1s, 1m, 1h, 1d, 1h30m
 //	    burst: 20            # or capacity
 //	    prefix: "api:"       # default: the name and a colon
+//	    on_failure: local    # allow, deny or local; default: the sidecar's
 func Parse(file string, data []byte) (*Set, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -241,6 +242,13 @@ func parsePolicy(file, name string, key, node *yaml.Node) (engine.Policy, error)
 	p.Limit.Period = d
 	if v := seen["prefix"]; v != nil {
 		p.Prefix = v.Value
+	}
+	if v := seen["on_failure"]; v != nil {
+		m, err := engine.ParseFailureMode(v.Value)
+		if err != nil {
+			return p, fail(v.Line, "on_failure", fmt.Sprintf("%q must be allow, deny or local", v.Value))
+		}
+		p.OnFailure = m
 	}
 	if err := p.Limit.Validate(); err != nil {
 		var pe *engine.ParamError

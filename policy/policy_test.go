@@ -21,7 +21,7 @@ func TestLoadExample(t *testing.T) {
 		"login":    {Name: "login", Prefix: "login:", Limit: engine.Limit{Algorithm: engine.SlidingLog, Rate: 5, Period: 15 * time.Minute}},
 		"search":   {Name: "search", Prefix: "search:", Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 1000, Period: time.Hour}},
 		"reports":  {Name: "reports", Prefix: "reports:", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 10, Period: 24 * time.Hour}},
-		"uploads":  {Name: "uploads", Prefix: "up/", Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 10, Period: time.Second, Burst: 50}},
+		"uploads":  {Name: "uploads", Prefix: "up/", OnFailure: engine.FailClosed, Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 10, Period: time.Second, Burst: 50}},
 		"webhooks": {Name: "webhooks", Prefix: "webhooks:", Limit: engine.Limit{Algorithm: engine.LeakyBucket, Rate: 5, Period: time.Second, Burst: 20}},
 	}
 	if set.Len() != len(want) {
@@ -53,12 +53,12 @@ func TestParseErrors(t *testing.T) {
 		{"top level is a list", "- a\n", `p.yaml:1: expected a mapping with the key "policies"`},
 		{"unknown top-level key", "policy:\n  a: {}\n", `p.yaml:1: unknown key "policy": expected "policies"`},
 		{"policies is a list", "policies:\n  - api\n", `p.yaml:2: "policies" must map policy names to policies`},
-		{"policy is a string", "policies:\n  api: gcra\n", `p.yaml:2: policy "api": expected a mapping of fields (algorithm, rate, limit, period, burst, capacity, prefix)`},
+		{"policy is a string", "policies:\n  api: gcra\n", `p.yaml:2: policy "api": expected a mapping of fields (algorithm, rate, limit, period, burst, capacity, prefix, on_failure)`},
 		{"bad name", "policies:\n  \"a b\":\n    algorithm: gcra\n", `p.yaml:2: policy "a b": a name must be 1 to 128 letters, digits or _ - . :`},
 		{"defined twice", "policies:\n  a: {algorithm: fixed, limit: 1, period: 1s}\n  a: {algorithm: fixed, limit: 1, period: 1s}\n",
 			`p.yaml:3: policy "a": defined twice`},
 		{"unknown field", "policies:\n  api:\n    algorithm: gcra\n    rate: 10\n    period: 1s\n    burts: 5\n",
-			`p.yaml:6: policy "api": field burts: unknown field: expected one of algorithm, rate, limit, period, burst, capacity, prefix`},
+			`p.yaml:6: policy "api": field burts: unknown field: expected one of algorithm, rate, limit, period, burst, capacity, prefix, on_failure`},
 		{"field twice", "policies:\n  api:\n    rate: 10\n    rate: 11\n", `p.yaml:4: policy "api": field rate: given twice`},
 		{"field is a list", "policies:\n  api:\n    rate: [1]\n", `p.yaml:3: policy "api": field rate: expected a single value`},
 		{"rate and limit", "policies:\n  api:\n    algorithm: fixed\n    rate: 10\n    limit: 10\n    period: 1s\n",
@@ -83,6 +83,8 @@ func TestParseErrors(t *testing.T) {
 			`p.yaml:2: policy "up": field capacity: missing: it must be between 1 and 1000000000000`},
 		{"capacity under its other name", "policies:\n  up:\n    algorithm: token\n    rate: 5\n    period: 1s\n    burst: -1\n",
 			`p.yaml:6: policy "up": field burst: -1 must be between 1 and 1000000000000`},
+		{"bad on_failure", "policies:\n  api:\n    algorithm: gcra\n    rate: 1\n    period: 1s\n    on_failure: maybe\n",
+			`p.yaml:6: policy "api": field on_failure: "maybe" must be allow, deny or local`},
 		{"rate too fast", "policies:\n  api:\n    algorithm: gcra\n    rate: 2000000\n    period: 1s\n",
 			`p.yaml:4: policy "api": field rate: 2000000 more than one per microsecond over period 1s`},
 	} {

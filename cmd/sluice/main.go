@@ -42,6 +42,7 @@ type options struct {
 	requirePass     string
 	logFormat       string
 	logLevel        string
+	onFailure       engine.FailureMode
 	shutdownTimeout time.Duration
 }
 
@@ -90,6 +91,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		"log `format`: text or json [SLUICE_LOG_FORMAT]")
 	fs.StringVar(&o.logLevel, "log-level", env("SLUICE_LOG_LEVEL", "info"),
 		"log `level`: debug, info, warn or error [SLUICE_LOG_LEVEL]")
+	onFailure := env("SLUICE_ON_UPSTREAM_FAILURE", "local")
+	fs.StringVar(&onFailure, "on-upstream-failure", onFailure,
+		"what a decision gets when the upstream Redis cannot answer in time, unless its policy says otherwise (`mode`): "+
+			"allow, deny, or local (this sidecar's in-memory store enforces the same limits alone) [SLUICE_ON_UPSTREAM_FAILURE]")
 	timeout := env("SLUICE_SHUTDOWN_TIMEOUT", "10s")
 	fs.StringVar(&timeout, "shutdown-timeout", timeout,
 		"on SIGTERM or SIGINT, how long to wait for requests being answered (`duration`) [SLUICE_SHUTDOWN_TIMEOUT]")
@@ -109,6 +114,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		return o, fmt.Errorf("invalid --shutdown-timeout %q: must be a duration such as 10s", timeout)
 	}
 	o.shutdownTimeout = d
+	if o.onFailure, err = engine.ParseFailureMode(onFailure); err != nil {
+		return o, fmt.Errorf("invalid --on-upstream-failure %q: must be allow, deny or local", onFailure)
+	}
 	return o, nil
 }
 
@@ -239,26 +247,20 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	if err := checkListen(o.listen, o.requirePass); err != nil {
 		return err
 	}
-	var store engine.Store
+	mem, err := engine.NewMemoryStore(engine.MemoryConfig{})
+	if err != nil {
+		return err
+	}
+	var store engine.Store = mem
 	if o.upstream == "" {
 		log.Info("no --upstream: using the in-memory store; limits apply to this process only")
-		mem, err := engine.NewMemoryStore(engine.MemoryConfig{})
-		if err != nil {
-			return err
-		}
-		store = mem
 	} else {
-		client, kind, err := newUpstreamClient(o.upstream)
+		shared, closeShared, err := sharedStore(o, mem, log)
 		if err != nil {
 			return err
 		}
-		defer client.Close()
-		up, err := upstream.New(upstream.Config{Client: client, Prefix: o.keyPrefix})
-		if err != nil {
-			return err
-		}
-		log.Info("using the upstream Redis", "kind", kind, "addrs", redactedHosts(o.upstream), "key_prefix", o.keyPrefix)
-		store = up
+		defer closeShared()
+		store = shared
 	}
 	var policies engine.Policies
 	if o.policies != "" {
@@ -303,6 +305,54 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// sharedStore builds the chain in front of the central Redis: the Redis
+// store; the batcher, so that all connections' decisions share round
+// trips; the deny cache, so that a refused key is refused locally until
+// its retry-after; and the guard, which answers by each request's failure
+// mode (mem enforcing limits locally, by default) while Redis cannot.
+func sharedStore(o options, mem *engine.MemoryStore, log *slog.Logger) (engine.Store, func(), error) {
+	client, kind, err := newUpstreamClient(o.upstream)
+	if err != nil {
+		return nil, nil, err
+	}
+	up, err := upstream.New(upstream.Config{Client: client, Prefix: o.keyPrefix})
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	batcher, err := engine.NewBatcher(engine.BatcherConfig{Store: up})
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	closeAll := func() {
+		batcher.Close()
+		client.Close()
+	}
+	deny, err := engine.NewDenyCache(engine.DenyCacheConfig{Store: batcher})
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	guard, err := engine.NewGuard(engine.GuardConfig{
+		Store: deny, Local: mem, Default: o.onFailure,
+		OnBreaker: func(open bool, cause error) {
+			if open {
+				log.Warn("upstream Redis failing: deciding by each request's failure mode", "err", cause, "default", o.onFailure.String())
+			} else {
+				log.Info("upstream Redis answering again")
+			}
+		},
+	})
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	log.Info("using the upstream Redis", "kind", kind, "addrs", redactedHosts(o.upstream),
+		"key_prefix", o.keyPrefix, "on_upstream_failure", o.onFailure.String())
+	return guard, closeAll, nil
 }
 
 // redactedHosts is --upstream without its password, for the log.

@@ -1,0 +1,65 @@
+package tests
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/internal/redistest"
+)
+
+// With the upstream Redis gone, each decision gets its failure mode's
+// answer, and when Redis is back the shared store decides again.
+func TestUpstreamFailure(t *testing.T) {
+	for _, tc := range []struct {
+		mode string
+		want func(d []int64) bool
+	}{
+		{"local", func(d []int64) bool { return d[0] == 1 && d[2] < 10 }}, // the in-memory store: its own count
+		{"allow", func(d []int64) bool { return d[0] == 1 }},
+		{"deny", func(d []int64) bool { return d[0] == 0 }},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			r := redistest.Start(t)
+			s := startSluice(t, "--upstream", "redis://"+r.Addr, "--on-upstream-failure", tc.mode)
+			ctx := ctxT(t)
+			rdb := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 2})
+			defer rdb.Close()
+			do := func() ([]int64, error) {
+				v, err := rdb.Do(ctx, "RL.TOKEN", "fail:k", 10, 1, "1h").Result()
+				if err != nil {
+					return nil, err
+				}
+				return decision(t, 2, v), nil
+			}
+			if d, err := do(); err != nil || d[0] != 1 || d[2] != 9 {
+				t.Fatalf("with Redis up: %v, %v\n%s", d, err, s.logs)
+			}
+			r.Kill()
+			for range 5 { // the breaker opens after a few failed round trips
+				d, err := do()
+				if err != nil || !tc.want(d) {
+					t.Errorf("with Redis down (%s): %v, %v", tc.mode, d, err)
+				}
+			}
+			r.Restart()
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				// The restarted Redis lost its state: a fresh bucket.
+				d, err := do()
+				if err == nil && d[0] == 1 && d[2] == 9 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("Redis back, but: %v, %v\n%s", d, err, s.logs)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if !strings.Contains(s.logs.String(), "upstream Redis failing") {
+				t.Errorf("the log does not say the upstream failed:\n%s", s.logs)
+			}
+		})
+	}
+}
