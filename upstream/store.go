@@ -118,9 +118,14 @@ type buffers struct {
 	order   []int
 	slots   []uint16
 	group   map[uint16]int
-	keys    []string
-	args    []any
-	calls   []call
+
+	keys  []string
+	args  []any
+	calls []call
+	// nums holds the integer arguments, which args points into: a pointer
+	// in an interface allocates nothing, an int64 above 255 would. It is
+	// sized before it is filled, so that the pointers stay valid.
+	nums []int64
 }
 
 type slotted struct {
@@ -141,7 +146,7 @@ func (s *Store) release(b *buffers) {
 	clear(b.args)
 	clear(b.calls)
 	b.valid, b.slotted, b.slots, b.order = b.valid[:0], b.slotted[:0], b.slots[:0], b.order[:0]
-	b.keys, b.args, b.calls = b.keys[:0], b.args[:0], b.calls[:0]
+	b.keys, b.args, b.calls, b.nums = b.keys[:0], b.args[:0], b.calls[:0], b.nums[:0]
 	clear(b.group)
 	s.bufs.Put(b)
 }
@@ -188,9 +193,13 @@ func (s *Store) Decide(ctx context.Context, reqs []engine.Request, res []engine.
 	if len(b.valid) == 0 {
 		return nil
 	}
+	if n := paramsPerRequest*len(b.valid) + 1; cap(b.nums) < n {
+		b.nums = make([]int64, 0, n)
+	}
 	var now any // nil: Redis's clock
 	if s.now != nil {
-		now = s.now().UnixMicro()
+		b.nums = append(b.nums, s.now().UnixMicro())
+		now = &b.nums[0]
 	}
 	s.plan(b, reqs, now)
 	if err := s.run(ctx, b.calls); err != nil {
@@ -211,7 +220,7 @@ func (s *Store) plan(b *buffers, reqs []engine.Request, now any) {
 			r := &reqs[i]
 			k, a := len(b.keys), len(b.args)
 			b.keys = append(b.keys, s.Key(r.Key, r.Limit.Algorithm))
-			b.args = appendParams(b.args, r)
+			b.args, b.nums = appendParams(b.args, b.nums, r)
 			if now != nil {
 				b.args = append(b.args, now)
 			}
@@ -231,16 +240,19 @@ func (s *Store) plan(b *buffers, reqs []engine.Request, now any) {
 	// One call per run of order that shares a slot: the whole batch unless
 	// on Cluster.
 	for start := 0; start < len(order); {
-		end := start + 1
-		for s.cluster && end < len(order) && b.slots[end] == b.slots[start] {
-			end++
+		end := len(order)
+		if s.cluster {
+			end = start + 1
+			for end < len(order) && b.slots[end] == b.slots[start] {
+				end++
+			}
 		}
 		k, a := len(b.keys), len(b.args)
 		for _, i := range order[start:end] {
 			r := &reqs[i]
 			b.keys = append(b.keys, s.Key(r.Key, r.Limit.Algorithm))
 			b.args = append(b.args, algArgs[r.Limit.Algorithm])
-			b.args = appendParams(b.args, r)
+			b.args, b.nums = appendParams(b.args, b.nums, r)
 		}
 		if now != nil {
 			b.args = append(b.args, now)
@@ -278,13 +290,20 @@ func (s *Store) bySlot(b *buffers, reqs []engine.Request) []int {
 	return b.order
 }
 
-// appendParams appends a request's rate, period (µs), burst, cost and peek.
-func appendParams(args []any, r *engine.Request) []any {
+// paramsPerRequest is how many integers appendParams takes from nums.
+const paramsPerRequest = 4
+
+// appendParams appends a request's rate, period (µs), burst, cost and peek
+// to args, the integers by pointers into nums, which must have room for
+// them.
+func appendParams(args []any, nums []int64, r *engine.Request) ([]any, []int64) {
 	peek := 0
 	if r.Peek {
 		peek = 1
 	}
-	return append(args, r.Limit.Rate, r.Limit.Period.Microseconds(), r.Limit.Burst, r.Cost, peekArgs[peek])
+	k := len(nums)
+	nums = append(nums, r.Limit.Rate, r.Limit.Period.Microseconds(), r.Limit.Burst, r.Cost)
+	return append(args, &nums[k], &nums[k+1], &nums[k+2], &nums[k+3], peekArgs[peek]), nums
 }
 
 // run sends the calls in one round trip, then sends again as EVAL, in a
@@ -339,7 +358,7 @@ func hasNoScript(calls []call) bool {
 	return false
 }
 
-func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
+func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 // unavailable lists the prefixes of Redis errors that mean the server
 // cannot serve at all now, rather than that a request met a problem of its

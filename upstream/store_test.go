@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -116,6 +117,46 @@ func TestBatchMatchesMemory(t *testing.T) {
 		sameAsMemory(t, red, clock, 4, func(int) []engine.Request { return reqs }, nil)
 		if keys := keysWithoutTTL(t, top.client, "*"); len(keys) > 0 {
 			t.Fatalf("keys without TTL: %q", keys)
+		}
+	})
+}
+
+// TestOneCallPerBatch: a batch costs Redis one script call, on Cluster one
+// per hash slot.
+func TestOneCallPerBatch(t *testing.T) {
+	eachTopologyAndMode(t, func(t *testing.T, top topology, m mode) {
+		s := newStore(t, upstream.Config{Client: top.client, Mode: m.mode, Prefix: "calls-" + m.name + ":"})
+		var reqs []engine.Request
+		slots := map[uint16]bool{}
+		for i := range 50 {
+			r := engine.Request{Key: fmt.Sprintf("user:%d", i%20), Limit: limitOf(engine.Algorithms[i%6], 100, time.Minute), Cost: 1}
+			reqs = append(reqs, r)
+			slots[upstream.Slot(s.Key(r.Key, r.Limit.Algorithm))] = true
+		}
+		decide(t, s, reqs...) // loads the scripts
+		for _, srv := range top.servers {
+			mustDo(t, srv, "CONFIG", "RESETSTAT")
+		}
+		decide(t, s, reqs...)
+		calls := 0
+		for _, srv := range top.servers {
+			info := mustDo(t, srv, "INFO", "commandstats")
+			for line := range strings.SplitSeq(info, "\r\n") {
+				if v, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+					n, _ := strconv.Atoi(v[:strings.IndexByte(v, ',')])
+					calls += n
+				}
+			}
+		}
+		want := 1
+		switch {
+		case m.mode == upstream.ScriptPerRequest:
+			want = len(reqs)
+		case top.name == "cluster":
+			want = len(slots)
+		}
+		if calls != want {
+			t.Fatalf("%d EVALSHA calls for a batch of %d; want %d", calls, len(reqs), want)
 		}
 	})
 }
