@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/engine/enginetest"
+	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/upstream"
 )
 
@@ -541,5 +542,72 @@ func BenchmarkDecide(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/decision")
 		})
+	}
+}
+
+// TestRestart: a restarted Redis, which lost its scripts and its state,
+// answers the next batch without an error reaching the caller.
+func TestRestart(t *testing.T) {
+	srv, client := standalone(t)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			s := newStore(t, upstream.Config{Client: client, Mode: m.mode, Prefix: "restart-" + m.name + ":"})
+			l := limitOf(engine.GCRA, 1, time.Hour)
+			req := engine.Request{Key: "k", Limit: l, Cost: 1}
+			if r := decide(t, s, req, req); !r[0].Decision.Allowed || r[1].Decision.Allowed {
+				t.Fatalf("before the restart: %+v", r)
+			}
+			srv.Restart()
+			if r := decide(t, s, req, req); r[0].Err != nil || !r[0].Decision.Allowed || r[1].Decision.Allowed {
+				t.Fatalf("after the restart: %+v; want the state gone and no error", r)
+			}
+		})
+	}
+}
+
+// TestSentinelFailover: through a Sentinel-backed client the store decides
+// on the master; after a failover it decides on the promoted replica, with
+// the state that replication carried and the scripts loaded again.
+func TestSentinelFailover(t *testing.T) {
+	st := redistest.StartSentinel(t)
+	client := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: st.Name, SentinelAddrs: st.Addrs(), Protocol: 2})
+	t.Cleanup(func() { _ = client.Close() })
+	s := newStore(t, upstream.Config{Client: client})
+	l := limitOf(engine.FixedWindow, 1000, time.Hour)
+	req := engine.Request{Key: "k", Limit: l, Cost: 1}
+	before := decide(t, s, req)[0].Decision
+	if before.Remaining != 999 {
+		t.Fatalf("before failover: %+v", before)
+	}
+	for i := 0; ; i++ { // until the replica has the state
+		if n, err := st.Replica.Do("EXISTS", s.Key("k", engine.FixedWindow)); err == nil && n == "1" {
+			break
+		}
+		if i == 300 {
+			t.Fatal("the replica did not receive the state within 30s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	old, _ := st.CurrentMaster()
+	st.Master.Kill()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res := make([]engine.Result, 1)
+		err := s.Decide(context.Background(), []engine.Request{req}, res)
+		if cur, _ := st.CurrentMaster(); err == nil && res[0].Err == nil && cur != old {
+			// A decision made before the client noticed the failover may
+			// have failed; the state from before it must have survived.
+			if got := res[0].Decision.Remaining; got > 998 || got < 990 {
+				t.Fatalf("after failover: %+v; want the count carried over", res[0].Decision)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no decision on a new master within 30s: %v %+v", err, res[0])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if keys := keysWithoutTTL(t, client, "*"); len(keys) > 0 {
+		t.Fatalf("keys without TTL: %q", keys)
 	}
 }
