@@ -25,7 +25,9 @@ local function one(i)
   if not decide then
     fail('unknown algorithm ' .. string.format('%q', ARGV[j]))
   end
-  return decide(KEYS[i], now, decode(j + 1))
+  local rate, period, burst, cost, peek = decode(j + 1)
+  forget(KEYS[i], now)
+  return decide(KEYS[i], now, rate, period, burst, cost, peek)
 end
 
 local out, errors = {}, {}

@@ -4,9 +4,6 @@ local function fixed(key, now, rate, period, burst, cost, peek)
   local p, limit = period, rate
   local st = redis.call('HMGET', key, 'w', 'n')
   local a, b = int(st[1], key), int(st[2], key)
-  if st[1] and expired(key, now, a + p) then
-    a, b = 0, 0
-  end
   -- fmod truncates like Go's %, also for a time before the epoch. A state
   -- from a later window (the clock stepped back) keeps its window.
   local w = max(now - math.fmod(now, p), a)
@@ -27,7 +24,7 @@ local function fixed(key, now, rate, period, burst, cost, peek)
   end
   if allowed and not peek and cost > 0 then
     redis.call('HSET', key, 'w', num(w), 'n', num(n))
-    redis.call('PEXPIRE', key, ttl(e - now))
+    expire(key, now, e)
   end
   return allowed, limit, limit - n, retry, reset, 0
 end

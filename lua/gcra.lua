@@ -5,12 +5,7 @@
 local function gcra(key, now, rate, period, burst, cost, peek)
   local t, limit = interval(rate, period), burst + 1
   local tolerance = t * limit
-  local v = redis.call('GET', key)
-  local a = int(v, key)
-  if v and expired(key, now, a) then
-    a = 0
-  end
-  local tat = max(a, now)
+  local tat = max(int(redis.call('GET', key), key), now)
   local new = tat + cost * t
   local allowed, retry, remaining = true, 0, 0
   local left = new - now
@@ -24,7 +19,7 @@ local function gcra(key, now, rate, period, burst, cost, peek)
     remaining = floor((tolerance - left) / t)
   end
   if allowed and not peek and cost > 0 then
-    redis.call('SET', key, num(new), 'PX', ttl(new - now))
+    redis.call('SET', key, num(new), px(now, new))
   end
   return allowed, limit, remaining, retry, left, 0
 end

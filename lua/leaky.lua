@@ -4,12 +4,7 @@
 -- slot); engine's state a.
 local function leaky(key, now, rate, period, burst, cost, peek)
   local t, capacity = interval(rate, period), burst
-  local v = redis.call('GET', key)
-  local a = int(v, key)
-  if v and expired(key, now, a) then
-    a = 0
-  end
-  local start = max(a, now)
+  local start = max(int(redis.call('GET', key), key), now)
   local e = start + cost * t
   local allowed = e - now <= capacity * t
   local drains, delay, retry = start, 0, 0
@@ -21,7 +16,7 @@ local function leaky(key, now, rate, period, burst, cost, peek)
   end
   local remaining = floor(max(capacity * t - (drains - now), 0) / t)
   if allowed and not peek and cost > 0 then
-    redis.call('SET', key, num(e), 'PX', ttl(e - now))
+    redis.call('SET', key, num(e), px(now, e))
   end
   return allowed, capacity, remaining, retry, drains - now, delay
 end

@@ -9,14 +9,10 @@ local function log(key, now, rate, period, burst, cost, peek)
   local p, limit = period, rate
   local cut = now - p
   local live = '(' .. num(cut)
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
-  if last then
-    expired(key, now, int(last, key) + p)
-  end
   local n = redis.call('ZCOUNT', key, live, '+inf')
   local newest = 0
   if n > 0 then
-    newest = int(last, key)
+    newest = int(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2], key)
   end
   local allowed = n + cost <= limit
   local retry, remaining, reset = 0, 0, 0
@@ -48,7 +44,7 @@ local function log(key, now, rate, period, burst, cost, peek)
       end
       redis.call('ZADD', key, unpack(args))
     end
-    redis.call('PEXPIRE', key, ttl(newest + p - now))
+    expire(key, now, newest + p)
   end
   return allowed, limit, remaining, retry, reset, 0
 end

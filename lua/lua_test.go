@@ -98,8 +98,8 @@ func TestCalls(t *testing.T) {
 			}
 		})
 	}
-	// Every key written got a TTL, in milliseconds, with the pinned clock's
-	// slack of an hour.
+	// Every key written got a TTL: on a pinned clock, an expire time that
+	// carries the state's end (see prelude.lua).
 	for _, k := range []string{"g", "l", "l2", "f"} {
 		ttl, err := srv.Do("PTTL", k)
 		if err != nil || ttl == "-1" || ttl == "-2" {

@@ -29,23 +29,46 @@ local function int(v, key)
   return n
 end
 
--- pinned is true when the caller pinned the clock (tests only). Redis
--- expires keys on its own clock, which a pinned clock does not move, so the
--- scripts then do Redis's expiry themselves on the pinned clock: every TTL
--- gets slack, so that Redis never drops state the pinned clock still counts,
--- and a key found past its state's end is deleted when touched, as Redis
--- deletes an expired key on access (see expired).
+-- pinned is true when the caller pinned the clock (tests only).
+--
+-- Redis expires keys on its own clock, which a pinned clock does not move.
+-- So on a pinned clock a key's expire time carries its state's end on that
+-- clock instead: PEXPIREAT (or SET PXAT) to the end in µs plus shift, read
+-- as a time in ms that lies tens of millennia ahead, so Redis never drops
+-- the key on its own. Before a request touches a key, forget deletes it
+-- when the pinned clock has passed that end, as Redis deletes an expired
+-- key on access. That keeps the writer's end to the µs, as the in-memory
+-- store does, and every key still has a TTL.
 local pinned = false
-local slack = 3600000 -- ms
+local shift = 4503599627370496 -- 2^52: ends + shift stays below 2^53
 
--- ttl is the PEXPIRE argument for state that stops mattering in rem µs:
--- rem rounded up to whole milliseconds, at least 1.
-local function ttl(rem)
-  local ms = max(ceil(rem / 1000), 1)
+-- px is SET's expiry option for state that ends at ends (µs): on Redis's
+-- clock, PX with the µs left rounded up to whole ms, at least 1.
+local function px(now, ends)
   if pinned then
-    ms = ms + slack
+    return 'PXAT', num(ends + shift)
   end
-  return num(ms)
+  return 'PX', num(max(ceil((ends - now) / 1000), 1))
+end
+
+-- expire gives key the TTL of state that ends at ends (µs).
+local function expire(key, now, ends)
+  local opt, at = px(now, ends)
+  if pinned then
+    redis.call('PEXPIREAT', key, at)
+  else
+    redis.call('PEXPIRE', key, at)
+  end
+end
+
+-- forget deletes key, on a pinned clock, when its state has ended.
+local function forget(key, now)
+  if pinned then
+    local at = redis.call('PEXPIRETIME', key)
+    if at >= 0 and now >= at - shift then
+      redis.call('DEL', key)
+    end
+  end
 end
 
 -- clock is now in µs since the epoch: the pinned time when one is given,
@@ -53,7 +76,7 @@ end
 local function clock(arg)
   if arg ~= nil and arg ~= '' then
     local n = tonumber(arg)
-    if not n or n ~= floor(n) then
+    if not n or n ~= floor(n) or math.abs(n) >= shift / 2 then
       fail('invalid pinned now ' .. string.format('%q', arg))
     end
     pinned = true
@@ -61,18 +84,6 @@ local function clock(arg)
   end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
--- expired reports whether a key's state, which ends at the given time
--- (µs), is over at now on a pinned clock, and then deletes the key, as Redis
--- would have expired it on its own clock. On Redis's clock the key's TTL
--- does this and expired is always false.
-local function expired(key, now, ends)
-  if pinned and now >= ends then
-    redis.call('DEL', key)
-    return true
-  end
-  return false
 end
 
 -- param reads a non-negative integer argument.

@@ -10,9 +10,6 @@ local function sliding(key, now, rate, period, burst, cost, peek)
   local p, limit = period, rate
   local st = redis.call('HMGET', key, 'w', 'curr', 'prev')
   local a, b, c = int(st[1], key), int(st[2], key), int(st[3], key)
-  if st[1] and expired(key, now, a + 2 * p) then
-    a, b, c = 0, 0, 0
-  end
   local w = max(now - math.fmod(now, p), a)
   local curr, prev = 0, 0
   if a == w then
@@ -51,7 +48,7 @@ local function sliding(key, now, rate, period, burst, cost, peek)
   end
   if allowed and not peek and cost > 0 then
     redis.call('HSET', key, 'w', num(w), 'curr', num(curr), 'prev', num(prev))
-    redis.call('PEXPIRE', key, ttl(w + 2 * p - now))
+    expire(key, now, w + 2 * p)
   end
   return allowed, limit, max(limit - used, 0), retry, reset, 0
 end

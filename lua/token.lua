@@ -6,9 +6,6 @@ local function token(key, now, rate, period, burst, cost, peek)
   local t, capacity = interval(rate, period), burst
   local st = redis.call('HMGET', key, 'used', 'last')
   local used, last = int(st[1], key), int(st[2], key)
-  if st[1] and expired(key, now, last + used * t) then
-    used, last = 0, 0
-  end
   if used > 0 and now > last then
     -- Refill whole tokens only, and keep the time of the last one, so no
     -- fraction of a token is ever lost or rounded.
@@ -35,7 +32,7 @@ local function token(key, now, rate, period, burst, cost, peek)
   end
   if allowed and not peek and cost > 0 then
     redis.call('HSET', key, 'used', num(used), 'last', num(last))
-    redis.call('PEXPIRE', key, ttl(last + used * t - now))
+    expire(key, now, last + used * t)
   end
   return allowed, capacity, capacity - used, retry, reset, 0
 end

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,6 +96,37 @@ func FuzzDifferentialRedis(f *testing.F) {
 	f.Fuzz(func(t *testing.T, seed []byte) {
 		differential(t, client, fmt.Sprintf("f%d", n.Add(1)), seed, false)
 	})
+}
+
+// TestDifferentialVaryingLimits: requests on one key with changing limits
+// share its state, as in redis-cell; each state still ends when its writer
+// said, in Redis as in memory.
+func TestDifferentialVaryingLimits(t *testing.T) {
+	_, client := standalone(t)
+	periods := []time.Duration{time.Millisecond, 7 * time.Millisecond, 100 * time.Millisecond, time.Second}
+	for _, m := range modes {
+		for seed := range 150 {
+			rng := rand.New(rand.NewPCG(uint64(seed), 7))
+			clock := enginetest.NewClock(enginetest.Epoch)
+			mem, _ := engine.NewMemoryStore(engine.MemoryConfig{Now: clock.Now})
+			prefix := fmt.Sprintf("vary-%s-%d:", m.name, seed)
+			red := &ttlChecked{
+				Store: newStore(t, upstream.Config{Client: client, Mode: m.mode, Prefix: prefix, Now: clock.Now}),
+				tb:    t, client: client, pattern: prefix + "*",
+			}
+			alg := engine.Algorithms[seed%len(engine.Algorithms)]
+			for i := range 60 {
+				l := limitOf(alg, 1+rng.Int64N(8), periods[rng.IntN(len(periods))])
+				clock.Advance(time.Duration(rng.Int64N(300_000)) * time.Microsecond)
+				req := engine.Request{Key: "k", Limit: l, Cost: rng.Int64N(l.Capacity() + 1), Peek: rng.IntN(5) == 0}
+				got, want := decide(t, red, req)[0], decide(t, mem, req)[0]
+				if got.Err != nil || want.Err != nil || got.Decision != want.Decision {
+					t.Fatalf("%s, seed %d, op %d: %+v\nredis  %s %v\nmemory %s %v", m.name, seed, i, req,
+						enginetest.Format(got.Decision), got.Err, enginetest.Format(want.Decision), want.Err)
+				}
+			}
+		}
+	}
 }
 
 // TestBatchMatchesMemory sends many requests on a few keys, of every
