@@ -107,4 +107,3 @@ func TestCalls(t *testing.T) {
 		}
 	}
 }
-

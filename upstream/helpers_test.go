@@ -147,6 +147,14 @@ func keysWithoutTTL(tb testing.TB, client redis.UniversalClient, pattern string)
 	return found
 }
 
+// noKeyWithoutTTL fails the test if any key lacks a TTL.
+func noKeyWithoutTTL(tb testing.TB, client redis.UniversalClient) {
+	tb.Helper()
+	if keys := keysWithoutTTL(tb, client, "*"); len(keys) > 0 {
+		tb.Fatalf("keys without TTL: %q", keys)
+	}
+}
+
 func decide(tb testing.TB, s engine.Store, reqs ...engine.Request) []engine.Result {
 	tb.Helper()
 	res := make([]engine.Result, len(reqs))

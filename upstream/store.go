@@ -202,9 +202,7 @@ func (s *Store) Decide(ctx context.Context, reqs []engine.Request, res []engine.
 		now = &b.nums[0]
 	}
 	s.plan(b, reqs, now)
-	if err := s.run(ctx, b.calls); err != nil {
-		return err
-	}
+	s.run(ctx, b.calls)
 	for k := range b.calls {
 		if err := s.collect(&b.calls[k], reqs, res); err != nil {
 			return err
@@ -307,13 +305,13 @@ func appendParams(args []any, nums []int64, r *engine.Request) ([]any, []int64) 
 }
 
 // run sends the calls in one round trip, then sends again as EVAL, in a
-// second one, those that met NOSCRIPT.
-func (s *Store) run(ctx context.Context, calls []call) error {
+// second one, those that met NOSCRIPT. Errors stay in each call's cmd.
+func (s *Store) run(ctx context.Context, calls []call) {
 	s.send(ctx, calls, func(p redis.Cmdable, c *call) *redis.Cmd {
 		return p.EvalSha(ctx, c.script.SHA, c.keys, c.args...)
 	})
 	if !hasNoScript(calls) {
-		return nil
+		return
 	}
 	// Send every call again that met NOSCRIPT, in order; EVAL loads its
 	// script into the node's cache for the next EVALSHA.
@@ -332,7 +330,6 @@ func (s *Store) run(ctx context.Context, calls []call) error {
 			j++
 		}
 	}
-	return nil
 }
 
 // send issues one command per call: alone when there is one, else in one

@@ -148,9 +148,7 @@ func TestBatchMatchesMemory(t *testing.T) {
 		}
 		reqs[17].Cost = -1 // an invalid one fails alone
 		sameAsMemory(t, red, clock, 4, func(int) []engine.Request { return reqs }, nil)
-		if keys := keysWithoutTTL(t, top.client, "*"); len(keys) > 0 {
-			t.Fatalf("keys without TTL: %q", keys)
-		}
+		noKeyWithoutTTL(t, top.client)
 	})
 }
 
@@ -227,7 +225,7 @@ func sameAsMemory(t *testing.T, red engine.Store, clock *enginetest.Clock, round
 // limit + ceil(limit·d/period), because past an edge the previous window's
 // count weighs ceil(prev·(p−e)/p), which falls by at most limit·d/p.
 func TestAtomicity(t *testing.T) {
-	srv, _ := standalone(t)
+	srv, inspect := standalone(t)
 	const limit, goroutines, perGoroutine = 100, 50, 3
 	for _, m := range modes {
 		for _, alg := range engine.Algorithms {
@@ -274,6 +272,7 @@ func TestAtomicity(t *testing.T) {
 				}
 				wg.Wait()
 				d := time.Since(start)
+				noKeyWithoutTTL(t, inspect)
 				if failed.Load() > 0 {
 					t.Fatalf("%d requests failed", failed.Load())
 				}
@@ -494,6 +493,7 @@ func TestLargeLogCost(t *testing.T) {
 	if n, _ := client.ZCard(context.Background(), s.Key("big", engine.SlidingLog)).Result(); n != engine.MaxLogRate {
 		t.Fatalf("ZCARD %d; want %d", n, engine.MaxLogRate)
 	}
+	noKeyWithoutTTL(t, client)
 }
 
 // TestBatchError: an unreachable Redis fails the batch, with context.
@@ -593,6 +593,7 @@ func TestRestart(t *testing.T) {
 			if r := decide(t, s, req, req); r[0].Err != nil || !r[0].Decision.Allowed || r[1].Decision.Allowed {
 				t.Fatalf("after the restart: %+v; want the state gone and no error", r)
 			}
+			noKeyWithoutTTL(t, client)
 		})
 	}
 }
@@ -639,7 +640,35 @@ func TestSentinelFailover(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if keys := keysWithoutTTL(t, client, "*"); len(keys) > 0 {
-		t.Fatalf("keys without TTL: %q", keys)
+	noKeyWithoutTTL(t, client)
+}
+
+// TestServerCannotServe: a Redis that refuses every script (a read-only
+// replica, memory full) fails the batch, so the caller falls back as its
+// policy says, rather than failing each request alone.
+func TestServerCannotServe(t *testing.T) {
+	master := redistest.Start(t)
+	replica := redistest.Start(t, fmt.Sprintf("replicaof 127.0.0.1 %d", master.Port))
+	full := redistest.Start(t, "maxmemory 1", "maxmemory-policy noeviction")
+	for _, c := range []struct {
+		name string
+		srv  *redistest.Server
+		want string
+	}{
+		{"read-only replica", replica, "READONLY"},
+		{"out of memory", full, "OOM"},
+	} {
+		for _, m := range modes {
+			t.Run(c.name+"/"+m.name, func(t *testing.T) {
+				client := redis.NewClient(&redis.Options{Addr: c.srv.Addr, Protocol: 2, MaxRetries: -1})
+				defer client.Close()
+				s := newStore(t, upstream.Config{Client: client, Mode: m.mode})
+				req := engine.Request{Key: "k", Limit: limitOf(engine.GCRA, 1, time.Second), Cost: 1}
+				err := s.Decide(context.Background(), []engine.Request{req, req}, make([]engine.Result, 2))
+				if err == nil || !strings.HasPrefix(err.Error(), "upstream: eval ") || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("Decide: %v; want a batch error saying %s", err, c.want)
+				}
+			})
+		}
 	}
 }
