@@ -32,7 +32,8 @@ local function log(key, now, rate, period, burst, cost, peek)
   end
   if allowed and not peek and cost > 0 then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', num(cut))
-    local at, seq = num(now), redis.call('ZCOUNT', key, now, now)
+    local at = num(now)
+    local seq = redis.call('ZCOUNT', key, at, at)
     -- ZADD in chunks: unpack is bounded by Lua's C stack (about 8000).
     local i = 0
     while i < cost do

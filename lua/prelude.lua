@@ -53,12 +53,8 @@ end
 
 -- expire gives key the TTL of state that ends at ends (µs).
 local function expire(key, now, ends)
-  local opt, at = px(now, ends)
-  if pinned then
-    redis.call('PEXPIREAT', key, at)
-  else
-    redis.call('PEXPIRE', key, at)
-  end
+  local _, at = px(now, ends)
+  redis.call(pinned and 'PEXPIREAT' or 'PEXPIRE', key, at)
 end
 
 -- forget deletes key, on a pinned clock, when its state has ended.
