@@ -496,12 +496,18 @@ func TestLargeLogCost(t *testing.T) {
 	noKeyWithoutTTL(t, client)
 }
 
-// TestBatchError: an unreachable Redis fails the batch, with context.
+// TestBatchError: a canceled context or an unreachable Redis fails the
+// batch, with context.
 func TestBatchError(t *testing.T) {
 	srv, client := standalone(t)
 	s := newStore(t, upstream.Config{Client: client})
-	srv.Kill()
 	reqs := []engine.Request{{Key: "k", Limit: limitOf(engine.GCRA, 1, time.Second), Cost: 1}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Decide(ctx, reqs, make([]engine.Result, 1)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Decide with a canceled context: %v; want context.Canceled", err)
+	}
+	srv.Kill()
 	err := s.Decide(context.Background(), reqs, make([]engine.Result, 1))
 	if err == nil || !strings.HasPrefix(err.Error(), "upstream: eval batch: ") {
 		t.Fatalf("Decide on a dead Redis: %v; want an upstream: eval batch error", err)
