@@ -161,3 +161,25 @@ func BenchmarkParseDuration(b *testing.B) {
 		}
 	}
 }
+
+func TestLiveReplace(t *testing.T) {
+	a, err := Parse("a.yaml", []byte("policies:\n  one: {algorithm: fixed, limit: 1, period: 1s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Parse("b.yaml", []byte("policies:\n  two: {algorithm: fixed, limit: 2, period: 1s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewLive(a)
+	if _, ok := l.Lookup("one"); !ok {
+		t.Error("one missing before Replace")
+	}
+	l.Replace(b)
+	if _, ok := l.Lookup("one"); ok {
+		t.Error("one still there after Replace")
+	}
+	if p, ok := l.Lookup("two"); !ok || p.Limit.Rate != 2 || l.Current() != b {
+		t.Errorf("two = %+v, %v", p, ok)
+	}
+}

@@ -126,6 +126,9 @@ func (c *client) settle() {
 			c.out = appendError(c.out, requestError(c.res[p.req].Err, p.cmd))
 		default:
 			d := &c.res[p.req].Decision
+			if path := int(c.res[p.req].Path); path < len(c.s.stats.paths) {
+				c.s.stats.paths[path].Add(1)
+			}
 			if d.Allowed {
 				c.s.stats.allowed.Add(1)
 			} else {

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/sluice-rl/sluice/engine"
 )
 
 // The commands clients send on connect and tools use. Their replies and
@@ -445,6 +447,11 @@ func runInfo(c *client, args [][]byte) {
 		line("total_error_replies", itoa(s.stats.errors.Load()))
 		line("decisions_allowed", itoa(s.stats.allowed.Load()))
 		line("decisions_denied", itoa(s.stats.denied.Load()))
+		for _, path := range engine.Paths {
+			if int(path) < len(s.stats.paths) {
+				line("decided_by_"+path.String(), itoa(s.stats.paths[path].Load()))
+			}
+		}
 		b.WriteString("\r\n")
 	}
 	c.out = appendBulkString(c.out, strings.TrimSuffix(b.String(), "\r\n"))

@@ -69,6 +69,7 @@ type stats struct {
 	denied       atomic.Int64
 	errors       atomic.Int64
 	rejectedConn atomic.Int64
+	paths        [8]atomic.Int64 // decisions by engine.Path
 }
 
 // New checks cfg and fills its defaults.

@@ -1,7 +1,9 @@
 package tests
 
 import (
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -62,4 +64,50 @@ func TestUpstreamFailure(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The policies file reloads on change and on SIGHUP without dropping a
+// connection; a broken file keeps the policies in use.
+func TestPoliciesReload(t *testing.T) {
+	path := writePolicies(t)
+	s := startSluice(t, "--policies", path, "--policies-poll", "50ms")
+	ctx := ctxT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 2})
+	defer rdb.Close()
+	if err := rdb.Do(ctx, "RL.ALLOW", "fresh", "k").Err(); err == nil {
+		t.Fatal("RL.ALLOW fresh before the policy exists: no error")
+	}
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10s\n%s", what, s.logs)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	write("policies:\n  fresh:\n    algorithm: fixed\n    limit: 7\n    period: 1h\n")
+	waitFor("the new policy", func() bool {
+		v, err := rdb.Do(ctx, "RL.ALLOW", "fresh", "k", 0).Result()
+		return err == nil && decision(t, 2, v)[1] == 7
+	})
+	write("policies:\n  fresh:\n    algorithm: fixed\n    limit: oops\n")
+	waitFor("the error logged", func() bool { return strings.Contains(s.logs.String(), "policies not reloaded") })
+	if v, err := rdb.Do(ctx, "RL.ALLOW", "fresh", "k", 0).Result(); err != nil || decision(t, 2, v)[1] != 7 {
+		t.Errorf("after a broken file: %v, %v", v, err)
+	}
+	// SIGHUP reloads at once, even where polling would not notice.
+	write("policies:\n  fresh:\n    algorithm: fixed\n    limit: 9\n    period: 1h\n")
+	_ = s.cmd.Process.Signal(syscall.SIGHUP)
+	waitFor("the SIGHUP reload", func() bool {
+		v, err := rdb.Do(ctx, "RL.ALLOW", "fresh", "k", 0).Result()
+		return err == nil && decision(t, 2, v)[1] == 9
+	})
 }

@@ -44,6 +44,7 @@ type options struct {
 	logLevel        string
 	onFailure       engine.FailureMode
 	shutdownTimeout time.Duration
+	policiesPoll    time.Duration
 }
 
 const usageHead = `Usage: sluice [flags]
@@ -95,6 +96,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&onFailure, "on-upstream-failure", onFailure,
 		"what a decision gets when the upstream Redis cannot answer in time, unless its policy says otherwise (`mode`): "+
 			"allow, deny, or local (this sidecar's in-memory store enforces the same limits alone) [SLUICE_ON_UPSTREAM_FAILURE]")
+	poll := env("SLUICE_POLICIES_POLL", "2s")
+	fs.StringVar(&poll, "policies-poll", poll,
+		"how often to check --policies for changes and reload it (`duration`; 0: only on SIGHUP) [SLUICE_POLICIES_POLL]")
 	timeout := env("SLUICE_SHUTDOWN_TIMEOUT", "10s")
 	fs.StringVar(&timeout, "shutdown-timeout", timeout,
 		"on SIGTERM or SIGINT, how long to wait for requests being answered (`duration`) [SLUICE_SHUTDOWN_TIMEOUT]")
@@ -114,6 +118,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		return o, fmt.Errorf("invalid --shutdown-timeout %q: must be a duration such as 10s", timeout)
 	}
 	o.shutdownTimeout = d
+	if o.policiesPoll, err = time.ParseDuration(poll); err != nil || o.policiesPoll < 0 {
+		return o, fmt.Errorf("invalid --policies-poll %q: must be a duration such as 2s, or 0", poll)
+	}
 	if o.onFailure, err = engine.ParseFailureMode(onFailure); err != nil {
 		return o, fmt.Errorf("invalid --on-upstream-failure %q: must be allow, deny or local", onFailure)
 	}
@@ -269,7 +276,14 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 			return err
 		}
 		log.Info("policies loaded", "file", o.policies, "count", set.Len(), "names", set.Names())
-		policies = set
+		live := policy.NewLive(set)
+		policies = live
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		wctx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		go watchPolicies(wctx, o.policies, o.policiesPoll, hup, live, log)
 	}
 	srv, err := respserver.New(respserver.Config{
 		Store: store, Policies: policies, RequirePass: o.requirePass, Logger: log,
@@ -305,6 +319,46 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// watchPolicies reloads the policies file on SIGHUP, and when its size or
+// modification time changes (a Kubernetes ConfigMap update swaps a symlink,
+// which os.Stat follows). A file that no longer parses is logged and the
+// policies in use are kept: a typo must not take limits away.
+func watchPolicies(ctx context.Context, path string, every time.Duration, hup <-chan os.Signal, live *policy.Live, log *slog.Logger) {
+	stamp := func() string {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return "missing"
+		}
+		return fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
+	}
+	last := stamp()
+	var tick <-chan time.Time
+	if every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		case <-tick:
+			if now := stamp(); now == last {
+				continue
+			}
+		}
+		last = stamp()
+		set, err := policy.Load(path)
+		if err != nil {
+			log.Error("policies not reloaded: keeping the ones in use", "err", err)
+			continue
+		}
+		live.Replace(set)
+		log.Info("policies reloaded", "file", path, "count", set.Len(), "names", set.Names())
+	}
 }
 
 // sharedStore builds the chain in front of the central Redis: the Redis

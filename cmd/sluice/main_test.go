@@ -44,7 +44,7 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 		t.Errorf("--help exit code %d", code)
 	}
 	for _, want := range []string{"-listen", "SLUICE_LISTEN", "-upstream", "SLUICE_UPSTREAM", "-policies", "-requirepass",
-		"-log-format", "-log-level", "-shutdown-timeout", "-on-upstream-failure", "-key-prefix", "redis+sentinel://", "redis+cluster://", "in-memory"} {
+		"-log-format", "-log-level", "-shutdown-timeout", "-on-upstream-failure", "-policies-poll", "-key-prefix", "redis+sentinel://", "redis+cluster://", "in-memory"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help does not mention %q:\n%s", want, out.String())
 		}
@@ -66,6 +66,7 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "--upstream", "http://x"}, 1, "scheme must be redis"},
 		{[]string{"--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"--on-upstream-failure", "maybe"}, 2, "invalid --on-upstream-failure"},
+		{[]string{"--policies-poll", "-1s"}, 2, "invalid --policies-poll"},
 	} {
 		var out bytes.Buffer
 		code := run(context.Background(), tc.args, envOf(nil), &out)
