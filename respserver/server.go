@@ -117,7 +117,11 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Unlock()
 
 	rs := redcon.NewServerNetwork(ln.Addr().Network(), ln.Addr().String(), s.handle, s.accept, s.closed)
-	rs.AcceptError = func(err error) { s.log.Warn("accept", "err", err) }
+	rs.AcceptError = func(err error) {
+		// redcon retries at once; out of file descriptors, that would spin.
+		s.log.Warn("accept failed; retrying in 10ms", "err", err)
+		time.Sleep(10 * time.Millisecond)
+	}
 	err := rs.Serve(dl)
 	s.mu.Lock()
 	closing := s.closing
