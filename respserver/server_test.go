@@ -176,16 +176,7 @@ func TestStoreErrorIsAnErrReply(t *testing.T) {
 func serveGated(t *testing.T) (*Server, net.Listener, *fakeStore, chan error) {
 	t.Helper()
 	fs := &fakeStore{inner: memStore(t), gate: make(chan struct{}), entered: make(chan struct{}, 1)}
-	srv, err := New(Config{Store: fs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	srv, ln, served := serveOn(t, Config{Store: fs})
 	return srv, ln, fs, served
 }
 

@@ -60,8 +60,9 @@ func testPolicies(t testing.TB) engine.Policies {
 	return set
 }
 
-// startServer serves cfg on a loopback port until the test ends.
-func startServer(t testing.TB, cfg Config) (*Server, string) {
+// serveOn serves cfg on a fresh loopback port; Serve's result arrives on
+// the channel.
+func serveOn(t testing.TB, cfg Config) (*Server, net.Listener, chan error) {
 	t.Helper()
 	srv, err := New(cfg)
 	if err != nil {
@@ -73,6 +74,13 @@ func startServer(t testing.TB, cfg Config) (*Server, string) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
+	return srv, ln, done
+}
+
+// startServer serves cfg on a loopback port until the test ends.
+func startServer(t testing.TB, cfg Config) (*Server, string) {
+	t.Helper()
+	srv, ln, done := serveOn(t, cfg)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
