@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -159,6 +160,7 @@ func (c *DenyCache) remember(reqs []Request, res []Result, now time.Time) {
 			continue
 		}
 		if d.RetryAfter > 0 {
+			sk.key = strings.Clone(sk.key) // the caller may reuse the key's bytes
 			if c.entries.Add(sk, denial{limit: r.Limit, cost: r.Cost, decision: d,
 				until: now.Add(d.RetryAfter), resetsAt: now.Add(d.ResetAfter)}) {
 				c.evicted.Add(1)

@@ -3,29 +3,39 @@ package engine
 import (
 	"context"
 	"hash/maphash"
+	"strings"
 	"sync"
 	"time"
-
-	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
 // MemoryConfig configures a MemoryStore. The zero value is usable.
 type MemoryConfig struct {
-	// MaxKeys bounds how many (algorithm, key) states are kept; past it the
-	// least recently used is evicted. Zero means 1,000,000.
+	// MaxKeys bounds how many (algorithm, key) states are kept; past it a
+	// state that expired, or else the least recently used of a random
+	// sample, is evicted. Zero means 1,000,000.
 	MaxKeys int
 	// Now is the clock. Nil means time.Now; tests pin it.
 	Now func() time.Time
 }
 
-// memoryShards spreads keys over independently locked LRUs, so that
-// concurrent decisions on different keys rarely wait for each other.
-const memoryShards = 64
+const (
+	// memoryShards spreads keys over independently locked shards, so that
+	// concurrent decisions on different keys rarely wait for each other.
+	memoryShards = 64
+	// evictionSample is how many states an eviction compares. Redis's
+	// approximated LRU finds 5 close to exact; 8 is closer still.
+	evictionSample = 8
+)
 
 // MemoryStore keeps state in this process: Sluice's embedded store, and its
 // fallback when Redis cannot answer. It decides exactly as the Redis scripts
-// do. State that no longer matters reads as absent and is replaced in place;
-// the size cap evicts the least recently used.
+// do. State that no longer matters reads as absent and its slot is reused;
+// past MaxKeys, eviction takes an expired state or the least recently used
+// of a random sample, as Redis's own approximated LRU does.
+//
+// Each shard keeps its states in one slice, indexed by a map from the key's
+// 64-bit hash to a slot: no pointer per state for the collector to chase,
+// no list to reorder on every access, one map probe per decision.
 type MemoryStore struct {
 	now    func() time.Time
 	seed   maphash.Seed
@@ -33,8 +43,14 @@ type MemoryStore struct {
 }
 
 type memoryShard struct {
-	mu  sync.Mutex
-	lru *simplelru.LRU[stateKey, *memoryEntry] // guarded by mu
+	mu      sync.Mutex
+	cap     int
+	index   map[uint64]int32   // key hash → slot; guarded by mu
+	collide map[stateKey]int32 // the rare key whose hash another key holds in index; guarded by mu
+	slots   []memoryEntry      // guarded by mu
+	free    []int32            // unused slots; guarded by mu
+	tick    uint64             // counts accesses, for recency; guarded by mu
+	rng     uint64             // xorshift state for eviction samples; guarded by mu
 }
 
 type stateKey struct {
@@ -43,8 +59,11 @@ type stateKey struct {
 }
 
 type memoryEntry struct {
+	sk   stateKey
+	hash uint64
 	state
-	expires int64 // µs since the epoch; at or after it the state reads as zero
+	expires int64  // µs since the epoch; at or after it the state reads as zero
+	used    uint64 // the shard's tick at the last access; 0 marks a free slot
 }
 
 var _ Store = (*MemoryStore)(nil)
@@ -61,13 +80,12 @@ func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
 		cfg.Now = time.Now
 	}
 	m := &MemoryStore{now: cfg.Now, seed: maphash.MakeSeed()}
-	perShard := max(cfg.MaxKeys/memoryShards, 1)
 	for i := range m.shards {
-		lru, err := simplelru.NewLRU[stateKey, *memoryEntry](perShard, nil)
-		if err != nil {
-			return nil, err
-		}
-		m.shards[i].lru = lru
+		s := &m.shards[i]
+		s.cap = max(cfg.MaxKeys/memoryShards, 1)
+		s.index = make(map[uint64]int32)
+		s.collide = make(map[stateKey]int32)
+		s.rng = uint64(i)*0x9E3779B97F4A7C15 + 1
 	}
 	return m, nil
 }
@@ -86,26 +104,35 @@ func (m *MemoryStore) Decide(_ context.Context, reqs []Request, res []Result) er
 	return nil
 }
 
+func (m *MemoryStore) hash(alg Algorithm, key string) uint64 {
+	return maphash.String(m.seed, key) + uint64(alg)*0x9E3779B97F4A7C15
+}
+
 func (m *MemoryStore) shard(key string) *memoryShard {
 	return &m.shards[maphash.String(m.seed, key)%memoryShards]
 }
 
 func (m *MemoryStore) decide(now int64, r *Request) Decision {
 	sk := stateKey{r.Limit.Algorithm, r.Key}
+	h := m.hash(sk.alg, sk.key)
 	s := m.shard(r.Key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.lru.Get(sk)
-	if ok && now >= e.expires {
-		e.state = state{log: e.log[:0]}
-	}
-	if !ok {
+	i := s.lookup(sk, h)
+	if i < 0 {
 		var st state
 		d, out := decide(&st, now, r)
 		if out.write {
-			s.lru.Add(sk, &memoryEntry{state: st, expires: out.expires})
+			e := s.insert(sk, h, now)
+			e.state, e.expires = st, out.expires
 		}
 		return d
+	}
+	e := &s.slots[i]
+	s.tick++
+	e.used = s.tick
+	if now >= e.expires {
+		e.state = state{log: e.log[:0]}
 	}
 	d, out := decide(&e.state, now, r)
 	if out.write {
@@ -114,25 +141,111 @@ func (m *MemoryStore) decide(now int64, r *Request) Decision {
 	return d
 }
 
+// lookup returns sk's slot, or -1.
+func (s *memoryShard) lookup(sk stateKey, h uint64) int32 {
+	if i, ok := s.index[h]; ok && s.slots[i].sk == sk {
+		return i
+	}
+	if len(s.collide) > 0 {
+		if i, ok := s.collide[sk]; ok {
+			return i
+		}
+	}
+	return -1
+}
+
+// insert gives sk a slot, evicting if the shard is full. The key is copied:
+// a Request's key may alias a buffer its caller reuses.
+func (s *memoryShard) insert(sk stateKey, h uint64, now int64) *memoryEntry {
+	if len(s.free) == 0 && len(s.slots) >= s.cap {
+		s.remove(s.victim(now))
+	}
+	var i int32
+	if n := len(s.free); n > 0 {
+		i, s.free = s.free[n-1], s.free[:n-1]
+	} else {
+		s.slots = append(s.slots, memoryEntry{})
+		i = int32(len(s.slots) - 1)
+	}
+	sk.key = strings.Clone(sk.key)
+	if _, taken := s.index[h]; taken {
+		s.collide[sk] = i
+	} else {
+		s.index[h] = i
+	}
+	s.tick++
+	e := &s.slots[i]
+	*e = memoryEntry{sk: sk, hash: h, state: state{log: e.log[:0]}, used: s.tick}
+	return e
+}
+
+// victim picks the slot to evict from a full shard: the first expired state
+// of a random sample, or else the sample's least recently used.
+func (s *memoryShard) victim(now int64) int32 {
+	best := int32(-1)
+	for range evictionSample {
+		s.rng ^= s.rng << 13
+		s.rng ^= s.rng >> 7
+		s.rng ^= s.rng << 17
+		i := int32(s.rng % uint64(len(s.slots)))
+		e := &s.slots[i]
+		if e.used == 0 {
+			continue
+		}
+		if now >= e.expires {
+			return i
+		}
+		if best < 0 || e.used < s.slots[best].used {
+			best = i
+		}
+	}
+	if best < 0 { // a sample of free slots only: cannot happen when full
+		for i := range s.slots {
+			if s.slots[i].used != 0 {
+				return int32(i)
+			}
+		}
+	}
+	return best
+}
+
+func (s *memoryShard) remove(i int32) {
+	e := &s.slots[i]
+	if j, ok := s.index[e.hash]; ok && j == i {
+		delete(s.index, e.hash)
+	} else {
+		delete(s.collide, e.sk)
+	}
+	log := e.log[:0]
+	if cap(log) > 64 {
+		log = nil // a long log goes back to the collector rather than wait in a free slot
+	}
+	*e = memoryEntry{state: state{log: log}}
+	s.free = append(s.free, i)
+}
+
 // Reset implements Store.
 func (m *MemoryStore) Reset(_ context.Context, key string) error {
 	s := m.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range Algorithms {
-		s.lru.Remove(stateKey{a, key})
+		sk := stateKey{a, key}
+		if i := s.lookup(sk, m.hash(a, key)); i >= 0 {
+			s.remove(i)
+		}
 	}
 	return nil
 }
 
 // Len reports how many states the store holds, expired ones included until
-// they are touched or evicted.
+// their slot is reused or evicted.
 func (m *MemoryStore) Len() int {
 	n := 0
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
-		n += s.lru.Len()
+		n += len(s.slots) - len(s.free)
 		s.mu.Unlock()
 	}
 	return n

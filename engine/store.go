@@ -11,6 +11,10 @@ type Store interface {
 	// res[i].Err and the others are still decided. The returned error is for
 	// the batch as a whole — ctx done, the store unreachable — and then no
 	// res[i] may be trusted. Decide is safe for concurrent use.
+	//
+	// A request's Key may alias a buffer that the caller reuses once Decide
+	// returns (the RESP server passes its read buffer): a store copies any
+	// key it keeps.
 	Decide(ctx context.Context, reqs []Request, res []Result) error
 
 	// Reset forgets key's state under every algorithm, so that its next

@@ -34,9 +34,6 @@ type Script struct {
 
 // Layouts shared by the scripts and their callers.
 const (
-	// BatchArgs is how many ARGV fields each request takes in the batch
-	// script; the single scripts take all but the first (the algorithm).
-	BatchArgs = 6
 	// ReplyFields is how many integers each request's reply holds.
 	ReplyFields = 6
 )

@@ -91,14 +91,13 @@ local function param(v, name)
   return n
 end
 
--- decode reads one request's five parameters from ARGV starting at i:
--- rate, period (µs), burst, cost, peek (1 or 0).
-local function decode(i)
+-- limit reads a limit's rate, period (µs) and burst from ARGV starting at i.
+local function limit(i)
   local rate, period = param(ARGV[i], 'rate'), param(ARGV[i + 1], 'period')
   if rate < 1 or period < 1 then
     fail('rate and period must be at least 1')
   end
-  return rate, period, param(ARGV[i + 2], 'burst'), param(ARGV[i + 3], 'cost'), ARGV[i + 4] == '1'
+  return rate, period, param(ARGV[i + 2], 'burst')
 end
 
 -- interval is the µs one unit takes to refill or drain.

@@ -9,7 +9,8 @@
 -- Reply: allowed (1 or 0), limit, remaining, retry_after (µs),
 -- reset_after (µs), delay (µs).
 local now = clock(ARGV[6])
-local rate, period, burst, cost, peek = decode(1)
+local rate, period, burst = limit(1)
+local cost, peek = param(ARGV[4], 'cost'), ARGV[5] == '1'
 forget(KEYS[1], now)
-local allowed, limit, remaining, retry, reset, delay = decide(KEYS[1], now, rate, period, burst, cost, peek)
-return {allowed and 1 or 0, limit, remaining, retry, reset, delay}
+local allowed, capacity, remaining, retry, reset, delay = decide(KEYS[1], now, rate, period, burst, cost, peek)
+return {allowed and 1 or 0, capacity, remaining, retry, reset, delay}

@@ -122,6 +122,11 @@ type buffers struct {
 	keys  []string
 	args  []any
 	calls []call
+	// Batch script only: one call's distinct limits, and each request's
+	// (1-based) index among them.
+	limits     []limitKey
+	limitIndex map[limitKey]int64
+	reqLimit   []int64
 	// nums holds the integer arguments, which args points into: a pointer
 	// in an interface allocates nothing, an int64 above 255 would. It is
 	// sized before it is filled, so that the pointers stay valid.
@@ -138,7 +143,7 @@ func (s *Store) buffers() *buffers {
 	if b, ok := s.bufs.Get().(*buffers); ok {
 		return b
 	}
-	return &buffers{group: map[uint16]int{}}
+	return &buffers{group: map[uint16]int{}, limitIndex: map[limitKey]int64{}}
 }
 
 func (s *Store) release(b *buffers) {
@@ -148,6 +153,8 @@ func (s *Store) release(b *buffers) {
 	b.valid, b.slotted, b.slots, b.order = b.valid[:0], b.slotted[:0], b.slots[:0], b.order[:0]
 	b.keys, b.args, b.calls, b.nums = b.keys[:0], b.args[:0], b.calls[:0], b.nums[:0]
 	clear(b.group)
+	clear(b.limitIndex)
+	b.limits, b.reqLimit = b.limits[:0], b.reqLimit[:0]
 	s.bufs.Put(b)
 }
 
@@ -193,7 +200,7 @@ func (s *Store) Decide(ctx context.Context, reqs []engine.Request, res []engine.
 	if len(b.valid) == 0 {
 		return nil
 	}
-	if n := paramsPerRequest*len(b.valid) + 1; cap(b.nums) < n {
+	if n := maxNumsPerRequest*len(b.valid) + 1; cap(b.nums) < n {
 		b.nums = make([]int64, 0, n)
 	}
 	var now any // nil: Redis's clock
@@ -245,13 +252,12 @@ func (s *Store) plan(b *buffers, reqs []engine.Request, now any) {
 				end++
 			}
 		}
-		k, a := len(b.keys), len(b.args)
+		k := len(b.keys)
 		for _, i := range order[start:end] {
-			r := &reqs[i]
-			b.keys = append(b.keys, s.Key(r.Key, r.Limit.Algorithm))
-			b.args = append(b.args, algArgs[r.Limit.Algorithm])
-			b.args, b.nums = appendParams(b.args, b.nums, r)
+			b.keys = append(b.keys, s.Key(reqs[i].Key, reqs[i].Limit.Algorithm))
 		}
+		a := len(b.args)
+		b.args, b.nums = b.appendBatchArgs(reqs, order[start:end])
 		if now != nil {
 			b.args = append(b.args, now)
 		}
@@ -288,20 +294,69 @@ func (s *Store) bySlot(b *buffers, reqs []engine.Request) []int {
 	return b.order
 }
 
-// paramsPerRequest is how many integers appendParams takes from nums.
-const paramsPerRequest = 4
+// maxNumsPerRequest bounds how many integers a request adds to nums: four
+// in a single-script call; in a batch-script call, two plus, when it brings
+// a limit of its own, three, plus one per call for the count of limits.
+const maxNumsPerRequest = 6
 
 // appendParams appends a request's rate, period (µs), burst, cost and peek
 // to args, the integers by pointers into nums, which must have room for
 // them.
 func appendParams(args []any, nums []int64, r *engine.Request) ([]any, []int64) {
-	peek := 0
-	if r.Peek {
-		peek = 1
-	}
 	k := len(nums)
 	nums = append(nums, r.Limit.Rate, r.Limit.Period.Microseconds(), r.Limit.Burst, r.Cost)
-	return append(args, &nums[k], &nums[k+1], &nums[k+2], &nums[k+3], peekArgs[peek]), nums
+	return append(args, &nums[k], &nums[k+1], &nums[k+2], &nums[k+3], peekArg(r.Peek)), nums
+}
+
+func peekArg(peek bool) any {
+	if peek {
+		return peekArgs[1]
+	}
+	return peekArgs[0]
+}
+
+// limitKey is what requests of a batch-script call may share: the limit
+// and whether they peek.
+type limitKey struct {
+	limit engine.Limit
+	peek  bool
+}
+
+// appendBatchArgs appends the batch script's arguments for the requests
+// idx of reqs (see batch.lua): the count of distinct limits, each limit,
+// then each request's limit index and cost.
+func (b *buffers) appendBatchArgs(reqs []engine.Request, idx []int) ([]any, []int64) {
+	b.limits, b.reqLimit = b.limits[:0], b.reqLimit[:0]
+	clear(b.limitIndex)
+	for _, i := range idx {
+		lk := limitKey{reqs[i].Limit, reqs[i].Peek}
+		// Most batches share one limit: try the last one before the map.
+		n := int64(len(b.limits))
+		if n == 0 || b.limits[n-1] != lk {
+			var ok bool
+			if n, ok = b.limitIndex[lk]; !ok {
+				b.limits = append(b.limits, lk)
+				n = int64(len(b.limits))
+				b.limitIndex[lk] = n
+			}
+		}
+		b.reqLimit = append(b.reqLimit, n)
+	}
+	args, nums := b.args, b.nums
+	nums = append(nums, int64(len(b.limits)))
+	args = append(args, &nums[len(nums)-1])
+	for _, lk := range b.limits {
+		l := lk.limit
+		k := len(nums)
+		nums = append(nums, l.Rate, l.Period.Microseconds(), l.Burst)
+		args = append(args, algArgs[l.Algorithm], &nums[k], &nums[k+1], &nums[k+2], peekArg(lk.peek))
+	}
+	for q, i := range idx {
+		k := len(nums)
+		nums = append(nums, b.reqLimit[q], reqs[i].Cost)
+		args = append(args, &nums[k], &nums[k+1])
+	}
+	return args, nums
 }
 
 // run sends the calls in one round trip, then sends again as EVAL, in a
