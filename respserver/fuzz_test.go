@@ -133,12 +133,15 @@ func FuzzFrames(f *testing.F) {
 		"*-1\r\n", "*0\r\n", "$5\r\nhello\r\n", "PING\r\nRL.GCRA k 1 1 1s\r\n",
 		"ECHO \"a\\x00b\"\r\n", "*2\r\n$4\r\nECHO\r\n$99999999999\r\n", "\x00\xff\r\n",
 		"*3\r\n$8\r\nRL.FIXED\r\n$1\r\nk",
+		"*4444444444444444444\r\n", // found by FuzzFrames: redcon looped over the count
+		"*+4444444444444444444\r\n", "*1\r\n$+99999999999999\r\n", "*1\r\n$4\r\nPING\r\n*-1\r\n",
 	} {
 		f.Add([]byte(s))
 	}
 	srv := fuzzServer(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		rd := redcon.NewReader(bytes.NewReader(data))
+		gr := newGuardedReader(bytes.NewReader(data), io.Discard, 1<<20, DefaultMaxArgs)
+		rd := redcon.NewReader(&gr)
 		c := offlineClient(srv)
 		for range 1000 {
 			cmds, err := rd.ReadCommands()

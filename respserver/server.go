@@ -41,6 +41,9 @@ type Config struct {
 	// completing a command; past it the connection gets a protocol error and
 	// is closed. Zero means 16 MiB.
 	MaxRequestBytes int
+	// MaxArgs bounds the arguments of one command; more get a protocol
+	// error. Zero means DefaultMaxArgs.
+	MaxArgs int
 	// MaxConns bounds concurrent connections; more are refused with an
 	// error and closed. Zero means 10,000.
 	MaxConns int
@@ -80,7 +83,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.DecideTimeout < 0 || cfg.MaxRequestBytes < 0 || cfg.MaxConns < 0 {
+	if cfg.DecideTimeout < 0 || cfg.MaxRequestBytes < 0 || cfg.MaxConns < 0 || cfg.MaxArgs < 0 {
 		return nil, errors.New("respserver: negative limit in Config")
 	}
 	if cfg.DecideTimeout == 0 {
@@ -88,6 +91,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxRequestBytes == 0 {
 		cfg.MaxRequestBytes = 16 << 20
+	}
+	if cfg.MaxArgs == 0 {
+		cfg.MaxArgs = DefaultMaxArgs
 	}
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = 10_000
@@ -103,7 +109,7 @@ func New(cfg Config) (*Server, error) {
 // Serve accepts connections on ln until Shutdown or Close, and then returns
 // ErrServerClosed. Any other error is the listener's.
 func (s *Server) Serve(ln net.Listener) error {
-	dl := &drainListener{Listener: ln, max: s.cfg.MaxRequestBytes, drained: make(chan struct{})}
+	dl := &drainListener{Listener: ln, max: s.cfg.MaxRequestBytes, maxArgs: s.cfg.MaxArgs, drained: make(chan struct{})}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -263,7 +269,7 @@ func (s *Server) handle(rc redcon.Conn, first redcon.Command) {
 		return
 	}
 	if lc, ok := rc.NetConn().(*limitConn); ok {
-		lc.unparsed = 0
+		lc.in.unparsed = 0
 	}
 	s.enter(c)
 	rest := rc.ReadPipeline()
@@ -300,6 +306,7 @@ func (s *Server) handle(rc redcon.Conn, first redcon.Command) {
 type drainListener struct {
 	net.Listener
 	max      int
+	maxArgs  int
 	stopOnce sync.Once
 	stopped  atomic.Bool
 	drained  chan struct{}
@@ -317,7 +324,7 @@ func (l *drainListener) Accept() (net.Conn, error) {
 		l.err = err
 		return nil, err
 	}
-	return &limitConn{Conn: nc, max: l.max}, nil
+	return newLimitConn(nc, l.max, l.maxArgs), nil
 }
 
 func (l *drainListener) stop() {
@@ -328,27 +335,3 @@ func (l *drainListener) stop() {
 }
 
 func (l *drainListener) finish() { l.doneOnce.Do(func() { close(l.drained) }) }
-
-// limitConn bounds how much a client may send without completing a
-// command: redcon buffers an incomplete command without limit. Only the
-// connection's own goroutine reads, so unparsed needs no lock.
-type limitConn struct {
-	net.Conn
-	max      int
-	unparsed int
-}
-
-var errRequestTooLarge = errors.New("request too large")
-
-func (c *limitConn) Read(p []byte) (int, error) {
-	if c.unparsed >= c.max {
-		_, _ = c.Conn.Write([]byte("-ERR Protocol error: request larger than the server's limit\r\n"))
-		return 0, errRequestTooLarge
-	}
-	if room := c.max - c.unparsed; len(p) > room {
-		p = p[:room]
-	}
-	n, err := c.Conn.Read(p)
-	c.unparsed += n
-	return n, err
-}

@@ -260,24 +260,50 @@ func TestServeAfterShutdown(t *testing.T) {
 }
 
 // A client that sends more than MaxRequestBytes without completing a
-// command is cut off; the others carry on.
+// command is cut off, as early as a header shows it; the others carry on.
 func TestRequestTooLarge(t *testing.T) {
-	_, addr := startServer(t, Config{Store: memStore(t), MaxRequestBytes: 64 << 10})
-	big := dialTest(t, addr)
+	_, addr := startServer(t, Config{Store: memStore(t), MaxRequestBytes: 100 << 10})
 	other := dialTest(t, addr)
-	// A 1 MB argument fits nowhere under a 64 KiB limit.
-	big.send(t, []byte("*2\r\n$4\r\nECHO\r\n$1048576\r\n"))
-	_, _ = big.nc.Write(bytes.Repeat([]byte("a"), 128<<10))
-	got, err := big.reply(t)
-	if err != nil || got != "-ERR Protocol error: request larger than the server's limit" {
-		t.Fatalf("got %q, %v", got, err)
+	manyArgs := []byte("*121\r\n$4\r\nECHO\r\n")
+	for range 120 {
+		manyArgs = append(manyArgs, "$1024\r\n"+strings.Repeat("a", 1024)+"\r\n"...)
 	}
-	if _, err := big.reply(t); err == nil {
-		t.Error("connection still open")
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want string
+	}{
+		{"a bulk header past the limit", []byte("*2\r\n$4\r\nECHO\r\n$1048576\r\n"), "-ERR Protocol error: invalid bulk length"},
+		{"a command past the limit", manyArgs, "-ERR Protocol error: request larger than the server's limit"},
+		{"too many arguments", []byte("*4444444444444444444\r\n"), "-ERR Protocol error: invalid multibulk length"},
+		{"too many arguments, with a plus", []byte("*+5000\r\n"), "-ERR Protocol error: invalid multibulk length"},
+		{"an inline line past 64 KiB", bytes.Repeat([]byte("a"), 70<<10), "-ERR Protocol error: too big inline request"},
+	} {
+		c := dialTest(t, addr)
+		go func() { _, _ = c.nc.Write(tc.in) }()
+		got, err := c.reply(t)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: got %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+		if _, err := c.reply(t); err == nil {
+			t.Errorf("%s: connection still open", tc.name)
+		}
+		other.send(t, encodeCommand(bytesArgs("PING")))
+		if got, err := other.reply(t); err != nil || got != "+PONG" {
+			t.Fatalf("%s: other connection: %q, %v", tc.name, got, err)
+		}
 	}
-	other.send(t, encodeCommand(bytesArgs("PING")))
-	if got, err := other.reply(t); err != nil || got != "+PONG" {
-		t.Errorf("other connection: %q, %v", got, err)
+}
+
+// Commands before a frame that breaks a limit are answered first.
+func TestCommandsBeforeABadFrame(t *testing.T) {
+	_, addr := startServer(t, Config{Store: memStore(t)})
+	c := dialTest(t, addr)
+	c.send(t, []byte("*1\r\n$4\r\nPING\r\n*99999999\r\n"))
+	for _, want := range []string{"+PONG", "-ERR Protocol error: invalid multibulk length"} {
+		if got, err := c.reply(t); err != nil || got != want {
+			t.Errorf("got %q, %v; want %q", got, err, want)
+		}
 	}
 }
 

@@ -124,6 +124,8 @@ func TestBadInput(t *testing.T) {
 	for _, tc := range []struct{ name, in, want string }{
 		{"garbage after a frame header", "*2\r\n$4\r\nECHO\r\n\x00\x01\x02\r\n", "-ERR Protocol error: expected '$', got '\x00'"},
 		{"bad multibulk length", "*zz\r\n", "-ERR Protocol error: invalid multibulk length"},
+		{"a multibulk count past 2^62", "*4444444444444444444\r\n", "-ERR Protocol error: invalid multibulk length"},
+		{"a bulk length past the limit", "*1\r\n$99999999999\r\n", "-ERR Protocol error: invalid bulk length"},
 		{"bad bulk length", "*1\r\n$-9\r\n", "-ERR Protocol error: invalid bulk length"},
 		{"bulk longer than declared", "*1\r\n$2\r\nPING\r\n", "-ERR Protocol error: invalid bulk length"},
 		{"unbalanced inline quotes", "PING \"oops\r\n", "-ERR Protocol error: unbalanced quotes in request"},

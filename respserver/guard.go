@@ -1,0 +1,179 @@
+package respserver
+
+import (
+	"errors"
+	"io"
+	"net"
+)
+
+// Limits on what one client may send, checked as the bytes arrive and
+// before redcon parses them. redcon trusts a multibulk count and loops over
+// it whether or not the arguments have arrived, so "*4444444444444444444\r\n"
+// alone would spin a goroutine for years; and it buffers a bulk or an inline
+// line of any length. Redis has the same limits, with the same errors.
+const (
+	// DefaultMaxArgs bounds the arguments of one command (Redis: 1M). No
+	// Sluice command needs more than a few; RL.RESET takes up to 4095 keys.
+	DefaultMaxArgs = 4096
+	// maxInline bounds an inline (telnet-style) command line, as Redis does.
+	maxInline = 64 << 10
+)
+
+var errProtocol = errors.New("protocol error")
+
+// frameGuard follows RESP framing byte by byte across reads. It only
+// watches: on a frame that redcon will itself reject (a bad byte where a
+// header belongs), it stops following, since redcon closes the connection.
+type frameGuard struct {
+	state   guardState
+	n       int64 // the header number being read
+	sign    bool  // a sign was read before its digits
+	left    int64 // bulks left in the current command
+	skip    int64 // bytes left in the current bulk, CRLF included
+	inline  int   // bytes of the current inline line
+	maxArgs int64
+	maxBulk int64
+}
+
+type guardState uint8
+
+const (
+	gStart guardState = iota
+	gCount
+	gCountLF
+	gBulkHeader
+	gBulkLen
+	gBulkLenLF
+	gBulkBody
+	gInline
+	gGaveUp // a malformed frame that redcon rejects and closes on
+)
+
+// scan follows p. It returns how many bytes are fine and, if a frame
+// breaks a limit, the protocol error for it.
+func (g *frameGuard) scan(p []byte) (int, string) {
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch g.state {
+		case gGaveUp:
+			return len(p), ""
+		case gStart:
+			if c == '*' {
+				g.state, g.n, g.sign = gCount, 0, false
+			} else if c != '\n' {
+				g.state, g.inline = gInline, 1
+			}
+		case gInline:
+			if c == '\n' {
+				g.state = gStart
+			} else if g.inline++; g.inline > maxInline {
+				return i, "Protocol error: too big inline request"
+			}
+		case gCount, gBulkLen:
+			switch {
+			case c >= '0' && c <= '9':
+				g.n = g.n*10 + int64(c-'0')
+				if g.state == gCount && g.n > g.maxArgs {
+					return i, "Protocol error: invalid multibulk length"
+				}
+				if g.state == gBulkLen && g.n > g.maxBulk {
+					return i, "Protocol error: invalid bulk length"
+				}
+			case c == '+' && g.n == 0 && !g.sign: // strconv.Atoi, which redcon uses, takes a plus
+				g.sign = true
+			case c == '\r':
+				g.state++ // to gCountLF or gBulkLenLF
+			default: // a minus or any other byte: redcon refuses the header
+				g.state = gGaveUp
+			}
+		case gCountLF:
+			if c != '\n' || g.n <= 0 {
+				g.state = gGaveUp
+				continue
+			}
+			g.left, g.state = g.n, gBulkHeader
+		case gBulkHeader:
+			if c != '$' {
+				g.state = gGaveUp
+				continue
+			}
+			g.state, g.n, g.sign = gBulkLen, 0, false
+		case gBulkLenLF:
+			if c != '\n' {
+				g.state = gGaveUp
+				continue
+			}
+			g.skip, g.state = g.n+2, gBulkBody
+		case gBulkBody:
+			take := min(g.skip, int64(len(p)-i))
+			g.skip -= take
+			i += int(take) - 1
+			if g.skip == 0 {
+				if g.left--; g.left > 0 {
+					g.state = gBulkHeader
+				} else {
+					g.state = gStart
+				}
+			}
+		}
+	}
+	return len(p), ""
+}
+
+// guardedReader reads a client's bytes through a frameGuard and a bound on
+// bytes read without a complete command (unparsed, reset by the handler).
+// On a breach it passes on the bytes before the bad frame, so that the
+// commands in them are answered, then writes the protocol error to w and
+// fails the next read, which makes redcon close the connection.
+type guardedReader struct {
+	r        io.Reader
+	w        io.Writer
+	guard    frameGuard
+	max      int
+	unparsed int
+	err      string // the protocol error to give at the next read
+}
+
+func newGuardedReader(r io.Reader, w io.Writer, maxRequest, maxArgs int) guardedReader {
+	return guardedReader{r: r, w: w, max: maxRequest,
+		guard: frameGuard{maxArgs: int64(maxArgs), maxBulk: int64(maxRequest)}}
+}
+
+func (g *guardedReader) Read(p []byte) (int, error) {
+	if g.err == "" && g.unparsed >= g.max {
+		g.err = "Protocol error: request larger than the server's limit"
+	}
+	if g.err != "" {
+		_, _ = g.w.Write([]byte("-ERR " + g.err + "\r\n"))
+		return 0, errProtocol
+	}
+	if room := g.max - g.unparsed; len(p) > room {
+		p = p[:room]
+	}
+	n, err := g.r.Read(p)
+	ok, msg := g.guard.scan(p[:n])
+	if msg != "" {
+		g.err = msg
+		if ok == 0 {
+			return g.Read(p)
+		}
+		n, err = ok, nil
+	}
+	g.unparsed += n
+	return n, err
+}
+
+// limitConn is a connection whose reads are guarded. Only the connection's
+// own goroutine reads, so the guard needs no lock.
+type limitConn struct {
+	net.Conn
+	in guardedReader
+}
+
+func newLimitConn(nc net.Conn, maxRequest, maxArgs int) *limitConn {
+	c := &limitConn{Conn: nc}
+	c.in = newGuardedReader(nc, nc, maxRequest, maxArgs)
+	return c
+}
+
+func (c *limitConn) Read(p []byte) (int, error) { return c.in.Read(p) }
