@@ -17,5 +17,8 @@
 //
 // Replies are encoded append-style into a per-connection buffer that is
 // reused, so a decision allocates nothing once the connection is warm.
-// Errors become RESP error replies in one place (errors.go).
+// Errors become RESP error replies in one place (errors.go). What a client
+// sends is checked as it arrives (guard.go), before redcon buffers or
+// parses it, so that no frame can make a connection spin or grow without
+// bound.
 package respserver
