@@ -17,7 +17,7 @@ type DenyCacheConfig struct {
 	// Store decides what the cache cannot: the batcher in front of Redis.
 	Store Store
 	// MaxEntries bounds the refusals remembered; the least recently used
-	// goes first. Zero means 100,000.
+	// goes first. Zero means 50,000 (about 17 MB).
 	MaxEntries int
 	// Now is the clock; nil means time.Now. Only durations are taken from
 	// it, so it need not agree with Redis's clock.
@@ -68,7 +68,7 @@ func NewDenyCache(cfg DenyCacheConfig) (*DenyCache, error) {
 		return nil, errors.New("engine: deny cache size must not be negative")
 	}
 	if cfg.MaxEntries == 0 {
-		cfg.MaxEntries = 100_000
+		cfg.MaxEntries = 50_000
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

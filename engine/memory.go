@@ -12,7 +12,7 @@ import (
 type MemoryConfig struct {
 	// MaxKeys bounds how many (algorithm, key) states are kept; past it a
 	// state that expired, or else the least recently used of a random
-	// sample, is evicted. Zero means 1,000,000.
+	// sample, is evicted. Zero means 100,000 (about 30 MB).
 	MaxKeys int
 	// Now is the clock. Nil means time.Now; tests pin it.
 	Now func() time.Time
@@ -74,7 +74,7 @@ func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
 		return nil, &ParamError{Param: "max keys", Value: itoa(int64(cfg.MaxKeys)), Reason: "must not be negative"}
 	}
 	if cfg.MaxKeys == 0 {
-		cfg.MaxKeys = 1_000_000
+		cfg.MaxKeys = 100_000
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
