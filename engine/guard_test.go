@@ -46,10 +46,17 @@ type breakerEvent struct {
 func newGuard(t *testing.T, clock *enginetest.Clock) (*engine.Guard, *flakyStore, *[]breakerEvent) {
 	t.Helper()
 	f := &flakyStore{inner: openMemory(t, clock.Now)}
-	var events []breakerEvent
+	var (
+		mu     sync.Mutex
+		events []breakerEvent // guarded by mu; read once the test's goroutines are done
+	)
 	g, err := engine.NewGuard(engine.GuardConfig{
 		Store: f, Local: openMemory(t, clock.Now), Threshold: 2, ProbeEvery: time.Second, Now: clock.Now,
-		OnBreaker: func(open bool, cause error) { events = append(events, breakerEvent{open, cause}) },
+		OnBreaker: func(open bool, cause error) {
+			mu.Lock()
+			events = append(events, breakerEvent{open, cause})
+			mu.Unlock()
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
