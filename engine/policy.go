@@ -11,6 +11,9 @@ type Policy struct {
 	// OnFailure is what decides when the shared store cannot answer;
 	// FailDefault leaves it to the sidecar's default.
 	OnFailure FailureMode
+	// Shadow decides and counts as usual but always allows: a new limit can
+	// be watched against real traffic before it is enforced.
+	Shadow bool
 }
 
 // Policies finds policies by name. Implementations are safe for concurrent

@@ -85,7 +85,7 @@ func (e *Error) Error() string {
 // fields a policy may have. rate and limit are one field under two names
 // (limit reads better for the window algorithms), as are burst and
 // capacity (capacity reads better for the buckets).
-var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity", "prefix", "on_failure"}
+var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity", "prefix", "on_failure", "shadow"}
 
 // Parse parses a policies file's contents; file names it in errors.
 //
@@ -97,6 +97,7 @@ var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity
 //	    burst: 20            # or capacity
 //	    prefix: "api:"       # default: the name and a colon
 //	    on_failure: local    # allow, deny or local; default: the sidecar's
+//	    shadow: true         # decide and count, but always allow; default false
 func Parse(file string, data []byte) (*Set, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -249,6 +250,15 @@ func parsePolicy(file, name string, key, node *yaml.Node) (engine.Policy, error)
 			return p, fail(v.Line, "on_failure", fmt.Sprintf("%q must be allow, deny or local", v.Value))
 		}
 		p.OnFailure = m
+	}
+	if v := seen["shadow"]; v != nil {
+		switch v.Value {
+		case "true":
+			p.Shadow = true
+		case "false":
+		default:
+			return p, fail(v.Line, "shadow", fmt.Sprintf("%q must be true or false", v.Value))
+		}
 	}
 	if err := p.Limit.Validate(); err != nil {
 		var pe *engine.ParamError

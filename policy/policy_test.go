@@ -53,12 +53,12 @@ func TestParseErrors(t *testing.T) {
 		{"top level is a list", "- a\n", `p.yaml:1: expected a mapping with the key "policies"`},
 		{"unknown top-level key", "policy:\n  a: {}\n", `p.yaml:1: unknown key "policy": expected "policies"`},
 		{"policies is a list", "policies:\n  - api\n", `p.yaml:2: "policies" must map policy names to policies`},
-		{"policy is a string", "policies:\n  api: gcra\n", `p.yaml:2: policy "api": expected a mapping of fields (algorithm, rate, limit, period, burst, capacity, prefix, on_failure)`},
+		{"policy is a string", "policies:\n  api: gcra\n", `p.yaml:2: policy "api": expected a mapping of fields (algorithm, rate, limit, period, burst, capacity, prefix, on_failure, shadow)`},
 		{"bad name", "policies:\n  \"a b\":\n    algorithm: gcra\n", `p.yaml:2: policy "a b": a name must be 1 to 128 letters, digits or _ - . :`},
 		{"defined twice", "policies:\n  a: {algorithm: fixed, limit: 1, period: 1s}\n  a: {algorithm: fixed, limit: 1, period: 1s}\n",
 			`p.yaml:3: policy "a": defined twice`},
 		{"unknown field", "policies:\n  api:\n    algorithm: gcra\n    rate: 10\n    period: 1s\n    burts: 5\n",
-			`p.yaml:6: policy "api": field burts: unknown field: expected one of algorithm, rate, limit, period, burst, capacity, prefix, on_failure`},
+			`p.yaml:6: policy "api": field burts: unknown field: expected one of algorithm, rate, limit, period, burst, capacity, prefix, on_failure, shadow`},
 		{"field twice", "policies:\n  api:\n    rate: 10\n    rate: 11\n", `p.yaml:4: policy "api": field rate: given twice`},
 		{"field is a list", "policies:\n  api:\n    rate: [1]\n", `p.yaml:3: policy "api": field rate: expected a single value`},
 		{"rate and limit", "policies:\n  api:\n    algorithm: fixed\n    rate: 10\n    limit: 10\n    period: 1s\n",
@@ -181,5 +181,19 @@ func TestLiveReplace(t *testing.T) {
 	}
 	if p, ok := l.Lookup("two"); !ok || p.Limit.Rate != 2 || l.Current() != b {
 		t.Errorf("two = %+v, %v", p, ok)
+	}
+}
+
+func TestShadow(t *testing.T) {
+	set, err := Parse("p.yaml", []byte("policies:\n  api:\n    algorithm: gcra\n    rate: 1\n    period: 1s\n    shadow: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := set.Lookup("api"); !p.Shadow {
+		t.Fatalf("shadow: true parsed as %+v", p)
+	}
+	_, err = Parse("p.yaml", []byte("policies:\n  api:\n    algorithm: gcra\n    rate: 1\n    period: 1s\n    shadow: maybe\n"))
+	if err == nil || err.Error() != `p.yaml:6: policy "api": field shadow: "maybe" must be true or false` {
+		t.Fatalf("shadow: maybe gave %v", err)
 	}
 }

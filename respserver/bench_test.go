@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/telemetry"
 )
 
 // The hot path's parts, each meant to allocate nothing.
@@ -48,18 +49,34 @@ func BenchmarkEncode(b *testing.B) {
 // BenchmarkPipeline is a pipeline of 100 decisions through the whole
 // command layer and the memory store, without the network: allocations
 // are per pipeline (the store call's deadline), not per decision.
+//
+// metrics-on counts every decision into telemetry, as the binary does; it
+// must stay within a few percent of metrics-off, and allocate no more.
 func BenchmarkPipeline(b *testing.B) {
-	c := offlineClient(fuzzServer(b))
 	var cmds [][][]byte
 	for i := range 100 {
 		cmds = append(cmds, bytesArgs("RL.TOKEN", string(rune('a'+i%26)), "1000000", "1000000", "1s"))
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		for _, args := range cmds {
-			c.exec(args)
-		}
-		c.settle()
-		c.out = c.out[:0]
+	tel, err := telemetry.New(telemetry.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name     string
+		observer Observer
+	}{{"metrics-off", nil}, {"metrics-on", tel}} {
+		b.Run(bc.name, func(b *testing.B) {
+			srv := fuzzServer(b)
+			srv.cfg.Observer = bc.observer
+			c := offlineClient(srv)
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, args := range cmds {
+					c.exec(args)
+				}
+				c.settle()
+				c.out = c.out[:0]
+			}
+		})
 	}
 }

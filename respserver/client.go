@@ -2,6 +2,7 @@ package respserver
 
 import (
 	"context"
+	"errors"
 	"net"
 	"unsafe"
 
@@ -26,6 +27,10 @@ type client struct {
 	libVer  string
 	quit    bool // QUIT was read: answer what came before it, then close
 
+	// policy is the policy the command being parsed named, if any: parse
+	// sets it, exec keeps it with the queued request.
+	policy policyRef
+
 	// Reused per pipeline, so that a warm connection allocates nothing.
 	reqs []engine.Request
 	res  []engine.Result
@@ -36,10 +41,17 @@ type client struct {
 // pending is a reply owed in pipeline order: a queued decision, or an error
 // that was found while decisions before it were still queued.
 type pending struct {
-	req   int // index into reqs, or -1 for err
-	shape shape
-	cmd   *command
-	err   string
+	req    int // index into reqs, or -1 for err
+	shape  shape
+	cmd    *command
+	err    string
+	policy policyRef // RL.ALLOW's policy; zero for the inline commands
+}
+
+// policyRef is what a reply needs of the policy a request named.
+type policyRef struct {
+	name   string // "" for the inline commands
+	shadow bool
 }
 
 func newClient(s *Server, rc redcon.Conn) *client {
@@ -74,13 +86,14 @@ func (c *client) exec(args [][]byte) {
 		return
 	}
 	if cmd.parse != nil {
+		c.policy = policyRef{}
 		req, sh, msg := cmd.parse(c, args)
 		if msg != "" {
 			c.fail(msg)
 			return
 		}
 		c.reqs = append(c.reqs, req)
-		c.pend = append(c.pend, pending{req: len(c.reqs) - 1, shape: sh, cmd: cmd})
+		c.pend = append(c.pend, pending{req: len(c.reqs) - 1, shape: sh, cmd: cmd, policy: c.policy})
 		return
 	}
 	c.settle()
@@ -90,6 +103,7 @@ func (c *client) exec(args [][]byte) {
 // fail owes an error reply: queued behind pending decisions, or at once.
 func (c *client) fail(msg string) {
 	c.s.stats.errors.Add(1)
+	c.s.observeFailure("request")
 	if len(c.pend) == 0 {
 		c.out = appendError(c.out, msg)
 		return
@@ -120,21 +134,43 @@ func (c *client) settle() {
 			c.out = appendError(c.out, p.err)
 		case batchErr != nil:
 			c.s.stats.errors.Add(1)
+			c.s.observeFailure("store")
 			c.out = appendError(c.out, storeError(batchErr))
 		case c.res[p.req].Err != nil:
+			err := c.res[p.req].Err
 			c.s.stats.errors.Add(1)
-			c.out = appendError(c.out, requestError(c.res[p.req].Err, p.cmd))
+			if errors.Is(err, engine.ErrInvalid) {
+				c.s.observeFailure("request")
+			} else {
+				c.s.observeFailure("store")
+			}
+			c.out = appendError(c.out, requestError(err, p.cmd))
 		default:
-			d := &c.res[p.req].Decision
-			if path := int(c.res[p.req].Path); path < len(c.s.stats.paths) {
+			r := &c.res[p.req]
+			d := r.Decision
+			if path := int(r.Path); path < len(c.s.stats.paths) {
 				c.s.stats.paths[path].Add(1)
 			}
-			if d.Allowed {
+			shadow := p.policy.shadow && !d.Allowed
+			switch {
+			case shadow:
+				// Shadow mode: counted as the refusal it was, answered
+				// as an admission.
+				c.s.stats.shadowed.Add(1)
+				d.Allowed, d.RetryAfter = true, 0
+			case d.Allowed:
 				c.s.stats.allowed.Add(1)
-			} else {
+			default:
 				c.s.stats.denied.Add(1)
 			}
-			c.out = appendDecision(c.out, d, p.shape, c.proto)
+			if o := c.s.cfg.Observer; o != nil {
+				name := p.policy.name
+				if name == "" {
+					name = "inline"
+				}
+				o.Decided(name, c.reqs[p.req].Limit.Algorithm, d.Allowed && !shadow, shadow, r.Path)
+			}
+			c.out = appendDecision(c.out, &d, p.shape, c.proto)
 		}
 	}
 	clear(c.reqs) // drop the keys, which alias the commands' buffers

@@ -191,6 +191,7 @@ func parseAllow(c *client, args [][]byte) (engine.Request, shape, string) {
 	}
 	req.Key = p.Prefix + str(args[2])
 	req.Limit = p.Limit
+	c.policy = policyRef{name: p.Name, shadow: p.Shadow}
 	req.OnFailure = p.OnFailure
 	cost, peek, msg := parseCostPeek(args[3:])
 	if msg != "" {

@@ -426,11 +426,8 @@ func runInfo(c *client, args [][]byte) {
 		b.WriteString("\r\n")
 	}
 	if want("clients") {
-		s.mu.Lock()
-		n := len(s.conns)
-		s.mu.Unlock()
 		b.WriteString("# Clients\r\n")
-		line("connected_clients", itoa(int64(n)))
+		line("connected_clients", itoa(s.Clients()))
 		line("maxclients", itoa(int64(s.cfg.MaxConns)))
 		b.WriteString("\r\n")
 	}
@@ -447,10 +444,21 @@ func runInfo(c *client, args [][]byte) {
 		line("total_error_replies", itoa(s.stats.errors.Load()))
 		line("decisions_allowed", itoa(s.stats.allowed.Load()))
 		line("decisions_denied", itoa(s.stats.denied.Load()))
+		line("decisions_shadow_allowed", itoa(s.stats.shadowed.Load()))
 		for _, path := range engine.Paths {
 			if int(path) < len(s.stats.paths) {
 				line("decided_by_"+path.String(), itoa(s.stats.paths[path].Load()))
 			}
+		}
+		b.WriteString("\r\n")
+	}
+	for _, sec := range s.cfg.Info {
+		if !want(sec.Name) && !want("sluice") {
+			continue
+		}
+		b.WriteString("# " + sec.Name + "\r\n")
+		for _, f := range sec.Fields() {
+			line(f[0], f[1])
 		}
 		b.WriteString("\r\n")
 	}

@@ -47,6 +47,30 @@ type Config struct {
 	// MaxConns bounds concurrent connections; more are refused with an
 	// error and closed. Zero means 10,000.
 	MaxConns int
+	// Observer, if set, is told of every decision and error reply, for
+	// metrics.
+	Observer Observer
+	// Info adds sections to INFO after the server's own; INFO sluice shows
+	// them all.
+	Info []InfoSection
+}
+
+// Observer counts what the server answers. It runs once per decision, so
+// it must be cheap, and safe for concurrent use.
+type Observer interface {
+	// Decided is told of each decision: the policy's name ("inline" for the
+	// inline commands), the algorithm, whether it was allowed, whether a
+	// shadow-mode policy allowed what it refused, and what decided it.
+	Decided(policy string, alg engine.Algorithm, allowed, shadow bool, path engine.Path)
+	// Failed is told of each error reply: "request" (the client's input),
+	// "store" (the store could not decide) or "connection".
+	Failed(kind string)
+}
+
+// InfoSection is one section of INFO, read each time INFO asks.
+type InfoSection struct {
+	Name   string             // its title, such as "Upstream"; INFO upstream selects it
+	Fields func() [][2]string // name and value pairs, in order
 }
 
 // Server serves the RESP protocol. Its methods are safe for concurrent use.
@@ -70,9 +94,16 @@ type stats struct {
 	commands     atomic.Int64
 	allowed      atomic.Int64
 	denied       atomic.Int64
+	shadowed     atomic.Int64 // refused, but allowed by a shadow-mode policy
 	errors       atomic.Int64
 	rejectedConn atomic.Int64
 	paths        [8]atomic.Int64 // decisions by engine.Path
+}
+
+func (s *Server) observeFailure(kind string) {
+	if s.cfg.Observer != nil {
+		s.cfg.Observer.Failed(kind)
+	}
 }
 
 // New checks cfg and fills its defaults.
@@ -191,6 +222,13 @@ func (s *Server) Close() error {
 		return err
 	}
 	return nil
+}
+
+// Clients reports how many clients are connected.
+func (s *Server) Clients() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int64(len(s.conns))
 }
 
 // Addr is the address Serve listens on, or nil before Serve.

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -40,6 +41,7 @@ const Inline = "inline"
 // allocates only the first time it sees a policy.
 type Decisions struct {
 	byPolicy registry[counts]
+	inline   atomic.Pointer[counts] // byPolicy's Inline entry: most decisions, no map lookup
 }
 
 // Record counts one decision.
@@ -47,7 +49,16 @@ func (d *Decisions) Record(policy string, alg engine.Algorithm, outcome Outcome,
 	if int(alg) >= numAlgorithms || outcome >= numOutcomes || int(path) >= len(engine.Paths) {
 		return
 	}
-	d.byPolicy.get(policy)[alg][outcome][path].Add(1)
+	var c *counts
+	if policy == Inline {
+		if c = d.inline.Load(); c == nil {
+			c = d.byPolicy.get(Inline)
+			d.inline.Store(c)
+		}
+	} else {
+		c = d.byPolicy.get(policy)
+	}
+	c[alg][outcome][path].Add(1)
 }
 
 // each calls f for every non-zero counter.
@@ -114,7 +125,7 @@ func (r *registry[V]) get(name string) *V {
 		maps.Copy(next, *old)
 	}
 	v := new(V)
-	next[name] = v
+	next[strings.Clone(name)] = v // the caller's name may alias a buffer it reuses
 	r.m.Store(&next)
 	return v
 }

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,7 +23,6 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/resource"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/engine"
@@ -49,6 +49,9 @@ type Config struct {
 	// Tracer, when set, receives a span per upstream batch. Nil turns
 	// tracing off, and then batches pay nothing for it.
 	Tracer trace.Tracer
+	// Parent is the context batch spans start in (TraceParent); nil means
+	// the background context.
+	Parent context.Context
 	// Readers are extra metric readers, such as an OTLP exporter's.
 	Readers []sdkmetric.Reader
 }
@@ -59,6 +62,8 @@ type Telemetry struct {
 	Errors    Errors
 
 	cfg       Config
+	sources   atomic.Pointer[Sources]
+	ready     atomic.Pointer[func() error]
 	registry  *prometheus.Registry
 	provider  *sdkmetric.MeterProvider
 	batchSize metric.Int64Histogram
@@ -70,13 +75,15 @@ type Telemetry struct {
 // New registers the instruments with a Prometheus registry of their own.
 func New(cfg Config) (*Telemetry, error) {
 	t := &Telemetry{cfg: cfg, registry: prometheus.NewRegistry()}
+	t.SetSources(cfg.Sources)
+	t.SetReady(cfg.Ready)
 	exporter, err := otelprom.New(otelprom.WithRegisterer(t.registry), otelprom.WithoutScopeInfo(),
 		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
 	opts := []sdkmetric.Option{sdkmetric.WithReader(exporter),
-		sdkmetric.WithResource(resource.NewSchemaless(attribute.String("service.name", "sluice")))}
+		sdkmetric.WithResource(serviceResource)}
 	for _, r := range cfg.Readers {
 		opts = append(opts, sdkmetric.WithReader(r))
 	}
@@ -136,8 +143,8 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 		return err
 	}
 
-	src := t.cfg.Sources
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		src := *t.sources.Load()
 		t.Decisions.each(func(policy string, alg engine.Algorithm, outcome Outcome, path engine.Path, n uint64) {
 			o.ObserveInt64(decisions, int64(n), metric.WithAttributes(
 				attribute.String("policy", policy), attribute.String("algorithm", alg.String()),
@@ -173,10 +180,20 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 	return err
 }
 
+// SetSources replaces the sources, for those that exist only once
+// Telemetry does (a server that reports to it).
+func (t *Telemetry) SetSources(s Sources) { t.sources.Store(&s) }
+
+// SetReady replaces the readiness check.
+func (t *Telemetry) SetReady(ready func() error) { t.ready.Store(&ready) }
+
 // ObserveBatch records one upstream round trip: its size and latency, and a
 // span when tracing is on. The batcher calls it after each round trip.
 func (t *Telemetry) ObserveBatch(start time.Time, size int, err error) {
 	ctx := context.Background()
+	if t.cfg.Parent != nil {
+		ctx = t.cfg.Parent
+	}
 	elapsed := time.Since(start)
 	t.batchSize.Record(ctx, int64(size))
 	outcome := t.okAttr
@@ -208,8 +225,8 @@ func (t *Telemetry) Handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if t.cfg.Ready != nil {
-			if err := t.cfg.Ready(); err != nil {
+		if ready := *t.ready.Load(); ready != nil {
+			if err := ready(); err != nil {
 				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 				return
 			}

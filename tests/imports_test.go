@@ -17,7 +17,8 @@ func TestImportsPointDown(t *testing.T) {
 	const mod = "github.com/sluice-rl/sluice/"
 	forbidden := map[string][]string{
 		"engine":     {"respserver", "upstream", "policy", "cmd/", "lua"},
-		"respserver": {"upstream", "cmd/", "lua"},
+		"respserver": {"upstream", "cmd/", "lua", "telemetry"},
+		"telemetry":  {"respserver", "upstream", "policy", "cmd/", "lua"},
 		"policy":     {"respserver", "upstream", "cmd/", "lua"},
 		"upstream":   {"respserver", "policy", "cmd/"},
 		"lua":        {"engine", "respserver", "upstream", "policy", "cmd/"},

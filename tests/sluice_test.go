@@ -66,8 +66,9 @@ func (b *syncBuffer) String() string {
 
 // sluice is one running binary.
 type sluice struct {
-	Addr string
-	Port int
+	Addr  string
+	Port  int
+	Admin string // the admin HTTP server's address: /metrics, /healthz, /readyz
 	cmd  *exec.Cmd
 	logs *syncBuffer
 	done chan error
@@ -80,7 +81,8 @@ func startSluice(t *testing.T, args ...string) *sluice {
 	t.Helper()
 	s := &sluice{Port: redistest.FreePort(t), logs: &syncBuffer{}, done: make(chan error, 1)}
 	s.Addr = fmt.Sprintf("127.0.0.1:%d", s.Port)
-	s.cmd = exec.Command(sluiceBin, append([]string{"--listen", s.Addr, "--log-level", "debug"}, args...)...)
+	s.Admin = fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
+	s.cmd = exec.Command(sluiceBin, append([]string{"--listen", s.Addr, "--admin-listen", s.Admin, "--log-level", "debug"}, args...)...)
 	s.cmd.Env = cleanEnv()
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	if err := s.cmd.Start(); err != nil {

@@ -15,17 +15,21 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/policy"
 	"github.com/sluice-rl/sluice/respserver"
+	"github.com/sluice-rl/sluice/telemetry"
 	"github.com/sluice-rl/sluice/upstream"
 )
 
@@ -45,6 +49,13 @@ type options struct {
 	onFailure       engine.FailureMode
 	shutdownTimeout time.Duration
 	policiesPoll    time.Duration
+	adminListen     string
+	upstreamTimeout time.Duration
+	batchMax        int
+	batchInFlight   int
+	maxKeys         int
+	denyCacheSize   int
+	maxClients      int
 }
 
 const usageHead = `Usage: sluice [flags]
@@ -102,6 +113,28 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	timeout := env("SLUICE_SHUTDOWN_TIMEOUT", "10s")
 	fs.StringVar(&timeout, "shutdown-timeout", timeout,
 		"on SIGTERM or SIGINT, how long to wait for requests being answered (`duration`) [SLUICE_SHUTDOWN_TIMEOUT]")
+	fs.StringVar(&o.adminListen, "admin-listen", env("SLUICE_ADMIN_LISTEN", "127.0.0.1:9380"),
+		"`address` of the admin HTTP server: /metrics (Prometheus), /healthz, /readyz; \"off\" disables it [SLUICE_ADMIN_LISTEN]")
+	upTimeout := env("SLUICE_UPSTREAM_TIMEOUT", "100ms")
+	fs.StringVar(&upTimeout, "upstream-timeout", upTimeout,
+		"deadline of each round trip to the upstream Redis (`duration`); past it the failure mode decides [SLUICE_UPSTREAM_TIMEOUT]")
+	ints := []struct {
+		dst       *int
+		name, env string
+		def       int
+		usage     string
+	}{
+		{&o.batchMax, "batch-max", "SLUICE_BATCH_MAX", 1024, "most decisions sent to the upstream in one round trip (`n`) [SLUICE_BATCH_MAX]"},
+		{&o.batchInFlight, "batch-inflight", "SLUICE_BATCH_INFLIGHT", 2, "most round trips to the upstream in flight at once (`n`) [SLUICE_BATCH_INFLIGHT]"},
+		{&o.maxKeys, "max-keys", "SLUICE_MAX_KEYS", 100_000, "most keys the in-memory store keeps, about 300 bytes each (`n`) [SLUICE_MAX_KEYS]"},
+		{&o.denyCacheSize, "deny-cache-size", "SLUICE_DENY_CACHE_SIZE", 50_000, "most refusals remembered locally, about 350 bytes each (`n`) [SLUICE_DENY_CACHE_SIZE]"},
+		{&o.maxClients, "max-clients", "SLUICE_MAX_CLIENTS", 10_000, "most client connections at once (`n`) [SLUICE_MAX_CLIENTS]"},
+	}
+	intText := make([]string, len(ints))
+	for i, f := range ints {
+		intText[i] = env(f.env, strconv.Itoa(f.def))
+		fs.StringVar(&intText[i], f.name, intText[i], f.usage)
+	}
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usageHead)
 		fs.PrintDefaults()
@@ -123,6 +156,16 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	}
 	if o.onFailure, err = engine.ParseFailureMode(onFailure); err != nil {
 		return o, fmt.Errorf("invalid --on-upstream-failure %q: must be allow, deny or local", onFailure)
+	}
+	if o.upstreamTimeout, err = time.ParseDuration(upTimeout); err != nil || o.upstreamTimeout <= 0 {
+		return o, fmt.Errorf("invalid --upstream-timeout %q: must be a positive duration such as 100ms", upTimeout)
+	}
+	for i, f := range ints {
+		n, err := strconv.Atoi(intText[i])
+		if err != nil || n < 1 {
+			return o, fmt.Errorf("invalid --%s %q: must be a positive integer", f.name, intText[i])
+		}
+		*f.dst = n
 	}
 	return o, nil
 }
@@ -254,29 +297,39 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	if err := checkListen(o.listen, o.requirePass); err != nil {
 		return err
 	}
-	mem, err := engine.NewMemoryStore(engine.MemoryConfig{})
+	mem, err := engine.NewMemoryStore(engine.MemoryConfig{MaxKeys: o.maxKeys})
 	if err != nil {
 		return err
 	}
-	var store engine.Store = mem
+	tel, closeTel, err := newTelemetry(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer closeTel()
+	var (
+		store engine.Store = mem
+		chain *upstreamChain
+	)
 	if o.upstream == "" {
 		log.Info("no --upstream: using the in-memory store; limits apply to this process only")
 	} else {
-		shared, closeShared, err := sharedStore(o, mem, log)
-		if err != nil {
+		if chain, err = newUpstreamChain(o, mem, tel, log); err != nil {
 			return err
 		}
-		defer closeShared()
-		store = shared
+		defer chain.close()
+		store = chain.guard
 	}
-	var policies engine.Policies
+	var (
+		policies engine.Policies
+		live     *policy.Live
+	)
 	if o.policies != "" {
 		set, err := policy.Load(o.policies)
 		if err != nil {
 			return err
 		}
 		log.Info("policies loaded", "file", o.policies, "count", set.Len(), "names", set.Names())
-		live := policy.NewLive(set)
+		live = policy.NewLive(set)
 		policies = live
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
@@ -287,15 +340,27 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	srv, err := respserver.New(respserver.Config{
 		Store: store, Policies: policies, RequirePass: o.requirePass, Logger: log,
+		MaxConns: o.maxClients, Observer: tel, Info: infoSections(o, mem, chain, live),
 	})
 	if err != nil {
 		return err
 	}
+	sources := telemetry.Sources{Clients: srv.Clients, Memory: mem.Len}
+	if chain != nil {
+		sources.DenyCache, sources.Guard, sources.Batcher = chain.deny.Stats, chain.guard.Stats, chain.batcher.Stats
+	}
+	tel.SetSources(sources)
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return err
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "version", respserver.Version, "auth", o.requirePass != "")
+	stopAdmin, err := serveAdmin(o, tel, chain, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer stopAdmin()
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -361,37 +426,48 @@ func watchPolicies(ctx context.Context, path string, every time.Duration, hup <-
 	}
 }
 
-// sharedStore builds the chain in front of the central Redis: the Redis
+// upstreamChain is what stands in front of the central Redis: the Redis
 // store; the batcher, so that all connections' decisions share round
 // trips; the deny cache, so that a refused key is refused locally until
 // its retry-after; and the guard, which answers by each request's failure
-// mode (mem enforcing limits locally, by default) while Redis cannot.
-func sharedStore(o options, mem *engine.MemoryStore, log *slog.Logger) (engine.Store, func(), error) {
+// mode (the in-memory store enforcing limits locally, by default) while
+// Redis cannot.
+type upstreamChain struct {
+	kind    string
+	ping    func(context.Context) error
+	batcher *engine.Batcher
+	deny    *engine.DenyCache
+	guard   *engine.Guard
+	close   func()
+}
+
+func newUpstreamChain(o options, mem *engine.MemoryStore, tel *telemetry.Telemetry, log *slog.Logger) (*upstreamChain, error) {
 	client, kind, err := newUpstreamClient(o.upstream)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	up, err := upstream.New(upstream.Config{Client: client, Prefix: o.keyPrefix})
 	if err != nil {
 		client.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	batcher, err := engine.NewBatcher(engine.BatcherConfig{Store: up})
+	batcher, err := engine.NewBatcher(engine.BatcherConfig{Store: up, MaxBatch: o.batchMax,
+		MaxInFlight: o.batchInFlight, Timeout: o.upstreamTimeout, OnBatch: tel.ObserveBatch})
 	if err != nil {
 		client.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	closeAll := func() {
+	ping := func(ctx context.Context) error { return client.Ping(ctx).Err() }
+	c := &upstreamChain{kind: kind, ping: ping, batcher: batcher, close: func() {
 		batcher.Close()
 		client.Close()
+	}}
+	if c.deny, err = engine.NewDenyCache(engine.DenyCacheConfig{Store: batcher, MaxEntries: o.denyCacheSize}); err != nil {
+		c.close()
+		return nil, err
 	}
-	deny, err := engine.NewDenyCache(engine.DenyCacheConfig{Store: batcher})
-	if err != nil {
-		closeAll()
-		return nil, nil, err
-	}
-	guard, err := engine.NewGuard(engine.GuardConfig{
-		Store: deny, Local: mem, Default: o.onFailure,
+	c.guard, err = engine.NewGuard(engine.GuardConfig{
+		Store: c.deny, Local: mem, Default: o.onFailure,
 		OnBreaker: func(open bool, cause error) {
 			if open {
 				log.Warn("upstream Redis failing: deciding by each request's failure mode", "err", cause, "default", o.onFailure.String())
@@ -401,12 +477,136 @@ func sharedStore(o options, mem *engine.MemoryStore, log *slog.Logger) (engine.S
 		},
 	})
 	if err != nil {
-		closeAll()
-		return nil, nil, err
+		c.close()
+		return nil, err
 	}
 	log.Info("using the upstream Redis", "kind", kind, "addrs", redactedHosts(o.upstream),
-		"key_prefix", o.keyPrefix, "on_upstream_failure", o.onFailure.String())
-	return guard, closeAll, nil
+		"key_prefix", o.keyPrefix, "on_upstream_failure", o.onFailure.String(),
+		"upstream_timeout", o.upstreamTimeout, "batch_max", o.batchMax, "batch_inflight", o.batchInFlight,
+		"deny_cache_size", o.denyCacheSize)
+	return c, nil
+}
+
+// newTelemetry sets up metrics (Prometheus, and OTLP when configured) and,
+// when an OTLP endpoint is configured, batch traces.
+func newTelemetry(ctx context.Context, o options) (*telemetry.Telemetry, func(), error) {
+	tracer, stopTraces, err := telemetry.TracerFromEnv(ctx, os.Getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	var readers []sdkmetric.Reader
+	reader, err := telemetry.MetricReaderFromEnv(ctx, os.Getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	if reader != nil {
+		readers = append(readers, reader)
+	}
+	tel, err := telemetry.New(telemetry.Config{Tracer: tracer, Upstream: redactedHosts(o.upstream),
+		Parent: telemetry.TraceParent(os.Getenv), Readers: readers})
+	if err != nil {
+		return nil, nil, err
+	}
+	return tel, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = stopTraces(sctx)
+		_ = tel.Shutdown(sctx)
+	}, nil
+}
+
+// ready is /readyz: Sluice can decide unless the upstream is failing and
+// the default failure mode refuses everything. While the breaker is open
+// it asks Redis itself, so that a pod taken out of service (and so sent no
+// requests that would probe) still becomes ready when Redis is back.
+func ready(o options, chain *upstreamChain) func() error {
+	return func() error {
+		if chain == nil || o.onFailure != engine.FailClosed || !chain.guard.Stats().BreakerOpen {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), o.upstreamTimeout)
+		defer cancel()
+		if err := chain.ping(ctx); err != nil {
+			return fmt.Errorf("the upstream Redis is not answering (%v) and --on-upstream-failure is deny", err)
+		}
+		return nil
+	}
+}
+
+// serveAdmin starts the admin HTTP server, unless --admin-listen is off.
+func serveAdmin(o options, tel *telemetry.Telemetry, chain *upstreamChain, log *slog.Logger) (func(), error) {
+	if o.adminListen == "off" || o.adminListen == "" {
+		return func() {}, nil
+	}
+	// The admin port shows counts and health, never keys or decisions on
+	// demand, so unlike the RESP port it may listen beyond loopback (a
+	// Prometheus in another pod scrapes it) without a password.
+	ln, err := net.Listen("tcp", o.adminListen)
+	if err != nil {
+		return nil, fmt.Errorf("admin listener: %w", err)
+	}
+	tel.SetReady(ready(o, chain))
+	hs := &http.Server{Handler: tel.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("admin server stopped", "err", err)
+		}
+	}()
+	log.Info("admin endpoints", "addr", ln.Addr().String(), "paths", "/metrics /healthz /readyz")
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}, nil
+}
+
+// infoSections are INFO's Sluice sections: INFO sluice shows them all.
+func infoSections(o options, mem *engine.MemoryStore, chain *upstreamChain, live *policy.Live) []respserver.InfoSection {
+	itoa := func(n uint64) string { return strconv.FormatUint(n, 10) }
+	secs := []respserver.InfoSection{{Name: "Memory", Fields: func() [][2]string {
+		return [][2]string{{"memory_store_keys", strconv.Itoa(mem.Len())}, {"memory_store_max_keys", strconv.Itoa(o.maxKeys)}}
+	}}}
+	secs = append(secs, respserver.InfoSection{Name: "Policies", Fields: func() [][2]string {
+		if live == nil {
+			return [][2]string{{"policies", "0"}, {"policies_file", ""}}
+		}
+		set := live.Current()
+		return [][2]string{{"policies", strconv.Itoa(set.Len())}, {"policies_file", o.policies},
+			{"policy_names", strings.Join(set.Names(), ",")}}
+	}})
+	if chain == nil {
+		return append(secs, respserver.InfoSection{Name: "Upstream", Fields: func() [][2]string {
+			return [][2]string{{"upstream", "none"}}
+		}})
+	}
+	secs = append(secs,
+		respserver.InfoSection{Name: "Upstream", Fields: func() [][2]string {
+			g := chain.guard.Stats()
+			open := "0"
+			if g.BreakerOpen {
+				open = "1"
+			}
+			return [][2]string{{"upstream", chain.kind}, {"upstream_addrs", redactedHosts(o.upstream)},
+				{"upstream_timeout_ms", strconv.FormatInt(o.upstreamTimeout.Milliseconds(), 10)},
+				{"breaker_open", open}, {"fallback_decisions", itoa(g.Fallbacks)},
+				{"on_upstream_failure", o.onFailure.String()}}
+		}},
+		respserver.InfoSection{Name: "Batcher", Fields: func() [][2]string {
+			b := chain.batcher.Stats()
+			avg := "0"
+			if b.Batches > 0 {
+				avg = strconv.FormatFloat(float64(b.Decisions)/float64(b.Batches), 'f', 2, 64)
+			}
+			return [][2]string{{"batches", itoa(b.Batches)}, {"batched_decisions", itoa(b.Decisions)},
+				{"avg_batch_size", avg}, {"batch_max", strconv.Itoa(o.batchMax)}, {"batch_inflight", strconv.Itoa(o.batchInFlight)}}
+		}},
+		respserver.InfoSection{Name: "Denycache", Fields: func() [][2]string {
+			d := chain.deny.Stats()
+			return [][2]string{{"deny_cache_hits", itoa(d.Hits)}, {"deny_cache_misses", itoa(d.Misses)},
+				{"deny_cache_evictions", itoa(d.Evictions)}, {"deny_cache_entries", strconv.Itoa(d.Entries)},
+				{"deny_cache_size", strconv.Itoa(o.denyCacheSize)}}
+		}})
+	return secs
 }
 
 // redactedHosts is --upstream without its password, for the log.

@@ -1,0 +1,198 @@
+package tests
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/internal/redistest"
+)
+
+// scrape reads the binary's /metrics with Prometheus's own text parser.
+func scrape(t *testing.T, s *sluice) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + s.Admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	return fams
+}
+
+// sample is the value of the family's sample whose labels are exactly want.
+func sample(fams map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+	f, ok := fams[name]
+	if !ok {
+		return -1
+	}
+next:
+	for _, m := range f.GetMetric() {
+		if len(m.GetLabel()) != len(want) {
+			continue
+		}
+		for _, l := range m.GetLabel() {
+			if want[l.GetName()] != l.GetValue() {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		}
+	}
+	return -1
+}
+
+// Known traffic through the binary in front of a real Redis shows up in
+// /metrics as exact counts, and no label ever carries a client's key.
+func TestMetricsCountKnownTraffic(t *testing.T) {
+	r := redistest.Start(t)
+	pol := filepath.Join(t.TempDir(), "policies.yaml")
+	if err := os.WriteFile(pol, []byte(`policies:
+  strict:
+    algorithm: gcra
+    rate: 1
+    period: 1h
+    burst: 2
+  trial:
+    algorithm: fixed_window
+    limit: 1
+    period: 1h
+    shadow: true
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startSluice(t, "--upstream", "redis://"+r.Addr, "--policies", pol)
+	ctx := ctxT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 2})
+	defer rdb.Close()
+	allowed := func(args ...any) bool {
+		t.Helper()
+		v, err := rdb.Do(ctx, args...).Result()
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return decision(t, 2, v)[0] == 1
+	}
+	// strict: 3 admitted (burst 2 + 1), then refused: once by Redis, then
+	// three times by the deny cache.
+	for i := range 7 {
+		if got := allowed("RL.ALLOW", "strict", "user-secret-42"); got != (i < 3) {
+			t.Fatalf("strict request %d: allowed %v", i, got)
+		}
+	}
+	if !allowed("RL.GCRA", "inline-key-77", 0, 1, "1h") || allowed("RL.GCRA", "inline-key-77", 0, 1, "1h") {
+		t.Fatal("inline GCRA: want allowed then refused")
+	}
+	// trial is in shadow mode: its refusal is answered as an admission.
+	if !allowed("RL.ALLOW", "trial", "user-secret-42") || !allowed("RL.ALLOW", "trial", "user-secret-42") {
+		t.Fatal("shadow policy refused")
+	}
+	if err := rdb.Do(ctx, "RL.GCRA", "k", 0, 0, "1h").Err(); err == nil {
+		t.Fatal("rate 0 accepted")
+	}
+
+	fams := scrape(t, s)
+	d := func(policy, alg, outcome, path string) map[string]string {
+		return map[string]string{"policy": policy, "algorithm": alg, "outcome": outcome, "path": path}
+	}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"sluice_decisions_total", d("strict", "gcra", "allowed", "store"), 3},
+		{"sluice_decisions_total", d("strict", "gcra", "refused", "store"), 1},
+		{"sluice_decisions_total", d("strict", "gcra", "refused", "deny_cache"), 3},
+		{"sluice_decisions_total", d("inline", "gcra", "allowed", "store"), 1},
+		{"sluice_decisions_total", d("inline", "gcra", "refused", "store"), 1},
+		{"sluice_decisions_total", d("trial", "fixed_window", "allowed", "store"), 1},
+		{"sluice_decisions_total", d("trial", "fixed_window", "shadow", "store"), 1},
+		{"sluice_errors_total", map[string]string{"kind": "request"}, 1},
+		{"sluice_deny_cache_hits_total", nil, 3},
+		{"sluice_clients", nil, 1},
+		{"sluice_breaker_open", nil, 0},
+	} {
+		if got := sample(fams, c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v; want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if strings.Contains(l.GetValue(), "secret") || strings.Contains(l.GetValue(), "key") {
+					t.Errorf("%s has label %s=%q: a client's key", name, l.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+
+	info, err := rdb.Info(ctx, "sluice").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"# Upstream", "upstream:standalone", "breaker_open:0", "# Batcher", "# Denycache",
+		"deny_cache_hits:3", "# Policies", "policies:2", "# Memory"} {
+		if !strings.Contains(info, want) {
+			t.Errorf("INFO sluice lacks %q:\n%s", want, info)
+		}
+	}
+	if strings.Contains(info, "# Server") {
+		t.Errorf("INFO sluice shows the server section too:\n%s", info)
+	}
+}
+
+// /readyz turns unready while Redis is down and the failure mode is deny,
+// and ready again once Redis answers, with or without traffic to probe it.
+func TestReadiness(t *testing.T) {
+	r := redistest.Start(t)
+	s := startSluice(t, "--upstream", "redis://"+r.Addr, "--on-upstream-failure", "deny")
+	ctx := ctxT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 2})
+	defer rdb.Close()
+	status := func(path string) int {
+		t.Helper()
+		resp, err := http.Get("http://" + s.Admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if status("/healthz") != 200 || status("/readyz") != 200 {
+		t.Fatal("not healthy and ready with Redis up")
+	}
+	r.Kill()
+	for range 5 { // failed round trips open the breaker
+		_ = rdb.Do(ctx, "RL.GCRA", "ready:k", 5, 1, "1s").Err()
+	}
+	if got := status("/readyz"); got != 503 {
+		t.Fatalf("/readyz = %d with Redis down and deny; want 503", got)
+	}
+	if status("/healthz") != 200 {
+		t.Fatal("/healthz failed while the process serves")
+	}
+	r.Restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for status("/readyz") != 200 {
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still unready 10s after Redis came back\n%s", s.logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
