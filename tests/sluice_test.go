@@ -69,9 +69,9 @@ type sluice struct {
 	Addr  string
 	Port  int
 	Admin string // the admin HTTP server's address: /metrics, /healthz, /readyz
-	cmd  *exec.Cmd
-	logs *syncBuffer
-	done chan error
+	cmd   *exec.Cmd
+	logs  *syncBuffer
+	done  chan error
 }
 
 // startSluice runs the binary on a free loopback port with args, waits
