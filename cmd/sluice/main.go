@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -51,6 +52,7 @@ type options struct {
 	policiesPoll    time.Duration
 	adminListen     string
 	upstreamTimeout time.Duration
+	upstreamTLSCA   string
 	batchMax        int
 	batchInFlight   int
 	maxKeys         int
@@ -118,6 +120,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	upTimeout := env("SLUICE_UPSTREAM_TIMEOUT", "100ms")
 	fs.StringVar(&upTimeout, "upstream-timeout", upTimeout,
 		"deadline of each round trip to the upstream Redis (`duration`); past it the failure mode decides [SLUICE_UPSTREAM_TIMEOUT]")
+	fs.StringVar(&o.upstreamTLSCA, "upstream-tls-ca", env("SLUICE_UPSTREAM_TLS_CA", ""),
+		"PEM `file` of the CA that rediss:// upstream certificates must chain to; empty: the system's roots [SLUICE_UPSTREAM_TLS_CA]")
 	ints := []struct {
 		dst       *int
 		name, env string
@@ -208,6 +212,26 @@ func checkListen(addr, pass string) error {
 // newUpstreamClient turns --upstream into a go-redis client, using
 // go-redis's own URL parsers for the options.
 func newUpstreamClient(addr string) (redis.UniversalClient, string, error) {
+	return newUpstreamClientTLS(addr, nil)
+}
+
+// loadCA reads --upstream-tls-ca: the CA a private Redis's certificate
+// chains to, which the system's roots do not hold.
+func loadCA(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("invalid --upstream-tls-ca: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("invalid --upstream-tls-ca %q: no PEM certificate in it", path)
+	}
+	return roots, nil
+}
+
+// newUpstreamClientTLS is newUpstreamClient; roots, when not nil, are the
+// CAs that a rediss:// server's certificate must chain to.
+func newUpstreamClientTLS(addr string, roots *x509.CertPool) (redis.UniversalClient, string, error) {
 	scheme, rest, ok := strings.Cut(addr, "://")
 	if !ok {
 		return nil, "", fmt.Errorf("invalid --upstream %q: expected redis://host:port, redis+sentinel://… or redis+cluster://…", addr)
@@ -215,6 +239,9 @@ func newUpstreamClient(addr string) (redis.UniversalClient, string, error) {
 	base, kind, _ := strings.Cut(scheme, "+")
 	if base != "redis" && base != "rediss" {
 		return nil, "", fmt.Errorf("invalid --upstream %q: scheme must be redis, rediss, redis+sentinel, redis+cluster, rediss+sentinel or rediss+cluster", addr)
+	}
+	if roots != nil && base != "rediss" {
+		return nil, "", fmt.Errorf("invalid --upstream-tls-ca: --upstream %q does not use TLS (rediss://)", redactedHosts(addr))
 	}
 	// A comma-separated host list becomes go-redis's addr= parameters.
 	userHosts, pathQuery := rest, ""
@@ -240,6 +267,9 @@ func newUpstreamClient(addr string) (redis.UniversalClient, string, error) {
 		if err != nil {
 			return nil, "", fmt.Errorf("invalid --upstream: %w", err)
 		}
+		if roots != nil {
+			opt.TLSConfig.RootCAs = roots
+		}
 		return redis.NewClient(opt), "standalone", nil
 	case "sentinel":
 		master := strings.Trim(path, "/")
@@ -252,12 +282,18 @@ func newUpstreamClient(addr string) (redis.UniversalClient, string, error) {
 		if err != nil {
 			return nil, "", fmt.Errorf("invalid --upstream: %w", err)
 		}
+		if roots != nil {
+			opt.TLSConfig.RootCAs = roots
+		}
 		return redis.NewFailoverClient(opt), "sentinel", nil
 	case "cluster":
 		u := base + "://" + userinfo + list[0] + "?" + joinQuery(query, extra)
 		opt, err := redis.ParseClusterURL(u)
 		if err != nil {
 			return nil, "", fmt.Errorf("invalid --upstream: %w", err)
+		}
+		if roots != nil {
+			opt.TLSConfig.RootCAs = roots
 		}
 		return redis.NewClusterClient(opt), "cluster", nil
 	}
@@ -442,7 +478,14 @@ type upstreamChain struct {
 }
 
 func newUpstreamChain(o options, mem *engine.MemoryStore, tel *telemetry.Telemetry, log *slog.Logger) (*upstreamChain, error) {
-	client, kind, err := newUpstreamClient(o.upstream)
+	var roots *x509.CertPool
+	if o.upstreamTLSCA != "" {
+		var err error
+		if roots, err = loadCA(o.upstreamTLSCA); err != nil {
+			return nil, err
+		}
+	}
+	client, kind, err := newUpstreamClientTLS(o.upstream, roots)
 	if err != nil {
 		return nil, err
 	}
