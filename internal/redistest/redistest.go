@@ -7,6 +7,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -28,8 +29,9 @@ type Server struct {
 	// exited is closed once cmd has been waited for: alive reads it rather
 	// than cmd.ProcessState, which Wait writes on another goroutine.
 	exited chan struct{}
-	argv   []string // the command line
-	conf   string   // configuration given on standard input, for "redis-server -"
+	argv   []string    // the command line
+	conf   string      // configuration given on standard input, for "redis-server -"
+	tls    *tls.Config // set: the server speaks TLS only, and Do dials with this
 	tb     testing.TB
 }
 
@@ -38,11 +40,35 @@ type Server struct {
 // PING. It is stopped (SIGKILL) in tb.Cleanup.
 func Start(tb testing.TB, directives ...string) *Server {
 	tb.Helper()
+	return StartAt(tb, FreePort(tb), directives...)
+}
+
+// StartAt is Start on a given port: for a test that points a client at an
+// address before any server listens there.
+func StartAt(tb testing.TB, port int, directives ...string) *Server {
+	tb.Helper()
+	return startAt(tb, port, nil, directives)
+}
+
+// StartTLS runs a redis-server that speaks only TLS on its port, with the
+// server certificate, key and CA in the given PEM files, not asking clients
+// for certificates. Do (and the PING that waits for start-up) dials with
+// client, which must trust the CA.
+func StartTLS(tb testing.TB, client *tls.Config, certFile, keyFile, caFile string, directives ...string) *Server {
+	tb.Helper()
+	port := FreePort(tb)
+	d := append([]string{"port 0", "tls-port " + strconv.Itoa(port), "tls-cert-file " + certFile,
+		"tls-key-file " + keyFile, "tls-ca-cert-file " + caFile, "tls-auth-clients no"}, directives...)
+	return startAt(tb, port, client, d)
+}
+
+func startAt(tb testing.TB, port int, client *tls.Config, directives []string) *Server {
+	tb.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		tb.Fatalf("redistest: redis-server not found in PATH: install it (apt-get install -y redis-server redis-tools) or run scripts/test, which does")
 	}
-	s := &Server{Dir: tb.TempDir(), tb: tb, Port: FreePort(tb)}
+	s := &Server{Dir: tb.TempDir(), tb: tb, Port: port, tls: client}
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
 	s.argv = []string{bin, "-"}
 	s.conf = s.config(directives)
@@ -124,8 +150,15 @@ func (s *Server) Signal(sig os.Signal) error { return s.cmd.Process.Signal(sig) 
 func (s *Server) Do(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", s.Addr)
+	var c net.Conn
+	var err error
+	if s.tls != nil {
+		d := tls.Dialer{Config: s.tls}
+		c, err = d.DialContext(ctx, "tcp", s.Addr)
+	} else {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, "tcp", s.Addr)
+	}
 	if err != nil {
 		return "", err
 	}
