@@ -416,7 +416,7 @@ func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err,
 // cannot serve at all now, rather than that a request met a problem of its
 // own: they fail the batch, so that the caller falls back as its policy
 // says.
-var unavailable = []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "NOAUTH", "NOPERM", "NOSCRIPT", "OOM"}
+var unavailable = []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "NOAUTH", "WRONGPASS", "NOPERM", "NOSCRIPT", "OOM"}
 
 // collect turns one call's reply into results. It returns an error only
 // when the call failed as a whole in a way that fails the batch.
