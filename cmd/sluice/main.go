@@ -230,7 +230,10 @@ func loadCA(path string) (*x509.CertPool, error) {
 }
 
 // newUpstreamClientTLS is newUpstreamClient; roots, when not nil, are the
-// CAs that a rediss:// server's certificate must chain to.
+// CAs that a rediss:// server's certificate must chain to. Every client
+// honours its context's deadline (--upstream-timeout): go-redis otherwise
+// waits out its own 3s read timeout on a Redis that accepts connections but
+// does not answer (paused, overloaded), and every request with it.
 func newUpstreamClientTLS(addr string, roots *x509.CertPool) (redis.UniversalClient, string, error) {
 	scheme, rest, ok := strings.Cut(addr, "://")
 	if !ok {
@@ -270,6 +273,7 @@ func newUpstreamClientTLS(addr string, roots *x509.CertPool) (redis.UniversalCli
 		if roots != nil {
 			opt.TLSConfig.RootCAs = roots
 		}
+		opt.ContextTimeoutEnabled = true
 		return redis.NewClient(opt), "standalone", nil
 	case "sentinel":
 		master := strings.Trim(path, "/")
@@ -285,6 +289,7 @@ func newUpstreamClientTLS(addr string, roots *x509.CertPool) (redis.UniversalCli
 		if roots != nil {
 			opt.TLSConfig.RootCAs = roots
 		}
+		opt.ContextTimeoutEnabled = true
 		return redis.NewFailoverClient(opt), "sentinel", nil
 	case "cluster":
 		u := base + "://" + userinfo + list[0] + "?" + joinQuery(query, extra)
@@ -295,6 +300,7 @@ func newUpstreamClientTLS(addr string, roots *x509.CertPool) (redis.UniversalCli
 		if roots != nil {
 			opt.TLSConfig.RootCAs = roots
 		}
+		opt.ContextTimeoutEnabled = true
 		return redis.NewClusterClient(opt), "cluster", nil
 	}
 	return nil, "", fmt.Errorf("invalid --upstream %q: unknown kind %q (sentinel or cluster)", addr, kind)
