@@ -196,3 +196,43 @@ func TestReadiness(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A reset made through one sidecar reaches the other through Redis
+// pub/sub: the refusal the other remembered locally is dropped at once,
+// long before its retry-after would run out.
+func TestResetReachesEverySidecar(t *testing.T) {
+	r := redistest.Start(t)
+	a := startSluice(t, "--upstream", "redis://"+r.Addr)
+	b := startSluice(t, "--upstream", "redis://"+r.Addr)
+	ctx := ctxT(t)
+	ca := redis.NewClient(&redis.Options{Addr: a.Addr, Protocol: 2})
+	cb := redis.NewClient(&redis.Options{Addr: b.Addr, Protocol: 2})
+	defer ca.Close()
+	defer cb.Close()
+	allowed := func(c *redis.Client) bool {
+		t.Helper()
+		v, err := c.Do(ctx, "RL.GCRA", "reset:k", 0, 1, "1h").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return decision(t, 2, v)[0] == 1
+	}
+	if !allowed(ca) || allowed(ca) {
+		t.Fatal("want allowed, then refused (and remembered by a's deny cache)")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// b resets; a must admit again. Repeat the reset until a's
+		// subscription is surely up (it starts with the process).
+		if err := cb.Do(ctx, "RL.RESET", "reset:k").Err(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if allowed(ca) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a still refuses 10s after b's resets\n%s", a.logs)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -59,6 +60,7 @@ type reply struct {
 // or until maxDur.
 type load struct {
 	stop    chan struct{}
+	once    sync.Once
 	wg      sync.WaitGroup
 	replies [][]reply // per connection; each written only by its goroutine until wg is done
 }
@@ -67,8 +69,10 @@ const maxPerConn = 50_000
 
 // startLoad starts conns clients against addr; args(conn, n) is the n-th
 // command of connection conn.
-func startLoad(addr string, conns int, maxDur time.Duration, args func(conn, n int) []any) *load {
+// It is stopped when t ends, if not before.
+func startLoad(t *testing.T, addr string, conns int, maxDur time.Duration, args func(conn, n int) []any) *load {
 	l := &load{stop: make(chan struct{}), replies: make([][]reply, conns)}
+	t.Cleanup(func() { l.Stop() })
 	deadline := time.Now().Add(maxDur)
 	for c := range conns {
 		l.wg.Add(1)
@@ -99,7 +103,7 @@ func startLoad(addr string, conns int, maxDur time.Duration, args func(conn, n i
 
 // Stop stops the clients and returns what each saw.
 func (l *load) Stop() [][]reply {
-	close(l.stop)
+	l.once.Do(func() { close(l.stop) })
 	l.wg.Wait()
 	return l.replies
 }
@@ -279,7 +283,7 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 			if !fromStore(ctx, ra, rb, "warm") {
 				t.Fatalf("the sidecars do not share a count before the outage\n%s", a.logs)
 			}
-			l := startLoad(a.Addr, 50, 20*time.Second, func(c, n int) []any {
+			l := startLoad(t, a.Addr, 50, 20*time.Second, func(c, n int) []any {
 				return []any{"RL.ALLOW", outageNames[n%3], fmt.Sprint("conn", c)}
 			})
 			time.Sleep(500 * time.Millisecond)
@@ -395,8 +399,8 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	if !fromStore(ctx, ra, rb, "warm") {
 		t.Fatalf("the sidecars do not share a count before the failover\n%s", a.logs)
 	}
-	l := startLoad(a.Addr, 20, 25*time.Second, func(c, n int) []any {
-		return []any{"RL.TOKEN", fmt.Sprint("sent:", c, ":", n%10), 1_000_000, 1, "1h"}
+	l := startLoad(t, a.Addr, 20, 25*time.Second, func(c, n int) []any {
+		return []any{"RL.TOKEN", fmt.Sprint("sent:", c, ":", n%10), 1_000_000_000, 1_000_000, "1s"}
 	})
 	time.Sleep(300 * time.Millisecond)
 	old := st.Master.Addr
@@ -456,8 +460,8 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	ctx := ctxT(t)
 	const keys = 300
 	key := func(i int) string { return fmt.Sprint("slot:", i) }
-	l := startLoad(a.Addr, 20, 25*time.Second, func(c, n int) []any {
-		return []any{"RL.TOKEN", key((c*7919 + n) % keys), 1_000_000, 1, "1h"}
+	l := startLoad(t, a.Addr, 20, 25*time.Second, func(c, n int) []any {
+		return []any{"RL.TOKEN", key((c*7919 + n) % keys), 1_000_000_000, 1_000_000, "1s"}
 	})
 	time.Sleep(300 * time.Millisecond)
 	// The victim: the master of key 0's slot.
@@ -481,6 +485,11 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 		}
 		return fallbacks(t, ra) == n0
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("sidecar a:\n%s\nsidecar b:\n%s", a.logs, b.logs)
+		}
+	})
 	took := within(t, 20*time.Second, "keys of the killed master's slots decided from the store", func() bool {
 		return sweep(fmt.Sprint("f", time.Now().UnixNano(), ":"))
 	})
@@ -514,7 +523,7 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 		}
 		v, err := rb.Do(ctx, "RL.TOKEN", "final:"+key(i), 100, 1, "1h", 0).Result()
 		if d, derr := ints(v); err != nil || derr != nil || d[2] != 93 {
-			t.Fatalf("key %d through the other sidecar: %v %v", i, v, err)
+			t.Fatalf("key %d through the other sidecar: %v %v; its fallbacks: %d\n%s", i, v, err, fallbacks(t, rb), b.logs)
 		}
 	}
 	if n := fallbacks(t, ra) - n0; n != 0 {
@@ -530,7 +539,7 @@ func TestSIGTERMUnderPipelinedLoad(t *testing.T) {
 	const conns, depth = 20, 50
 	var pipeline []byte
 	for range depth {
-		pipeline = append(pipeline, cmd("RL.TOKEN", "term", "1000000000", "1", "1h")...)
+		pipeline = append(pipeline, cmd("RL.TOKEN", "term", "1000000000", "1000000", "1s")...)
 	}
 	var (
 		signaled atomic.Int64 // UnixNano of the SIGTERM; 0 before it
@@ -560,6 +569,13 @@ func TestSIGTERMUnderPipelinedLoad(t *testing.T) {
 				wrote := time.Now().UnixNano()
 				for i := range depth {
 					if err := readDecision(rd); err != nil {
+						var bad badReply
+						if errors.As(err, &bad) {
+							mu.Lock()
+							lost = append(lost, fmt.Sprintf("conn %d round %d: %v", c, round, err))
+							mu.Unlock()
+							return
+						}
 						if sig := signaled.Load(); sig == 0 || wrote < sig {
 							mu.Lock()
 							lost = append(lost, fmt.Sprintf("conn %d round %d: reply %d of %d, written %v before the SIGTERM: %v",
@@ -598,6 +614,11 @@ func TestSIGTERMUnderPipelinedLoad(t *testing.T) {
 	}
 }
 
+// badReply is a reply that came but is not a decision.
+type badReply string
+
+func (e badReply) Error() string { return string(e) }
+
 // readDecision reads one RESP2 array of integers.
 func readDecision(rd *bufio.Reader) error {
 	line, err := rd.ReadString('\n')
@@ -605,7 +626,7 @@ func readDecision(rd *bufio.Reader) error {
 		return err
 	}
 	if !strings.HasPrefix(line, "*") {
-		return fmt.Errorf("reply %q: want an array", line)
+		return badReply(fmt.Sprintf("reply %q: want an array", line))
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(line[1:]))
 	if err != nil {
@@ -616,7 +637,7 @@ func readDecision(rd *bufio.Reader) error {
 			return err
 		}
 		if !strings.HasPrefix(line, ":") {
-			return fmt.Errorf("element %q: want an integer", line)
+			return badReply(fmt.Sprintf("element %q: want an integer", line))
 		}
 	}
 	return nil

@@ -482,7 +482,9 @@ func scriptError(reply []any, n int, k int64) error {
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
 // Reset implements engine.Store: it deletes key's state under every
-// algorithm in one command.
+// algorithm in one command, then announces the reset on the channel
+// ResetChannel, so that every sidecar drops what it remembers of the key
+// (see Subscribe).
 func (s *Store) Reset(ctx context.Context, key string) error {
 	keys := make([]string, len(engine.Algorithms))
 	for k, a := range engine.Algorithms {
@@ -498,12 +500,38 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 		if _, err := pipe.Exec(ctx); err != nil {
 			return fmt.Errorf("upstream: reset %q: %w", key, err)
 		}
-		return nil
-	}
-	if err := s.client.Del(ctx, keys...).Err(); err != nil {
+	} else if err := s.client.Del(ctx, keys...).Err(); err != nil {
 		return fmt.Errorf("upstream: reset %q: %w", key, err)
 	}
+	if err := s.client.Publish(ctx, s.ResetChannel(), key).Err(); err != nil {
+		return fmt.Errorf("upstream: announce the reset of %q: %w", key, err)
+	}
 	return nil
+}
+
+// ResetChannel is the pub/sub channel resets are announced on: the prefix
+// and "reset", so that sidecars sharing a prefix share resets.
+func (s *Store) ResetChannel() string { return s.prefix + "reset" }
+
+// Subscribe calls forget with each key that any sidecar resets, until ctx
+// ends. go-redis reconnects the subscription by itself when Redis goes and
+// comes back; a reset announced while it was away is missed, and the
+// refusal it would have dropped simply runs out at its retry-after.
+func (s *Store) Subscribe(ctx context.Context, forget func(key string)) {
+	sub := s.client.Subscribe(ctx, s.ResetChannel())
+	defer sub.Close()
+	ch := sub.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			forget(m.Payload)
+		}
+	}
 }
 
 func sameSlot(keys []string) bool {

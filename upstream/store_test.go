@@ -678,3 +678,36 @@ func TestServerCannotServe(t *testing.T) {
 		}
 	}
 }
+
+// A reset is announced to every sidecar subscribed, on standalone and on
+// Cluster (where PUBLISH reaches every node's subscribers).
+func TestResetIsAnnounced(t *testing.T) {
+	eachTopologyAndMode(t, func(t *testing.T, top topology, m mode) {
+		prefix := "announce-" + m.name + ":"
+		a := newStore(t, upstream.Config{Client: top.client, Mode: m.mode, Prefix: prefix})
+		b := newStore(t, upstream.Config{Client: top.client, Mode: m.mode, Prefix: prefix})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		got := make(chan string, 4)
+		go b.Subscribe(ctx, func(key string) { got <- key })
+		// The subscription is ready once a reset gets through; retry until.
+		deadline := time.After(10 * time.Second)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if err := a.Reset(ctx, "user:7"); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case k := <-got:
+				if k != "user:7" {
+					t.Fatalf("announced %q; want user:7", k)
+				}
+				return
+			case <-deadline:
+				t.Fatal("no reset announced within 10s")
+			case <-tick.C:
+			}
+		}
+	})
+}

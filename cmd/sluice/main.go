@@ -529,6 +529,23 @@ func newUpstreamChain(o options, mem *engine.MemoryStore, tel *telemetry.Telemet
 		c.close()
 		return nil, err
 	}
+	// Resets made through any sidecar reach this one: drop what it
+	// remembers of the key, the refusal and the fallback's local count.
+	subCtx, stopSub := context.WithCancel(context.Background())
+	subDone := make(chan struct{})
+	go func() {
+		defer close(subDone)
+		up.Subscribe(subCtx, func(key string) {
+			c.deny.Forget(key)
+			_ = mem.Reset(subCtx, key)
+		})
+	}()
+	closeChain := c.close
+	c.close = func() {
+		stopSub()
+		<-subDone
+		closeChain()
+	}
 	log.Info("using the upstream Redis", "kind", kind, "addrs", redactedHosts(o.upstream),
 		"key_prefix", o.keyPrefix, "on_upstream_failure", o.onFailure.String(),
 		"upstream_timeout", o.upstreamTimeout, "batch_max", o.batchMax, "batch_inflight", o.batchInFlight,
