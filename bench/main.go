@@ -72,8 +72,9 @@ func main() {
 	redisPort, sluicePort, memPort, constPort := freePort(), freePort(), freePort(), freePort()
 	start("redis-server", "--port", redisPort, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
 	waitPort(redisPort)
-	start(sluiceBin, "--listen", "127.0.0.1:"+sluicePort, "--upstream", "redis://127.0.0.1:"+redisPort)
-	start(sluiceBin, "--listen", "127.0.0.1:"+memPort)
+	start(sluiceBin, "--listen", "127.0.0.1:"+sluicePort, "--admin-listen", "127.0.0.1:"+freePort(),
+		"--upstream", "redis://127.0.0.1:"+redisPort)
+	start(sluiceBin, "--listen", "127.0.0.1:"+memPort, "--admin-listen", "127.0.0.1:"+freePort())
 	start(constBin, "--listen", "127.0.0.1:"+constPort)
 	for _, p := range []string{sluicePort, memPort, constPort} {
 		waitPort(p)
