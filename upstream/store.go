@@ -212,10 +212,22 @@ func (s *Store) Decide(ctx context.Context, reqs []engine.Request, res []engine.
 	s.run(ctx, b.calls)
 	for k := range b.calls {
 		if err := s.collect(&b.calls[k], reqs, res); err != nil {
+			s.reloadSlots(ctx)
 			return err
 		}
 	}
 	return nil
+}
+
+// reloadSlots asks a Cluster client to reload its slot map after a failed
+// round trip. go-redis reloads it on MOVED, but a master that died answers
+// nothing, so its slots stay mapped to it until the periodic reload (60s by
+// default), long after its replica took over. go-redis runs one reload at a
+// time, at most one every 200ms, in the background.
+func (s *Store) reloadSlots(ctx context.Context) {
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		cc.ReloadState(ctx)
+	}
 }
 
 // plan turns the valid requests into calls.
