@@ -487,6 +487,10 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
+			for _, n := range cl.Nodes {
+				out, err := n.Do("CLUSTER", "NODES")
+				t.Logf("CLUSTER NODES at %s: %v\n%s", n.Addr, err, out)
+			}
 			t.Logf("sidecar a:\n%s\nsidecar b:\n%s", a.logs, b.logs)
 		}
 	})
