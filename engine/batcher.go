@@ -16,7 +16,7 @@ type BatcherConfig struct {
 	// MaxBatch caps the requests sent in one round trip. Zero means 1024.
 	// A single caller's pipeline larger than this still goes whole.
 	MaxBatch int
-	// MaxInFlight caps the round trips in flight at once. Zero means 4.
+	// MaxInFlight caps the round trips in flight at once. Zero means 2.
 	MaxInFlight int
 	// OnBatch, if set, is called after each round trip with its start, its
 	// size and its error: the hook for metrics and traces.
@@ -28,33 +28,51 @@ type BatcherConfig struct {
 
 // Batcher is a Store that gathers the requests of all its callers into
 // batches for the Store behind it, so that many decisions share one round
-// trip. It uses no timer: whatever is queued when a worker is free goes at
-// once, and while batches are in flight the next one gathers, so a lone
-// request never waits and a busy one waits for at most one round trip.
+// trip. It uses no timer: whatever is queued when a round trip can start
+// goes at once, and while round trips are in flight the next batch
+// gathers, so a lone request never waits and a busy one waits for at most
+// one round trip.
+//
+// There are no worker goroutines: a caller that finds a round trip free
+// leads it itself, sending the queue (its own request among it), and when
+// the round trip returns hands the lead to the first caller still queued.
+// A lone request thus reaches the store without a goroutine switch.
 type Batcher struct {
 	store    Store
 	maxBatch int
+	inFlight int
 	timeout  time.Duration
 	onBatch  func(time.Time, int, error)
-	wake     chan struct{} // one token per worker that should look at the queue
-	done     chan struct{}
-	wg       sync.WaitGroup
 
 	mu      sync.Mutex
-	pending []*call // guarded by mu
-	closed  bool    // guarded by mu
+	pending []*call       // guarded by mu
+	leaders int           // round trips led now, or handed to a caller about to lead; guarded by mu
+	closed  bool          // guarded by mu
+	drained chan struct{} // closed when closed and leaders reaches 0; guarded by mu
 
 	calls   sync.Pool
+	scratch sync.Pool // *batchScratch
 	batches atomic.Uint64
 	decided atomic.Uint64
 }
 
-// call is one caller's requests, waiting for a worker.
+// call is one caller's requests, waiting in the queue.
 type call struct {
-	reqs []Request
-	res  []Result
-	err  error
-	done chan struct{}
+	reqs  []Request
+	res   []Result
+	err   error
+	asked bool // handed the lead, not yet taken; guarded by Batcher.mu
+	// wake tells the caller false when its results are in, true when it
+	// must lead a round trip. Two slots: a call asked to lead can be
+	// decided by another leader before it wakes.
+	wake chan bool
+}
+
+// batchScratch is a leader's buffers, pooled between round trips.
+type batchScratch struct {
+	batch []*call
+	reqs  []Request
+	res   []Result
 }
 
 // ErrClosed is returned by a Batcher's Decide after Close.
@@ -62,7 +80,7 @@ var ErrClosed = errors.New("engine: batcher closed")
 
 var _ Store = (*Batcher)(nil)
 
-// NewBatcher starts the batcher's workers; Close stops them.
+// NewBatcher returns a batcher in front of cfg.Store.
 func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("engine: batcher needs a store")
@@ -74,30 +92,22 @@ func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
 		cfg.MaxBatch = 1024
 	}
 	if cfg.MaxInFlight == 0 {
-		cfg.MaxInFlight = 4
+		cfg.MaxInFlight = 2
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 100 * time.Millisecond
 	}
-	b := &Batcher{
-		store:    cfg.Store,
-		maxBatch: cfg.MaxBatch,
-		timeout:  cfg.Timeout,
-		onBatch:  cfg.OnBatch,
-		wake:     make(chan struct{}, cfg.MaxInFlight),
-		done:     make(chan struct{}),
-	}
-	b.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
-	for range cfg.MaxInFlight {
-		b.wg.Add(1)
-		go b.work()
-	}
+	b := &Batcher{store: cfg.Store, maxBatch: cfg.MaxBatch, inFlight: cfg.MaxInFlight,
+		timeout: cfg.Timeout, onBatch: cfg.OnBatch}
+	b.calls.New = func() any { return &call{wake: make(chan bool, 2)} }
+	b.scratch.New = func() any { return new(batchScratch) }
 	return b, nil
 }
 
-// Decide queues reqs and waits for their batch. It does not return before
-// its batch does, so res is never written after it returns; the batch's
-// own deadline (Timeout) bounds the wait, and ctx is only checked on entry.
+// Decide queues reqs and waits for their round trip, leading it when one
+// is free. It does not return before its round trip does, so res is never
+// written after it returns; the round trip's own deadline (Timeout) bounds
+// the wait, and ctx is only checked on entry.
 func (b *Batcher) Decide(ctx context.Context, reqs []Request, res []Result) error {
 	if len(reqs) == 0 {
 		return nil
@@ -114,16 +124,111 @@ func (b *Batcher) Decide(ctx context.Context, reqs []Request, res []Result) erro
 		return ErrClosed
 	}
 	b.pending = append(b.pending, c)
-	b.mu.Unlock()
-	select {
-	case b.wake <- struct{}{}:
-	default: // every worker already has a wake-up coming
+	lead := b.leaders < b.inFlight
+	if lead {
+		b.leaders++
 	}
-	<-c.done
+	b.mu.Unlock()
+	for {
+		if lead {
+			b.lead(c)
+		}
+		if lead = <-c.wake; !lead {
+			break
+		}
+	}
 	err := c.err
 	c.reqs, c.res = nil, nil
 	b.calls.Put(c)
 	return err
+}
+
+// lead runs one round trip for the queue's head, then hands the lead on.
+// self is the leading caller's call, which may still be queued.
+func (b *Batcher) lead(self *call) {
+	sc := b.scratch.Get().(*batchScratch)
+	b.mu.Lock()
+	self.asked = false // its turn is taken; if still queued, it may be asked again
+	sc.batch = b.take(sc.batch[:0])
+	b.mu.Unlock()
+	if len(sc.batch) > 0 {
+		b.run(sc)
+	}
+	b.mu.Lock()
+	b.handOff()
+	b.mu.Unlock()
+	clear(sc.batch)
+	b.scratch.Put(sc)
+}
+
+// take moves queued calls into batch, up to maxBatch requests (at least
+// one call). b.mu is held.
+func (b *Batcher) take(batch []*call) []*call {
+	n, i := 0, 0
+	for ; i < len(b.pending); i++ {
+		c := b.pending[i]
+		if i > 0 && n+len(c.reqs) > b.maxBatch {
+			break
+		}
+		n += len(c.reqs)
+		c.asked = false
+		batch = append(batch, c)
+	}
+	rest := copy(b.pending, b.pending[i:])
+	clear(b.pending[rest:])
+	b.pending = b.pending[:rest]
+	return batch
+}
+
+// handOff passes this leader's turn to the first queued caller not already
+// asked to lead, or gives the turn up. b.mu is held.
+func (b *Batcher) handOff() {
+	for _, c := range b.pending {
+		if !c.asked {
+			c.asked = true
+			c.wake <- true
+			return
+		}
+	}
+	b.leaders--
+	if b.closed && b.leaders == 0 && b.drained != nil {
+		close(b.drained)
+		b.drained = nil
+	}
+}
+
+// run decides one batch and hands each caller its results.
+func (b *Batcher) run(sc *batchScratch) {
+	sc.reqs = sc.reqs[:0]
+	for _, c := range sc.batch {
+		sc.reqs = append(sc.reqs, c.reqs...)
+	}
+	if cap(sc.res) < len(sc.reqs) {
+		sc.res = make([]Result, len(sc.reqs))
+	}
+	sc.res = sc.res[:len(sc.reqs)]
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	err := b.store.Decide(ctx, sc.reqs, sc.res)
+	cancel()
+	if b.onBatch != nil {
+		b.onBatch(start, len(sc.reqs), err)
+	}
+	b.batches.Add(1)
+	b.decided.Add(uint64(len(sc.reqs)))
+	off := 0
+	for _, c := range sc.batch {
+		n := len(c.reqs)
+		if err != nil {
+			c.err = err
+		} else {
+			copy(c.res, sc.res[off:off+n])
+		}
+		off += n
+		c.wake <- false
+	}
+	clear(sc.reqs) // drop key strings for the collector
+	clear(sc.res)
 }
 
 // Reset passes through: resets are rare and must not wait behind a batch.
@@ -131,7 +236,7 @@ func (b *Batcher) Reset(ctx context.Context, key string) error {
 	return b.store.Reset(ctx, key)
 }
 
-// Close stops the workers after the queued calls are decided.
+// Close refuses new calls and waits until the queued ones are decided.
 func (b *Batcher) Close() {
 	b.mu.Lock()
 	if b.closed {
@@ -139,9 +244,14 @@ func (b *Batcher) Close() {
 		return
 	}
 	b.closed = true
+	if b.leaders == 0 {
+		b.mu.Unlock()
+		return
+	}
+	drained := make(chan struct{})
+	b.drained = drained
 	b.mu.Unlock()
-	close(b.done)
-	b.wg.Wait()
+	<-drained
 }
 
 // BatcherStats counts what the batcher did, for INFO and metrics.
@@ -155,87 +265,7 @@ func (b *Batcher) Stats() BatcherStats {
 	return BatcherStats{Batches: b.batches.Load(), Decisions: b.decided.Load()}
 }
 
-func (b *Batcher) work() {
-	defer b.wg.Done()
-	var (
-		batch []*call
-		reqs  []Request
-		res   []Result
-	)
-	for {
-		select {
-		case <-b.wake:
-		case <-b.done:
-			// Drain what callers queued before Close.
-			for b.take(&batch) {
-				reqs, res = b.run(batch, reqs, res)
-			}
-			return
-		}
-		for b.take(&batch) {
-			reqs, res = b.run(batch, reqs, res)
-		}
-	}
-}
-
-// take moves queued calls into batch, up to maxBatch requests (at least one
-// call), and reports whether there were any.
-func (b *Batcher) take(batch *[]*call) bool {
-	*batch = (*batch)[:0]
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n, i := 0, 0
-	for ; i < len(b.pending); i++ {
-		c := b.pending[i]
-		if i > 0 && n+len(c.reqs) > b.maxBatch {
-			break
-		}
-		n += len(c.reqs)
-		*batch = append(*batch, c)
-	}
-	rest := copy(b.pending, b.pending[i:])
-	clear(b.pending[rest:])
-	b.pending = b.pending[:rest]
-	return len(*batch) > 0
-}
-
-// run decides one batch and hands each caller its results. reqs and res are
-// the worker's buffers, grown as needed and returned for reuse.
-func (b *Batcher) run(batch []*call, reqs []Request, res []Result) ([]Request, []Result) {
-	reqs = reqs[:0]
-	for _, c := range batch {
-		reqs = append(reqs, c.reqs...)
-	}
-	if cap(res) < len(reqs) {
-		res = make([]Result, len(reqs))
-	}
-	res = res[:len(reqs)]
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-	err := b.store.Decide(ctx, reqs, res)
-	cancel()
-	if b.onBatch != nil {
-		b.onBatch(start, len(reqs), err)
-	}
-	b.batches.Add(1)
-	b.decided.Add(uint64(len(reqs)))
-	off := 0
-	for _, c := range batch {
-		n := len(c.reqs)
-		if err != nil {
-			c.err = err
-		} else {
-			copy(c.res, res[off:off+n])
-		}
-		off += n
-		c.done <- struct{}{}
-	}
-	clear(reqs) // drop key strings for the collector
-	clear(res)
-	return reqs, res
-}
-
-// Queued reports how many callers wait for a worker.
+// Queued reports how many callers wait in the queue.
 func (b *Batcher) Queued() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()

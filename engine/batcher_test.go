@@ -191,3 +191,41 @@ func BenchmarkBatcherDecide(b *testing.B) {
 		_ = bt.Decide(context.Background(), reqs, res)
 	}
 }
+
+// Many callers with pipelines larger than MaxBatch, through few round
+// trips at a time: every call must be decided (none stranded in the queue
+// when leadership passes), each in order.
+func TestBatcherNeverStrandsACall(t *testing.T) {
+	for _, inFlight := range []int{1, 2, 3} {
+		clock := enginetest.NewClock(enginetest.Epoch)
+		b := newBatcher(t, openMemory(t, clock.Now), 5, inFlight)
+		var wg sync.WaitGroup
+		for g := range 40 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 50 {
+					n := 1 + g%7
+					reqs := make([]engine.Request, n)
+					for i := range reqs {
+						reqs[i] = engine.Request{Key: "strand", Limit: perHour, Cost: 0}
+					}
+					if err := b.Decide(context.Background(), reqs, make([]engine.Result, n)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("in flight %d: callers still waiting after 30s, %d calls queued: a call was stranded", inFlight, b.Queued())
+		}
+		if q := b.Queued(); q != 0 {
+			t.Fatalf("%d calls left queued", q)
+		}
+	}
+}
