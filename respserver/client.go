@@ -12,13 +12,12 @@ import (
 )
 
 // client is one connection's state. Only the connection's goroutine
-// touches it, except busy (guarded by Server.mu) and netConn (immutable).
+// touches it, except netConn (immutable).
 type client struct {
 	s       *Server
 	id      int64
 	netConn net.Conn
 	addr    string
-	busy    bool // guarded by Server.mu
 
 	proto   int // 2 or 3
 	authed  bool

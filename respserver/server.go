@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,8 +86,7 @@ type Server struct {
 	conns    map[*client]struct{} // guarded by mu
 	closing  bool                 // guarded by mu
 	listener *drainListener       // guarded by mu
-	idle     chan struct{}        // guarded by mu; closed when busy reaches 0 while closing
-	busy     int                  // guarded by mu: connections inside a handler
+	idle     chan struct{}        // guarded by mu; closed when no connection is left while closing
 }
 
 type stats struct {
@@ -172,26 +172,34 @@ func (s *Server) Serve(ln net.Listener) error {
 	return err
 }
 
-// Shutdown stops accepting connections, closes idle ones, and waits until
-// every connection that is inside a handler has written its replies, then
-// closes those too. Requests a client had not yet sent are not answered. If
-// ctx ends first, the remaining connections are closed at once and ctx's
-// error is returned.
+// drainGrace is how long, from Shutdown, a connection keeps reading: long
+// enough for it to read what its client sent before the shutdown (already
+// in the socket's buffer, so read at once), short enough not to hold the
+// shutdown for a client that keeps sending.
+const drainGrace = 200 * time.Millisecond
+
+// Shutdown stops accepting connections and waits until every connection has
+// read and answered what its client had sent (each reads on for drainGrace,
+// then closes), also requests still in the socket's buffer behind a partly
+// read pipeline. Requests a client sends later are not answered. If ctx
+// ends first, the remaining connections are closed at once and ctx's error
+// is returned.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
 	dl := s.listener
 	if s.idle == nil {
 		s.idle = make(chan struct{})
-		if s.busy == 0 {
+		if len(s.conns) == 0 {
 			close(s.idle)
 		}
 	}
 	idle := s.idle
+	until := time.Now().Add(drainGrace)
 	for c := range s.conns {
-		if !c.busy {
-			c.netConn.Close() // the handler will not run again: it is closed once read fails
-		}
+		// Closing an idle connection now would drop requests already sent
+		// but not yet read; the failed read closes it instead.
+		_ = c.netConn.SetReadDeadline(until)
 	}
 	s.mu.Unlock()
 	if dl != nil {
@@ -267,34 +275,17 @@ func (s *Server) closed(rc redcon.Conn, err error) {
 	}
 	s.mu.Lock()
 	delete(s.conns, c)
-	s.mu.Unlock()
-	if err != nil && !errors.Is(err, net.ErrClosed) {
-		s.log.Debug("connection closed", "id", c.id, "addr", rc.RemoteAddr(), "err", err)
-	}
-}
-
-// enter marks c busy; leave marks it idle and reports whether it must now
-// close because the server is shutting down.
-func (s *Server) enter(c *client) {
-	s.mu.Lock()
-	c.busy = true
-	s.busy++
-	s.mu.Unlock()
-}
-
-func (s *Server) leave(c *client) (closeConn bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c.busy = false
-	s.busy--
-	if s.closing && s.busy == 0 && s.idle != nil {
+	if s.closing && len(s.conns) == 0 && s.idle != nil {
 		select {
 		case <-s.idle:
 		default:
 			close(s.idle)
 		}
 	}
-	return s.closing
+	s.mu.Unlock()
+	if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrDeadlineExceeded) {
+		s.log.Debug("connection closed", "id", c.id, "addr", rc.RemoteAddr(), "err", err)
+	}
 }
 
 // handle is redcon's handler. It takes the rest of the pipeline at once so
@@ -309,7 +300,6 @@ func (s *Server) handle(rc redcon.Conn, first redcon.Command) {
 	if lc, ok := rc.NetConn().(*limitConn); ok {
 		lc.in.unparsed = 0
 	}
-	s.enter(c)
 	rest := rc.ReadPipeline()
 	defer func() {
 		if r := recover(); r != nil {
@@ -324,7 +314,9 @@ func (s *Server) handle(rc redcon.Conn, first redcon.Command) {
 		} else {
 			c.out = c.out[:0]
 		}
-		if s.leave(c) || c.quit {
+		// While closing, the connection reads on until Shutdown's read
+		// deadline, so that requests already sent are answered too.
+		if c.quit {
 			_ = rc.Close()
 		}
 	}()
