@@ -473,7 +473,6 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 			moved = append(moved, i)
 		}
 	}
-	killed := time.Now()
 	victim.Kill()
 	// Every key, and the moved ones first, decided from the store again.
 	sweep := func(prefix string) bool {
@@ -509,7 +508,6 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	if sum.errs > 0 {
 		t.Errorf("%d of %d requests got an error; the first: %v\n%s", sum.errs, sum.n, sum.firstErr, a.logs)
 	}
-	_ = killed
 	// Every key, in every slot, from the store.
 	n0 := fallbacks(t, ra)
 	cmds, err := ra.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -686,6 +684,24 @@ func TestStartWithRedisUnreachable(t *testing.T) {
 	}
 }
 
+// decidesFromStore sends three requests for a fresh key through s and
+// checks that the store counted them: each admitted, one fewer left each
+// time, and no decision by a failure mode.
+func decidesFromStore(t *testing.T, s *sluice, rdb *redis.Client, key string) {
+	t.Helper()
+	n0 := fallbacks(t, rdb)
+	for i := range 3 {
+		v, err := rdb.Do(context.Background(), "RL.TOKEN", key, 10, 1, "1h").Result()
+		d, derr := ints(v)
+		if err != nil || derr != nil || d[0] != 1 || d[2] != int64(9-i) {
+			t.Fatalf("request %d for %s: %v, %v, %v\n%s", i, key, v, err, derr, s.logs)
+		}
+	}
+	if n := fallbacks(t, rdb) - n0; n != 0 {
+		t.Errorf("%d fallback decisions for %s\n%s", n, key, s.logs)
+	}
+}
+
 // An ACL user toward Redis: with its password the binary decides from
 // Redis, with a wrong one it falls back (and says so), and never crashes.
 func TestUpstreamACLUser(t *testing.T) {
@@ -705,16 +721,7 @@ func TestUpstreamACLUser(t *testing.T) {
 		s := startSluice(t, "--upstream", "redis://limiter:s3cret@"+r.Addr, "--on-upstream-failure", "deny")
 		rdb := client(t, s)
 		ctx := ctxT(t)
-		for i := range 3 {
-			v, err := rdb.Do(ctx, "RL.TOKEN", "acl", 10, 1, "1h").Result()
-			d, derr := ints(v)
-			if err != nil || derr != nil || d[0] != 1 || d[2] != int64(9-i) {
-				t.Fatalf("request %d: %v, %v\n%s", i, v, err, s.logs)
-			}
-		}
-		if n := fallbacks(t, rdb); n != 0 {
-			t.Errorf("%d fallback decisions with the right password\n%s", n, s.logs)
-		}
+		decidesFromStore(t, s, rdb, "acl")
 		if err := rdb.Do(ctx, "RL.RESET", "acl").Err(); err != nil {
 			t.Errorf("RL.RESET as the ACL user: %v", err)
 		}
@@ -765,16 +772,7 @@ func TestUpstreamTLS(t *testing.T) {
 		"--on-upstream-failure", "deny")
 	rdb := client(t, s)
 	ctx := ctxT(t)
-	for i := range 3 {
-		v, err := rdb.Do(ctx, "RL.TOKEN", "tls", 10, 1, "1h").Result()
-		d, derr := ints(v)
-		if err != nil || derr != nil || d[0] != 1 || d[2] != int64(9-i) {
-			t.Fatalf("request %d over TLS: %v, %v\n%s", i, v, err, s.logs)
-		}
-	}
-	if n := fallbacks(t, rdb); n != 0 {
-		t.Errorf("%d fallback decisions over TLS\n%s", n, s.logs)
-	}
+	decidesFromStore(t, s, rdb, "tls")
 	if got, err := r.Do("EXISTS", upstream.DefaultPrefix+"{tls}:token"); err != nil || got != "1" {
 		t.Errorf("the key is not in Redis: %q, %v", got, err)
 	}
