@@ -15,6 +15,7 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -775,6 +776,13 @@ func TestUpstreamTLS(t *testing.T) {
 	decidesFromStore(t, s, rdb, "tls")
 	if got, err := r.Do("EXISTS", upstream.DefaultPrefix+"{tls}:token"); err != nil || got != "1" {
 		t.Errorf("the key is not in Redis: %q, %v", got, err)
+	}
+	// A CA for an upstream without TLS is a mistake, said at start-up.
+	misuse := exec.Command(sluiceBin, "--listen", "127.0.0.1:0", "--admin-listen", "off",
+		"--upstream", "redis://"+r.Addr, "--upstream-tls-ca", filepath.Join(dir, "ca.pem"))
+	misuse.Env = cleanEnv()
+	if out, err := misuse.CombinedOutput(); err == nil || !strings.Contains(string(out), "does not use TLS") {
+		t.Errorf("--upstream-tls-ca with redis://: %v\n%s", err, out)
 	}
 	// Without the CA the certificate is not trusted: a fallback, not a crash.
 	s2 := startSluice(t, "--upstream", "rediss://"+r.Addr, "--on-upstream-failure", "deny")
