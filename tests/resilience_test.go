@@ -111,7 +111,7 @@ func (l *load) Stop() [][]reply {
 
 // summary counts a load run's replies, errors and slowest reply.
 type summary struct {
-	n, errs int
+	n, errs  int
 	firstErr error
 	max      time.Duration
 }
