@@ -284,6 +284,7 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 			if !fromStore(ctx, ra, rb, "warm") {
 				t.Fatalf("the sidecars do not share a count before the outage\n%s", a.logs)
 			}
+			precharge(t, ra)
 			l := startLoad(t, a.Addr, 50, 20*time.Second, func(c, n int) []any {
 				return []any{"RL.ALLOW", outageNames[n%3], fmt.Sprint("conn", c)}
 			})
@@ -303,6 +304,10 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 			if tc.down && back > time.Second {
 				t.Errorf("decisions global again only %v after Redis returned; want within 1s", back)
 			}
+			// The restarted Redis lost the charge: charge it again, so that
+			// what Redis decides from now on is told apart.
+			precharge(t, ra)
+			recharged := time.Now()
 			time.Sleep(300 * time.Millisecond) // load on the mended Redis too
 			replies := l.Stop()
 			sum := summarize(replies)
@@ -321,13 +326,68 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 					t.Errorf("%d decisions by failure mode during SCRIPT FLUSH; want 0\n%s", n, a.logs)
 				}
 				checkNoRefusal(t, replies)
+				checkFromRedis(t, replies, time.Time{})
 				return
 			}
 			checkFailureModes(t, replies, broke, mended)
+			checkFromRedis(t, replies, recharged)
 			if !strings.Contains(a.logs.String(), "upstream Redis failing") {
 				t.Errorf("the log does not say the upstream failed:\n%s", a.logs)
 			}
 		})
+	}
+}
+
+// outageLimit is the outage policies' limit; charged is what precharge
+// takes of it in Redis for each connection's "local" key, more than any
+// connection sends (maxPerConn), so that a remaining count above
+// outageLimit-charged comes from the sidecar's own in-memory store, and one
+// at or below it from Redis.
+const (
+	outageLimit = 1_000_000_000
+	charged     = 100_000
+)
+
+// precharge takes charged units of each load connection's "local" key in
+// Redis, through the sidecar.
+func precharge(t *testing.T, rdb *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for c := range 50 {
+			p.Do(ctx, "RL.ALLOW", "local", fmt.Sprint("conn", c), charged)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("precharge: %v", err)
+	}
+	for c, cmd := range cmds {
+		if d, err := ints(cmd.(*redis.Cmd).Val()); err != nil || d[2] > outageLimit-charged {
+			t.Fatalf("precharge conn%d: %v, %v: not counted in Redis", c, d, err)
+		}
+	}
+}
+
+// checkFromRedis: the "local" requests sent after from were decided by
+// Redis, which holds the charge, not by the sidecar's memory.
+func checkFromRedis(t *testing.T, replies [][]reply, from time.Time) {
+	t.Helper()
+	n := 0
+	for c, rs := range replies {
+		for _, r := range rs {
+			if r.err != nil || r.sent.Before(from) || outageNames[r.n%3] != "local" {
+				continue
+			}
+			n++
+			if r.d[2] > outageLimit-charged {
+				t.Errorf("conn %d request %d after Redis returned: %v: decided in memory, not by Redis", c, r.n, r.d)
+				return
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no request after Redis returned")
 	}
 }
 
@@ -351,7 +411,6 @@ func checkNoRefusal(t *testing.T, replies [][]reply) {
 // asked often enough to tell.
 func checkFailureModes(t *testing.T, replies [][]reply, broke, mended time.Time) {
 	t.Helper()
-	const limit = 1_000_000_000
 	seen := map[string]int{}
 	for c, rs := range replies {
 		last := int64(-1)
@@ -368,9 +427,10 @@ func checkFailureModes(t *testing.T, replies [][]reply, broke, mended time.Time)
 			case "closed":
 				ok = r.d[0] == 0
 			case "local":
-				// The in-memory store's own count: consecutive local
-				// decisions on this connection's key go down by one.
-				ok = r.d[0] == 1 && r.d[2] < limit && (last < 0 || r.d[2] == last-1)
+				// The in-memory store's own count, not Redis's (which
+				// holds the charge): consecutive local decisions on this
+				// connection's key go down by one.
+				ok = r.d[0] == 1 && r.d[2] > outageLimit-charged && (last < 0 || r.d[2] == last-1)
 				last = r.d[2]
 			}
 			if !ok {
