@@ -767,8 +767,8 @@ func decidesFromStore(t *testing.T, s *sluice, rdb *redis.Client, key string) {
 // Redis, with a wrong one it falls back (and says so), and never crashes.
 func TestUpstreamACLUser(t *testing.T) {
 	r := redistest.Start(t)
-	if _, err := r.Do("ACL", "SETUSER", "limiter", "reset", "on", ">s3cret", "~sluice:*", "&*",
-		"+evalsha", "+eval", "+del", "+publish", "+ping", "+hello", "+auth", "+client",
+	if _, err := r.Do("ACL", "SETUSER", "limiter", "reset", "on", ">s3cret", "~sluice:*", "&sluice:*",
+		"+evalsha", "+eval", "+del", "+publish", "+subscribe", "+ping", "+hello", "+auth", "+client",
 		// and what the scripts call
 		"+time", "+get", "+set", "+hmget", "+hset", "+pexpire", "+pexpireat", "+pexpiretime",
 		"+zadd", "+zcount", "+zrange", "+zrangebyscore", "+zremrangebyscore"); err != nil {
