@@ -41,7 +41,9 @@ var serviceResource = resource.NewSchemaless(attribute.String("service.name", "s
 
 // TracerFromEnv returns a tracer exporting over OTLP/HTTP when the standard
 // OTEL_EXPORTER_OTLP_* variables name an endpoint, and nil (tracing off)
-// otherwise. shutdown flushes the spans still buffered.
+// otherwise. shutdown flushes the spans still buffered. getenv decides;
+// the exporter then reads the process's variables itself (endpoint,
+// headers, protocol…), so pass os.Getenv.
 func TracerFromEnv(ctx context.Context, getenv func(string) string) (tr trace.Tracer, shutdown func(context.Context) error, err error) {
 	if !otlpConfigured(getenv, "TRACES") {
 		return nil, func(context.Context) error { return nil }, nil

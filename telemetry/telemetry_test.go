@@ -3,6 +3,7 @@ package telemetry
 import (
 	"errors"
 	"io"
+	"os"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -203,5 +205,59 @@ func BenchmarkRecord(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		d.Record("api", engine.GCRA, Allowed, engine.PathStore)
+	}
+}
+
+// With the standard OTLP variables pointing at a receiver, batch spans and
+// metrics are pushed there over OTLP/HTTP; without them nothing is set up.
+func TestOTLPFromEnv(t *testing.T) {
+	got := make(chan string, 16)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.URL.Path
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer receiver.Close()
+	// The exporters read the standard variables themselves.
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.URL)
+	getenv := os.Getenv
+
+	tracer, stopTraces, err := TracerFromEnv(t.Context(), getenv)
+	if err != nil || tracer == nil {
+		t.Fatalf("TracerFromEnv = %v, %v; want a tracer", tracer, err)
+	}
+	reader, err := MetricReaderFromEnv(t.Context(), getenv)
+	if err != nil || reader == nil {
+		t.Fatalf("MetricReaderFromEnv = %v, %v; want a reader", reader, err)
+	}
+	tel, err := New(Config{Tracer: tracer, Readers: []sdkmetric.Reader{reader}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel.Decisions.Record(Inline, engine.GCRA, Allowed, engine.PathStore)
+	tel.ObserveBatch(time.Now(), 3, nil)
+	// Shutting down flushes both.
+	if err := stopTraces(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tel.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	timeout := time.After(10 * time.Second)
+	for !seen["/v1/traces"] || !seen["/v1/metrics"] {
+		select {
+		case p := <-got:
+			seen[p] = true
+		case <-timeout:
+			t.Fatalf("the receiver saw %v; want /v1/traces and /v1/metrics", seen)
+		}
+	}
+
+	none := func(string) string { return "" }
+	if tr, _, err := TracerFromEnv(t.Context(), none); tr != nil || err != nil {
+		t.Errorf("without an endpoint: tracer %v, %v; want none", tr, err)
+	}
+	if r, err := MetricReaderFromEnv(t.Context(), none); r != nil || err != nil {
+		t.Errorf("without an endpoint: reader %v, %v; want none", r, err)
 	}
 }
