@@ -3,9 +3,9 @@ package telemetry
 import (
 	"errors"
 	"io"
-	"os"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
