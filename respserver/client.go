@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"net"
+	"time"
 	"unsafe"
 
 	"github.com/tidwall/redcon"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/engine"
 )
@@ -25,6 +28,10 @@ type client struct {
 	libName string
 	libVer  string
 	quit    bool // QUIT was read: answer what came before it, then close
+
+	// trace is the parent of this connection's decision spans, set by
+	// RL.TRACE; the zero value traces nothing.
+	trace trace.SpanContext
 
 	// policy is the policy the command being parsed named, if any: parse
 	// sets it, exec keeps it with the queued request.
@@ -122,9 +129,13 @@ func (c *client) settle() {
 			c.res = make([]engine.Result, n, 2*n)
 		}
 		c.res = c.res[:n]
+		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.DecideTimeout)
 		batchErr = c.s.cfg.Store.Decide(ctx, c.reqs, c.res)
 		cancel()
+		if c.trace.IsValid() && c.s.cfg.Tracer != nil {
+			c.traceDecisions(start, batchErr)
+		}
 	}
 	for i := range c.pend {
 		p := &c.pend[i]

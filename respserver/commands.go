@@ -134,6 +134,12 @@ func decisionCommands() []*command {
 			args:    []argDoc{{name: "key", typ: "key", multiple: true}},
 			run:     runReset,
 		},
+		&command{
+			name: "rl.trace", minArgs: 2, maxArgs: 2, flags: []string{"fast"}, group: "sluice",
+			summary: "Trace this connection's following decisions as children of a W3C traceparent; OFF stops.",
+			args:    []argDoc{{name: "traceparent", typ: "string"}},
+			run:     runTrace,
+		},
 	)
 	return cmds
 }

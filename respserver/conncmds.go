@@ -3,6 +3,7 @@ package respserver
 import (
 	"context"
 	"crypto/subtle"
+	"go.opentelemetry.io/otel/trace"
 	"os"
 	"runtime"
 	"strings"
@@ -67,6 +68,7 @@ func runQuit(c *client, _ [][]byte) {
 func runResetConn(c *client, _ [][]byte) {
 	c.proto, c.name = 2, ""
 	c.authed = c.s.cfg.RequirePass == ""
+	c.trace = trace.SpanContext{}
 	c.out = appendSimple(c.out, "RESET")
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tidwall/redcon"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/engine"
 )
@@ -54,6 +55,9 @@ type Config struct {
 	// Info adds sections to INFO after the server's own; INFO sluice shows
 	// them all.
 	Info []InfoSection
+	// Tracer, when set, records a span for each decision of a connection
+	// that asked for tracing with RL.TRACE. Nil turns RL.TRACE away.
+	Tracer trace.Tracer
 }
 
 // Observer counts what the server answers. It runs once per decision, so

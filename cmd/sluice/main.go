@@ -26,6 +26,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/policy"
@@ -343,7 +344,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	tel, closeTel, err := newTelemetry(ctx, o)
+	tel, tracer, closeTel, err := newTelemetry(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -382,7 +383,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	srv, err := respserver.New(respserver.Config{
 		Store: store, Policies: policies, RequirePass: o.requirePass, Logger: log,
-		MaxConns: o.maxClients, Observer: tel, Info: infoSections(o, mem, chain, live),
+		MaxConns: o.maxClients, Observer: tel, Info: infoSections(o, mem, chain, live), Tracer: tracer,
 	})
 	if err != nil {
 		return err
@@ -555,15 +556,15 @@ func newUpstreamChain(o options, mem *engine.MemoryStore, tel *telemetry.Telemet
 
 // newTelemetry sets up metrics (Prometheus, and OTLP when configured) and,
 // when an OTLP endpoint is configured, batch traces.
-func newTelemetry(ctx context.Context, o options) (*telemetry.Telemetry, func(), error) {
+func newTelemetry(ctx context.Context, o options) (*telemetry.Telemetry, trace.Tracer, func(), error) {
 	tracer, stopTraces, err := telemetry.TracerFromEnv(ctx, os.Getenv)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var readers []sdkmetric.Reader
 	reader, err := telemetry.MetricReaderFromEnv(ctx, os.Getenv)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if reader != nil {
 		readers = append(readers, reader)
@@ -571,9 +572,9 @@ func newTelemetry(ctx context.Context, o options) (*telemetry.Telemetry, func(),
 	tel, err := telemetry.New(telemetry.Config{Tracer: tracer, Upstream: redactedHosts(o.upstream),
 		Parent: telemetry.TraceParent(os.Getenv), Readers: readers})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return tel, func() {
+	return tel, tracer, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = stopTraces(sctx)

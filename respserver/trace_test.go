@@ -1,0 +1,58 @@
+package respserver
+
+import (
+	"strings"
+	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+func TestTraceDecisions(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(t.Context())
+	srv := fuzzServer(t)
+	srv.cfg.Tracer = tp.Tracer("test")
+	c := offlineClient(srv)
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+	replies := run(t, c, [][][]byte{
+		bytesArgs("RL.GCRA", "untraced", "1", "1", "1s"),
+		bytesArgs("RL.TRACE", parent),
+		bytesArgs("RL.GCRA", "traced", "1", "1", "1s"),
+		bytesArgs("RL.ALLOW", "api", "traced"),
+		bytesArgs("RL.TRACE", "nonsense"),
+		bytesArgs("RL.TRACE", "OFF"),
+		bytesArgs("RL.GCRA", "untraced", "1", "1", "1s"),
+	})
+	if replies[1] != "+OK" || replies[5] != "+OK" || !strings.HasPrefix(replies[4], "-ERR invalid traceparent 'nonsense'") {
+		t.Fatalf("replies %q", replies)
+	}
+	spans := exp.GetSpans()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans; want 2, for the two decisions made while tracing", len(spans))
+	}
+	for i, want := range []string{"inline", "api"} {
+		s := spans[i]
+		if s.Name != "sluice.decision" || s.Parent.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" ||
+			s.Parent.SpanID().String() != "00f067aa0ba902b7" {
+			t.Errorf("span %d: %s under %v", i, s.Name, s.Parent)
+		}
+		attrs := map[string]string{}
+		for _, kv := range s.Attributes {
+			attrs[string(kv.Key)] = kv.Value.Emit()
+		}
+		if attrs["sluice.policy"] != want || attrs["sluice.allowed"] != "true" || attrs["sluice.path"] != "store" {
+			t.Errorf("span %d attributes %v", i, attrs)
+		}
+	}
+}
+
+func TestTraceNeedsATracer(t *testing.T) {
+	c := offlineClient(fuzzServer(t))
+	replies := run(t, c, [][][]byte{bytesArgs("RL.TRACE", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")})
+	if !strings.HasPrefix(replies[0], "-ERR tracing is off") {
+		t.Fatalf("RL.TRACE without a tracer: %q", replies[0])
+	}
+}
