@@ -337,6 +337,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 }
 
 func serve(ctx context.Context, o options, log *slog.Logger) error {
+	// Catch SIGTERM before anything listens: a signal that arrives once a
+	// client can connect must drain, not kill.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
 	if err := checkListen(o.listen, o.requirePass); err != nil {
 		return err
 	}
@@ -405,9 +410,6 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	defer stopAdmin()
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
