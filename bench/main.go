@@ -31,6 +31,15 @@ import (
 	"github.com/sluice-rl/sluice/lua"
 )
 
+// stopAll ends the processes the benchmark started; fatalf calls it, since
+// os.Exit runs no deferred function.
+var stopAll = func() {}
+
+func fatalf(format string, args ...any) {
+	stopAll()
+	log.Fatalf(format, args...)
+}
+
 var (
 	runs     = flag.Int("runs", 3, "runs of each scenario; the median is reported")
 	requests = flag.Int("n", 200_000, "requests per run")
@@ -42,23 +51,25 @@ func main() {
 	log.SetFlags(0)
 	dir, err := os.MkdirTemp("", "sluice-bench-")
 	if err != nil {
-		log.Fatal(err)
+		fatalf("%v", err)
 	}
 	defer os.RemoveAll(dir)
 	var procs []*exec.Cmd
-	defer func() {
+	stopAll = func() {
 		for _, p := range procs {
 			_ = p.Process.Kill() // only the processes this command started
 			_ = p.Wait()
 		}
-	}()
+		procs = nil
+	}
+	defer stopAll()
 	start := func(name string, args ...string) {
 		cmd := exec.Command(name, args...)
 		cmd.Dir = dir
 		logf, _ := os.Create(filepath.Join(dir, filepath.Base(name)+strconv.Itoa(len(procs))+".log"))
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
-			log.Fatalf("start %s: %v", name, err)
+			fatalf("start %s: %v", name, err)
 		}
 		procs = append(procs, cmd)
 	}
@@ -66,7 +77,7 @@ func main() {
 	sluiceBin, constBin := filepath.Join(dir, "sluice"), filepath.Join(dir, "constserver")
 	for bin, pkg := range map[string]string{sluiceBin: "./cmd/sluice", constBin: "./bench/constserver"} {
 		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			log.Fatalf("go build %s: %v\n%s", pkg, err, out)
+			fatalf("go build %s: %v\n%s", pkg, err, out)
 		}
 	}
 	redisPort, sluicePort, memPort, constPort := freePort(), freePort(), freePort(), freePort()
@@ -85,7 +96,7 @@ func main() {
 	ctx := context.Background()
 	gcra := lua.Single("gcra")
 	if err := rdb.ScriptLoad(ctx, gcra.Source).Err(); err != nil {
-		log.Fatalf("SCRIPT LOAD: %v", err)
+		fatalf("SCRIPT LOAD: %v", err)
 	}
 
 	fmt.Printf("Sluice vs Redis running the same GCRA script (EVALSHA), redis-benchmark -c %d, -n %d, median of %d\n",
@@ -156,11 +167,11 @@ func benchmark(port string, c, pipeline int, args []string) (float64, float64) {
 		"-P", strconv.Itoa(pipeline), "-r", "100000", "--csv"}
 	out, err := exec.Command("redis-benchmark", append(cmdArgs, args...)...).Output()
 	if err != nil {
-		log.Fatalf("redis-benchmark %v: %v\n%s", args, err, out)
+		fatalf("redis-benchmark %v: %v\n%s", args, err, out)
 	}
 	rows, err := csv.NewReader(strings.NewReader(string(out))).ReadAll()
 	if err != nil || len(rows) < 2 || len(rows[1]) < 5 {
-		log.Fatalf("redis-benchmark output: %v\n%s", err, out)
+		fatalf("redis-benchmark output: %v\n%s", err, out)
 	}
 	rps, _ := strconv.ParseFloat(rows[1][1], 64)
 	p50, _ := strconv.ParseFloat(rows[1][4], 64)
@@ -174,7 +185,7 @@ func redisStats(rdb *redis.Client) (cpu, evalsha float64) {
 	}
 	info, err := rdb.Info(context.Background(), "cpu", "commandstats").Result()
 	if err != nil {
-		log.Fatalf("INFO: %v", err)
+		fatalf("INFO: %v", err)
 	}
 	sc := bufio.NewScanner(strings.NewReader(info))
 	for sc.Scan() {
@@ -205,7 +216,7 @@ func median(xs []float64) float64 {
 func freePort() string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		log.Fatal(err)
+		fatalf("%v", err)
 	}
 	defer ln.Close()
 	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
@@ -219,7 +230,7 @@ func waitPort(port string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	log.Fatalf("nothing listens on port %s after 5s", port)
+	fatalf("nothing listens on port %s after 5s", port)
 }
 
 func cpuModel() string {
