@@ -87,9 +87,13 @@ func (c *DenyCache) Decide(ctx context.Context, reqs []Request, res []Result) er
 	now := c.now()
 	hits := 0
 	for i := range reqs {
+		// Every result is set here, so that the hits can be told from the
+		// misses below by their path alone.
 		if d, ok := c.lookup(&reqs[i], now); ok {
 			res[i] = Result{Decision: d, Path: PathDenyCache}
 			hits++
+		} else {
+			res[i] = Result{}
 		}
 	}
 	c.hits.Add(uint64(hits))
@@ -109,7 +113,7 @@ func (c *DenyCache) Decide(ctx context.Context, reqs []Request, res []Result) er
 	defer c.scratch.Put(b)
 	b.index, b.reqs = b.index[:0], b.reqs[:0]
 	for i := range reqs {
-		if _, ok := c.lookup(&reqs[i], now); !ok {
+		if res[i].Path != PathDenyCache {
 			b.index = append(b.index, i)
 			b.reqs = append(b.reqs, reqs[i])
 		}
@@ -132,7 +136,7 @@ func (c *DenyCache) Decide(ctx context.Context, reqs []Request, res []Result) er
 
 // lookup returns the local refusal for r, if one applies at now.
 func (c *DenyCache) lookup(r *Request, now time.Time) (Decision, bool) {
-	if r.Cost == 0 || c.entries.Len() == 0 {
+	if r.Cost == 0 {
 		return Decision{}, false
 	}
 	e, ok := c.entries.Get(stateKey{r.Limit.Algorithm, r.Key})
@@ -154,9 +158,9 @@ func (c *DenyCache) remember(reqs []Request, res []Result, now time.Time) {
 		}
 		sk := stateKey{r.Limit.Algorithm, r.Key}
 		if d.Allowed {
-			if c.entries.Len() > 0 {
-				c.entries.Remove(sk)
-			}
+			// An admission proves the key has room again (another
+			// sidecar's reset may not have been announced yet).
+			c.entries.Remove(sk)
 			continue
 		}
 		if d.RetryAfter > 0 {

@@ -194,3 +194,36 @@ func BenchmarkDenyCacheMiss(b *testing.B) {
 		_ = c.Decide(context.Background(), req, res)
 	}
 }
+
+// A batch of cached refusals and other requests sends only the others,
+// and every result lands in its request's place.
+func TestDenyCacheMixedBatch(t *testing.T) {
+	clock := enginetest.NewClock(enginetest.Epoch)
+	g := &gateStore{inner: openMemory(t, clock.Now)}
+	c := newDenyCache(t, g, clock)
+	hot := engine.Request{Key: "hot", Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Hour}, Cost: 1}
+	decideOne(t, c, hot)
+	decideOne(t, c, hot) // refused: now remembered
+	cold := engine.Request{Key: "cold", Limit: perHour, Cost: 1}
+	reqs := []engine.Request{hot, cold, hot, cold}
+	res := make([]engine.Result, len(reqs))
+	for i := range res {
+		res[i] = engine.Result{Path: engine.PathDenyCache} // stale results from an earlier use
+	}
+	if err := c.Decide(context.Background(), reqs, res); err != nil {
+		t.Fatal(err)
+	}
+	sizes := g.batchSizes()
+	if last := sizes[len(sizes)-1]; last != 2 {
+		t.Fatalf("round trip of %d requests; want the 2 misses only", last)
+	}
+	for i, want := range []struct {
+		path      engine.Path
+		allowed   bool
+		remaining int64
+	}{{engine.PathDenyCache, false, 0}, {engine.PathStore, true, 999}, {engine.PathDenyCache, false, 0}, {engine.PathStore, true, 998}} {
+		if r := res[i]; r.Err != nil || r.Path != want.path || r.Decision.Allowed != want.allowed || r.Decision.Remaining != want.remaining {
+			t.Errorf("result %d: %+v; want path %v, allowed %v, remaining %d", i, r, want.path, want.allowed, want.remaining)
+		}
+	}
+}

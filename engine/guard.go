@@ -47,9 +47,10 @@ type Guard struct {
 	now          func() time.Time
 
 	mu        sync.Mutex
-	failures  int       // consecutive failed round trips; guarded by mu
-	openUntil time.Time // zero while closed; guarded by mu
-	probing   bool      // a probe is in flight; guarded by mu
+	failures  int         // consecutive failed round trips; guarded by mu
+	failing   atomic.Bool // failures > 0 or the breaker is open: record must lock
+	openUntil time.Time   // zero while closed; guarded by mu
+	probing   bool        // a probe is in flight; guarded by mu
 
 	open     atomic.Bool
 	fallback atomic.Uint64
@@ -118,6 +119,9 @@ func (g *Guard) admit() (probe, ok bool) {
 }
 
 func (g *Guard) record(err error, probe bool) {
+	if err == nil && !probe && !g.failing.Load() {
+		return // the common case, a healthy store: nothing to change, no lock
+	}
 	g.mu.Lock()
 	if probe {
 		g.probing = false
@@ -125,12 +129,14 @@ func (g *Guard) record(err error, probe bool) {
 	changed := false
 	if err == nil {
 		g.failures = 0
+		g.failing.Store(false)
 		if !g.openUntil.IsZero() {
 			g.openUntil, changed = time.Time{}, true
 			g.open.Store(false)
 		}
 	} else {
 		g.failures++
+		g.failing.Store(true)
 		if g.failures >= g.threshold {
 			changed = g.openUntil.IsZero()
 			g.openUntil = g.now().Add(g.probeEvery)

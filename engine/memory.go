@@ -104,18 +104,16 @@ func (m *MemoryStore) Decide(_ context.Context, reqs []Request, res []Result) er
 	return nil
 }
 
-func (m *MemoryStore) hash(alg Algorithm, key string) uint64 {
-	return maphash.String(m.seed, key) + uint64(alg)*0x9E3779B97F4A7C15
-}
-
-func (m *MemoryStore) shard(key string) *memoryShard {
-	return &m.shards[maphash.String(m.seed, key)%memoryShards]
+// locate returns key's shard and the hash of (alg, key) within it, from
+// one pass of the hash over the key.
+func (m *MemoryStore) locate(alg Algorithm, key string) (*memoryShard, uint64) {
+	h := maphash.String(m.seed, key)
+	return &m.shards[h%memoryShards], h + uint64(alg)*0x9E3779B97F4A7C15
 }
 
 func (m *MemoryStore) decide(now int64, r *Request) Decision {
 	sk := stateKey{r.Limit.Algorithm, r.Key}
-	h := m.hash(sk.alg, sk.key)
-	s := m.shard(r.Key)
+	s, h := m.locate(sk.alg, sk.key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i := s.lookup(sk, h)
@@ -226,14 +224,13 @@ func (s *memoryShard) remove(i int32) {
 
 // Reset implements Store.
 func (m *MemoryStore) Reset(_ context.Context, key string) error {
-	s := m.shard(key)
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, a := range Algorithms {
-		sk := stateKey{a, key}
-		if i := s.lookup(sk, m.hash(a, key)); i >= 0 {
+		s, h := m.locate(a, key)
+		s.mu.Lock()
+		if i := s.lookup(stateKey{a, key}, h); i >= 0 {
 			s.remove(i)
 		}
+		s.mu.Unlock()
 	}
 	return nil
 }

@@ -51,8 +51,8 @@ func TestMemoryCopiesKeys(t *testing.T) {
 	r.Key = unsafeString(buf)
 	m.decide(time.Now().UnixMicro(), &r)
 	copy(buf, "XXXXXXXX") // the caller reuses its buffer
-	s := m.shard("tenant-1")
-	if i := s.lookup(stateKey{FixedWindow, "tenant-1"}, m.hash(FixedWindow, "tenant-1")); i < 0 {
+	s, h := m.locate(FixedWindow, "tenant-1")
+	if i := s.lookup(stateKey{FixedWindow, "tenant-1"}, h); i < 0 {
 		t.Fatal("state lost after the caller reused its buffer: the key was not copied")
 	}
 }

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -22,21 +23,33 @@ func TestMemoryConformance(t *testing.T) {
 }
 
 func TestMemoryEvictsLeastRecentlyUsed(t *testing.T) {
+	const maxKeys = 64 * 64 // 64 a shard: an eviction's sample of 8 almost never holds only the hot key
 	clock := enginetest.NewClock(enginetest.Epoch)
-	s, err := engine.NewMemoryStore(engine.MemoryConfig{MaxKeys: 64 * 4, Now: clock.Now})
+	s, err := engine.NewMemoryStore(engine.MemoryConfig{MaxKeys: maxKeys, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Hour}
 	res := make([]engine.Result, 1)
-	for i := range 10_000 {
-		req := []engine.Request{{Key: "k" + string(rune('a'+i%26)) + time.Duration(i).String(), Limit: l, Cost: 1}}
-		if err := s.Decide(context.Background(), req, res); err != nil || res[0].Err != nil {
+	decide := func(key string) engine.Decision {
+		t.Helper()
+		if err := s.Decide(context.Background(), []engine.Request{{Key: key, Limit: l, Cost: 1}}, res); err != nil || res[0].Err != nil {
 			t.Fatalf("Decide: %v %v", err, res[0].Err)
 		}
+		return res[0].Decision
 	}
-	if n := s.Len(); n > 64*4 {
-		t.Fatalf("Len = %d after 10,000 keys; want at most the cap %d", n, 64*4)
+	decide("hot") // takes the hot key's only unit for an hour
+	for i := range 10 * maxKeys {
+		decide("cold:" + strconv.Itoa(i))
+		if i%64 == 0 && decide("hot").Allowed { // used all along, so never the least recent
+			t.Fatalf("after %d cold keys the hot key's state was evicted", i)
+		}
+	}
+	if n := s.Len(); n > maxKeys {
+		t.Fatalf("Len = %d after %d keys; want at most the cap %d", n, 10*maxKeys, maxKeys)
+	}
+	if decide("cold:0").Allowed == false {
+		t.Fatal("the first cold key, least recently used, is still held")
 	}
 }
 

@@ -38,6 +38,9 @@ type client struct {
 	policy policyRef
 
 	// Reused per pipeline, so that a warm connection allocates nothing.
+	// keys holds the policy-prefixed keys of the queued requests, which
+	// alias it until they are settled (stores copy what they keep).
+	keys []byte
 	reqs []engine.Request
 	res  []engine.Result
 	pend []pending
@@ -184,9 +187,19 @@ func (c *client) settle() {
 		}
 	}
 	clear(c.reqs) // drop the keys, which alias the commands' buffers
+	c.keys = c.keys[:0]
 	clear(c.res)
 	clear(c.pend)
 	c.reqs, c.res, c.pend = c.reqs[:0], c.res[:0], c.pend[:0]
+}
+
+// prefixed is prefix+key, written into the connection's key buffer: valid
+// until the queued requests are settled. A buffer that grows leaves the
+// earlier keys in the old array, which they keep alive.
+func (c *client) prefixed(prefix string, key []byte) string {
+	start := len(c.keys)
+	c.keys = append(append(c.keys, prefix...), key...)
+	return str(c.keys[start:])
 }
 
 // str views an argument as a string without copying. redcon gives every

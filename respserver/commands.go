@@ -195,7 +195,7 @@ func parseAllow(c *client, args [][]byte) (engine.Request, shape, string) {
 	if len(args[2]) == 0 {
 		return req, 0, `ERR invalid key "": must not be empty`
 	}
-	req.Key = p.Prefix + str(args[2])
+	req.Key = c.prefixed(p.Prefix, args[2])
 	req.Limit = p.Limit
 	c.policy = policyRef{name: p.Name, shadow: p.Shadow}
 	req.OnFailure = p.OnFailure

@@ -56,3 +56,30 @@ func TestTraceNeedsATracer(t *testing.T) {
 		t.Fatalf("RL.TRACE without a tracer: %q", replies[0])
 	}
 }
+
+// The policy-prefixed keys of one pipeline share the connection's key
+// buffer, which grows as the pipeline does: each request must still be
+// decided against its own key.
+func TestPipelinedPolicyKeysStayApart(t *testing.T) {
+	c := offlineClient(fuzzServer(t))
+	var cmds [][][]byte
+	for i := range 200 {
+		key := strings.Repeat("k", 1+i%40) + "-" + itoa(int64(i%50))
+		cmds = append(cmds, bytesArgs("RL.ALLOW", "login", key))
+	}
+	replies := run(t, c, cmds)
+	// login allows 3 a minute per key; every key appears 4 times, so each
+	// key's fourth request is its only refusal.
+	seen := map[string]int{}
+	for i, r := range replies {
+		key := string(cmds[i][2])
+		seen[key]++
+		want := "[1, 3, " + itoa(int64(3-seen[key])) + ", 0, 60000]"
+		if seen[key] == 4 {
+			want = "[0, 3, 0, "
+		}
+		if !strings.HasPrefix(r, want) {
+			t.Fatalf("request %d (%s, #%d): %q; want %q…", i, key, seen[key], r, want)
+		}
+	}
+}
