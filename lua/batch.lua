@@ -1,35 +1,45 @@
 -- Decides many requests in one call, in order, each against its own key
 -- with its own limit. One request's error (a key of the wrong type, a bad
--- argument) fails that request alone: each runs under pcall.
+-- argument) fails that request alone.
 --
--- The requests of a batch mostly share a few limits (a policy's), so the
--- limits come once, in a table, and each request names one by its index:
--- two arguments per request instead of six, which is less for Redis to
--- parse and for the script to check.
+-- A batch's requests mostly share a few limits (a policy's) and a cost of
+-- 1, so neither comes per request: the limits come once, in a table, and
+-- the requests in runs that share a limit and a cost. A batch of one
+-- policy is one run, and Redis parses only its keys per request.
 --
 -- KEYS[i]  request i's key
--- ARGV     the number of limits, m; then five fields per limit: algorithm
+-- ARGV     the number of limits, m; five fields per limit: algorithm
 --          (fixed, log, sliding, token, leaky or gcra), rate, period (µs),
---          burst, peek (1 or 0); then two fields per request: its limit's
---          index (1-based) and its cost; then, for tests only, an optional
---          last field: now (µs), which pins the clock, otherwise Redis's
---          TIME, read once for the batch.
+--          burst, peek (1 or 0); the number of runs, r; three fields per
+--          run: its number of requests, its limit's index (1-based) and
+--          its cost; the runs' requests are the keys, in order. Then, for
+--          tests only, an optional last field: now (µs), which pins the
+--          clock, otherwise Redis's TIME, read once for the batch.
 --
--- Reply: six integers per request, in order: allowed (1 or 0), limit,
--- remaining, retry_after (µs), reset_after (µs), delay (µs); then the error
--- messages. A request that failed has allowed = -1 and, as its limit, the
--- 1-based index of its message among them.
+-- Reply: five integers per request, in order: allowed (1 or 0), remaining,
+-- retry_after (µs), reset_after (µs), delay (µs); then the error messages,
+-- each once. A request that failed has, as allowed, -k, k the 1-based index
+-- of its message. The limit a decision reports is not sent: it follows from
+-- the limit asked (engine's Limit.Capacity), and a smaller reply is less
+-- for Redis to encode and for the caller to parse.
 local algorithms = {fixed = fixed, log = log, sliding = sliding, token = token, leaky = leaky, gcra = gcra}
 local n = #KEYS
 local m = tonumber(ARGV[1])
 if not m or m < 0 or m ~= floor(m) then
   fail('invalid number of limits ' .. string.format('%q', tostring(ARGV[1])))
 end
-local first = 2 + 5 * m -- the first request's field
-if #ARGV ~= first - 1 + 2 * n and #ARGV ~= first + 2 * n then
-  fail('want ' .. m .. ' limits of 5 arguments, 2 per key and an optional now, got ' .. #ARGV .. ' arguments for ' .. n .. ' keys')
+if #ARGV < 2 + 5 * m then
+  fail('want ' .. m .. ' limits of 5 arguments and a number of runs, got ' .. #ARGV .. ' arguments')
 end
-local now = clock(ARGV[first + 2 * n])
+local r = tonumber(ARGV[2 + 5 * m])
+if not r or r < 0 or r ~= floor(r) then
+  fail('invalid number of runs ' .. string.format('%q', tostring(ARGV[2 + 5 * m])))
+end
+local first = 3 + 5 * m -- the first run's field
+if #ARGV ~= first - 1 + 3 * r and #ARGV ~= first + 3 * r then
+  fail('want ' .. m .. ' limits of 5 arguments, ' .. r .. ' runs of 3 and an optional now, got ' .. #ARGV .. ' arguments')
+end
+local now = clock(ARGV[first + 3 * r])
 
 -- Each limit is read and checked once; one that is bad fails the requests
 -- that name it.
@@ -47,38 +57,77 @@ for l = 1, m do
   end
 end
 
-local function one(i)
-  local j = first + 2 * (i - 1)
-  local l = limits[tonumber(ARGV[j])]
-  if not l then
-    fail('no limit ' .. string.format('%q', tostring(ARGV[j])))
-  elseif l.err then
-    error(l.err, 0)
+-- Each run is read and checked once too: its size, its limit, its cost.
+local sizes, runs, total = {}, {}, 0
+for k = 1, r do
+  local j = first + 3 * (k - 1)
+  local size = tonumber(ARGV[j])
+  if not size or size < 0 or size ~= floor(size) then
+    fail('invalid run size ' .. string.format('%q', ARGV[j]))
   end
-  local cost = param(ARGV[j + 1], 'cost')
-  forget(KEYS[i], now)
-  return l.decide(KEYS[i], now, l.rate, l.period, l.burst, cost, l.peek)
+  sizes[k], total = size, total + size
+  local ok, cost = pcall(param, ARGV[j + 2], 'cost')
+  local l = limits[tonumber(ARGV[j + 1])]
+  if not l then
+    runs[k] = {err = {err = 'ERR sluice: no limit ' .. string.format('%q', ARGV[j + 1])}}
+  elseif l.err then
+    runs[k] = l
+  elseif not ok then
+    runs[k] = {err = cost}
+  else
+    runs[k] = {decide = l.decide, rate = l.rate, period = l.period, burst = l.burst, peek = l.peek, cost = cost}
+  end
+end
+if total ~= n then
+  fail('the runs hold ' .. total .. ' requests for ' .. n .. ' keys')
 end
 
-local out, errors = {}, {}
-for i = 1, n do
-  local o = 6 * (i - 1)
-  local ok, allowed, limit, remaining, retry, reset, delay = pcall(one, i)
-  if ok then
-    out[o + 1], out[o + 2], out[o + 3] = allowed and 1 or 0, limit, remaining
-    out[o + 4], out[o + 5], out[o + 6] = retry, reset, delay
-  else
+local out, errors, seen = {}, {}, {}
+-- i is the next request to decide, in run k, which has left requests
+-- after it. decided decides from i on until the end or a request's error,
+-- so that the batch pays for one pcall, not one per request.
+local i, k, left = 1, 0, 0
+local function decided()
+  while i <= n do
+    while left == 0 do
+      k = k + 1
+      left = sizes[k]
+    end
+    local run = runs[k]
+    if run.err then
+      error(run.err, 0)
+    end
+    local key = KEYS[i]
+    if pinned then
+      forget(key, now)
+    end
+    local allowed, _, remaining, retry, reset, delay = run.decide(key, now, run.rate, run.period, run.burst, run.cost, run.peek)
+    local o = 5 * (i - 1)
+    out[o + 1], out[o + 2], out[o + 3] = allowed and 1 or 0, remaining, retry
+    out[o + 4], out[o + 5] = reset, delay
+    i, left = i + 1, left - 1
+  end
+end
+while i <= n do
+  local ok, msg = pcall(decided)
+  if not ok then
     -- redis.call and fail raise {err = message}; anything else a string.
-    local msg = allowed
     if type(msg) == 'table' then
       msg = msg.err
     end
-    errors[#errors + 1] = tostring(msg)
-    out[o + 1], out[o + 2], out[o + 3] = -1, #errors, 0
-    out[o + 4], out[o + 5], out[o + 6] = 0, 0, 0
+    msg = tostring(msg)
+    -- A bad limit or run fails all its requests with one message.
+    local e = seen[msg]
+    if not e then
+      e = #errors + 1
+      errors[e], seen[msg] = msg, e
+    end
+    local o = 5 * (i - 1)
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = -e, 0, 0, 0, 0
+    i, left = i + 1, left - 1
   end
 end
-for k = 1, #errors do
-  out[6 * n + k] = errors[k]
+for e = 1, #errors do
+  out[5 * n + e] = errors[e]
 end
 return out

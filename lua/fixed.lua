@@ -23,7 +23,7 @@ local function fixed(key, now, rate, period, burst, cost, peek)
     reset = e - now
   end
   if allowed and not peek and cost > 0 then
-    redis.call('HSET', key, 'w', num(w), 'n', num(n))
+    redis.call('HSET', key, 'w', w, 'n', n)
     expire(key, now, e)
   end
   return allowed, limit, limit - n, retry, reset, 0

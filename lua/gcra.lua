@@ -19,7 +19,7 @@ local function gcra(key, now, rate, period, burst, cost, peek)
     remaining = floor((tolerance - left) / t)
   end
   if allowed and not peek and cost > 0 then
-    redis.call('SET', key, num(new), px(now, new))
+    redis.call('SET', key, new, px(now, new))
   end
   return allowed, limit, remaining, retry, left, 0
 end

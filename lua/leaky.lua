@@ -16,7 +16,7 @@ local function leaky(key, now, rate, period, burst, cost, peek)
   end
   local remaining = floor(max(capacity * t - (drains - now), 0) / t)
   if allowed and not peek and cost > 0 then
-    redis.call('SET', key, num(e), px(now, e))
+    redis.call('SET', key, e, px(now, e))
   end
   return allowed, capacity, remaining, retry, drains - now, delay
 end

@@ -34,8 +34,11 @@ type Script struct {
 
 // Layouts shared by the scripts and their callers.
 const (
-	// ReplyFields is how many integers each request's reply holds.
-	ReplyFields = 6
+	// SingleFields is how many integers a single-request script replies.
+	SingleFields = 6
+	// BatchFields is how many integers the batch script replies per
+	// request, before its error messages.
+	BatchFields = 5
 )
 
 var (

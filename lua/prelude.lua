@@ -2,9 +2,13 @@
 --
 -- Numbers are doubles. Every value here is an integer below 2^53 (engine's
 -- validation keeps them there), where doubles are exact, and integer
--- division is floor(a / b), exact for 0 <= a < 2^53 and b >= 1. Never turn a
--- number into a string with tostring or '..': Lua 5.1 prints "%.14g" and
--- would round a time in microseconds. num() prints it exactly.
+-- division is floor(a / b), exact for 0 <= a < 2^53 and b >= 1. State is
+-- stored by passing numbers to redis.call as numbers: Redis prints them
+-- exactly (7.0 with "%.17g", 7.2 and later in the shortest form that reads
+-- back as the same double), and tonumber reads either back. Where Redis
+-- wants an integer (PX) or a number goes into a string, num() prints it:
+-- tostring and '..' print "%.14g" and would round a time in microseconds,
+-- and the shortest form may have an exponent.
 local floor, ceil, max = math.floor, math.ceil, math.max
 
 local function num(n)

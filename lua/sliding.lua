@@ -47,7 +47,7 @@ local function sliding(key, now, rate, period, burst, cost, peek)
     reset = w + p - now
   end
   if allowed and not peek and cost > 0 then
-    redis.call('HSET', key, 'w', num(w), 'curr', num(curr), 'prev', num(prev))
+    redis.call('HSET', key, 'w', w, 'curr', curr, 'prev', prev)
     expire(key, now, w + 2 * p)
   end
   return allowed, limit, max(limit - used, 0), retry, reset, 0

@@ -31,7 +31,7 @@ local function token(key, now, rate, period, burst, cost, peek)
     reset = last + used * t - now
   end
   if allowed and not peek and cost > 0 then
-    redis.call('HSET', key, 'used', num(used), 'last', num(last))
+    redis.call('HSET', key, 'used', used, 'last', last)
     expire(key, now, last + used * t)
   end
   return allowed, capacity, capacity - used, retry, reset, 0

@@ -307,9 +307,10 @@ func (s *Store) bySlot(b *buffers, reqs []engine.Request) []int {
 }
 
 // maxNumsPerRequest bounds how many integers a request adds to nums: four
-// in a single-script call; in a batch-script call, two plus, when it brings
-// a limit of its own, three, plus one per call for the count of limits.
-const maxNumsPerRequest = 6
+// in a single-script call; in a batch-script call, at most three for a
+// limit of its own, three for a run of its own, and two for the counts of
+// limits and runs of a call of its own.
+const maxNumsPerRequest = 8
 
 // appendParams appends a request's rate, period (µs), burst, cost and peek
 // to args, the integers by pointers into nums, which must have room for
@@ -336,7 +337,8 @@ type limitKey struct {
 
 // appendBatchArgs appends the batch script's arguments for the requests
 // idx of reqs (see batch.lua): the count of distinct limits, each limit,
-// then each request's limit index and cost.
+// the count of runs, then each run's size, limit index and cost, where a
+// run is consecutive requests that share a limit and a cost.
 func (b *buffers) appendBatchArgs(reqs []engine.Request, idx []int) ([]any, []int64) {
 	b.limits, b.reqLimit = b.limits[:0], b.reqLimit[:0]
 	clear(b.limitIndex)
@@ -363,10 +365,20 @@ func (b *buffers) appendBatchArgs(reqs []engine.Request, idx []int) ([]any, []in
 		nums = append(nums, l.Rate, l.Period.Microseconds(), l.Burst)
 		args = append(args, algArgs[l.Algorithm], &nums[k], &nums[k+1], &nums[k+2], peekArg(lk.peek))
 	}
-	for q, i := range idx {
+	// The count of runs is known only at the end: keep its place.
+	count := len(nums)
+	nums = append(nums, 0)
+	args = append(args, &nums[count])
+	for q := 0; q < len(idx); {
+		end := q + 1
+		for end < len(idx) && b.reqLimit[end] == b.reqLimit[q] && reqs[idx[end]].Cost == reqs[idx[q]].Cost {
+			end++
+		}
 		k := len(nums)
-		nums = append(nums, b.reqLimit[q], reqs[i].Cost)
-		args = append(args, &nums[k], &nums[k+1])
+		nums = append(nums, int64(end-q), b.reqLimit[q], reqs[idx[q]].Cost)
+		args = append(args, &nums[k], &nums[k+1], &nums[k+2])
+		nums[count]++
+		q = end
 	}
 	return args, nums
 }
@@ -451,39 +463,56 @@ func (s *Store) collect(c *call, reqs []engine.Request, res []engine.Result) err
 		}
 		return nil
 	}
+	fields := lua.SingleFields
+	if c.script == lua.Batch {
+		fields = lua.BatchFields
+	}
 	n := len(c.reqs)
-	if len(reply) < lua.ReplyFields*n {
-		return fmt.Errorf("upstream: eval %s: want %d integers in the reply, got %d values", c.script.Name, lua.ReplyFields*n, len(reply))
+	if len(reply) < fields*n {
+		return fmt.Errorf("upstream: eval %s: want %d integers in the reply, got %d values", c.script.Name, fields*n, len(reply))
 	}
 	for k, i := range c.reqs {
-		var f [lua.ReplyFields]int64
+		f := reply[fields*k : fields*(k+1)]
+		var v [lua.SingleFields]int64
 		for j := range f {
-			v, ok := reply[lua.ReplyFields*k+j].(int64)
-			if !ok {
-				return fmt.Errorf("upstream: eval %s: reply field %d is %T, want an integer", c.script.Name, lua.ReplyFields*k+j, reply[lua.ReplyFields*k+j])
+			var ok bool
+			if v[j], ok = f[j].(int64); !ok {
+				return fmt.Errorf("upstream: eval %s: reply field %d is %T, want an integer", c.script.Name, fields*k+j, f[j])
 			}
-			f[j] = v
 		}
-		if f[0] == -1 {
-			res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, c.keys[k], scriptError(reply, n, f[1]))}
+		if fields == lua.SingleFields {
+			res[i] = engine.Result{Decision: engine.Decision{
+				Allowed:    v[0] == 1,
+				Limit:      v[1],
+				Remaining:  v[2],
+				RetryAfter: micros(v[3]),
+				ResetAfter: micros(v[4]),
+				Delay:      micros(v[5]),
+			}}
+			continue
+		}
+		// See batch.lua: allowed (-k for the k-th error message),
+		// remaining, retry_after, reset_after, delay.
+		if v[0] < 0 {
+			res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, c.keys[k], scriptError(reply, fields*n, -v[0]))}
 			continue
 		}
 		res[i] = engine.Result{Decision: engine.Decision{
-			Allowed:    f[0] == 1,
-			Limit:      f[1],
-			Remaining:  f[2],
-			RetryAfter: micros(f[3]),
-			ResetAfter: micros(f[4]),
-			Delay:      micros(f[5]),
+			Allowed:    v[0] == 1,
+			Limit:      reqs[i].Limit.Capacity(),
+			Remaining:  v[1],
+			RetryAfter: micros(v[2]),
+			ResetAfter: micros(v[3]),
+			Delay:      micros(v[4]),
 		}}
 	}
 	return nil
 }
 
-// scriptError is the message a batch reply holds for a request that failed:
-// the k-th (1-based) after the n requests' integers.
-func scriptError(reply []any, n int, k int64) error {
-	at := lua.ReplyFields*n + int(k) - 1
+// scriptError is the k-th (1-based) error message of a batch reply, which
+// follow its first integers.
+func scriptError(reply []any, integers int, k int64) error {
+	at := integers + int(k) - 1
 	if k < 1 || at >= len(reply) {
 		return fmt.Errorf("script error %d missing from the reply", k)
 	}
