@@ -1,11 +1,13 @@
 -- GCRA, as redis-cell's CL.THROTTLE computes it: limit = burst + 1, the
 -- delay variation tolerance is limit emission intervals (period / rate).
--- State: one integer string, the theoretical arrival time (µs); engine's
+-- State: one number, the theoretical arrival time (µs); engine's
 -- state a.
 local function gcra(key, now, rate, period, burst, cost, peek)
   local t, limit = interval(rate, period), burst + 1
   local tolerance = t * limit
-  local tat = max(int(redis.call('GET', key), key), now)
+  local writes = not peek and cost > 0
+  local stored, claimed = claim(key, now, now + cost * t, writes and cost * t <= tolerance)
+  local tat = max(int(stored, key), now)
   local new = tat + cost * t
   local allowed, retry, remaining = true, 0, 0
   local left = new - now
@@ -18,7 +20,7 @@ local function gcra(key, now, rate, period, burst, cost, peek)
   if tolerance - left > 0 then
     remaining = floor((tolerance - left) / t)
   end
-  if allowed and not peek and cost > 0 then
+  if allowed and writes and not claimed then
     redis.call('SET', key, new, px(now, new))
   end
   return allowed, limit, remaining, retry, left, 0

@@ -1,10 +1,12 @@
 -- Leaky bucket: a queue of at most capacity (burst) units, drained one unit
 -- per interval (period / rate). An admitted request waits delay for its turn.
--- State: one integer string, the time (µs) the queue drains (the next free
+-- State: one number, the time (µs) the queue drains (the next free
 -- slot); engine's state a.
 local function leaky(key, now, rate, period, burst, cost, peek)
   local t, capacity = interval(rate, period), burst
-  local start = max(int(redis.call('GET', key), key), now)
+  local writes = not peek and cost > 0
+  local stored, claimed = claim(key, now, now + cost * t, writes and cost <= capacity)
+  local start = max(int(stored, key), now)
   local e = start + cost * t
   local allowed = e - now <= capacity * t
   local drains, delay, retry = start, 0, 0
@@ -15,7 +17,7 @@ local function leaky(key, now, rate, period, burst, cost, peek)
     retry = e - capacity * t - now
   end
   local remaining = floor(max(capacity * t - (drains - now), 0) / t)
-  if allowed and not peek and cost > 0 then
+  if allowed and writes and not claimed then
     redis.call('SET', key, e, px(now, e))
   end
   return allowed, capacity, remaining, retry, drains - now, delay

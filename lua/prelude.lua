@@ -61,6 +61,20 @@ local function expire(key, now, ends)
   redis.call(pinned and 'PEXPIREAT' or 'PEXPIRE', key, at)
 end
 
+-- claim reads the number stored at key, for a request that, were key empty,
+-- would be admitted and store fresh (µs, also when its state ends). Most
+-- keys are idle past their state's end, so when admit says the request
+-- would be, SET NX GET stores fresh if key is empty and otherwise returns
+-- what it holds without writing: an idle key costs one command, not a GET
+-- and a SET. The second result says whether fresh was stored.
+local function claim(key, now, fresh, admit)
+  if not admit then
+    return redis.call('GET', key), false
+  end
+  local old = redis.call('SET', key, fresh, 'NX', 'GET', px(now, fresh))
+  return old, not old
+end
+
 -- forget deletes key, on a pinned clock, when its state has ended.
 local function forget(key, now)
   if pinned then
