@@ -2,9 +2,11 @@ package engine_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluice-rl/sluice/engine"
 )
@@ -76,4 +78,37 @@ func BenchmarkMemoryDecideParallel(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// BenchmarkMemoryDecideManyKeys draws keys at random from 100,000, as
+// go run ./bench does: most lookups miss the CPU's caches.
+func BenchmarkMemoryDecideManyKeys(b *testing.B) {
+	l := benchLimits()[engine.GCRA]
+	s, err := engine.NewMemoryStore(engine.MemoryConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = "k:" + strconv.Itoa(i)
+	}
+	order := rand.New(rand.NewPCG(1, 2)).Perm(1 << 20)
+	req := make([]engine.Request, 1)
+	res := make([]engine.Result, 1)
+	ctx := context.Background()
+	for _, k := range keys {
+		req[0] = engine.Request{Key: k, Limit: l, Cost: 1}
+		_ = s.Decide(ctx, req, res)
+	}
+	// Each key is written into one buffer, as a connection's request is:
+	// the misses measured are the store's, not the benchmark's.
+	buf := make([]byte, 0, 16)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		buf = strconv.AppendInt(append(buf[:0], "k:"...), int64(order[i%len(order)]%len(keys)), 10)
+		req[0] = engine.Request{Key: unsafe.String(unsafe.SliceData(buf), len(buf)), Limit: l, Cost: 1}
+		_ = s.Decide(ctx, req, res)
+		i++
+	}
 }

@@ -29,6 +29,10 @@ type client struct {
 	libVer  string
 	quit    bool // QUIT was read: answer what came before it, then close
 
+	// commands counts the commands read since the last settle, which adds
+	// them to the server's count: one atomic add per pipeline.
+	commands int64
+
 	// trace is the parent of this connection's decision spans, set by
 	// RL.TRACE; the zero value traces nothing.
 	trace trace.SpanContext
@@ -77,7 +81,7 @@ func newClient(s *Server, rc redcon.Conn) *client {
 // exec runs one command. Decisions are queued until settle; anything else
 // settles the queue first, so replies and effects keep the pipeline's order.
 func (c *client) exec(args [][]byte) {
-	c.s.stats.commands.Add(1)
+	c.commands++
 	if len(args) == 0 {
 		return
 	}
@@ -123,6 +127,8 @@ func (c *client) fail(msg string) {
 // settle decides the queued requests as one batch and writes every owed
 // reply in order.
 func (c *client) settle() {
+	c.s.stats.commands.Add(c.commands)
+	c.commands = 0
 	if len(c.pend) == 0 {
 		return
 	}
@@ -140,6 +146,7 @@ func (c *client) settle() {
 			c.traceDecisions(start, batchErr)
 		}
 	}
+	var t tally
 	for i := range c.pend {
 		p := &c.pend[i]
 		switch {
@@ -161,36 +168,74 @@ func (c *client) settle() {
 		default:
 			r := &c.res[p.req]
 			d := r.Decision
-			if path := int(r.Path); path < len(c.s.stats.paths) {
-				c.s.stats.paths[path].Add(1)
-			}
+			// Shadow mode: counted as the refusal it was, answered as an
+			// admission.
 			shadow := p.policy.shadow && !d.Allowed
-			switch {
-			case shadow:
-				// Shadow mode: counted as the refusal it was, answered
-				// as an admission.
-				c.s.stats.shadowed.Add(1)
+			if shadow {
 				d.Allowed, d.RetryAfter = true, 0
-			case d.Allowed:
-				c.s.stats.allowed.Add(1)
-			default:
-				c.s.stats.denied.Add(1)
 			}
-			if o := c.s.cfg.Observer; o != nil {
-				name := p.policy.name
-				if name == "" {
-					name = "inline"
-				}
-				o.Decided(name, c.reqs[p.req].Limit.Algorithm, d.Allowed && !shadow, shadow, r.Path)
-			}
+			t.add(c.s, decided{p.policy.name, c.reqs[p.req].Limit.Algorithm, d.Allowed && !shadow, shadow, r.Path})
 			c.out = appendDecision(c.out, &d, p.shape, c.proto)
 		}
 	}
+	t.flush(c.s)
 	clear(c.reqs) // drop the keys, which alias the commands' buffers
 	c.keys = c.keys[:0]
 	clear(c.res)
 	clear(c.pend)
 	c.reqs, c.res, c.pend = c.reqs[:0], c.res[:0], c.pend[:0]
+}
+
+// decided is what the counters and the Observer learn of a decision.
+type decided struct {
+	policy  string // "" for the inline commands
+	alg     engine.Algorithm
+	allowed bool // and not only by shadow mode
+	shadow  bool
+	path    engine.Path
+}
+
+// tally counts a pipeline's decisions for the server's counters and its
+// Observer in runs of alike ones, so that a pipeline adds to the shared
+// counters once per run rather than once per decision: they are contended
+// by every connection.
+type tally struct {
+	run decided
+	n   int
+}
+
+func (t *tally) add(s *Server, d decided) {
+	if t.n > 0 && d != t.run {
+		t.flush(s)
+	}
+	t.run = d
+	t.n++
+}
+
+func (t *tally) flush(s *Server) {
+	if t.n == 0 {
+		return
+	}
+	d, n := t.run, int64(t.n)
+	t.n = 0
+	if int(d.path) < len(s.stats.paths) {
+		s.stats.paths[d.path].Add(n)
+	}
+	switch {
+	case d.shadow:
+		s.stats.shadowed.Add(n)
+	case d.allowed:
+		s.stats.allowed.Add(n)
+	default:
+		s.stats.denied.Add(n)
+	}
+	if o := s.cfg.Observer; o != nil {
+		name := d.policy
+		if name == "" {
+			name = "inline"
+		}
+		o.Decided(name, d.alg, d.allowed, d.shadow, d.path, int(n))
+	}
 }
 
 // prefixed is prefix+key, written into the connection's key buffer: valid

@@ -63,10 +63,12 @@ type Config struct {
 // Observer counts what the server answers. It runs once per decision, so
 // it must be cheap, and safe for concurrent use.
 type Observer interface {
-	// Decided is told of each decision: the policy's name ("inline" for the
-	// inline commands), the algorithm, whether it was allowed, whether a
-	// shadow-mode policy allowed what it refused, and what decided it.
-	Decided(policy string, alg engine.Algorithm, allowed, shadow bool, path engine.Path)
+	// Decided is told of n decisions alike: the policy's name ("inline"
+	// for the inline commands), the algorithm, whether they were allowed,
+	// whether a shadow-mode policy allowed what it refused, and what
+	// decided them. A pipeline's decisions come in runs, so that a busy
+	// connection pays for one call, not one per decision.
+	Decided(policy string, alg engine.Algorithm, allowed, shadow bool, path engine.Path, n int)
 	// Failed is told of each error reply: "request" (the client's input),
 	// "store" (the store could not decide) or "connection".
 	Failed(kind string)

@@ -37,15 +37,15 @@ const Inline = "inline"
 
 // Decisions counts decisions by policy, algorithm, outcome and path. Policy
 // names come from the policies file, never from a client, so the label set
-// stays bounded whatever the traffic. Record is safe for concurrent use and
+// stays bounded whatever the traffic. Add is safe for concurrent use and
 // allocates only the first time it sees a policy.
 type Decisions struct {
 	byPolicy registry[counts]
 	inline   atomic.Pointer[counts] // byPolicy's Inline entry: most decisions, no map lookup
 }
 
-// Record counts one decision.
-func (d *Decisions) Record(policy string, alg engine.Algorithm, outcome Outcome, path engine.Path) {
+// Add counts n decisions alike.
+func (d *Decisions) Add(policy string, alg engine.Algorithm, outcome Outcome, path engine.Path, n uint64) {
 	if int(alg) >= numAlgorithms || outcome >= numOutcomes || int(path) >= len(engine.Paths) {
 		return
 	}
@@ -58,7 +58,7 @@ func (d *Decisions) Record(policy string, alg engine.Algorithm, outcome Outcome,
 	} else {
 		c = d.byPolicy.get(policy)
 	}
-	c[alg][outcome][path].Add(1)
+	c[alg][outcome][path].Add(n)
 }
 
 // each calls f for every non-zero counter.

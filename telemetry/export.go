@@ -16,8 +16,9 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 )
 
-// Decided counts one decision; it makes Telemetry a respserver.Observer.
-func (t *Telemetry) Decided(policy string, alg engine.Algorithm, allowed, shadow bool, path engine.Path) {
+// Decided counts n decisions alike; it makes Telemetry a
+// respserver.Observer.
+func (t *Telemetry) Decided(policy string, alg engine.Algorithm, allowed, shadow bool, path engine.Path, n int) {
 	outcome := Refused
 	switch {
 	case shadow:
@@ -25,7 +26,7 @@ func (t *Telemetry) Decided(policy string, alg engine.Algorithm, allowed, shadow
 	case allowed:
 		outcome = Allowed
 	}
-	t.Decisions.Record(policy, alg, outcome, path)
+	t.Decisions.Add(policy, alg, outcome, path, uint64(n))
 }
 
 // Failed counts one error reply of kind.

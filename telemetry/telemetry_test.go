@@ -84,10 +84,10 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		tel.Decisions.Record("api", engine.GCRA, Allowed, engine.PathStore)
+		tel.Decisions.Add("api", engine.GCRA, Allowed, engine.PathStore, 1)
 	}
-	tel.Decisions.Record("api", engine.GCRA, Refused, engine.PathDenyCache)
-	tel.Decisions.Record(Inline, engine.FixedWindow, Refused, engine.PathFailClosed)
+	tel.Decisions.Add("api", engine.GCRA, Refused, engine.PathDenyCache, 1)
+	tel.Decisions.Add(Inline, engine.FixedWindow, Refused, engine.PathFailClosed, 1)
 	tel.Errors.Record("invalid_argument")
 	tel.Errors.Record("invalid_argument")
 	tel.ObserveBatch(time.Now().Add(-time.Millisecond), 16, nil)
@@ -204,7 +204,7 @@ func BenchmarkRecord(b *testing.B) {
 	var d Decisions
 	b.ReportAllocs()
 	for b.Loop() {
-		d.Record("api", engine.GCRA, Allowed, engine.PathStore)
+		d.Add("api", engine.GCRA, Allowed, engine.PathStore, 1)
 	}
 }
 
@@ -233,7 +233,7 @@ func TestOTLPFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tel.Decisions.Record(Inline, engine.GCRA, Allowed, engine.PathStore)
+	tel.Decisions.Add(Inline, engine.GCRA, Allowed, engine.PathStore, 1)
 	tel.ObserveBatch(time.Now(), 3, nil)
 	// Shutting down flushes both.
 	if err := stopTraces(t.Context()); err != nil {

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,7 +37,23 @@ import (
 )
 
 func main() {
+	tuneGC(os.Getenv)
 	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stderr))
+}
+
+// defaultGCPercent is the collector's target unless GOGC says otherwise.
+// Sluice's live heap is small (a few MB in front of Redis, tens of MB with
+// a full in-memory store) while every decision allocates a little, so
+// Go's default of 100 collects often for little: at 400, the sidecar
+// spends about a tenth less CPU per decision (measured with go run
+// ./bench), for a heap that may grow to five times the live one.
+// GOMEMLIMIT caps it where memory is tight.
+const defaultGCPercent = 400
+
+func tuneGC(getenv func(string) string) {
+	if getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 }
 
 // options are the parsed flags.

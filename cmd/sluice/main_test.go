@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -143,4 +144,24 @@ func boolString(b bool) string {
 		return "true"
 	}
 	return "false"
+}
+
+// TestTuneGC: the collector's target is Sluice's default unless GOGC is
+// set, in which case Go's own reading of it stands.
+func TestTuneGC(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(prev)
+	tuneGC(func(string) string { return "" })
+	if got := debug.SetGCPercent(100); got != defaultGCPercent {
+		t.Errorf("GOGC unset: GC percent %d; want %d", got, defaultGCPercent)
+	}
+	tuneGC(func(k string) string {
+		if k == "GOGC" {
+			return "100"
+		}
+		return ""
+	})
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GOGC=100: GC percent %d; want it left alone", got)
+	}
 }
