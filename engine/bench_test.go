@@ -24,26 +24,31 @@ func benchLimits() map[engine.Algorithm]engine.Limit {
 	}
 }
 
+// warmStore returns a memory store that has decided once for each of n
+// keys prefix+i under l, so that a benchmark measures decisions, not
+// first writes, and the keys.
+func warmStore(b *testing.B, l engine.Limit, prefix string, n int) (*engine.MemoryStore, []string) {
+	s, err := engine.NewMemoryStore(engine.MemoryConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]string, n)
+	res := make([]engine.Result, 1)
+	for i := range keys {
+		keys[i] = prefix + strconv.Itoa(i)
+		_ = s.Decide(context.Background(), []engine.Request{{Key: keys[i], Limit: l, Cost: 1}}, res)
+	}
+	return s, keys
+}
+
 func BenchmarkMemoryDecide(b *testing.B) {
 	for _, alg := range engine.Algorithms {
 		l := benchLimits()[alg]
 		b.Run(alg.String(), func(b *testing.B) {
-			s, err := engine.NewMemoryStore(engine.MemoryConfig{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			keys := make([]string, 1024)
-			for i := range keys {
-				keys[i] = "user:" + strconv.Itoa(i)
-			}
+			s, keys := warmStore(b, l, "user:", 1024)
 			req := make([]engine.Request, 1)
 			res := make([]engine.Result, 1)
 			ctx := context.Background()
-			// Warm every key so the loop measures decisions, not first writes.
-			for _, k := range keys {
-				req[0] = engine.Request{Key: k, Limit: l, Cost: 1}
-				_ = s.Decide(ctx, req, res)
-			}
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -84,22 +89,11 @@ func BenchmarkMemoryDecideParallel(b *testing.B) {
 // go run ./bench does: most lookups miss the CPU's caches.
 func BenchmarkMemoryDecideManyKeys(b *testing.B) {
 	l := benchLimits()[engine.GCRA]
-	s, err := engine.NewMemoryStore(engine.MemoryConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	keys := make([]string, 100_000)
-	for i := range keys {
-		keys[i] = "k:" + strconv.Itoa(i)
-	}
+	s, keys := warmStore(b, l, "k:", 100_000)
 	order := rand.New(rand.NewPCG(1, 2)).Perm(1 << 20)
 	req := make([]engine.Request, 1)
 	res := make([]engine.Result, 1)
 	ctx := context.Background()
-	for _, k := range keys {
-		req[0] = engine.Request{Key: k, Limit: l, Cost: 1}
-		_ = s.Decide(ctx, req, res)
-	}
 	// Each key is written into one buffer, as a connection's request is:
 	// the misses measured are the store's, not the benchmark's.
 	buf := make([]byte, 0, 16)
