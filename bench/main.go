@@ -1,7 +1,8 @@
 // Command bench measures Sluice against Redis running the same GCRA script
 // directly, as an application without Sluice would, with redis-benchmark
-// driving both under the same load in one run. It prints the median of
-// several runs of each scenario and the ratios between them.
+// driving both under the same load in one run. Each scenario runs the two
+// sides in turn, several times; it prints the median of each side and the
+// median of the ratios of the runs made side by side.
 //
 //	go run ./bench            # builds Sluice, starts its own Redis, runs everything
 //	go run ./bench -runs 5 -n 400000
@@ -107,57 +108,91 @@ func main() {
 	direct := []string{"EVALSHA", gcra.SHA, "1", "k:__rand_int__", "1000", "1000000", "1000", "1", "0"}
 	sidecar := []string{"RL.GCRA", "k:__rand_int__", "1000", "1000", "1s"}
 	for _, p := range []int{1, 16} {
-		name := fmt.Sprintf("many keys allowed, -P %d", p)
-		d := measure(rdb, redisPort, *clients, p, direct)
-		s := measure(rdb, sluicePort, *clients, p, sidecar)
-		report(name, d, s)
+		c := compare(rdb, *clients, p, target{redisPort, direct}, target{sluicePort, sidecar})
+		report(fmt.Sprintf("many keys allowed, -P %d", p), c)
 	}
 
 	// One hot key, refused: burst 0 at 1 per hour.
 	hotDirect := []string{"EVALSHA", gcra.SHA, "1", "hot", "1", "3600000000", "0", "1", "0"}
 	hotSidecar := []string{"RL.GCRA", "hot", "0", "1", "1h"}
-	d := measure(rdb, redisPort, *clients, 16, hotDirect)
-	s := measure(rdb, sluicePort, *clients, 16, hotSidecar)
-	report("one hot key refused, -P 16", d, s)
-	fmt.Printf("    round trips reaching Redis through Sluice: %.2f%% of requests\n", 100*s.evalshaPerRequest)
+	c := compare(rdb, *clients, 16, target{redisPort, hotDirect}, target{sluicePort, hotSidecar})
+	report("one hot key refused, -P 16", c)
+	fmt.Printf("    round trips reaching Redis through Sluice: %.2f%% of requests\n", 100*c.b.evalshaPerRequest)
 
 	// One client, one request at a time: latency.
-	d = measure(rdb, redisPort, 1, 1, direct)
-	s = measure(rdb, sluicePort, 1, 1, sidecar)
-	fmt.Printf("%-34s p50 direct %.3f ms, Sluice %.3f ms, difference %+.3f ms\n", "-c 1 latency", d.p50, s.p50, s.p50-d.p50)
+	c = compare(rdb, 1, 1, target{redisPort, direct}, target{sluicePort, sidecar})
+	fmt.Printf("%-34s p50 direct %.3f ms, Sluice %.3f ms, difference %+.3f ms\n", "-c 1 latency", c.a.p50, c.b.p50, c.b.p50-c.a.p50)
 
 	// The in-memory store against a server that answers from nothing.
 	for _, p := range []int{1, 16} {
-		c := measure(nil, constPort, *clients, p, sidecar)
-		m := measure(nil, memPort, *clients, p, sidecar)
+		c := compare(nil, *clients, p, target{constPort, sidecar}, target{memPort, sidecar})
 		fmt.Printf("%-34s constant reply %9.0f/s, Sluice in-memory %9.0f/s, ratio %.2f\n",
-			fmt.Sprintf("in-memory store, -P %d", p), c.rps, m.rps, m.rps/c.rps)
+			fmt.Sprintf("in-memory store, -P %d", p), c.a.rps, c.b.rps, c.ratio)
 	}
 }
 
-// result is the median of several redis-benchmark runs.
-type result struct {
+// target is one side of a comparison: the server redis-benchmark loads,
+// and the command it sends.
+type target struct {
+	port string
+	args []string
+}
+
+// sample is one redis-benchmark run.
+type sample struct {
 	rps, p50          float64
 	cpuPerMillion     float64 // Redis CPU seconds per million requests
 	evalshaPerRequest float64 // EVALSHA calls Redis saw per request sent
 }
 
-func measure(rdb *redis.Client, port string, c, pipeline int, args []string) result {
-	var rps, p50, cpu, eval []float64
-	for range *runs {
-		cpu0, eval0 := redisStats(rdb)
-		r, l := benchmark(port, c, pipeline, args)
-		cpu1, eval1 := redisStats(rdb)
-		rps, p50 = append(rps, r), append(p50, l)
-		cpu = append(cpu, (cpu1-cpu0)/float64(*requests)*1e6)
-		eval = append(eval, (eval1-eval0)/float64(*requests))
-	}
-	return result{median(rps), median(p50), median(cpu), median(eval)}
+// comparison is the median of several runs of each side, and the medians
+// of the ratios b/a of the runs made one after the other.
+type comparison struct {
+	a, b            sample
+	ratio, cpuRatio float64
 }
 
-func report(name string, d, s result) {
+// compare runs redis-benchmark against a and then b, *runs times, so that
+// the machine's drift, which is large on a shared VM, touches both sides
+// alike; each ratio is taken within one pair of runs.
+func compare(rdb *redis.Client, c, pipeline int, a, b target) comparison {
+	var as, bs []sample
+	var ratios, cpuRatios []float64
+	for range *runs {
+		x, y := once(rdb, c, pipeline, a), once(rdb, c, pipeline, b)
+		as, bs = append(as, x), append(bs, y)
+		ratios = append(ratios, y.rps/x.rps)
+		cpuRatios = append(cpuRatios, y.cpuPerMillion/x.cpuPerMillion)
+	}
+	return comparison{a: medianSample(as), b: medianSample(bs), ratio: median(ratios), cpuRatio: median(cpuRatios)}
+}
+
+func once(rdb *redis.Client, c, pipeline int, t target) sample {
+	cpu0, eval0 := redisStats(rdb)
+	rps, p50 := benchmark(t.port, c, pipeline, t.args)
+	cpu1, eval1 := redisStats(rdb)
+	return sample{rps, p50, (cpu1 - cpu0) / float64(*requests) * 1e6, (eval1 - eval0) / float64(*requests)}
+}
+
+func medianSample(ss []sample) sample {
+	field := func(f func(sample) float64) float64 {
+		xs := make([]float64, len(ss))
+		for i, s := range ss {
+			xs[i] = f(s)
+		}
+		return median(xs)
+	}
+	return sample{
+		rps:               field(func(s sample) float64 { return s.rps }),
+		p50:               field(func(s sample) float64 { return s.p50 }),
+		cpuPerMillion:     field(func(s sample) float64 { return s.cpuPerMillion }),
+		evalshaPerRequest: field(func(s sample) float64 { return s.evalshaPerRequest }),
+	}
+}
+
+func report(name string, c comparison) {
 	fmt.Printf("%-34s direct %9.0f/s, Sluice %9.0f/s, ratio %.2f; Redis CPU s per 1M: direct %.2f, Sluice %.2f (%.0f%%)\n",
-		name, d.rps, s.rps, s.rps/d.rps, d.cpuPerMillion, s.cpuPerMillion, 100*s.cpuPerMillion/d.cpuPerMillion)
+		name, c.a.rps, c.b.rps, c.ratio, c.a.cpuPerMillion, c.b.cpuPerMillion, 100*c.cpuRatio)
 }
 
 // benchmark runs redis-benchmark once and returns requests per second and

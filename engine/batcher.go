@@ -16,7 +16,11 @@ type BatcherConfig struct {
 	// MaxBatch caps the requests sent in one round trip. Zero means 1024.
 	// A single caller's pipeline larger than this still goes whole.
 	MaxBatch int
-	// MaxInFlight caps the round trips in flight at once. Zero means 2.
+	// MaxInFlight caps the round trips in flight at once. Zero means 1:
+	// the next batch gathers for the whole of the round trip in flight,
+	// so batches are larger and Redis and the sidecar each spend less per
+	// decision (at -c 50 -P 1, about a tenth less Redis CPU than with 2,
+	// measured with go run ./bench). More lanes help a Redis far away.
 	MaxInFlight int
 	// OnBatch, if set, is called after each round trip with its start, its
 	// size and its error: the hook for metrics and traces.
@@ -92,7 +96,7 @@ func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
 		cfg.MaxBatch = 1024
 	}
 	if cfg.MaxInFlight == 0 {
-		cfg.MaxInFlight = 2
+		cfg.MaxInFlight = 1
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 100 * time.Millisecond

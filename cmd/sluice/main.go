@@ -147,7 +147,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		usage     string
 	}{
 		{&o.batchMax, "batch-max", "SLUICE_BATCH_MAX", 1024, "most decisions sent to the upstream in one round trip (`n`) [SLUICE_BATCH_MAX]"},
-		{&o.batchInFlight, "batch-inflight", "SLUICE_BATCH_INFLIGHT", 2, "most round trips to the upstream in flight at once (`n`) [SLUICE_BATCH_INFLIGHT]"},
+		{&o.batchInFlight, "batch-inflight", "SLUICE_BATCH_INFLIGHT", 1, "most round trips to the upstream in flight at once (`n`) [SLUICE_BATCH_INFLIGHT]"},
 		{&o.maxKeys, "max-keys", "SLUICE_MAX_KEYS", 100_000, "most keys the in-memory store keeps, about 300 bytes each (`n`) [SLUICE_MAX_KEYS]"},
 		{&o.denyCacheSize, "deny-cache-size", "SLUICE_DENY_CACHE_SIZE", 50_000, "most refusals remembered locally, about 350 bytes each (`n`) [SLUICE_DENY_CACHE_SIZE]"},
 		{&o.maxClients, "max-clients", "SLUICE_MAX_CLIENTS", 10_000, "most client connections at once (`n`) [SLUICE_MAX_CLIENTS]"},
