@@ -58,12 +58,53 @@ type stateKey struct {
 	key string
 }
 
+// memoryEntry is one state and its key. A key of up to shortKey bytes is
+// kept in the entry itself, on the cache line that the lookup reads
+// anyway: with many keys, following a pointer to the key's bytes was one
+// more cache miss per decision (about a quarter of the store's time). The
+// entry is 128 bytes, two cache lines: the key, then the state.
 type memoryEntry struct {
-	sk   stateKey
-	hash uint64
+	alg   Algorithm
+	n     uint8 // the key's length if it is short
+	short [shortKey]byte
+	long  string // the key if it is longer than shortKey
+	hash  uint64
 	state
 	expires int64  // µs since the epoch; at or after it the state reads as zero
 	used    uint64 // the shard's tick at the last access; 0 marks a free slot
+}
+
+// shortKey is the longest key kept in its entry.
+const shortKey = 38
+
+// is reports whether e holds sk's state.
+func (e *memoryEntry) is(sk stateKey) bool {
+	if e.alg != sk.alg {
+		return false
+	}
+	if len(sk.key) <= shortKey {
+		return int(e.n) == len(sk.key) && string(e.short[:e.n]) == sk.key
+	}
+	return e.long == sk.key
+}
+
+// setKey stores sk in e, copying the key: a Request's key may alias a
+// buffer its caller reuses.
+func (e *memoryEntry) setKey(sk stateKey) {
+	e.alg = sk.alg
+	if len(sk.key) <= shortKey {
+		e.n = uint8(copy(e.short[:], sk.key))
+		return
+	}
+	e.long = strings.Clone(sk.key)
+}
+
+// stateKey returns the key e holds; for a short key it allocates.
+func (e *memoryEntry) stateKey() stateKey {
+	if e.long != "" {
+		return stateKey{e.alg, e.long}
+	}
+	return stateKey{e.alg, string(e.short[:e.n])}
 }
 
 var _ Store = (*MemoryStore)(nil)
@@ -141,7 +182,7 @@ func (m *MemoryStore) decide(now int64, r *Request) Decision {
 
 // lookup returns sk's slot, or -1.
 func (s *memoryShard) lookup(sk stateKey, h uint64) int32 {
-	if i, ok := s.index[h]; ok && s.slots[i].sk == sk {
+	if i, ok := s.index[h]; ok && s.slots[i].is(sk) {
 		return i
 	}
 	if len(s.collide) > 0 {
@@ -152,8 +193,7 @@ func (s *memoryShard) lookup(sk stateKey, h uint64) int32 {
 	return -1
 }
 
-// insert gives sk a slot, evicting if the shard is full. The key is copied:
-// a Request's key may alias a buffer its caller reuses.
+// insert gives sk a slot, evicting if the shard is full.
 func (s *memoryShard) insert(sk stateKey, h uint64, now int64) *memoryEntry {
 	if len(s.free) == 0 && len(s.slots) >= s.cap {
 		s.remove(s.victim(now))
@@ -165,15 +205,15 @@ func (s *memoryShard) insert(sk stateKey, h uint64, now int64) *memoryEntry {
 		s.slots = append(s.slots, memoryEntry{})
 		i = int32(len(s.slots) - 1)
 	}
-	sk.key = strings.Clone(sk.key)
+	s.tick++
+	e := &s.slots[i]
+	*e = memoryEntry{hash: h, state: state{log: e.log[:0]}, used: s.tick}
+	e.setKey(sk)
 	if _, taken := s.index[h]; taken {
-		s.collide[sk] = i
+		s.collide[e.stateKey()] = i
 	} else {
 		s.index[h] = i
 	}
-	s.tick++
-	e := &s.slots[i]
-	*e = memoryEntry{sk: sk, hash: h, state: state{log: e.log[:0]}, used: s.tick}
 	return e
 }
 
@@ -212,7 +252,7 @@ func (s *memoryShard) remove(i int32) {
 	if j, ok := s.index[e.hash]; ok && j == i {
 		delete(s.index, e.hash)
 	} else {
-		delete(s.collide, e.sk)
+		delete(s.collide, e.stateKey())
 	}
 	log := e.log[:0]
 	if cap(log) > 64 {

@@ -58,3 +58,15 @@ func TestMemoryCopiesKeys(t *testing.T) {
 }
 
 func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// TestEntrySize: an entry is two cache lines, its key on the first and
+// its state on the second (see memoryEntry); a field added must not
+// spill it onto a third.
+func TestEntrySize(t *testing.T) {
+	if n := unsafe.Sizeof(memoryEntry{}); n != 128 {
+		t.Errorf("memoryEntry is %d bytes; want 128", n)
+	}
+	if n := unsafe.Offsetof(memoryEntry{}.state); n != 64 {
+		t.Errorf("the state starts at byte %d; want 64, the second cache line", n)
+	}
+}
