@@ -64,7 +64,7 @@ func main() {
 		procs = nil
 	}
 	defer stopAll()
-	start := func(name string, args ...string) {
+	start := func(name string, args ...string) int {
 		cmd := exec.Command(name, args...)
 		cmd.Dir = dir
 		logf, _ := os.Create(filepath.Join(dir, filepath.Base(name)+strconv.Itoa(len(procs))+".log"))
@@ -73,6 +73,7 @@ func main() {
 			fatalf("start %s: %v", name, err)
 		}
 		procs = append(procs, cmd)
+		return cmd.Process.Pid
 	}
 
 	sluiceBin, constBin := filepath.Join(dir, "sluice"), filepath.Join(dir, "constserver")
@@ -84,10 +85,10 @@ func main() {
 	redisPort, sluicePort, memPort, constPort := freePort(), freePort(), freePort(), freePort()
 	start("redis-server", "--port", redisPort, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
 	waitPort(redisPort)
-	start(sluiceBin, "--listen", "127.0.0.1:"+sluicePort, "--admin-listen", "127.0.0.1:"+freePort(),
+	sluicePID := start(sluiceBin, "--listen", "127.0.0.1:"+sluicePort, "--admin-listen", "127.0.0.1:"+freePort(),
 		"--upstream", "redis://127.0.0.1:"+redisPort)
-	start(sluiceBin, "--listen", "127.0.0.1:"+memPort, "--admin-listen", "127.0.0.1:"+freePort())
-	start(constBin, "--listen", "127.0.0.1:"+constPort)
+	memPID := start(sluiceBin, "--listen", "127.0.0.1:"+memPort, "--admin-listen", "127.0.0.1:"+freePort())
+	constPID := start(constBin, "--listen", "127.0.0.1:"+constPort)
 	for _, p := range []string{sluicePort, memPort, constPort} {
 		waitPort(p)
 	}
@@ -108,41 +109,52 @@ func main() {
 	direct := []string{"EVALSHA", gcra.SHA, "1", "k:__rand_int__", "1000", "1000000", "1000", "1", "0"}
 	sidecar := []string{"RL.GCRA", "k:__rand_int__", "1000", "1000", "1s"}
 	for _, p := range []int{1, 16} {
-		c := compare(rdb, *clients, p, target{redisPort, direct}, target{sluicePort, sidecar})
+		c := compare(rdb, *clients, p, target{redisPort, direct, 0, 0}, target{sluicePort, sidecar, 0, sluicePID})
 		report(fmt.Sprintf("many keys allowed, -P %d", p), c)
 	}
 
 	// One hot key, refused: burst 0 at 1 per hour.
 	hotDirect := []string{"EVALSHA", gcra.SHA, "1", "hot", "1", "3600000000", "0", "1", "0"}
 	hotSidecar := []string{"RL.GCRA", "hot", "0", "1", "1h"}
-	c := compare(rdb, *clients, 16, target{redisPort, hotDirect}, target{sluicePort, hotSidecar})
+	c := compare(rdb, *clients, 16, target{redisPort, hotDirect, 0, 0}, target{sluicePort, hotSidecar, 0, sluicePID})
 	report("one hot key refused, -P 16", c)
 	fmt.Printf("    round trips reaching Redis through Sluice: %.2f%% of requests\n", 100*c.b.evalshaPerRequest)
 
 	// One client, one request at a time: latency.
-	c = compare(rdb, 1, 1, target{redisPort, direct}, target{sluicePort, sidecar})
+	c = compare(rdb, 1, 1, target{redisPort, direct, 0, 0}, target{sluicePort, sidecar, 0, sluicePID})
 	fmt.Printf("%-34s p50 direct %.3f ms, Sluice %.3f ms, difference %+.3f ms\n", "-c 1 latency", c.a.p50, c.b.p50, c.b.p50-c.a.p50)
 
-	// The in-memory store against a server that answers from nothing.
-	for _, p := range []int{1, 16} {
-		c := compare(nil, *clients, p, target{constPort, sidecar}, target{memPort, sidecar})
-		fmt.Printf("%-34s constant reply %9.0f/s, Sluice in-memory %9.0f/s, ratio %.2f\n",
-			fmt.Sprintf("in-memory store, -P %d", p), c.a.rps, c.b.rps, c.ratio)
+	// The in-memory store against a server that answers from nothing: with
+	// keys drawn from 100,000, most lookups miss the CPU's caches; with
+	// 1,000 the store's state stays in them, which isolates the cost of
+	// the misses from the rest of the server.
+	for _, k := range []struct{ p, keys int }{{1, 0}, {16, 0}, {16, 1000}} {
+		c := compare(nil, *clients, k.p, target{constPort, sidecar, k.keys, constPID}, target{memPort, sidecar, k.keys, memPID})
+		name := fmt.Sprintf("in-memory store, -P %d", k.p)
+		if k.keys != 0 {
+			name += fmt.Sprintf(", %d keys", k.keys)
+		}
+		fmt.Printf("%-34s constant reply %9.0f/s, Sluice in-memory %9.0f/s, ratio %.2f; CPU µs per request: constant %.2f, Sluice %.2f\n",
+			name, c.a.rps, c.b.rps, c.ratio, c.a.serverCPU, c.b.serverCPU)
 	}
 }
 
 // target is one side of a comparison: the server redis-benchmark loads,
-// and the command it sends.
+// the command it sends, how many distinct keys __rand_int__ draws from (0
+// means 100,000), and the process whose CPU time is counted (0: none).
 type target struct {
 	port string
 	args []string
+	keys int
+	pid  int
 }
 
 // sample is one redis-benchmark run.
 type sample struct {
 	rps, p50          float64
-	cpuPerMillion     float64 // Redis CPU seconds per million requests
+	redisCPU          float64 // Redis's CPU µs per request
 	evalshaPerRequest float64 // EVALSHA calls Redis saw per request sent
+	serverCPU         float64 // the target process's CPU µs per request
 }
 
 // comparison is the median of several runs of each side, and the medians
@@ -162,16 +174,22 @@ func compare(rdb *redis.Client, c, pipeline int, a, b target) comparison {
 		x, y := once(rdb, c, pipeline, a), once(rdb, c, pipeline, b)
 		as, bs = append(as, x), append(bs, y)
 		ratios = append(ratios, y.rps/x.rps)
-		cpuRatios = append(cpuRatios, y.cpuPerMillion/x.cpuPerMillion)
+		cpuRatios = append(cpuRatios, y.redisCPU/x.redisCPU)
 	}
 	return comparison{a: medianSample(as), b: medianSample(bs), ratio: median(ratios), cpuRatio: median(cpuRatios)}
 }
 
 func once(rdb *redis.Client, c, pipeline int, t target) sample {
+	n := *requests
+	if c == 1 {
+		n /= 10 // one request at a time: a tenth is plenty for a median, and ten times faster
+	}
 	cpu0, eval0 := redisStats(rdb)
-	rps, p50 := benchmark(t.port, c, pipeline, t.args)
+	own0 := processCPU(t.pid)
+	rps, p50 := benchmark(t, c, pipeline, n)
+	own1 := processCPU(t.pid)
 	cpu1, eval1 := redisStats(rdb)
-	return sample{rps, p50, (cpu1 - cpu0) / float64(*requests) * 1e6, (eval1 - eval0) / float64(*requests)}
+	return sample{rps, p50, (cpu1 - cpu0) / float64(n) * 1e6, (eval1 - eval0) / float64(n), (own1 - own0) / float64(n) * 1e6}
 }
 
 func medianSample(ss []sample) sample {
@@ -185,24 +203,29 @@ func medianSample(ss []sample) sample {
 	return sample{
 		rps:               field(func(s sample) float64 { return s.rps }),
 		p50:               field(func(s sample) float64 { return s.p50 }),
-		cpuPerMillion:     field(func(s sample) float64 { return s.cpuPerMillion }),
+		redisCPU:          field(func(s sample) float64 { return s.redisCPU }),
 		evalshaPerRequest: field(func(s sample) float64 { return s.evalshaPerRequest }),
+		serverCPU:         field(func(s sample) float64 { return s.serverCPU }),
 	}
 }
 
 func report(name string, c comparison) {
-	fmt.Printf("%-34s direct %9.0f/s, Sluice %9.0f/s, ratio %.2f; Redis CPU s per 1M: direct %.2f, Sluice %.2f (%.0f%%)\n",
-		name, c.a.rps, c.b.rps, c.ratio, c.a.cpuPerMillion, c.b.cpuPerMillion, 100*c.cpuRatio)
+	fmt.Printf("%-34s direct %9.0f/s, Sluice %9.0f/s, ratio %.2f; Redis CPU µs per request: direct %.2f, Sluice %.2f (%.0f%%); Sluice's own %.2f\n",
+		name, c.a.rps, c.b.rps, c.ratio, c.a.redisCPU, c.b.redisCPU, 100*c.cpuRatio, c.b.serverCPU)
 }
 
 // benchmark runs redis-benchmark once and returns requests per second and
 // the p50 latency in milliseconds.
-func benchmark(port string, c, pipeline int, args []string) (float64, float64) {
-	cmdArgs := []string{"-h", "127.0.0.1", "-p", port, "-c", strconv.Itoa(c), "-n", strconv.Itoa(*requests),
-		"-P", strconv.Itoa(pipeline), "-r", "100000", "--csv"}
-	out, err := exec.Command("redis-benchmark", append(cmdArgs, args...)...).Output()
+func benchmark(t target, c, pipeline, n int) (float64, float64) {
+	keys := t.keys
+	if keys == 0 {
+		keys = 100_000
+	}
+	cmdArgs := []string{"-h", "127.0.0.1", "-p", t.port, "-c", strconv.Itoa(c), "-n", strconv.Itoa(n),
+		"-P", strconv.Itoa(pipeline), "-r", strconv.Itoa(keys), "--csv"}
+	out, err := exec.Command("redis-benchmark", append(cmdArgs, t.args...)...).Output()
 	if err != nil {
-		fatalf("redis-benchmark %v: %v\n%s", args, err, out)
+		fatalf("redis-benchmark %v: %v\n%s", t.args, err, out)
 	}
 	rows, err := csv.NewReader(strings.NewReader(string(out))).ReadAll()
 	if err != nil || len(rows) < 2 || len(rows[1]) < 5 {
@@ -240,6 +263,29 @@ func redisStats(rdb *redis.Client) (cpu, evalsha float64) {
 		}
 	}
 	return cpu, evalsha
+}
+
+// processCPU is the CPU seconds pid has used (user and system), read from
+// /proc; 0 for pid 0 or where /proc cannot say.
+func processCPU(pid int) float64 {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name, in parentheses, may hold spaces: count fields
+	// after its closing parenthesis. utime and stime are fields 14 and
+	// 15 of the line, 12 and 13 after it, in clock ticks of 1/100 s.
+	_, rest, _ := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	user, _ := strconv.ParseFloat(f[11], 64)
+	sys, _ := strconv.ParseFloat(f[12], 64)
+	return (user + sys) / 100
 }
 
 func median(xs []float64) float64 {
