@@ -134,3 +134,27 @@ func TestCalls(t *testing.T) {
 		}
 	}
 }
+
+// TestStoredForms: state is stored as Redis prints a Lua number, which
+// after 7.0 is the shortest form that reads back exactly and may have an
+// exponent; the scripts read either form back as the same time.
+func TestStoredForms(t *testing.T) {
+	srv := redistest.Start(t)
+	const now = "1767225600000000"
+	// GCRA at one per second, burst 4: a state one second ahead leaves
+	// three more, whichever way the time is written.
+	for _, stored := range []string{"1767225601000000", "1.767225601e+15", "1.767225601E15"} {
+		// On a pinned clock a key's expire time carries its state's end
+		// (see prelude.lua): here, one second ahead.
+		if _, err := srv.Do("SET", "g", stored, "PXAT", "6270825228370496"); err != nil {
+			t.Fatal(err)
+		}
+		got, err := srv.Do("EVAL", lua.Single("gcra").Source, "1", "g", "1", "1000000", "4", "1", "1", now) // a peek
+		if err != nil {
+			t.Fatalf("%s: %v", stored, err)
+		}
+		if want := "1\n5\n3\n0\n2000000\n0"; got != want {
+			t.Errorf("state %s: reply\n%s\nwant\n%s", stored, got, want)
+		}
+	}
+}

@@ -4,7 +4,7 @@
 -- validation keeps them there), where doubles are exact, and integer
 -- division is floor(a / b), exact for 0 <= a < 2^53 and b >= 1. State is
 -- stored by passing numbers to redis.call as numbers: Redis prints them
--- exactly (7.0 with "%.17g", 7.2 and later in the shortest form that reads
+-- exactly (7.0 with "%.17g", later versions in the shortest form that reads
 -- back as the same double), and tonumber reads either back. Where Redis
 -- wants an integer (PX) or a number goes into a string, num() prints it:
 -- tostring and '..' print "%.14g" and would round a time in microseconds,
