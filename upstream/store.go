@@ -128,8 +128,10 @@ type buffers struct {
 	limitIndex map[limitKey]int64
 	reqLimit   []int64
 	// nums holds the integer arguments, which args points into: a pointer
-	// in an interface allocates nothing, an int64 above 255 would. It is
-	// sized before it is filled, so that the pointers stay valid.
+	// in an interface allocates nothing, an int64 above 255 would. Each
+	// element is written before its pointer is taken and never after, so
+	// a pointer stays right even if nums grows; it is sized before it is
+	// filled so that it does not.
 	nums []int64
 }
 
@@ -365,19 +367,26 @@ func (b *buffers) appendBatchArgs(reqs []engine.Request, idx []int) ([]any, []in
 		nums = append(nums, l.Rate, l.Period.Microseconds(), l.Burst)
 		args = append(args, algArgs[l.Algorithm], &nums[k], &nums[k+1], &nums[k+2], peekArg(lk.peek))
 	}
-	// The count of runs is known only at the end: keep its place.
-	count := len(nums)
-	nums = append(nums, 0)
-	args = append(args, &nums[count])
+	// A run ends where the next request has another limit or cost.
+	continues := func(q int) bool {
+		return q > 0 && b.reqLimit[q] == b.reqLimit[q-1] && reqs[idx[q]].Cost == reqs[idx[q-1]].Cost
+	}
+	runs := int64(0)
+	for q := range idx {
+		if !continues(q) {
+			runs++
+		}
+	}
+	nums = append(nums, runs)
+	args = append(args, &nums[len(nums)-1])
 	for q := 0; q < len(idx); {
 		end := q + 1
-		for end < len(idx) && b.reqLimit[end] == b.reqLimit[q] && reqs[idx[end]].Cost == reqs[idx[q]].Cost {
+		for end < len(idx) && continues(end) {
 			end++
 		}
 		k := len(nums)
 		nums = append(nums, int64(end-q), b.reqLimit[q], reqs[idx[q]].Cost)
 		args = append(args, &nums[k], &nums[k+1], &nums[k+2])
-		nums[count]++
 		q = end
 	}
 	return args, nums
