@@ -10,66 +10,13 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/metricstest"
 )
-
-// scrape fetches /metrics over HTTP and parses it with Prometheus's own
-// text parser.
-func scrape(t *testing.T, srv *httptest.Server) map[string]*dto.MetricFamily {
-	t.Helper()
-	resp, err := http.Get(srv.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.LegacyValidation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
-	}
-	return families
-}
-
-// value finds the sample of family name whose labels include want.
-func value(t *testing.T, families map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
-	t.Helper()
-	f, ok := families[name]
-	if !ok {
-		t.Fatalf("no metric %s", name)
-	}
-	for _, m := range f.GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		match := true
-		for k, v := range want {
-			if labels[k] != v {
-				match = false
-			}
-		}
-		if !match {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			return m.Counter.GetValue()
-		case m.Gauge != nil:
-			return m.Gauge.GetValue()
-		case m.Histogram != nil:
-			return float64(m.Histogram.GetSampleCount())
-		}
-	}
-	t.Fatalf("no sample of %s with labels %v", name, want)
-	return 0
-}
 
 func TestMetricsCountKnownTraffic(t *testing.T) {
 	tel, err := New(Config{Sources: Sources{
@@ -95,7 +42,7 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 
 	srv := httptest.NewServer(tel.Handler())
 	defer srv.Close()
-	fams := scrape(t, srv)
+	fams := metricstest.Scrape(t, srv.URL+"/metrics")
 
 	checks := []struct {
 		name   string
@@ -119,8 +66,8 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 		{"sluice_upstream_round_trip_seconds", map[string]string{"outcome": "error"}, 1},
 	}
 	for _, c := range checks {
-		if got := value(t, fams, c.name, c.labels); got != c.want {
-			t.Errorf("%s%v = %v; want %v", c.name, c.labels, got, c.want)
+		if got, ok := metricstest.Sample(fams, c.name, c.labels); !ok || got != c.want {
+			t.Errorf("%s%v = %v (found: %t); want %v", c.name, c.labels, got, ok, c.want)
 		}
 	}
 

@@ -8,55 +8,11 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rl/sluice/internal/metricstest"
 	"github.com/sluice-rl/sluice/internal/redistest"
 )
-
-// scrape reads the binary's /metrics with Prometheus's own text parser.
-func scrape(t *testing.T, s *sluice) map[string]*dto.MetricFamily {
-	t.Helper()
-	resp, err := http.Get("http://" + s.Admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
-	}
-	return fams
-}
-
-// sample is the value of the family's sample whose labels are exactly want.
-func sample(fams map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
-	f, ok := fams[name]
-	if !ok {
-		return -1
-	}
-next:
-	for _, m := range f.GetMetric() {
-		if len(m.GetLabel()) != len(want) {
-			continue
-		}
-		for _, l := range m.GetLabel() {
-			if want[l.GetName()] != l.GetValue() {
-				continue next
-			}
-		}
-		switch {
-		case m.Counter != nil:
-			return m.Counter.GetValue()
-		case m.Gauge != nil:
-			return m.Gauge.GetValue()
-		}
-	}
-	return -1
-}
 
 // Known traffic through the binary in front of a real Redis shows up in
 // /metrics as exact counts, and no label ever carries a client's key.
@@ -107,7 +63,7 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 		t.Fatal("rate 0 accepted")
 	}
 
-	fams := scrape(t, s)
+	fams := metricstest.Scrape(t, "http://"+s.Admin+"/metrics")
 	d := func(policy, alg, outcome, path string) map[string]string {
 		return map[string]string{"policy": policy, "algorithm": alg, "outcome": outcome, "path": path}
 	}
@@ -128,8 +84,8 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 		{"sluice_clients", nil, 1},
 		{"sluice_breaker_open", nil, 0},
 	} {
-		if got := sample(fams, c.name, c.labels); got != c.want {
-			t.Errorf("%s%v = %v; want %v", c.name, c.labels, got, c.want)
+		if got, ok := metricstest.Sample(fams, c.name, c.labels); !ok || got != c.want {
+			t.Errorf("%s%v = %v (found: %t); want %v", c.name, c.labels, got, ok, c.want)
 		}
 	}
 	for name, f := range fams {
