@@ -15,6 +15,11 @@ type Store interface {
 	// A request's Key may alias a buffer that the caller reuses once Decide
 	// returns (the RESP server passes its read buffer): a store copies any
 	// key it keeps.
+	//
+	// A store that waits on anything (a network, another caller) bounds
+	// the wait itself, as the Batcher does with its round-trip deadline:
+	// callers on the decision path pass a context without a deadline, so
+	// that no request pays for a timer.
 	Decide(ctx context.Context, reqs []Request, res []Result) error
 
 	// Reset forgets key's state under every algorithm, so that its next

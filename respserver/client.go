@@ -138,11 +138,15 @@ func (c *client) settle() {
 			c.res = make([]engine.Result, n, 2*n)
 		}
 		c.res = c.res[:n]
-		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.DecideTimeout)
-		batchErr = c.s.cfg.Store.Decide(ctx, c.reqs, c.res)
-		cancel()
-		if c.trace.IsValid() && c.s.cfg.Tracer != nil {
+		tracing := c.trace.IsValid() && c.s.cfg.Tracer != nil
+		var start time.Time
+		if tracing {
+			start = time.Now()
+		}
+		// No deadline of its own: the store bounds its waits (see
+		// engine.Store), so a pipeline pays for no timer here.
+		batchErr = c.s.cfg.Store.Decide(context.Background(), c.reqs, c.res)
+		if tracing {
 			c.traceDecisions(start, batchErr)
 		}
 	}

@@ -47,7 +47,7 @@ func connectionCommands() []*command {
 }
 
 func (s *Server) timeout() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), s.cfg.DecideTimeout)
+	return context.WithTimeout(context.Background(), s.cfg.ResetTimeout)
 }
 
 func runPing(c *client, args [][]byte) {

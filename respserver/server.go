@@ -36,9 +36,11 @@ type Config struct {
 	// Logger receives connection-level events at debug level and internal
 	// errors at error level. Nil means slog.Default().
 	Logger *slog.Logger
-	// DecideTimeout bounds one Store.Decide or Store.Reset call. Zero means
-	// 2s.
-	DecideTimeout time.Duration
+	// ResetTimeout bounds one Store.Reset call. Zero means 2s. Decisions
+	// get no deadline here: the store bounds its own waits (the batcher's
+	// round-trip deadline), and a timer per pipeline would be paid on
+	// every request.
+	ResetTimeout time.Duration
 	// MaxRequestBytes bounds how many bytes a connection may send without
 	// completing a command; past it the connection gets a protocol error and
 	// is closed. Zero means 16 MiB.
@@ -120,11 +122,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.DecideTimeout < 0 || cfg.MaxRequestBytes < 0 || cfg.MaxConns < 0 || cfg.MaxArgs < 0 {
+	if cfg.ResetTimeout < 0 || cfg.MaxRequestBytes < 0 || cfg.MaxConns < 0 || cfg.MaxArgs < 0 {
 		return nil, errors.New("respserver: negative limit in Config")
 	}
-	if cfg.DecideTimeout == 0 {
-		cfg.DecideTimeout = 2 * time.Second
+	if cfg.ResetTimeout == 0 {
+		cfg.ResetTimeout = 2 * time.Second
 	}
 	if cfg.MaxRequestBytes == 0 {
 		cfg.MaxRequestBytes = 16 << 20
