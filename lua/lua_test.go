@@ -158,3 +158,46 @@ func TestStoredForms(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleKeyTakesOneCommand: an admission on an empty key stores its
+// state with the one SET NX GET that found the key empty; a busy key takes
+// a second command.
+func TestIdleKeyTakesOneCommand(t *testing.T) {
+	srv := redistest.Start(t)
+	calls := func() string {
+		info, err := srv.Do("INFO", "commandstats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, line := range strings.Split(info, "\n") {
+			for _, c := range []string{"cmdstat_get:", "cmdstat_set:"} {
+				if strings.HasPrefix(line, c) {
+					calls, _, _ := strings.Cut(strings.TrimPrefix(line, c), ",")
+					got = append(got, c+calls)
+				}
+			}
+		}
+		return strings.Join(got, " ")
+	}
+	for _, name := range []string{"gcra", "leaky"} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"EVAL", lua.Single(name).Source, "1", name + "-idle", "1", "1000000", "5", "1", "0"}
+			if _, err := srv.Do(args...); err != nil {
+				t.Fatal(err)
+			}
+			if got := calls(); got != "cmdstat_set:calls=1" {
+				t.Errorf("an admission on an empty key: %s; want one SET and no GET", got)
+			}
+			if _, err := srv.Do(args...); err != nil {
+				t.Fatal(err)
+			}
+			if got := calls(); got != "cmdstat_set:calls=3" {
+				t.Errorf("then one on the busy key: %s; want two SETs more", got)
+			}
+		})
+	}
+}

@@ -419,3 +419,44 @@ func bytesArgs(args ...string) [][]byte {
 	}
 	return out
 }
+
+// countingObserver sums what the server reports per outcome, and counts
+// the calls.
+type countingObserver struct {
+	decided map[string]int // "policy/allowed/shadow" → decisions
+	calls   int
+}
+
+func (o *countingObserver) Decided(policy string, _ engine.Algorithm, allowed, shadow bool, _ engine.Path, n int) {
+	o.decided[fmt.Sprintf("%s/%t/%t", policy, allowed, shadow)] += n
+	o.calls++
+}
+
+func (o *countingObserver) Failed(string) {}
+
+// A pipeline that mixes outcomes is counted decision by decision, though
+// alike neighbours are reported together.
+func TestPipelineCountsEachOutcome(t *testing.T) {
+	srv := fuzzServer(t)
+	o := &countingObserver{decided: map[string]int{}}
+	srv.cfg.Observer = o
+	c := offlineClient(srv)
+	// Burst 0 at one an hour: a key's first request is allowed, the rest refused.
+	for _, key := range []string{"a", "a", "a", "b", "b", "c"} {
+		c.exec(bytesArgs("RL.GCRA", key, "0", "1", "1h"))
+	}
+	c.settle()
+	want := map[string]int{"inline/true/false": 3, "inline/false/false": 3}
+	if fmt.Sprint(o.decided) != fmt.Sprint(want) {
+		t.Errorf("observer told %v; want %v", o.decided, want)
+	}
+	if o.calls != 5 { // runs: a+, a- a-, b+, b-, c+
+		t.Errorf("observer called %d times; want 5, once per run of alike decisions", o.calls)
+	}
+	if a, d := srv.stats.allowed.Load(), srv.stats.denied.Load(); a != 3 || d != 3 {
+		t.Errorf("stats: %d allowed, %d denied; want 3 and 3", a, d)
+	}
+	if n := srv.stats.commands.Load(); n != 6 {
+		t.Errorf("stats: %d commands; want 6", n)
+	}
+}
