@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,9 +34,15 @@ const (
 // past MaxKeys, eviction takes an expired state or the least recently used
 // of a random sample, as Redis's own approximated LRU does.
 //
-// Each shard keeps its states in one slice, indexed by a map from the key's
-// 64-bit hash to a slot: no pointer per state for the collector to chase,
-// no list to reorder on every access, one map probe per decision.
+// Each shard keeps its states in fixed chunks of slots, found through an
+// open-addressing index from the key's 64-bit hash: no pointer per state
+// for the collector to chase, no list to reorder on every access.
+//
+// With many keys, a decision's time goes mostly to cache misses: the index
+// cell, then the state. Decide first reads, without the locks, the cells
+// and states a batch will use (warm), so that the batch's misses overlap
+// instead of following one another. Those reads are only a hint; the locked
+// lookup that follows decides.
 type MemoryStore struct {
 	now    func() time.Time
 	seed   maphash.Seed
@@ -43,14 +50,73 @@ type MemoryStore struct {
 }
 
 type memoryShard struct {
-	mu      sync.Mutex
-	cap     int
-	index   map[uint64]int32   // key hash → slot; guarded by mu
-	collide map[stateKey]int32 // the rare key whose hash another key holds in index; guarded by mu
-	slots   []memoryEntry      // guarded by mu
-	free    []int32            // unused slots; guarded by mu
-	tick    uint64             // counts accesses, for recency; guarded by mu
-	rng     uint64             // xorshift state for eviction samples; guarded by mu
+	mu     sync.Mutex
+	cap    int
+	index  atomic.Pointer[slotIndex] // replaced under mu as it fills
+	chunks []atomic.Pointer[slotChunk]
+	slots  int32   // slots handed out, free ones included; guarded by mu
+	free   []int32 // unused slots; guarded by mu
+	tick   uint64  // counts accesses, for recency; guarded by mu
+	rng    uint64  // xorshift state for eviction samples; guarded by mu
+}
+
+// slotChunk is a shard's unit of growth: chunks are allocated as the shard
+// fills and never move, so warm can read them without the lock.
+type slotChunk [chunkSlots]memoryEntry
+
+const chunkSlots = 64 // 8 KiB
+
+// slotIndex maps a key's hash to its slot: linear probing in a table of a
+// power of two cells, at most half of them used. A cell holds the hash's
+// upper 32 bits, which also pick the cell a probe starts from, and the
+// slot plus one; 0 is empty. Cells are written under the shard's lock but
+// atomically, since warm reads them without it.
+type slotIndex struct {
+	cells []uint64
+	mask  uint32
+	used  int
+}
+
+func newSlotIndex(size int) *slotIndex {
+	return &slotIndex{cells: make([]uint64, size), mask: uint32(size - 1)}
+}
+
+func cell(h uint64, slot int32) uint64 { return h>>32<<32 | uint64(slot+1) }
+
+// put stores c in the first empty cell of its probe sequence.
+func (x *slotIndex) put(c uint64) {
+	p := uint32(c>>32) & x.mask
+	for x.cells[p] != 0 {
+		p = (p + 1) & x.mask
+	}
+	atomic.StoreUint64(&x.cells[p], c)
+	x.used++
+}
+
+// delete empties the cell at p and shifts back the cells after it that
+// their probes would no longer reach (Knuth's algorithm R): no tombstones
+// to lengthen later probes.
+func (x *slotIndex) delete(p uint32) {
+	x.used--
+	for {
+		atomic.StoreUint64(&x.cells[p], 0)
+		q := p
+		for {
+			q = (q + 1) & x.mask
+			c := x.cells[q]
+			if c == 0 {
+				return
+			}
+			// c may fill the hole if its probe, from its home cell to q,
+			// passes p on the way.
+			home := uint32(c>>32) & x.mask
+			if (q-home)&x.mask >= (q-p)&x.mask {
+				atomic.StoreUint64(&x.cells[p], c)
+				p = q
+				break
+			}
+		}
+	}
 }
 
 type stateKey struct {
@@ -62,13 +128,20 @@ type stateKey struct {
 // kept in the entry itself, on the cache line that the lookup reads
 // anyway: with many keys, following a pointer to the key's bytes was one
 // more cache miss per decision (about a quarter of the store's time). The
-// entry is 128 bytes, two cache lines: the key, then the state.
+// entry is 128 bytes, two cache lines: the hash and the key, then the
+// state.
 type memoryEntry struct {
+	hash uint64 // stored atomically: warm reads it without the lock
+	entryBody
+}
+
+// entryBody is all of an entry but its hash, so that clearing it leaves
+// the hash to its atomic writes.
+type entryBody struct {
 	alg   Algorithm
 	n     uint8 // the key's length if it is short
 	short [shortKey]byte
 	long  string // the key if it is longer than shortKey
-	hash  uint64
 	state
 	expires int64  // µs since the epoch; at or after it the state reads as zero
 	used    uint64 // the shard's tick at the last access; 0 marks a free slot
@@ -99,14 +172,6 @@ func (e *memoryEntry) setKey(sk stateKey) {
 	e.long = strings.Clone(sk.key)
 }
 
-// stateKey returns the key e holds; for a short key it allocates.
-func (e *memoryEntry) stateKey() stateKey {
-	if e.long != "" {
-		return stateKey{e.alg, e.long}
-	}
-	return stateKey{e.alg, string(e.short[:e.n])}
-}
-
 var _ Store = (*MemoryStore)(nil)
 
 // NewMemoryStore returns an empty store.
@@ -124,37 +189,71 @@ func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.cap = max(cfg.MaxKeys/memoryShards, 1)
-		s.index = make(map[uint64]int32)
-		s.collide = make(map[stateKey]int32)
+		s.chunks = make([]atomic.Pointer[slotChunk], (s.cap+chunkSlots-1)/chunkSlots)
+		s.index.Store(newSlotIndex(16))
 		s.rng = uint64(i)*0x9E3779B97F4A7C15 + 1
 	}
 	return m, nil
 }
 
+// warmBatch is how many requests Decide warms ahead of deciding them: more
+// than a pipeline usually holds, few enough for their hashes to stay on
+// the stack.
+const warmBatch = 32
+
 // Decide implements Store. It never returns a batch error: memory is always
 // reachable.
 func (m *MemoryStore) Decide(_ context.Context, reqs []Request, res []Result) error {
 	now := m.now().UnixMicro()
-	for i := range reqs {
-		if err := reqs[i].Validate(); err != nil {
-			res[i] = Result{Err: err}
-			continue
+	var hs [warmBatch]uint64
+	for len(reqs) > 0 {
+		n := min(len(reqs), warmBatch)
+		for i := range n {
+			hs[i] = m.hash(reqs[i].Limit.Algorithm, reqs[i].Key)
 		}
-		res[i] = Result{Decision: m.decide(now, &reqs[i])}
+		m.warm(hs[:n])
+		for i := range n {
+			if err := reqs[i].Validate(); err != nil {
+				res[i] = Result{Err: err}
+				continue
+			}
+			res[i] = Result{Decision: m.decide(now, &reqs[i], hs[i])}
+		}
+		reqs, res = reqs[n:], res[n:]
 	}
 	return nil
 }
 
-// locate returns key's shard and the hash of (alg, key) within it, from
-// one pass of the hash over the key.
-func (m *MemoryStore) locate(alg Algorithm, key string) (*memoryShard, uint64) {
-	h := maphash.String(m.seed, key)
-	return &m.shards[h%memoryShards], h + uint64(alg)*0x9E3779B97F4A7C15
+// hash returns the hash of (alg, key): its low bits pick the shard, its
+// high bits the index cell.
+func (m *MemoryStore) hash(alg Algorithm, key string) uint64 {
+	return maphash.String(m.seed, key) + uint64(alg)*0x9E3779B97F4A7C15
 }
 
-func (m *MemoryStore) decide(now int64, r *Request) Decision {
+func (m *MemoryStore) shard(h uint64) *memoryShard { return &m.shards[h%memoryShards] }
+
+// warm reads the index cell and the entry each hash will most likely use,
+// without locking: loads that do not wait for each other, so their cache
+// misses overlap. Go has no prefetch instruction; atomic loads are the
+// reads the race detector accepts beside the locked writes.
+func (m *MemoryStore) warm(hs []uint64) {
+	for _, h := range hs {
+		s := m.shard(h)
+		x := s.index.Load()
+		c := atomic.LoadUint64(&x.cells[uint32(h>>32)&x.mask])
+		if c == 0 || c>>32 != h>>32 {
+			continue
+		}
+		i := int32(uint32(c)) - 1
+		if ch := s.chunks[i/chunkSlots].Load(); ch != nil {
+			atomic.LoadUint64(&ch[i%chunkSlots].hash)
+		}
+	}
+}
+
+func (m *MemoryStore) decide(now int64, r *Request, h uint64) Decision {
 	sk := stateKey{r.Limit.Algorithm, r.Key}
-	s, h := m.locate(sk.alg, sk.key)
+	s := m.shard(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i := s.lookup(sk, h)
@@ -167,7 +266,7 @@ func (m *MemoryStore) decide(now int64, r *Request) Decision {
 		}
 		return d
 	}
-	e := &s.slots[i]
+	e := s.entry(i)
 	s.tick++
 	e.used = s.tick
 	if now >= e.expires {
@@ -180,41 +279,67 @@ func (m *MemoryStore) decide(now int64, r *Request) Decision {
 	return d
 }
 
+func (s *memoryShard) entry(i int32) *memoryEntry {
+	return &s.chunks[i/chunkSlots].Load()[i%chunkSlots]
+}
+
 // lookup returns sk's slot, or -1.
 func (s *memoryShard) lookup(sk stateKey, h uint64) int32 {
-	if i, ok := s.index[h]; ok && s.slots[i].is(sk) {
-		return i
-	}
-	if len(s.collide) > 0 {
-		if i, ok := s.collide[sk]; ok {
-			return i
+	x := s.index.Load()
+	tag := h >> 32
+	for p := uint32(tag) & x.mask; ; p = (p + 1) & x.mask {
+		c := x.cells[p]
+		if c == 0 {
+			return -1
+		}
+		if c>>32 == tag {
+			i := int32(uint32(c)) - 1
+			if e := s.entry(i); e.hash == h && e.is(sk) {
+				return i
+			}
 		}
 	}
-	return -1
 }
 
 // insert gives sk a slot, evicting if the shard is full.
 func (s *memoryShard) insert(sk stateKey, h uint64, now int64) *memoryEntry {
-	if len(s.free) == 0 && len(s.slots) >= s.cap {
+	if len(s.free) == 0 && int(s.slots) >= s.cap {
 		s.remove(s.victim(now))
 	}
 	var i int32
 	if n := len(s.free); n > 0 {
 		i, s.free = s.free[n-1], s.free[:n-1]
 	} else {
-		s.slots = append(s.slots, memoryEntry{})
-		i = int32(len(s.slots) - 1)
+		i = s.slots
+		s.slots++
+		if i%chunkSlots == 0 {
+			s.chunks[i/chunkSlots].Store(new(slotChunk))
+		}
 	}
 	s.tick++
-	e := &s.slots[i]
-	*e = memoryEntry{hash: h, state: state{log: e.log[:0]}, used: s.tick}
+	e := s.entry(i)
+	e.entryBody = entryBody{state: state{log: e.log[:0]}, used: s.tick}
 	e.setKey(sk)
-	if _, taken := s.index[h]; taken {
-		s.collide[e.stateKey()] = i
-	} else {
-		s.index[h] = i
+	atomic.StoreUint64(&e.hash, h)
+	x := s.index.Load()
+	if 2*(x.used+1) > len(x.cells) {
+		x = s.grow(x)
 	}
+	x.put(cell(h, i))
 	return e
+}
+
+// grow replaces the index with one twice its size. The old one is left as
+// it is for any warm still reading it.
+func (s *memoryShard) grow(x *slotIndex) *slotIndex {
+	y := newSlotIndex(2 * len(x.cells))
+	for _, c := range x.cells {
+		if c != 0 {
+			y.put(c)
+		}
+	}
+	s.index.Store(y)
+	return y
 }
 
 // victim picks the slot to evict from a full shard: the first expired state
@@ -225,47 +350,52 @@ func (s *memoryShard) victim(now int64) int32 {
 		s.rng ^= s.rng << 13
 		s.rng ^= s.rng >> 7
 		s.rng ^= s.rng << 17
-		i := int32(s.rng % uint64(len(s.slots)))
-		e := &s.slots[i]
+		i := int32(s.rng % uint64(s.slots))
+		e := s.entry(i)
 		if e.used == 0 {
 			continue
 		}
 		if now >= e.expires {
 			return i
 		}
-		if best < 0 || e.used < s.slots[best].used {
+		if best < 0 || e.used < s.entry(best).used {
 			best = i
 		}
 	}
 	if best < 0 { // a sample of free slots only: cannot happen when full
 		for i := range s.slots {
-			if s.slots[i].used != 0 {
-				return int32(i)
+			if s.entry(i).used != 0 {
+				return i
 			}
 		}
 	}
 	return best
 }
 
+// remove frees slot i, which holds a state.
 func (s *memoryShard) remove(i int32) {
-	e := &s.slots[i]
-	if j, ok := s.index[e.hash]; ok && j == i {
-		delete(s.index, e.hash)
-	} else {
-		delete(s.collide, e.stateKey())
+	e := s.entry(i)
+	x := s.index.Load()
+	want := cell(e.hash, i)
+	p := uint32(want>>32) & x.mask
+	for x.cells[p] != want {
+		p = (p + 1) & x.mask
 	}
+	x.delete(p)
 	log := e.log[:0]
 	if cap(log) > 64 {
 		log = nil // a long log goes back to the collector rather than wait in a free slot
 	}
-	*e = memoryEntry{state: state{log: log}}
+	e.entryBody = entryBody{state: state{log: log}}
+	atomic.StoreUint64(&e.hash, 0)
 	s.free = append(s.free, i)
 }
 
 // Reset implements Store.
 func (m *MemoryStore) Reset(_ context.Context, key string) error {
 	for _, a := range Algorithms {
-		s, h := m.locate(a, key)
+		h := m.hash(a, key)
+		s := m.shard(h)
 		s.mu.Lock()
 		if i := s.lookup(stateKey{a, key}, h); i >= 0 {
 			s.remove(i)
@@ -282,7 +412,7 @@ func (m *MemoryStore) Len() int {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
-		n += len(s.slots) - len(s.free)
+		n += int(s.slots) - len(s.free)
 		s.mu.Unlock()
 	}
 	return n

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 	"unsafe"
@@ -15,28 +17,77 @@ func TestMemoryShardHashCollision(t *testing.T) {
 	}
 	s := &m.shards[0]
 	a, b := stateKey{GCRA, "alpha"}, stateKey{GCRA, "beta"}
-	const h = 42
+	const h = 42 << 32
 	s.insert(a, h, 0).b = 1
 	s.insert(b, h, 0).b = 2
-	if i := s.lookup(a, h); i < 0 || s.slots[i].b != 1 {
-		t.Fatalf("alpha: slot %d", i)
+	state := func(k stateKey) (int64, bool) {
+		if i := s.lookup(k, h); i >= 0 {
+			return s.entry(i).b, true
+		}
+		return 0, false
 	}
-	if i := s.lookup(b, h); i < 0 || s.slots[i].b != 2 {
-		t.Fatalf("beta: slot %d", i)
+	want := func(k stateKey, b int64) {
+		t.Helper()
+		if got, ok := state(k); !ok || got != b {
+			t.Fatalf("%s: state %d (found %v), want %d", k.key, got, ok, b)
+		}
 	}
-	s.remove(s.lookup(a, h)) // the index holder goes; beta must stay found
-	if i := s.lookup(b, h); i < 0 || s.slots[i].b != 2 {
-		t.Fatalf("beta after removing alpha: slot %d", i)
+	want(a, 1)
+	want(b, 2)
+	s.remove(s.lookup(a, h)) // the first of the probe sequence goes; beta must stay found
+	want(b, 2)
+	if _, ok := state(a); ok {
+		t.Fatal("alpha found after removal")
 	}
-	if i := s.lookup(a, h); i >= 0 {
-		t.Fatalf("alpha found after removal at %d", i)
+	s.insert(a, h, 0).b = 3
+	want(a, 3)
+	want(b, 2)
+}
+
+// The index must find every key through any sequence of inserts and
+// removals, whatever the collisions: hashes here share few distinct upper
+// halves, half of them near the table's end, so probe sequences run long,
+// cross and wrap, and removals shift cells back across all of that.
+func TestMemoryShardIndexAgainstMap(t *testing.T) {
+	m, err := NewMemoryStore(MemoryConfig{MaxKeys: 64 * 200})
+	if err != nil {
+		t.Fatal(err)
 	}
-	s.insert(a, h, 0).b = 3 // alpha comes back; beta still in collide
-	if i := s.lookup(a, h); i < 0 || s.slots[i].b != 3 {
-		t.Fatalf("alpha again: slot %d", i)
+	s := &m.shards[0]
+	rng := rand.New(rand.NewPCG(7, 8))
+	type held struct {
+		h uint64
+		b int64
 	}
-	if i := s.lookup(b, h); i < 0 || s.slots[i].b != 2 {
-		t.Fatalf("beta again: slot %d", i)
+	want := map[stateKey]held{}
+	var keys []stateKey
+	for step := range 20_000 {
+		k := stateKey{GCRA, "k" + strconv.Itoa(rng.IntN(300))}
+		switch _, ok := want[k]; {
+		case !ok && len(want) < s.cap:
+			h := uint64(uint32(rng.IntN(40)-20))<<32 | uint64(rng.Uint32()) // homes at both ends
+			s.insert(k, h, 0).b = int64(step)
+			want[k] = held{h, int64(step)}
+			keys = append(keys, k)
+		case ok:
+			s.remove(s.lookup(k, want[k].h))
+			delete(want, k)
+		}
+		if step%97 == 0 {
+			for _, k := range keys {
+				w, ok := want[k]
+				if !ok {
+					continue
+				}
+				i := s.lookup(k, w.h)
+				if i < 0 || s.entry(i).b != w.b {
+					t.Fatalf("step %d: %s lost (slot %d)", step, k.key, i)
+				}
+			}
+			if x := s.index.Load(); x.used != len(want) || int(s.slots)-len(s.free) != len(want) {
+				t.Fatalf("step %d: index holds %d cells, shard %d states; want %d", step, x.used, int(s.slots)-len(s.free), len(want))
+			}
+		}
 	}
 }
 
@@ -49,18 +100,18 @@ func TestMemoryCopiesKeys(t *testing.T) {
 	buf := []byte("tenant-1")
 	r := Request{Key: string(buf), Limit: Limit{Algorithm: FixedWindow, Rate: 1, Period: time.Hour}, Cost: 1}
 	r.Key = unsafeString(buf)
-	m.decide(time.Now().UnixMicro(), &r)
+	m.decide(time.Now().UnixMicro(), &r, m.hash(FixedWindow, r.Key))
 	copy(buf, "XXXXXXXX") // the caller reuses its buffer
-	s, h := m.locate(FixedWindow, "tenant-1")
-	if i := s.lookup(stateKey{FixedWindow, "tenant-1"}, h); i < 0 {
+	h := m.hash(FixedWindow, "tenant-1")
+	if i := m.shard(h).lookup(stateKey{FixedWindow, "tenant-1"}, h); i < 0 {
 		t.Fatal("state lost after the caller reused its buffer: the key was not copied")
 	}
 }
 
 func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
-// TestEntrySize: an entry is two cache lines, its key on the first and
-// its state on the second (see memoryEntry); a field added must not
+// TestEntrySize: an entry is two cache lines, its hash and key on the
+// first and its state on the second (see memoryEntry); a field added must not
 // spill it onto a third.
 func TestEntrySize(t *testing.T) {
 	if n := unsafe.Sizeof(memoryEntry{}); n != 128 {
