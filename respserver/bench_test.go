@@ -1,6 +1,7 @@
 package respserver
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -49,7 +50,7 @@ func BenchmarkEncode(b *testing.B) {
 
 // BenchmarkPipeline is a pipeline of 100 decisions through the whole
 // command layer and the memory store, without the network: allocations
-// are per pipeline (the store call's deadline), not per decision.
+// are none, per pipeline or per decision.
 //
 // metrics-on counts every decision into telemetry, as the binary does; it
 // must stay within a few percent of metrics-off, and allocate no more.
@@ -79,5 +80,22 @@ func BenchmarkPipeline(b *testing.B) {
 				c.out = c.out[:0]
 			}
 		})
+	}
+}
+
+// BenchmarkFrameGuard follows a pipeline of 16 decisions as redis-benchmark
+// sends them: every byte a client sends passes through it.
+func BenchmarkFrameGuard(b *testing.B) {
+	var p []byte
+	for i := range 16 {
+		p = append(p, fmt.Sprintf("*5\r\n$7\r\nRL.GCRA\r\n$14\r\nk:%012d\r\n$4\r\n1000\r\n$4\r\n1000\r\n$2\r\n1s\r\n", i)...)
+	}
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	for b.Loop() {
+		g := frameGuard{maxArgs: 1024, maxBulk: 512 << 20}
+		if n, msg := g.scan(p); n != len(p) || msg != "" {
+			b.Fatal(n, msg)
+		}
 	}
 }

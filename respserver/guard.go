@@ -50,74 +50,83 @@ const (
 )
 
 // scan follows p. It returns how many bytes are fine and, if a frame
-// breaks a limit, the protocol error for it.
+// breaks a limit, the protocol error for it. Every byte a client sends
+// passes through here, so the loop works on local copies of the fields,
+// which the compiler keeps in registers, and stores them back once.
 func (g *frameGuard) scan(p []byte) (int, string) {
+	state, n, sign, left, skip, inline := g.state, g.n, g.sign, g.left, g.skip, g.inline
+	end, msg := len(p), ""
+follow:
 	for i := 0; i < len(p); i++ {
 		c := p[i]
-		switch g.state {
+		switch state {
 		case gGaveUp:
-			return len(p), ""
+			break follow
 		case gStart:
 			if c == '*' {
-				g.state, g.n, g.sign = gCount, 0, false
+				state, n, sign = gCount, 0, false
 			} else if c != '\n' {
-				g.state, g.inline = gInline, 1
+				state, inline = gInline, 1
 			}
 		case gInline:
 			if c == '\n' {
-				g.state = gStart
-			} else if g.inline++; g.inline > maxInline {
-				return i, "Protocol error: too big inline request"
+				state = gStart
+			} else if inline++; inline > maxInline {
+				end, msg = i, "Protocol error: too big inline request"
+				break follow
 			}
 		case gCount, gBulkLen:
 			switch {
 			case c >= '0' && c <= '9':
-				g.n = g.n*10 + int64(c-'0')
-				if g.state == gCount && g.n > g.maxArgs {
-					return i, "Protocol error: invalid multibulk length"
+				n = n*10 + int64(c-'0')
+				if state == gCount && n > g.maxArgs {
+					end, msg = i, "Protocol error: invalid multibulk length"
+					break follow
 				}
-				if g.state == gBulkLen && g.n > g.maxBulk {
-					return i, "Protocol error: invalid bulk length"
+				if state == gBulkLen && n > g.maxBulk {
+					end, msg = i, "Protocol error: invalid bulk length"
+					break follow
 				}
-			case c == '+' && g.n == 0 && !g.sign: // strconv.Atoi, which redcon uses, takes a plus
-				g.sign = true
+			case c == '+' && n == 0 && !sign: // strconv.Atoi, which redcon uses, takes a plus
+				sign = true
 			case c == '\r':
-				g.state++ // to gCountLF or gBulkLenLF
+				state++ // to gCountLF or gBulkLenLF
 			default: // a minus or any other byte: redcon refuses the header
-				g.state = gGaveUp
+				state = gGaveUp
 			}
 		case gCountLF:
-			if c != '\n' || g.n <= 0 {
-				g.state = gGaveUp
+			if c != '\n' || n <= 0 {
+				state = gGaveUp
 				continue
 			}
-			g.left, g.state = g.n, gBulkHeader
+			left, state = n, gBulkHeader
 		case gBulkHeader:
 			if c != '$' {
-				g.state = gGaveUp
+				state = gGaveUp
 				continue
 			}
-			g.state, g.n, g.sign = gBulkLen, 0, false
+			state, n, sign = gBulkLen, 0, false
 		case gBulkLenLF:
 			if c != '\n' {
-				g.state = gGaveUp
+				state = gGaveUp
 				continue
 			}
-			g.skip, g.state = g.n+2, gBulkBody
+			skip, state = n+2, gBulkBody
 		case gBulkBody:
-			take := min(g.skip, int64(len(p)-i))
-			g.skip -= take
+			take := min(skip, int64(len(p)-i))
+			skip -= take
 			i += int(take) - 1
-			if g.skip == 0 {
-				if g.left--; g.left > 0 {
-					g.state = gBulkHeader
+			if skip == 0 {
+				if left--; left > 0 {
+					state = gBulkHeader
 				} else {
-					g.state = gStart
+					state = gStart
 				}
 			}
 		}
 	}
-	return len(p), ""
+	g.state, g.n, g.sign, g.left, g.skip, g.inline = state, n, sign, left, skip, inline
+	return end, msg
 }
 
 // guardedReader reads a client's bytes through a frameGuard and a bound on
