@@ -22,7 +22,7 @@ func BenchmarkParse(b *testing.B) {
 			cmd := lookup(args[0])
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, msg := cmd.parse(c, args); msg != "" {
+				if _, _, msg := cmd.parse(c, cmd, args); msg != "" {
 					b.Fatal(msg)
 				}
 				c.keys = c.keys[:0] // as settle does

@@ -100,7 +100,7 @@ func (c *client) exec(args [][]byte) {
 	}
 	if cmd.parse != nil {
 		c.policy = policyRef{}
-		req, sh, msg := cmd.parse(c, args)
+		req, sh, msg := cmd.parse(c, cmd, args)
 		if msg != "" {
 			c.fail(msg)
 			return

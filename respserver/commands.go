@@ -23,7 +23,7 @@ type command struct {
 	noAuth           bool              // allowed before AUTH
 	rename           map[string]string // engine parameter name → this command's
 
-	parse func(c *client, args [][]byte) (engine.Request, shape, string)
+	parse func(c *client, cmd *command, args [][]byte) (engine.Request, shape, string)
 	run   func(c *client, args [][]byte)
 }
 
@@ -145,7 +145,7 @@ func decisionCommands() []*command {
 }
 
 // parse reads key, the inline parameters, period, [cost] [PEEK].
-func (in inline) parse(c *client, args [][]byte) (engine.Request, shape, string) {
+func (in inline) parse(c *client, cmd *command, args [][]byte) (engine.Request, shape, string) {
 	req := engine.Request{Key: str(args[1]), Limit: engine.Limit{Algorithm: in.alg}}
 	for i, p := range in.params {
 		n, why := parseInt(args[2+i])
@@ -172,7 +172,6 @@ func (in inline) parse(c *client, args [][]byte) (engine.Request, shape, string)
 		return req, 0, msg
 	}
 	req.Cost, req.Peek = cost, peek
-	cmd := commandTable[in.name]
 	if msg := validate(cmd, &req); msg != "" {
 		return req, 0, msg
 	}
@@ -183,7 +182,7 @@ func (in inline) parse(c *client, args [][]byte) (engine.Request, shape, string)
 	return req, sh, ""
 }
 
-func parseAllow(c *client, args [][]byte) (engine.Request, shape, string) {
+func parseAllow(c *client, cmd *command, args [][]byte) (engine.Request, shape, string) {
 	var req engine.Request
 	if c.s.cfg.Policies == nil {
 		return req, 0, "ERR no policies are loaded: start sluice with --policies FILE"
@@ -204,7 +203,7 @@ func parseAllow(c *client, args [][]byte) (engine.Request, shape, string) {
 		return req, 0, msg
 	}
 	req.Cost, req.Peek = cost, peek
-	if msg := validate(commandTable["rl.allow"], &req); msg != "" {
+	if msg := validate(cmd, &req); msg != "" {
 		return req, 0, msg
 	}
 	sh := shapeRL
@@ -216,7 +215,7 @@ func parseAllow(c *client, args [][]byte) (engine.Request, shape, string) {
 
 // parseThrottle reads CL.THROTTLE key max_burst count period [quantity],
 // with period in whole seconds, as redis-cell does.
-func parseThrottle(c *client, args [][]byte) (engine.Request, shape, string) {
+func parseThrottle(c *client, cmd *command, args [][]byte) (engine.Request, shape, string) {
 	req := engine.Request{Key: str(args[1]), Limit: engine.Limit{Algorithm: engine.GCRA}, Cost: 1}
 	var vals [4]int64
 	names := [4]string{"max_burst", "count", "period", "quantity"}
@@ -240,7 +239,7 @@ func parseThrottle(c *client, args [][]byte) (engine.Request, shape, string) {
 	if req.Cost > req.Limit.Burst+1 && req.Limit.Burst >= 0 {
 		req.Cost, sh = 0, shapeThrottleOver
 	}
-	if msg := validate(commandTable["cl.throttle"], &req); msg != "" {
+	if msg := validate(cmd, &req); msg != "" {
 		return req, 0, msg
 	}
 	return req, sh, ""
