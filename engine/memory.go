@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // MemoryConfig configures a MemoryStore. The zero value is usable.
@@ -124,52 +125,76 @@ type stateKey struct {
 	key string
 }
 
-// memoryEntry is one state and its key. A key of up to shortKey bytes is
-// kept in the entry itself, on the cache line that the lookup reads
-// anyway: with many keys, following a pointer to the key's bytes was one
-// more cache miss per decision (about a quarter of the store's time). The
-// entry is 128 bytes, two cache lines: the hash and the key, then the
-// state.
+// memoryEntry is one state and its key: 128 bytes, two cache lines, both
+// of which a decision reads. A key of up to shortKey bytes is kept in the
+// entry itself: with many keys, following a pointer to the key's bytes was
+// one more cache miss per decision.
+//
+// warm reads one word of each line without the lock, so each of those
+// words is one written only when the slot changes hands, and atomically:
+// hash on the first line, key[1] on the second.
 type memoryEntry struct {
-	hash uint64 // stored atomically: warm reads it without the lock
-	entryBody
-}
-
-// entryBody is all of an entry but its hash, so that clearing it leaves
-// the hash to its atomic writes.
-type entryBody struct {
-	alg   Algorithm
-	n     uint8 // the key's length if it is short
-	short [shortKey]byte
-	long  string // the key if it is longer than shortKey
+	hash uint64 // 0 in a free slot
 	state
+	// key holds the algorithm, the key's length if it is short, and a
+	// short key's bytes (see keyBytes); key[1] starts the second line.
+	key     [keyWords]uint64
 	expires int64  // µs since the epoch; at or after it the state reads as zero
 	used    uint64 // the shard's tick at the last access; 0 marks a free slot
+	long    string // the key if it is longer than shortKey
 }
 
-// shortKey is the longest key kept in its entry.
-const shortKey = 38
+const (
+	keyWords = 5
+	// shortKey is the longest key kept in its entry.
+	shortKey = 8*keyWords - 2
+)
+
+// keyBytes views key as bytes: the algorithm, the length, the key.
+func keyBytes(key *[keyWords]uint64) *[8 * keyWords]byte {
+	return (*[8 * keyWords]byte)(unsafe.Pointer(key))
+}
 
 // is reports whether e holds sk's state.
 func (e *memoryEntry) is(sk stateKey) bool {
-	if e.alg != sk.alg {
+	b := keyBytes(&e.key)
+	if b[0] != byte(sk.alg) {
 		return false
 	}
 	if len(sk.key) <= shortKey {
-		return int(e.n) == len(sk.key) && string(e.short[:e.n]) == sk.key
+		return int(b[1]) == len(sk.key) && string(b[2:2+b[1]]) == sk.key
 	}
 	return e.long == sk.key
 }
 
-// setKey stores sk in e, copying the key: a Request's key may alias a
-// buffer its caller reuses.
-func (e *memoryEntry) setKey(sk stateKey) {
-	e.alg = sk.alg
+// take gives e, a free slot, to sk: its key, copied (a Request's key may
+// alias a buffer its caller reuses), a zero state, and h, stored last.
+func (e *memoryEntry) take(sk stateKey, h uint64, tick uint64) {
+	e.state = state{log: e.log[:0]}
+	e.expires, e.used, e.long = 0, tick, ""
+	var key [keyWords]uint64
+	b := keyBytes(&key)
+	b[0] = byte(sk.alg)
 	if len(sk.key) <= shortKey {
-		e.n = uint8(copy(e.short[:], sk.key))
-		return
+		b[1] = byte(copy(b[2:], sk.key))
+	} else {
+		e.long = strings.Clone(sk.key)
 	}
-	e.long = strings.Clone(sk.key)
+	for i, w := range key {
+		atomic.StoreUint64(&e.key[i], w)
+	}
+	atomic.StoreUint64(&e.hash, h)
+}
+
+// free empties e. Its key words stay: no index cell leads to a free slot.
+func (e *memoryEntry) free() {
+	log := e.log[:0]
+	if cap(log) > 64 {
+		log = nil // a long log goes back to the collector rather than wait in a free slot
+	}
+	e.state = state{log: log}
+	e.expires, e.used, e.long = 0, 0, ""
+	atomic.StoreUint64(&e.hash, 0)
 }
 
 var _ Store = (*MemoryStore)(nil)
@@ -246,7 +271,9 @@ func (m *MemoryStore) warm(hs []uint64) {
 		}
 		i := int32(uint32(c)) - 1
 		if ch := s.chunks[i/chunkSlots].Load(); ch != nil {
-			atomic.LoadUint64(&ch[i%chunkSlots].hash)
+			e := &ch[i%chunkSlots]
+			atomic.LoadUint64(&e.hash)
+			atomic.LoadUint64(&e.key[1])
 		}
 	}
 }
@@ -318,9 +345,7 @@ func (s *memoryShard) insert(sk stateKey, h uint64, now int64) *memoryEntry {
 	}
 	s.tick++
 	e := s.entry(i)
-	e.entryBody = entryBody{state: state{log: e.log[:0]}, used: s.tick}
-	e.setKey(sk)
-	atomic.StoreUint64(&e.hash, h)
+	e.take(sk, h, s.tick)
 	x := s.index.Load()
 	if 2*(x.used+1) > len(x.cells) {
 		x = s.grow(x)
@@ -382,12 +407,7 @@ func (s *memoryShard) remove(i int32) {
 		p = (p + 1) & x.mask
 	}
 	x.delete(p)
-	log := e.log[:0]
-	if cap(log) > 64 {
-		log = nil // a long log goes back to the collector rather than wait in a free slot
-	}
-	e.entryBody = entryBody{state: state{log: log}}
-	atomic.StoreUint64(&e.hash, 0)
+	e.free()
 	s.free = append(s.free, i)
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -110,14 +111,47 @@ func TestMemoryCopiesKeys(t *testing.T) {
 
 func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
-// TestEntrySize: an entry is two cache lines, its hash and key on the
-// first and its state on the second (see memoryEntry); a field added must not
-// spill it onto a third.
+// TestEntrySize: an entry is two cache lines, and warm reads one word of
+// each, hash and key[1] (see memoryEntry); a field added or moved must
+// not spill it onto a third line or take key[1] off the second.
 func TestEntrySize(t *testing.T) {
-	if n := unsafe.Sizeof(memoryEntry{}); n != 128 {
+	var e memoryEntry
+	if n := unsafe.Sizeof(e); n != 128 {
 		t.Errorf("memoryEntry is %d bytes; want 128", n)
 	}
-	if n := unsafe.Offsetof(memoryEntry{}.state); n != 64 {
-		t.Errorf("the state starts at byte %d; want 64, the second cache line", n)
+	if n := unsafe.Offsetof(e.hash); n != 0 {
+		t.Errorf("hash is at byte %d; want 0, on the first cache line", n)
+	}
+	if n := unsafe.Offsetof(e.key) + unsafe.Sizeof(e.key[0]); n != 64 {
+		t.Errorf("key[1] is at byte %d; want 64, the second cache line", n)
+	}
+}
+
+// Keys of every length around shortKey, kept in the entry or beside it,
+// must each find their own state, under each algorithm apart.
+func TestMemoryKeyLengths(t *testing.T) {
+	m, err := NewMemoryStore(MemoryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMicro()
+	once := func(alg Algorithm, key string) bool {
+		r := Request{Key: key, Limit: Limit{Algorithm: alg, Rate: 1, Period: time.Hour}, Cost: 1}
+		return m.decide(now, &r, m.hash(alg, key)).Allowed
+	}
+	long := strings.Repeat("k", 2*shortKey)
+	for n := 1; n <= 2*shortKey; n++ {
+		for _, alg := range []Algorithm{FixedWindow, GCRA} {
+			key, twin := long[:n], long[:n-1]+"x" // same length, last byte apart
+			if !once(alg, key) {
+				t.Fatalf("%s, %d-byte key: first request refused", alg, n)
+			}
+			if once(alg, key) {
+				t.Fatalf("%s, %d-byte key: second request admitted: its state was not found", alg, n)
+			}
+			if !once(alg, twin) {
+				t.Fatalf("%s, %d-byte key: a key differing in its last byte shared its state", alg, n)
+			}
+		}
 	}
 }
