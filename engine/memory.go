@@ -259,18 +259,23 @@ func (m *MemoryStore) shard(h uint64) *memoryShard { return &m.shards[h%memorySh
 
 // warm reads the index cell and the entry each hash will most likely use,
 // without locking: loads that do not wait for each other, so their cache
-// misses overlap. Go has no prefetch instruction; atomic loads are the
-// reads the race detector accepts beside the locked writes.
+// misses overlap. All the cells go first, then the entries they lead to,
+// so that no entry's load holds up the next cell's. Go has no prefetch
+// instruction; atomic loads are the reads the race detector accepts beside
+// the locked writes.
 func (m *MemoryStore) warm(hs []uint64) {
-	for _, h := range hs {
-		s := m.shard(h)
-		x := s.index.Load()
-		c := atomic.LoadUint64(&x.cells[uint32(h>>32)&x.mask])
+	var cells [warmBatch]uint64
+	for k, h := range hs {
+		x := m.shard(h).index.Load()
+		cells[k] = atomic.LoadUint64(&x.cells[uint32(h>>32)&x.mask])
+	}
+	for k, h := range hs {
+		c := cells[k]
 		if c == 0 || c>>32 != h>>32 {
 			continue
 		}
 		i := int32(uint32(c)) - 1
-		if ch := s.chunks[i/chunkSlots].Load(); ch != nil {
+		if ch := m.shard(h).chunks[i/chunkSlots].Load(); ch != nil {
 			e := &ch[i%chunkSlots]
 			atomic.LoadUint64(&e.hash)
 			atomic.LoadUint64(&e.key[1])
