@@ -29,7 +29,7 @@ func parseInt(b []byte) (int64, string) {
 	if len(digits) == 0 || digits[0] < '0' || digits[0] > '9' || (digits[0] == '0' && len(b) > 1) {
 		return 0, reasonInteger
 	}
-	n, err := strconv.ParseInt(str(b), 10, 64)
+	n, err := atoi64(str(b))
 	if err != nil {
 		if errors.Is(err, strconv.ErrRange) {
 			return 0, reasonRange
@@ -37,6 +37,18 @@ func parseInt(b []byte) (int64, string) {
 		return 0, reasonInteger
 	}
 	return n, ""
+}
+
+// atoi64 is strconv.ParseInt(s, 10, 64) by way of strconv.Atoi where int
+// has 64 bits: Atoi parses a short decimal in a loop of its own, several
+// times faster than ParseInt's general path, and every decision carries
+// two or three such numbers.
+func atoi64(s string) (int64, error) {
+	if strconv.IntSize == 64 {
+		n, err := strconv.Atoi(s)
+		return int64(n), err
+	}
+	return strconv.ParseInt(s, 10, 64)
 }
 
 // parsePeriod reads a period with its unit (500ms, 1s, 1m, 1h, 1d, 1h30m).

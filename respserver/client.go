@@ -41,6 +41,10 @@ type client struct {
 	// sets it, exec keeps it with the queued request.
 	policy policyRef
 
+	// last is the command this connection sent last: a pipeline mostly
+	// repeats one, and comparing its name costs less than a lookup.
+	last *command
+
 	// Reused per pipeline, so that a warm connection allocates nothing.
 	// keys holds the policy-prefixed keys of the queued requests, which
 	// alias it until they are settled (stores copy what they keep).
@@ -85,7 +89,11 @@ func (c *client) exec(args [][]byte) {
 	if len(args) == 0 {
 		return
 	}
-	cmd := lookup(args[0])
+	cmd := c.last
+	if cmd == nil || !named(args[0], cmd.name) {
+		cmd = lookup(args[0])
+		c.last = cmd
+	}
 	if cmd == nil {
 		c.fail(unknownCommand(args))
 		return

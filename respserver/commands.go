@@ -64,12 +64,29 @@ func lookup(name []byte) *command {
 		return nil
 	}
 	for i, b := range name {
-		if b >= 'A' && b <= 'Z' {
-			b += 'a' - 'A'
-		}
-		buf[i] = b
+		buf[i] = lowerASCII(b)
 	}
 	return commandTable[string(buf[:len(name)])]
+}
+
+func lowerASCII(b byte) byte {
+	if b >= 'A' && b <= 'Z' {
+		return b + 'a' - 'A'
+	}
+	return b
+}
+
+// named reports whether name, in any case, is lower, a command's name.
+func named(name []byte, lower string) bool {
+	if len(name) != len(lower) {
+		return false
+	}
+	for i, b := range name {
+		if lowerASCII(b) != lower[i] {
+			return false
+		}
+	}
+	return true
 }
 
 var (

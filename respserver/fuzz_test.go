@@ -247,3 +247,26 @@ func TestRegressions(t *testing.T) {
 		})
 	}
 }
+
+// A connection remembers its last command to skip the lookup; a name that
+// differs from it, by one byte or by length, must still be looked up.
+func TestExecLastCommand(t *testing.T) {
+	c := offlineClient(fuzzServer(t))
+	cmds := [][][]byte{
+		bytesArgs("RL.GCRA", "k", "1", "10", "1s"),
+		bytesArgs("rl.gcra", "k", "1", "10", "1s"),
+		bytesArgs("Rl.GcRa", "k", "1", "10", "1s"),
+		bytesArgs("RL.GCRB", "k", "1", "10", "1s"),
+		bytesArgs("RL.GCR", "k", "1", "10", "1s"),
+		bytesArgs("RL.GCRAA", "k", "1", "10", "1s"),
+		bytesArgs("PING"),
+		bytesArgs("RL.TOKEN", "k", "1", "10", "1s"),
+	}
+	replies := run(t, c, cmds)
+	for i, r := range replies {
+		unknown := strings.HasPrefix(r, "-ERR unknown command")
+		if want := i >= 3 && i <= 5; unknown != want {
+			t.Errorf("%q: reply %q", cmds[i][0], r)
+		}
+	}
+}
