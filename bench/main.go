@@ -155,6 +155,7 @@ type sample struct {
 	redisCPU          float64 // Redis's CPU µs per request
 	evalshaPerRequest float64 // EVALSHA calls Redis saw per request sent
 	serverCPU         float64 // the target process's CPU µs per request
+	clientCPU         float64 // redis-benchmark's CPU µs per request
 }
 
 // comparison is the median of several runs of each side, and the medians
@@ -186,10 +187,11 @@ func once(rdb *redis.Client, c, pipeline int, t target) sample {
 	}
 	cpu0, eval0 := redisStats(rdb)
 	own0 := processCPU(t.pid)
-	rps, p50 := benchmark(t, c, pipeline, n)
+	rps, p50, client := benchmark(t, c, pipeline, n)
 	own1 := processCPU(t.pid)
 	cpu1, eval1 := redisStats(rdb)
-	return sample{rps, p50, (cpu1 - cpu0) / float64(n) * 1e6, (eval1 - eval0) / float64(n), (own1 - own0) / float64(n) * 1e6}
+	perRequest := func(seconds float64) float64 { return seconds / float64(n) * 1e6 }
+	return sample{rps, p50, perRequest(cpu1 - cpu0), (eval1 - eval0) / float64(n), perRequest(own1 - own0), perRequest(client)}
 }
 
 func medianSample(ss []sample) sample {
@@ -206,24 +208,30 @@ func medianSample(ss []sample) sample {
 		redisCPU:          field(func(s sample) float64 { return s.redisCPU }),
 		evalshaPerRequest: field(func(s sample) float64 { return s.evalshaPerRequest }),
 		serverCPU:         field(func(s sample) float64 { return s.serverCPU }),
+		clientCPU:         field(func(s sample) float64 { return s.clientCPU }),
 	}
 }
 
+// report prints one scenario against Redis. The last figures add up every
+// process's CPU per request, redis-benchmark's included: where they all
+// share the machine's CPUs, as here, that sum is what bounds throughput.
 func report(name string, c comparison) {
-	fmt.Printf("%-34s direct %9.0f/s, Sluice %9.0f/s, ratio %.2f; Redis CPU µs per request: direct %.2f, Sluice %.2f (%.0f%%); Sluice's own %.2f\n",
-		name, c.a.rps, c.b.rps, c.ratio, c.a.redisCPU, c.b.redisCPU, 100*c.cpuRatio, c.b.serverCPU)
+	fmt.Printf("%-34s direct %9.0f/s, Sluice %9.0f/s, ratio %.2f; Redis CPU µs per request: direct %.2f, Sluice %.2f (%.0f%%); Sluice's own %.2f; all processes: direct %.2f, Sluice %.2f\n",
+		name, c.a.rps, c.b.rps, c.ratio, c.a.redisCPU, c.b.redisCPU, 100*c.cpuRatio, c.b.serverCPU,
+		c.a.redisCPU+c.a.clientCPU, c.b.redisCPU+c.b.serverCPU+c.b.clientCPU)
 }
 
-// benchmark runs redis-benchmark once and returns requests per second and
-// the p50 latency in milliseconds.
-func benchmark(t target, c, pipeline, n int) (float64, float64) {
+// benchmark runs redis-benchmark once and returns requests per second, the
+// p50 latency in milliseconds and redis-benchmark's own CPU seconds.
+func benchmark(t target, c, pipeline, n int) (rps, p50, cpu float64) {
 	keys := t.keys
 	if keys == 0 {
 		keys = 100_000
 	}
 	cmdArgs := []string{"-h", "127.0.0.1", "-p", t.port, "-c", strconv.Itoa(c), "-n", strconv.Itoa(n),
 		"-P", strconv.Itoa(pipeline), "-r", strconv.Itoa(keys), "--csv"}
-	out, err := exec.Command("redis-benchmark", append(cmdArgs, t.args...)...).Output()
+	cmd := exec.Command("redis-benchmark", append(cmdArgs, t.args...)...)
+	out, err := cmd.Output()
 	if err != nil {
 		fatalf("redis-benchmark %v: %v\n%s", t.args, err, out)
 	}
@@ -231,9 +239,10 @@ func benchmark(t target, c, pipeline, n int) (float64, float64) {
 	if err != nil || len(rows) < 2 || len(rows[1]) < 5 {
 		fatalf("redis-benchmark output: %v\n%s", err, out)
 	}
-	rps, _ := strconv.ParseFloat(rows[1][1], 64)
-	p50, _ := strconv.ParseFloat(rows[1][4], 64)
-	return rps, p50
+	rps, _ = strconv.ParseFloat(rows[1][1], 64)
+	p50, _ = strconv.ParseFloat(rows[1][4], 64)
+	cpu = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	return rps, p50, cpu
 }
 
 // redisStats reads Redis's CPU seconds and EVALSHA call count.
