@@ -53,12 +53,12 @@ type MemoryStore struct {
 type memoryShard struct {
 	mu     sync.Mutex
 	cap    int
-	index  atomic.Pointer[slotIndex] // replaced under mu as it fills
-	chunks []atomic.Pointer[slotChunk]
-	slots  int32   // slots handed out, free ones included; guarded by mu
-	free   []int32 // unused slots; guarded by mu
-	tick   uint64  // counts accesses, for recency; guarded by mu
-	rng    uint64  // xorshift state for eviction samples; guarded by mu
+	index  atomic.Pointer[slotIndex]   // replaced under mu as it fills
+	chunks []atomic.Pointer[slotChunk] // enough for cap slots; each allocated under mu when first needed
+	slots  int32                       // slots handed out, free ones included; guarded by mu
+	free   []int32                     // unused slots; guarded by mu
+	tick   uint64                      // counts accesses, for recency; guarded by mu
+	rng    uint64                      // xorshift state for eviction samples; guarded by mu
 }
 
 // slotChunk is a shard's unit of growth: chunks are allocated as the shard
