@@ -109,19 +109,20 @@ func main() {
 	direct := []string{"EVALSHA", gcra.SHA, "1", "k:__rand_int__", "1000", "1000000", "1000", "1", "0"}
 	sidecar := []string{"RL.GCRA", "k:__rand_int__", "1000", "1000", "1s"}
 	for _, p := range []int{1, 16} {
-		c := compare(rdb, *clients, p, target{redisPort, direct, 0, 0}, target{sluicePort, sidecar, 0, sluicePID})
+		c := compare(rdb, *requests, *clients, p, target{redisPort, direct, 0, 0}, target{sluicePort, sidecar, 0, sluicePID})
 		report(fmt.Sprintf("many keys allowed, -P %d", p), c)
 	}
 
 	// One hot key, refused: burst 0 at 1 per hour.
 	hotDirect := []string{"EVALSHA", gcra.SHA, "1", "hot", "1", "3600000000", "0", "1", "0"}
 	hotSidecar := []string{"RL.GCRA", "hot", "0", "1", "1h"}
-	c := compare(rdb, *clients, 16, target{redisPort, hotDirect, 0, 0}, target{sluicePort, hotSidecar, 0, sluicePID})
+	c := compare(rdb, *requests, *clients, 16, target{redisPort, hotDirect, 0, 0}, target{sluicePort, hotSidecar, 0, sluicePID})
 	report("one hot key refused, -P 16", c)
 	fmt.Printf("    round trips reaching Redis through Sluice: %.2f%% of requests\n", 100*c.b.evalshaPerRequest)
 
 	// One client, one request at a time: latency.
-	c = compare(rdb, 1, 1, target{redisPort, direct, 0, 0}, target{sluicePort, sidecar, 0, sluicePID})
+	// A tenth of the requests: plenty for a median, and ten times faster.
+	c = compare(rdb, *requests/10, 1, 1, target{redisPort, direct, 0, 0}, target{sluicePort, sidecar, 0, sluicePID})
 	fmt.Printf("%-34s p50 direct %.3f ms, Sluice %.3f ms, difference %+.3f ms\n", "-c 1 latency", c.a.p50, c.b.p50, c.b.p50-c.a.p50)
 
 	// The in-memory store against a server that answers from nothing: with
@@ -129,7 +130,14 @@ func main() {
 	// 1,000 the store's state stays in them, which isolates the cost of
 	// the misses from the rest of the server.
 	for _, k := range []struct{ p, keys int }{{1, 0}, {16, 0}, {16, 1000}} {
-		c := compare(nil, *clients, k.p, target{constPort, sidecar, k.keys, constPID}, target{memPort, sidecar, k.keys, memPID})
+		n := *requests
+		if k.p > 1 {
+			// Five times the requests: at over 500,000 a second, a run of
+			// the usual count lasts a third of a second, too short to
+			// average out the machine's hiccups.
+			n *= 5
+		}
+		c := compare(nil, n, *clients, k.p, target{constPort, sidecar, k.keys, constPID}, target{memPort, sidecar, k.keys, memPID})
 		name := fmt.Sprintf("in-memory store, -P %d", k.p)
 		if k.keys != 0 {
 			name += fmt.Sprintf(", %d keys", k.keys)
@@ -165,14 +173,15 @@ type comparison struct {
 	ratio, cpuRatio float64
 }
 
-// compare runs redis-benchmark against a and then b, *runs times, so that
-// the machine's drift, which is large on a shared VM, touches both sides
-// alike; each ratio is taken within one pair of runs.
-func compare(rdb *redis.Client, c, pipeline int, a, b target) comparison {
+// compare runs redis-benchmark, n requests from c clients, against a and
+// then b, *runs times, so that the machine's drift, which is large on a
+// shared VM, touches both sides alike; each ratio is taken within one pair
+// of runs.
+func compare(rdb *redis.Client, n, c, pipeline int, a, b target) comparison {
 	var as, bs []sample
 	var ratios, cpuRatios []float64
 	for range *runs {
-		x, y := once(rdb, c, pipeline, a), once(rdb, c, pipeline, b)
+		x, y := once(rdb, n, c, pipeline, a), once(rdb, n, c, pipeline, b)
 		as, bs = append(as, x), append(bs, y)
 		ratios = append(ratios, y.rps/x.rps)
 		cpuRatios = append(cpuRatios, y.redisCPU/x.redisCPU)
@@ -180,11 +189,7 @@ func compare(rdb *redis.Client, c, pipeline int, a, b target) comparison {
 	return comparison{a: medianSample(as), b: medianSample(bs), ratio: median(ratios), cpuRatio: median(cpuRatios)}
 }
 
-func once(rdb *redis.Client, c, pipeline int, t target) sample {
-	n := *requests
-	if c == 1 {
-		n /= 10 // one request at a time: a tenth is plenty for a median, and ten times faster
-	}
+func once(rdb *redis.Client, n, c, pipeline int, t target) sample {
 	cpu0, eval0 := redisStats(rdb)
 	own0 := processCPU(t.pid)
 	rps, p50, client := benchmark(t, c, pipeline, n)
