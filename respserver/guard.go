@@ -105,6 +105,13 @@ follow:
 				state = gGaveUp
 				continue
 			}
+			// A whole header in p, as is usual, is read in one go; any
+			// other goes byte by byte.
+			if next, length, ok := bulkHeader(p[i+1:], g.maxBulk); ok {
+				skip, state = length+2, gBulkBody
+				i += next
+				continue
+			}
 			state, n, sign = gBulkLen, 0, false
 		case gBulkLenLF:
 			if c != '\n' {
@@ -127,6 +134,24 @@ follow:
 	}
 	g.state, g.n, g.sign, g.left, g.skip, g.inline = state, n, sign, left, skip, inline
 	return end, msg
+}
+
+// bulkHeader reads the length and CRLF of a bulk header from the start of
+// p: plain digits, at most maxBulk. It returns how many bytes they take,
+// and false for anything else (a sign, a limit broken, a header cut off
+// by the end of p), which scan then follows byte by byte.
+func bulkHeader(p []byte, maxBulk int64) (int, int64, bool) {
+	var n int64
+	i := 0
+	for ; i < len(p) && p[i] >= '0' && p[i] <= '9'; i++ {
+		if n = n*10 + int64(p[i]-'0'); n > maxBulk {
+			return 0, 0, false
+		}
+	}
+	if i == 0 || i+1 >= len(p) || p[i] != '\r' || p[i+1] != '\n' {
+		return 0, 0, false
+	}
+	return i + 2, n, true
 }
 
 // guardedReader reads a client's bytes through a frameGuard and a bound on
