@@ -89,17 +89,15 @@ func (c *DenyCache) Decide(ctx context.Context, reqs []Request, res []Result) er
 	// An empty cache, the usual state while nothing is refused, answers
 	// nothing: one look at its size spares a locked lookup per request. A
 	// refusal remembered meanwhile is missed, and Redis decides instead.
-	empty := c.entries.Len() == 0
-	for i := range reqs {
-		// Every result is set here, so that the hits can be told from the
-		// misses below by their path alone.
-		res[i] = Result{}
-		if empty {
-			continue
-		}
-		if d, ok := c.lookup(&reqs[i], now); ok {
-			res[i] = Result{Decision: d, Path: PathDenyCache}
-			hits++
+	if c.entries.Len() > 0 {
+		for i := range reqs {
+			// Every result is set here, so that the hits can be told from
+			// the misses below by their path alone.
+			res[i] = Result{}
+			if d, ok := c.lookup(&reqs[i], now); ok {
+				res[i] = Result{Decision: d, Path: PathDenyCache}
+				hits++
+			}
 		}
 	}
 	c.hits.Add(uint64(hits))

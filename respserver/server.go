@@ -62,8 +62,9 @@ type Config struct {
 	Tracer trace.Tracer
 }
 
-// Observer counts what the server answers. It runs once per decision, so
-// it must be cheap, and safe for concurrent use.
+// Observer counts what the server answers. It runs once per run of alike
+// decisions in a pipeline, so it must be cheap, and safe for concurrent
+// use.
 type Observer interface {
 	// Decided is told of n decisions alike: the policy's name ("inline"
 	// for the inline commands), the algorithm, whether they were allowed,
