@@ -3,24 +3,28 @@ package respserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"time"
 	"unsafe"
-
-	"github.com/tidwall/redcon"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/engine"
 )
 
-// client is one connection's state. Only the connection's goroutine
-// touches it, except netConn (immutable).
+// client is one connection's state. Only the goroutine serving the
+// connection (its own, or its event loop's) touches it, except netConn.
 type client struct {
-	s       *Server
-	id      int64
+	s    *Server
+	id   int64
+	addr string
+	// netConn is the connection a goroutine of its own serves; nil for one
+	// an event loop serves. Set before the client is shared, then read
+	// only.
 	netConn net.Conn
-	addr    string
+
+	in input
 
 	proto   int // 2 or 3
 	authed  bool
@@ -71,15 +75,16 @@ type policyRef struct {
 	shadow bool
 }
 
-func newClient(s *Server, rc redcon.Conn) *client {
-	return &client{
-		s:       s,
-		id:      s.nextID.Add(1),
-		netConn: rc.NetConn(),
-		addr:    rc.RemoteAddr(),
-		proto:   2,
-		authed:  s.cfg.RequirePass == "",
+func newClient(s *Server, addr string) *client {
+	c := &client{
+		s:      s,
+		id:     s.nextID.Add(1),
+		addr:   addr,
+		proto:  2,
+		authed: s.cfg.RequirePass == "",
 	}
+	c.in.guard = frameGuard{maxArgs: int64(s.cfg.MaxArgs), maxBulk: int64(s.cfg.MaxRequestBytes)}
+	return c
 }
 
 // exec runs one command. Decisions are queued until settle; anything else
@@ -135,28 +140,39 @@ func (c *client) fail(msg string) {
 // settle decides the queued requests as one batch and writes every owed
 // reply in order.
 func (c *client) settle() {
+	var err error
+	if len(c.reqs) > 0 {
+		c.res = sized(c.res, len(c.reqs))
+		err = c.decide()
+	}
+	c.answer(err)
+}
+
+// tracing tells whether this connection's decisions get spans.
+func (c *client) tracing() bool { return c.trace.IsValid() && c.s.cfg.Tracer != nil }
+
+// decide asks the store for the queued requests' decisions, into c.res.
+func (c *client) decide() error {
+	var start time.Time
+	if c.tracing() {
+		start = time.Now()
+	}
+	// No deadline of its own: the store bounds its waits (see
+	// engine.Store), so a pipeline pays for no timer here.
+	err := c.s.cfg.Store.Decide(context.Background(), c.reqs, c.res)
+	if c.tracing() {
+		c.traceDecisions(start, err)
+	}
+	return err
+}
+
+// answer writes every owed reply in order: the queued requests' decisions
+// are in c.res, unless err failed them all.
+func (c *client) answer(batchErr error) {
 	c.s.stats.commands.Add(c.commands)
 	c.commands = 0
 	if len(c.pend) == 0 {
 		return
-	}
-	var batchErr error
-	if n := len(c.reqs); n > 0 {
-		if cap(c.res) < n {
-			c.res = make([]engine.Result, n, 2*n)
-		}
-		c.res = c.res[:n]
-		tracing := c.trace.IsValid() && c.s.cfg.Tracer != nil
-		var start time.Time
-		if tracing {
-			start = time.Now()
-		}
-		// No deadline of its own: the store bounds its waits (see
-		// engine.Store), so a pipeline pays for no timer here.
-		batchErr = c.s.cfg.Store.Decide(context.Background(), c.reqs, c.res)
-		if tracing {
-			c.traceDecisions(start, batchErr)
-		}
 	}
 	var t tally
 	for i := range c.pend {
@@ -191,11 +207,36 @@ func (c *client) settle() {
 		}
 	}
 	t.flush(c.s)
-	clear(c.reqs) // drop the keys, which alias the commands' buffers
+	c.dropQueue()
+}
+
+// dropQueue empties the queue of requests and owed replies.
+func (c *client) dropQueue() {
+	clear(c.reqs) // drop the keys, which alias the input
 	c.keys = c.keys[:0]
 	clear(c.res)
 	clear(c.pend)
 	c.reqs, c.res, c.pend = c.reqs[:0], c.res[:0], c.pend[:0]
+}
+
+// sized is s with length n, reusing its array when it is large enough.
+func sized(s []engine.Result, n int) []engine.Result {
+	if cap(s) < n {
+		return make([]engine.Result, n, 2*n)
+	}
+	return s[:n]
+}
+
+// recoverPanic, deferred around running a connection's commands, turns a
+// panic into an internal error reply and a closed connection: a bug, not
+// an input, and it must not take the process down.
+func (c *client) recoverPanic() {
+	if r := recover(); r != nil {
+		c.s.log.Error("panic in command handler", "panic", fmt.Sprint(r), "id", c.id)
+		c.dropQueue()
+		c.out = appendError(c.out, "ERR internal error")
+		c.quit = true
+	}
 }
 
 // decided is what the counters and the Observer learn of a decision.
@@ -259,7 +300,8 @@ func (c *client) prefixed(prefix string, key []byte) string {
 	return str(c.keys[start:])
 }
 
-// str views an argument as a string without copying. redcon gives every
-// command its own freshly allocated buffer and never writes to it again,
-// so the string stays immutable for as long as anything holds it.
+// str views an argument as a string without copying. Arguments alias the
+// connection's input, which is not written again until the commands read
+// from it are settled (compact), and nothing keeps such a string past its
+// settle: stores copy the keys they keep.
 func str(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

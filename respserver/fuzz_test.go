@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidwall/redcon"
-
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/policy"
 )
@@ -32,7 +30,7 @@ func fuzzServer(t testing.TB) *Server {
 // offlineClient is a connection without a network: exec and settle write
 // into out, which the tests read back.
 func offlineClient(s *Server) *client {
-	return &client{s: s, id: 1, proto: 2, authed: s.cfg.RequirePass == ""}
+	return newClient(s, "offline")
 }
 
 // run executes commands on c and returns the replies, checking that they
@@ -50,22 +48,7 @@ func run(t testing.TB, c *client, cmds [][][]byte) []string {
 		c.exec(args)
 	}
 	c.settle()
-	rd := bufio.NewReader(bytes.NewReader(c.out))
-	var replies []string
-	for {
-		r, err := readRendered(rd)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("malformed reply after %q: %v", replies, err)
-		}
-		if strings.HasPrefix(r, "-") && !startsWithCode(r[1:]) {
-			t.Fatalf("error reply without a code: %q", r)
-		}
-		replies = append(replies, r)
-	}
-	c.out = c.out[:0]
+	replies := takeReplies(t, c)
 	if len(replies) != want {
 		t.Fatalf("%d replies to %d commands: %q", len(replies), want, replies)
 	}
@@ -123,8 +106,10 @@ func FuzzCommand(f *testing.F) {
 	})
 }
 
-// FuzzFrames feeds raw bytes through redcon's reader and the command
-// layer: a frame no parser expected must not take the process down.
+// FuzzFrames feeds raw bytes through the guard, the parser and the
+// command layer, once in one read and once a byte a read: a frame no parser
+// expected must not take the process down, every reply must be well-formed,
+// and how the bytes were split must not change a reply.
 func FuzzFrames(f *testing.F) {
 	for _, s := range []string{
 		"*1\r\n$4\r\nPING\r\n",
@@ -133,31 +118,57 @@ func FuzzFrames(f *testing.F) {
 		"*-1\r\n", "*0\r\n", "$5\r\nhello\r\n", "PING\r\nRL.GCRA k 1 1 1s\r\n",
 		"ECHO \"a\\x00b\"\r\n", "*2\r\n$4\r\nECHO\r\n$99999999999\r\n", "\x00\xff\r\n",
 		"*3\r\n$8\r\nRL.FIXED\r\n$1\r\nk",
-		"*4444444444444444444\r\n", // found by FuzzFrames: redcon looped over the count
+		"*4444444444444444444\r\n", // found by FuzzFrames: redcon's reader looped over the count
 		"*+4444444444444444444\r\n", "*1\r\n$+99999999999999\r\n", "*1\r\n$4\r\nPING\r\n*-1\r\n",
+		"*1\r\n$-5\r\nx\r\n", "*1\r\n$\r\n\r\n", "*1\r\n$4\r\nPINGxx*1\r\n$4\r\nPING\r\n",
 	} {
 		f.Add([]byte(s))
 	}
-	srv := fuzzServer(f)
+	whole, bytewise := fuzzServer(f), fuzzServer(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		gr := newGuardedReader(bytes.NewReader(data), io.Discard, 1<<20, DefaultMaxArgs)
-		rd := redcon.NewReader(&gr)
-		c := offlineClient(srv)
-		for range 1000 {
-			cmds, err := rd.ReadCommands()
-			if err != nil {
-				return
-			}
-			batch := make([][][]byte, len(cmds))
-			for i := range cmds {
-				batch[i] = cmds[i].Args
-			}
-			run(t, c, batch)
-			if c.quit {
-				return
-			}
+		a := feed(t, newClient(whole, "fuzz"), data, len(data))
+		b := feed(t, newClient(bytewise, "fuzz"), data, 1)
+		if a != b {
+			t.Fatalf("replies depend on how the bytes were read:\nin one read: %q\nbyte a read: %q", a, b)
 		}
 	})
+}
+
+// feed sends data to c in reads of at most chunk bytes, as a transport
+// does, and returns the replies, checked to be well-formed RESP.
+func feed(t testing.TB, c *client, data []byte, chunk int) string {
+	t.Helper()
+	for len(data) > 0 && !c.quit {
+		room := c.spare()
+		n := copy(room[:min(len(room), chunk)], data)
+		data = data[n:]
+		c.serveRead(n)
+		c.compact()
+	}
+	return strings.Join(takeReplies(t, c), "\n")
+}
+
+// takeReplies reads back, and empties, what c has written, checking that
+// every reply is well-formed RESP and every error starts with a code.
+func takeReplies(t testing.TB, c *client) []string {
+	t.Helper()
+	rd := bufio.NewReader(bytes.NewReader(c.out))
+	var replies []string
+	for {
+		r, err := readRendered(rd)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("malformed reply after %q: %v", replies, err)
+		}
+		if strings.HasPrefix(r, "-") && !startsWithCode(r[1:]) {
+			t.Fatalf("error reply without a code: %q", r)
+		}
+		replies = append(replies, r)
+	}
+	c.out = c.out[:0]
+	return replies
 }
 
 // FuzzArgs checks the argument parsers: they never panic, a period they

@@ -1,16 +1,11 @@
 package respserver
 
-import (
-	"errors"
-	"io"
-	"net"
-)
-
 // Limits on what one client may send, checked as the bytes arrive and
-// before redcon parses them. redcon trusts a multibulk count and loops over
-// it whether or not the arguments have arrived, so "*4444444444444444444\r\n"
-// alone would spin a goroutine for years; and it buffers a bulk or an inline
-// line of any length. Redis has the same limits, with the same errors.
+// before anything parses them: a parser that trusts a multibulk count loops
+// over it whether or not the arguments have arrived, so
+// "*4444444444444444444\r\n" alone would spin for years, and a bulk or an
+// inline line of any length would be buffered whole. Redis has the same
+// limits, with the same errors.
 const (
 	// DefaultMaxArgs bounds the arguments of one command (Redis: 1M). No
 	// Sluice command needs more than a few; RL.RESET takes up to 4095 keys.
@@ -19,11 +14,10 @@ const (
 	maxInline = 64 << 10
 )
 
-var errProtocol = errors.New("protocol error")
-
-// frameGuard follows RESP framing byte by byte across reads. It only
-// watches: on a frame that redcon will itself reject (a bad byte where a
-// header belongs), it stops following, since redcon closes the connection.
+// frameGuard follows RESP framing byte by byte across reads, and stops at
+// the first byte that breaks a limit or the framing: the parser then only
+// ever sees well-framed commands within the limits. (A bulk's closing CRLF
+// is left to the parser, which checks it anyway.)
 type frameGuard struct {
 	state   guardState
 	n       int64 // the header number being read
@@ -46,7 +40,14 @@ const (
 	gBulkLenLF
 	gBulkBody
 	gInline
-	gGaveUp // a malformed frame that redcon rejects and closes on
+)
+
+// The protocol errors, worded as Redis words them.
+const (
+	errMultibulkLength = "Protocol error: invalid multibulk length"
+	errBulkLength      = "Protocol error: invalid bulk length"
+	errInlineTooBig    = "Protocol error: too big inline request"
+	errRequestTooBig   = "Protocol error: request larger than the server's limit"
 )
 
 // scan follows p. It returns how many bytes are fine and, if a frame
@@ -60,8 +61,6 @@ follow:
 	for i := 0; i < len(p); i++ {
 		c := p[i]
 		switch state {
-		case gGaveUp:
-			break follow
 		case gStart:
 			if c == '*' {
 				state, n, sign = gCount, 0, false
@@ -72,38 +71,35 @@ follow:
 			if c == '\n' {
 				state = gStart
 			} else if inline++; inline > maxInline {
-				end, msg = i, "Protocol error: too big inline request"
+				end, msg = i, errInlineTooBig
 				break follow
 			}
 		case gCount, gBulkLen:
 			switch {
 			case c >= '0' && c <= '9':
 				n = n*10 + int64(c-'0')
-				if state == gCount && n > g.maxArgs {
-					end, msg = i, "Protocol error: invalid multibulk length"
+				if state == gCount && n > g.maxArgs || state == gBulkLen && n > g.maxBulk {
+					end, msg = i, headerError(state)
 					break follow
 				}
-				if state == gBulkLen && n > g.maxBulk {
-					end, msg = i, "Protocol error: invalid bulk length"
-					break follow
-				}
-			case c == '+' && n == 0 && !sign: // strconv.Atoi, which redcon uses, takes a plus
+			case c == '+' && n == 0 && !sign: // strconv.Atoi, which the parser uses, takes a plus
 				sign = true
 			case c == '\r':
 				state++ // to gCountLF or gBulkLenLF
-			default: // a minus or any other byte: redcon refuses the header
-				state = gGaveUp
+			default: // a minus (no command is empty) or any other byte
+				end, msg = i, headerError(state)
+				break follow
 			}
 		case gCountLF:
 			if c != '\n' || n <= 0 {
-				state = gGaveUp
-				continue
+				end, msg = i, errMultibulkLength
+				break follow
 			}
 			left, state = n, gBulkHeader
 		case gBulkHeader:
 			if c != '$' {
-				state = gGaveUp
-				continue
+				end, msg = i, "Protocol error: expected '$', got '"+string(c)+"'"
+				break follow
 			}
 			// A whole header in p, as is usual, is read in one go; any
 			// other goes byte by byte.
@@ -115,8 +111,8 @@ follow:
 			state, n, sign = gBulkLen, 0, false
 		case gBulkLenLF:
 			if c != '\n' {
-				state = gGaveUp
-				continue
+				end, msg = i, errBulkLength
+				break follow
 			}
 			skip, state = n+2, gBulkBody
 		case gBulkBody:
@@ -154,60 +150,9 @@ func bulkHeader(p []byte, maxBulk int64) (int, int64, bool) {
 	return i + 2, n, true
 }
 
-// guardedReader reads a client's bytes through a frameGuard and a bound on
-// bytes read without a complete command (unparsed, reset by the handler).
-// On a breach it passes on the bytes before the bad frame, so that the
-// commands in them are answered, then writes the protocol error to w and
-// fails the next read, which makes redcon close the connection.
-type guardedReader struct {
-	r        io.Reader
-	w        io.Writer
-	guard    frameGuard
-	max      int
-	unparsed int
-	err      string // the protocol error to give at the next read
-}
-
-func newGuardedReader(r io.Reader, w io.Writer, maxRequest, maxArgs int) guardedReader {
-	return guardedReader{r: r, w: w, max: maxRequest,
-		guard: frameGuard{maxArgs: int64(maxArgs), maxBulk: int64(maxRequest)}}
-}
-
-func (g *guardedReader) Read(p []byte) (int, error) {
-	if g.err == "" && g.unparsed >= g.max {
-		g.err = "Protocol error: request larger than the server's limit"
+func headerError(s guardState) string {
+	if s == gCount {
+		return errMultibulkLength
 	}
-	if g.err != "" {
-		_, _ = g.w.Write([]byte("-ERR " + g.err + "\r\n"))
-		return 0, errProtocol
-	}
-	if room := g.max - g.unparsed; len(p) > room {
-		p = p[:room]
-	}
-	n, err := g.r.Read(p)
-	ok, msg := g.guard.scan(p[:n])
-	if msg != "" {
-		g.err = msg
-		if ok == 0 {
-			return g.Read(p)
-		}
-		n, err = ok, nil
-	}
-	g.unparsed += n
-	return n, err
+	return errBulkLength
 }
-
-// limitConn is a connection whose reads are guarded. Only the connection's
-// own goroutine reads, so the guard needs no lock.
-type limitConn struct {
-	net.Conn
-	in guardedReader
-}
-
-func newLimitConn(nc net.Conn, maxRequest, maxArgs int) *limitConn {
-	c := &limitConn{Conn: nc}
-	c.in = newGuardedReader(nc, nc, maxRequest, maxArgs)
-	return c
-}
-
-func (c *limitConn) Read(p []byte) (int, error) { return c.in.Read(p) }

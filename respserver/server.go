@@ -3,7 +3,7 @@ package respserver
 import (
 	"context"
 	"errors"
-	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidwall/redcon"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/engine"
@@ -60,6 +59,13 @@ type Config struct {
 	// Tracer, when set, records a span for each decision of a connection
 	// that asked for tracing with RL.TRACE. Nil turns RL.TRACE away.
 	Tracer trace.Tracer
+	// Loops is how many event loops serve connections, each on one thread
+	// (Linux only). A loop reads every connection that has sent something,
+	// decides all they sent as one batch and writes every reply, so
+	// connections cost no goroutine switches and their decisions batch
+	// together. Zero means 1. -1, and any system but Linux, gives each
+	// connection a goroutine of its own instead.
+	Loops int
 }
 
 // Observer counts what the server answers. It runs once per run of alike
@@ -94,7 +100,8 @@ type Server struct {
 	mu       sync.Mutex
 	conns    map[*client]struct{} // guarded by mu
 	closing  bool                 // guarded by mu
-	listener *drainListener       // guarded by mu
+	listener net.Listener         // guarded by mu
+	loops    []*loop              // guarded by mu; set by Serve
 	idle     chan struct{}        // guarded by mu; closed when no connection is left while closing
 }
 
@@ -123,7 +130,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.ResetTimeout < 0 || cfg.MaxRequestBytes < 0 || cfg.MaxConns < 0 || cfg.MaxArgs < 0 {
+	if cfg.ResetTimeout < 0 || cfg.MaxRequestBytes < 0 || cfg.MaxConns < 0 || cfg.MaxArgs < 0 || cfg.Loops < -1 {
 		return nil, errors.New("respserver: negative limit in Config")
 	}
 	if cfg.ResetTimeout == 0 {
@@ -138,6 +145,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = 10_000
 	}
+	if cfg.Loops == 0 {
+		cfg.Loops = 1
+	}
 	return &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
@@ -149,7 +159,6 @@ func New(cfg Config) (*Server, error) {
 // Serve accepts connections on ln until Shutdown or Close, and then returns
 // ErrServerClosed. Any other error is the listener's.
 func (s *Server) Serve(ln net.Listener) error {
-	dl := &drainListener{Listener: ln, max: s.cfg.MaxRequestBytes, maxArgs: s.cfg.MaxArgs, drained: make(chan struct{})}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -159,26 +168,144 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Unlock()
 		return errors.New("respserver: Serve called twice")
 	}
-	s.listener = dl
+	s.listener = ln
+	loops, err := startLoops(s, s.cfg.Loops)
+	if err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	s.loops = loops
 	s.mu.Unlock()
 
-	rs := redcon.NewServerNetwork(ln.Addr().Network(), ln.Addr().String(), s.handle, s.accept, s.closed)
-	rs.AcceptError = func(err error) {
-		// redcon retries at once; out of file descriptors, that would spin.
+	for {
+		nc, err := ln.Accept()
+		if err == nil {
+			s.adopt(nc)
+			continue
+		}
+		s.mu.Lock()
+		closing := s.closing
+		s.mu.Unlock()
+		if closing {
+			return ErrServerClosed
+		}
+		if errors.Is(err, net.ErrClosed) {
+			return err
+		}
+		// Out of file descriptors, say: retrying at once would spin.
 		s.log.Warn("accept failed; retrying in 10ms", "err", err)
 		time.Sleep(10 * time.Millisecond)
 	}
-	err := rs.Serve(dl)
+}
+
+// adopt gives a new connection to an event loop, or to a goroutine of its
+// own where no loop can take it (no loops, or no file descriptor).
+func (s *Server) adopt(nc net.Conn) {
+	l := s.pickLoop(nc)
+	c := s.register(nc, l == nil)
+	if c == nil {
+		if l != nil {
+			l.load.Add(-1)
+		}
+		return
+	}
+	if l == nil {
+		go s.serveConn(nc, c)
+		return
+	}
+	if err := l.adopt(nc, c); err != nil {
+		s.log.Debug("connection not adopted", "id", c.id, "err", err)
+		l.load.Add(-1)
+		_ = nc.Close()
+		s.closed(c, nil)
+	}
+}
+
+// pickLoop is the event loop for a new connection: the one serving the
+// fewest, or nil where loops cannot serve it.
+func (s *Server) pickLoop(nc net.Conn) *loop {
 	s.mu.Lock()
-	closing := s.closing
-	s.mu.Unlock()
-	if closing {
-		return ErrServerClosed
+	defer s.mu.Unlock()
+	if len(s.loops) == 0 || !pollable(nc) {
+		return nil
 	}
-	if err == nil {
-		err = dl.err
+	best := s.loops[0]
+	for _, l := range s.loops[1:] {
+		if l.load.Load() < best.load.Load() {
+			best = l
+		}
 	}
-	return err
+	best.load.Add(1)
+	return best
+}
+
+// register counts a new connection in, or refuses it (closing, or too
+// many connections) and returns nil. own is whether a goroutine of its own
+// will serve it, reading through netConn.
+func (s *Server) register(nc net.Conn, own bool) *client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing || len(s.conns) >= s.cfg.MaxConns {
+		if !s.closing {
+			s.stats.rejectedConn.Add(1)
+			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
+		}
+		_ = nc.Close()
+		return nil
+	}
+	c := newClient(s, nc.RemoteAddr().String())
+	if own {
+		c.netConn = nc
+	}
+	s.conns[c] = struct{}{}
+	s.stats.connsTotal.Add(1)
+	return c
+}
+
+// serveConn serves a connection from a goroutine of its own: read, run
+// what the read completed, settle, write, until the client goes.
+func (s *Server) serveConn(nc net.Conn, c *client) {
+	var err error
+	defer func() {
+		_ = nc.Close()
+		s.closed(c, err)
+	}()
+	for {
+		var n int
+		n, err = nc.Read(c.spare())
+		if n > 0 {
+			c.serveRead(n)
+			if len(c.out) > 0 {
+				if _, werr := nc.Write(c.out); werr != nil {
+					err = werr
+					return
+				}
+				c.resetOut()
+			}
+			c.compact()
+		}
+		if err != nil || c.quit {
+			return
+		}
+	}
+}
+
+// serveRead runs and settles what a read of n bytes completed.
+func (c *client) serveRead(n int) {
+	defer c.recoverPanic()
+	c.take(n)
+	c.settle()
+}
+
+// resetOut empties the reply buffer once it is written, dropping one a
+// huge pipeline grew.
+func (c *client) resetOut() {
+	if cap(c.out) > 1<<20 {
+		c.out = nil
+	} else {
+		c.out = c.out[:0]
+	}
 }
 
 // drainGrace is how long, from Shutdown, a connection keeps reading: long
@@ -196,7 +323,7 @@ const drainGrace = 200 * time.Millisecond
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
-	dl := s.listener
+	ln, loops := s.listener, s.loops
 	if s.idle == nil {
 		s.idle = make(chan struct{})
 		if len(s.conns) == 0 {
@@ -206,13 +333,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	idle := s.idle
 	until := time.Now().Add(drainGrace)
 	for c := range s.conns {
-		// Closing an idle connection now would drop requests already sent
-		// but not yet read; the failed read closes it instead.
-		_ = c.netConn.SetReadDeadline(until)
+		if c.netConn != nil {
+			// Closing an idle connection now would drop requests already
+			// sent but not yet read; the failed read closes it instead.
+			_ = c.netConn.SetReadDeadline(until)
+		}
 	}
 	s.mu.Unlock()
-	if dl != nil {
-		dl.stop()
+	if ln != nil {
+		_ = ln.Close()
+	}
+	for _, l := range loops {
+		l.drainUntil(until)
 	}
 	var err error
 	select {
@@ -222,11 +354,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	for c := range s.conns {
-		c.netConn.Close()
+		if c.netConn != nil {
+			c.netConn.Close()
+		}
 	}
 	s.mu.Unlock()
-	if dl != nil {
-		dl.finish()
+	for _, l := range loops {
+		l.stop() // closes what it still serves
 	}
 	return err
 }
@@ -258,30 +392,8 @@ func (s *Server) Addr() net.Addr {
 	return s.listener.Addr()
 }
 
-func (s *Server) accept(rc redcon.Conn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
-		return false
-	}
-	if len(s.conns) >= s.cfg.MaxConns {
-		s.stats.rejectedConn.Add(1)
-		rc.WriteError("ERR max number of clients reached")
-		_ = redcon.BaseWriter(rc).Flush()
-		return false
-	}
-	c := newClient(s, rc)
-	s.conns[c] = struct{}{}
-	rc.SetContext(c)
-	s.stats.connsTotal.Add(1)
-	return true
-}
-
-func (s *Server) closed(rc redcon.Conn, err error) {
-	c, _ := rc.Context().(*client)
-	if c == nil {
-		return
-	}
+// closed counts a connection out.
+func (s *Server) closed(c *client, err error) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	if s.closing && len(s.conns) == 0 && s.idle != nil {
@@ -292,85 +404,7 @@ func (s *Server) closed(rc redcon.Conn, err error) {
 		}
 	}
 	s.mu.Unlock()
-	if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrDeadlineExceeded) {
-		s.log.Debug("connection closed", "id", c.id, "addr", rc.RemoteAddr(), "err", err)
+	if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, io.EOF) {
+		s.log.Debug("connection closed", "id", c.id, "addr", c.addr, "err", err)
 	}
 }
-
-// handle is redcon's handler. It takes the rest of the pipeline at once so
-// that decisions in it form one batch, and writes all replies with one
-// flush (redcon flushes after the handler returns).
-func (s *Server) handle(rc redcon.Conn, first redcon.Command) {
-	c, _ := rc.Context().(*client)
-	if c == nil {
-		_ = rc.Close()
-		return
-	}
-	if lc, ok := rc.NetConn().(*limitConn); ok {
-		lc.in.unparsed = 0
-	}
-	rest := rc.ReadPipeline()
-	defer func() {
-		if r := recover(); r != nil {
-			// A bug, not an input: it must not take the process down.
-			s.log.Error("panic in command handler", "panic", fmt.Sprint(r), "id", c.id)
-			c.out = appendError(c.out, "ERR internal error")
-			c.quit = true
-		}
-		rc.WriteRaw(c.out)
-		if cap(c.out) > 1<<20 {
-			c.out = nil // do not keep a huge pipeline's buffer per connection
-		} else {
-			c.out = c.out[:0]
-		}
-		// While closing, the connection reads on until Shutdown's read
-		// deadline, so that requests already sent are answered too.
-		if c.quit {
-			_ = rc.Close()
-		}
-	}()
-	c.exec(first.Args)
-	for i := range rest {
-		if c.quit {
-			break
-		}
-		c.exec(rest[i].Args)
-	}
-	c.settle()
-}
-
-// drainListener lets Shutdown stop accepting without redcon noticing:
-// redcon closes every connection as soon as Accept fails, which would cut
-// off requests being answered, so after stop, Accept blocks until finish.
-type drainListener struct {
-	net.Listener
-	max      int
-	maxArgs  int
-	stopOnce sync.Once
-	stopped  atomic.Bool
-	drained  chan struct{}
-	doneOnce sync.Once
-	err      error // the listener's own error, set before Accept returns it
-}
-
-func (l *drainListener) Accept() (net.Conn, error) {
-	nc, err := l.Listener.Accept()
-	if err != nil {
-		if l.stopped.Load() {
-			<-l.drained
-			return nil, net.ErrClosed
-		}
-		l.err = err
-		return nil, err
-	}
-	return newLimitConn(nc, l.max, l.maxArgs), nil
-}
-
-func (l *drainListener) stop() {
-	l.stopOnce.Do(func() {
-		l.stopped.Store(true)
-		_ = l.Listener.Close()
-	})
-}
-
-func (l *drainListener) finish() { l.doneOnce.Do(func() { close(l.drained) }) }

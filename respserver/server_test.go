@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -409,6 +410,117 @@ func TestConcurrentConnections(t *testing.T) {
 	}
 	if total != limit {
 		t.Errorf("allowed %d, want %d", total, limit)
+	}
+}
+
+// The tests of what a connection does run on the event loop (the default
+// on Linux), and here again with each connection on a goroutine of its
+// own, as on other systems.
+func TestGoroutineTransport(t *testing.T) {
+	testLoops = -1
+	defer func() { testLoops = 0 }()
+	for _, test := range []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"Transcripts", TestTranscripts},
+		{"PipelineIsOneBatch", TestPipelineIsOneBatch},
+		{"TenThousandPipelined", TestTenThousandPipelined},
+		{"StoreErrorIsAnErrReply", TestStoreErrorIsAnErrReply},
+		{"ShutdownDrains", TestShutdownDrains},
+		{"ShutdownGivesUpAtDeadline", TestShutdownGivesUpAtDeadline},
+		{"RequestTooLarge", TestRequestTooLarge},
+		{"CommandsBeforeABadFrame", TestCommandsBeforeABadFrame},
+		{"MegabyteArgument", TestMegabyteArgument},
+		{"MaxConns", TestMaxConns},
+		{"ClientVanishes", TestClientVanishes},
+		{"ConcurrentConnections", TestConcurrentConnections},
+		{"SlowReader", TestSlowReader},
+		{"HalfClose", TestHalfClose},
+		{"TraceDecisions", TestTraceDecisions},
+	} {
+		t.Run(test.name, test.run)
+	}
+}
+
+// An event loop decides what several connections sent in one round as
+// one batch: while a batch is at the store, what others send waits in
+// their sockets, and the next round reads it all.
+func TestLoopBatchesAcrossConnections(t *testing.T) {
+	srv, ln, fs, served := serveGated(t)
+	defer func() {
+		srv.Close()
+		<-served
+	}()
+	first := dialTest(t, ln.Addr().String())
+	first.send(t, encodeCommand(bytesArgs("RL.FIXED", "first", "1", "1m")))
+	<-fs.entered // the loop waits on this batch
+	const others = 3
+	conns := make([]*testConn, others)
+	for i := range conns {
+		conns[i] = dialTest(t, ln.Addr().String())
+		conns[i].send(t, encodeCommand(bytesArgs("RL.FIXED", fmt.Sprint("k", i), "1", "1m")))
+	}
+	time.Sleep(50 * time.Millisecond) // let the requests reach their sockets
+	close(fs.gate)
+	for _, c := range append(conns, first) {
+		if got, err := c.reply(t); err != nil || got != "[1, 1, 0, 0, 60000]" {
+			t.Fatalf("reply %q, %v", got, err)
+		}
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fmt.Sprint(fs.batches) != fmt.Sprint([]int{1, others}) {
+		t.Errorf("batches %v; want [1 %d]: the three connections' requests in one", fs.batches, others)
+	}
+}
+
+// A client that sends a long pipeline and reads the replies only later
+// gets them all, in order: the server keeps what the socket cannot take
+// and reads no more from that client until it is sent.
+func TestSlowReader(t *testing.T) {
+	_, addr := startServer(t, Config{Store: memStore(t)})
+	c := dialTest(t, addr)
+	const n = 4000
+	payload := strings.Repeat("x", 2048) // 8 MB of replies: more than the sockets hold
+	var pipe []byte
+	for i := range n {
+		pipe = append(pipe, encodeCommand(bytesArgs("ECHO", fmt.Sprint(i, payload)))...)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_, err := c.nc.Write(pipe)
+		wrote <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the server fills the socket and waits
+	for i := range n {
+		got, err := c.reply(t)
+		if want := fmt.Sprintf("%q", fmt.Sprint(i, payload)); err != nil || got != want {
+			t.Fatalf("reply %d: %.20q, %v", i, got, err)
+		}
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A client that sends its commands and closes its side of the connection
+// still gets every reply.
+func TestHalfClose(t *testing.T) {
+	_, addr := startServer(t, Config{Store: memStore(t)})
+	c := dialTest(t, addr)
+	c.send(t, append(encodeCommand(bytesArgs("PING")), encodeCommand(bytesArgs("RL.FIXED", "k", "1", "1m"))...))
+	if err := c.nc.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"+PONG", "[1, 1, 0, 0, 60000]"} {
+		if got, err := c.reply(t); err != nil || got != want {
+			t.Fatalf("got %q, %v; want %q", got, err, want)
+		}
+	}
+	if _, err := c.reply(t); !errors.Is(err, io.EOF) {
+		t.Errorf("after the replies: %v; want the connection closed", err)
 	}
 }
 

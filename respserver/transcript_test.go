@@ -60,10 +60,17 @@ func testPolicies(t testing.TB) engine.Policies {
 	return set
 }
 
+// testLoops, when not zero, is the Loops of every server a test starts
+// (see TestGoroutineTransport).
+var testLoops int
+
 // serveOn serves cfg on a fresh loopback port; Serve's result arrives on
 // the channel.
 func serveOn(t testing.TB, cfg Config) (*Server, net.Listener, chan error) {
 	t.Helper()
+	if cfg.Loops == 0 {
+		cfg.Loops = testLoops
+	}
 	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -77,6 +78,7 @@ type options struct {
 	maxKeys         int
 	denyCacheSize   int
 	maxClients      int
+	ioLoops         int // 0: a goroutine per connection
 }
 
 const usageHead = `Usage: sluice [flags]
@@ -146,12 +148,14 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		name, env string
 		def       int
 		usage     string
+		zeroOK    bool
 	}{
-		{&o.batchMax, "batch-max", "SLUICE_BATCH_MAX", 1024, "most decisions sent to the upstream in one round trip (`n`) [SLUICE_BATCH_MAX]"},
-		{&o.batchInFlight, "batch-inflight", "SLUICE_BATCH_INFLIGHT", 1, "most round trips to the upstream in flight at once (`n`) [SLUICE_BATCH_INFLIGHT]"},
-		{&o.maxKeys, "max-keys", "SLUICE_MAX_KEYS", 100_000, "most keys the in-memory store keeps, about 300 bytes each (`n`) [SLUICE_MAX_KEYS]"},
-		{&o.denyCacheSize, "deny-cache-size", "SLUICE_DENY_CACHE_SIZE", 50_000, "most refusals remembered locally, about 350 bytes each (`n`) [SLUICE_DENY_CACHE_SIZE]"},
-		{&o.maxClients, "max-clients", "SLUICE_MAX_CLIENTS", 10_000, "most client connections at once (`n`) [SLUICE_MAX_CLIENTS]"},
+		{&o.batchMax, "batch-max", "SLUICE_BATCH_MAX", 1024, "most decisions sent to the upstream in one round trip (`n`) [SLUICE_BATCH_MAX]", false},
+		{&o.batchInFlight, "batch-inflight", "SLUICE_BATCH_INFLIGHT", 1, "most round trips to the upstream in flight at once (`n`) [SLUICE_BATCH_INFLIGHT]", false},
+		{&o.maxKeys, "max-keys", "SLUICE_MAX_KEYS", 100_000, "most keys the in-memory store keeps, about 300 bytes each (`n`) [SLUICE_MAX_KEYS]", false},
+		{&o.denyCacheSize, "deny-cache-size", "SLUICE_DENY_CACHE_SIZE", 50_000, "most refusals remembered locally, about 350 bytes each (`n`) [SLUICE_DENY_CACHE_SIZE]", false},
+		{&o.maxClients, "max-clients", "SLUICE_MAX_CLIENTS", 10_000, "most client connections at once (`n`) [SLUICE_MAX_CLIENTS]", false},
+		{&o.ioLoops, "io-loops", "SLUICE_IO_LOOPS", 1, "event loops serving client connections, a thread each (`n`); 0: a goroutine per connection, as on systems other than Linux [SLUICE_IO_LOOPS]", true},
 	}
 	intText := make([]string, len(ints))
 	for i, f := range ints {
@@ -185,7 +189,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	}
 	for i, f := range ints {
 		n, err := strconv.Atoi(intText[i])
-		if err != nil || n < 1 {
+		if err != nil || n < 0 || n == 0 && !f.zeroOK {
+			if f.zeroOK {
+				return o, fmt.Errorf("invalid --%s %q: must be a positive integer, or 0", f.name, intText[i])
+			}
 			return o, fmt.Errorf("invalid --%s %q: must be a positive integer", f.name, intText[i])
 		}
 		*f.dst = n
@@ -407,6 +414,7 @@ func serve(ctx context.Context, o options, log *slog.Logger) error {
 	srv, err := respserver.New(respserver.Config{
 		Store: store, Policies: policies, RequirePass: o.requirePass, Logger: log,
 		MaxConns: o.maxClients, Observer: tel, Info: infoSections(o, mem, chain, live), Tracer: tracer,
+		Loops: cmp.Or(o.ioLoops, -1),
 	})
 	if err != nil {
 		return err

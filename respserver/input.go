@@ -1,0 +1,120 @@
+package respserver
+
+import (
+	"bytes"
+
+	"github.com/tidwall/redcon"
+)
+
+// input is what a connection has read: the commands run since the last
+// settle, then the start of a command not complete yet. The queued
+// requests' keys alias buf, so it is compacted only after a settle.
+type input struct {
+	buf    []byte
+	parsed int // buf[:parsed] holds commands already run
+	guard  frameGuard
+	args   [][]byte // reused by the parser
+}
+
+const (
+	// readSize is the room a connection reads into: a pipeline of a few
+	// dozen decisions arrives in one read.
+	readSize = 4 << 10
+	// keepInput is the largest input buffer a connection keeps once it is
+	// empty again; a larger one, grown for a large pipeline, is dropped.
+	keepInput = 64 << 10
+)
+
+// spare is room at the end of the input to read into: never more than
+// the request limit leaves, so that one read cannot overshoot it.
+func (c *client) spare() []byte {
+	in := &c.in
+	if cap(in.buf)-len(in.buf) < readSize/2 {
+		// The old array stays as it is: queued keys may alias it.
+		grown := make([]byte, len(in.buf), max(2*cap(in.buf), readSize))
+		copy(grown, in.buf)
+		in.buf = grown
+	}
+	room := in.buf[len(in.buf):cap(in.buf)]
+	if left := c.s.cfg.MaxRequestBytes - (len(in.buf) - in.parsed); len(room) > left {
+		room = room[:max(left, 1)]
+	}
+	return room
+}
+
+// take runs the commands that the n bytes just read into spare complete.
+// Decisions stay queued for settle. A frame that breaks the protocol or a
+// limit is answered with a protocol error, in order behind the replies
+// owed before it, and the connection is marked to close (c.quit).
+func (c *client) take(n int) {
+	in := &c.in
+	start := len(in.buf)
+	in.buf = in.buf[:start+n]
+	fine, msg := in.guard.scan(in.buf[start:])
+	if msg != "" {
+		in.buf = in.buf[:start+fine]
+	}
+	for !c.quit && in.parsed < len(in.buf) {
+		rest := in.buf[in.parsed:]
+		if rest[0] != '*' {
+			done, perr := c.takeInline(rest)
+			if perr != "" {
+				msg = perr
+			}
+			if !done {
+				break
+			}
+			continue
+		}
+		complete, args, _, left, err := redcon.ReadNextCommand(rest, in.args)
+		if err != nil {
+			msg = err.Error() // "Protocol error: …"
+			break
+		}
+		if !complete {
+			break
+		}
+		in.args = args
+		in.parsed = len(in.buf) - len(left)
+		c.exec(args)
+	}
+	if msg == "" && len(in.buf)-in.parsed >= c.s.cfg.MaxRequestBytes {
+		msg = errRequestTooBig
+	}
+	if msg != "" && !c.quit {
+		c.fail("ERR " + msg)
+		c.quit = true
+	}
+}
+
+// takeInline runs the inline (telnet-style) command at the start of rest,
+// if its line is complete. Inline commands come from people typing, so
+// they are parsed by redcon's own reader, allocations and all.
+func (c *client) takeInline(rest []byte) (done bool, msg string) {
+	eol := bytes.IndexByte(rest, '\n')
+	if eol < 0 {
+		return false, ""
+	}
+	line := rest[:eol+1]
+	c.in.parsed += len(line)
+	if len(bytes.Trim(line, " \r\n")) == 0 {
+		return true, "" // an empty line, as Redis, is no command
+	}
+	cmd, err := redcon.Parse(line)
+	if err != nil {
+		return false, err.Error()
+	}
+	c.exec(cmd.Args)
+	return true, ""
+}
+
+// compact drops the input that settled commands came from and keeps an
+// incomplete command's start. Call it only after settle.
+func (c *client) compact() {
+	in := &c.in
+	n := copy(in.buf, in.buf[in.parsed:])
+	in.buf, in.parsed = in.buf[:n], 0
+	if n == 0 && cap(in.buf) > keepInput {
+		in.buf = nil
+	}
+}
