@@ -112,6 +112,9 @@ func (c *client) takeInline(rest []byte) (done bool, msg string) {
 // incomplete command's start. Call it only after settle.
 func (c *client) compact() {
 	in := &c.in
+	if in.parsed == 0 && len(in.buf) > 0 {
+		return // nothing to drop: a large command arriving read by read is not copied again
+	}
 	n := copy(in.buf, in.buf[in.parsed:])
 	in.buf, in.parsed = in.buf[:n], 0
 	if n == 0 && cap(in.buf) > keepInput {
