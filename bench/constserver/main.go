@@ -1,7 +1,7 @@
 // Command constserver is a redcon server that answers every command with
-// the same five-integer decision, read from nothing: the ceiling for a
-// decision answered locally by a RESP sidecar, against which the benchmark
-// measures Sluice's in-memory store.
+// the same five-integer decision, read from nothing: what a Go RESP server
+// with a goroutine per connection reaches when it does no work at all,
+// against which the benchmark measures Sluice's in-memory store.
 package main
 
 import (
