@@ -34,6 +34,12 @@ func TestFlagsAndEnv(t *testing.T) {
 	if _, err := parseFlags([]string{"extra"}, envOf(nil), &out); err == nil {
 		t.Error("a positional argument was accepted")
 	}
+	if o, err := parseFlags([]string{"--io-loops", "0"}, envOf(nil), &out); err != nil || o.ioLoops != 0 {
+		t.Errorf("--io-loops 0: %d, %v; want a goroutine per connection", o.ioLoops, err)
+	}
+	if o, _ := parseFlags(nil, envOf(nil), &out); o.ioLoops != 1 {
+		t.Errorf("--io-loops defaults to %d, want 1", o.ioLoops)
+	}
 	if _, err := parseFlags([]string{"--shutdown-timeout", "soon"}, envOf(nil), &out); err == nil {
 		t.Error("a bad --shutdown-timeout was accepted")
 	}
@@ -68,6 +74,8 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{[]string{"--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"--on-upstream-failure", "maybe"}, 2, "invalid --on-upstream-failure"},
 		{[]string{"--policies-poll", "-1s"}, 2, "invalid --policies-poll"},
+		{[]string{"--io-loops", "-1"}, 2, "invalid --io-loops \"-1\": must be a positive integer, or 0"},
+		{[]string{"--max-clients", "0"}, 2, "invalid --max-clients \"0\": must be a positive integer"},
 	} {
 		var out bytes.Buffer
 		code := run(context.Background(), tc.args, envOf(nil), &out)
