@@ -56,7 +56,6 @@ type loopConn struct {
 	fd      int
 	c       *client
 	blocked bool // replies wait for room in the socket; reading waits for them
-	inRound bool
 }
 
 // startLoops starts n event loops; none for n < 1.
@@ -242,22 +241,14 @@ func (l *loop) read(lc *loopConn) {
 	n, err := unix.Read(lc.fd, lc.c.spare())
 	if n > 0 {
 		lc.c.takeRead(n)
-		if !lc.inRound {
-			lc.inRound = true
-			l.round = append(l.round, lc)
-		}
+		l.round = append(l.round, lc) // once: epoll names a descriptor once a wait
 		return
 	}
 	if err == unix.EAGAIN || err == unix.EINTR {
 		return
 	}
 	// The end of the stream, or an error. Anything read before it was
-	// answered in an earlier round; a connection in this round is closed
-	// once its replies are written.
-	if lc.inRound {
-		lc.c.quit = true
-		return
-	}
+	// answered in an earlier round.
 	l.close(lc, err)
 }
 
@@ -276,7 +267,6 @@ func (l *loop) settle() {
 	l.decide()
 	for i, lc := range l.round {
 		l.round[i] = nil
-		lc.inRound = false
 		lc.c.compact()
 		l.write(lc)
 	}
