@@ -225,12 +225,8 @@ func (r *Request) Validate() error {
 	if err := r.Limit.Validate(); err != nil {
 		return err
 	}
-	if r.Key == "" {
-		return &ParamError{Param: "key", Value: `""`, Reason: "must not be empty"}
-	}
-	if len(r.Key) > MaxKeyLen {
-		return &ParamError{Param: "key", Value: "of " + strconv.Itoa(len(r.Key)) + " bytes",
-			Reason: "must be at most " + strconv.Itoa(MaxKeyLen) + " bytes"}
+	if err := ValidateKey(r.Key); err != nil {
+		return err
 	}
 	if r.Cost < 0 {
 		return &ParamError{Param: "cost", Value: strconv.FormatInt(r.Cost, 10), Reason: "must not be negative"}
@@ -238,6 +234,19 @@ func (r *Request) Validate() error {
 	if c := r.Limit.Capacity(); r.Cost > c {
 		return &ParamError{Param: "cost", Value: strconv.FormatInt(r.Cost, 10),
 			Reason: "exceeds the capacity " + strconv.FormatInt(c, 10) + ", so it could never be allowed"}
+	}
+	return nil
+}
+
+// ValidateKey checks a key as every request's and every reset's: not
+// empty, at most MaxKeyLen bytes.
+func ValidateKey(key string) error {
+	if key == "" {
+		return &ParamError{Param: "key", Value: `""`, Reason: "must not be empty"}
+	}
+	if len(key) > MaxKeyLen {
+		return &ParamError{Param: "key", Value: "of " + strconv.Itoa(len(key)) + " bytes",
+			Reason: "must be at most " + strconv.Itoa(MaxKeyLen) + " bytes"}
 	}
 	return nil
 }
@@ -314,3 +323,17 @@ func (e *ParamError) Error() string {
 func (e *ParamError) Unwrap() error { return ErrInvalid }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// MarshalText writes the mode as ParseFailureMode reads it, so that a
+// FailureMode is a flag (flag.TextVar) and a config value.
+func (m FailureMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText reads allow, deny or local.
+func (m *FailureMode) UnmarshalText(b []byte) error {
+	v, err := ParseFailureMode(string(b))
+	if err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}

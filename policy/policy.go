@@ -1,7 +1,7 @@
 // Package policy loads named rate-limit policies from a YAML file, so that
 // limits are defined once, in one place, and clients ask for them by name
-// (RL.ALLOW policy key). It also owns the period syntax (ParseDuration) that
-// commands and policy files share.
+// (RL.ALLOW policy key). Periods are read by engine.ParsePeriod, as the
+// commands read them.
 //
 // A bad file must stop start-up with an error that points at the fix, so
 // every error names the file, the line, the policy and the field, and
@@ -54,8 +54,14 @@ func (s *Set) Len() int { return len(s.byName) }
 // Load reads and parses the policies file at path.
 func Load(path string) (*Set, error) {
 	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("policies: %w", err)
+	return parseRead(path, data, err)
+}
+
+// parseRead parses data read from path, or reports the error reading it
+// met.
+func parseRead(path string, data []byte, readErr error) (*Set, error) {
+	if readErr != nil {
+		return nil, fmt.Errorf("policies: %w", readErr)
 	}
 	return Parse(path, data)
 }
@@ -230,15 +236,9 @@ func parsePolicy(file, name string, key, node *yaml.Node) (engine.Policy, error)
 	if per == nil {
 		return p, fail(key.Line, "period", "missing: give a duration such as 1s, 1m, 1h or 1d")
 	}
-	d, err := ParseDuration(per.Value)
-	if err != nil {
-		msg := err.Error()
-		if errors.Is(err, ErrDurationNoUnit) {
-			msg = fmt.Sprintf("%q needs a unit: did you mean %ss (seconds) or %sms (milliseconds)?", per.Value, per.Value, per.Value)
-		} else {
-			msg = fmt.Sprintf("%q %s", per.Value, msg)
-		}
-		return p, fail(per.Line, "period", msg)
+	d, why := engine.ParsePeriod(per.Value)
+	if why != "" {
+		return p, fail(per.Line, "period", fmt.Sprintf("%q %s", per.Value, why))
 	}
 	p.Limit.Period = d
 	if v := seen["prefix"]; v != nil {

@@ -3,10 +3,6 @@ package respserver
 import (
 	"errors"
 	"strconv"
-	"time"
-
-	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/policy"
 )
 
 // Argument parsers. Each returns a reason on failure ("" when it succeeds)
@@ -51,22 +47,6 @@ func atoi64(s string) (int64, error) {
 	return strconv.ParseInt(s, 10, 64)
 }
 
-// parsePeriod reads a period with its unit (500ms, 1s, 1m, 1h, 1d, 1h30m).
-// A bare number gets a reason that suggests the unit it most likely meant.
-func parsePeriod(b []byte) (time.Duration, string) {
-	d, err := policy.ParseDuration(str(b))
-	if err == nil {
-		if d < engine.MinPeriod || d > engine.MaxPeriod {
-			return 0, "must be between 1ms and 3650d"
-		}
-		return d, ""
-	}
-	if errors.Is(err, policy.ErrDurationNoUnit) {
-		return 0, "needs a unit: did you mean " + string(b) + "s (seconds) or " + string(b) + "ms (milliseconds)?"
-	}
-	return 0, err.Error()
-}
-
 // parseCostPeek reads the optional tail of every decision command:
 // [cost] [PEEK]. The cost defaults to 1.
 func parseCostPeek(tail [][]byte) (cost int64, peek bool, msg string) {
@@ -91,13 +71,4 @@ func parseCostPeek(tail [][]byte) (cost int64, peek bool, msg string) {
 
 func isPeek(b []byte) bool {
 	return len(b) == 4 && b[0]|0x20 == 'p' && b[1]|0x20 == 'e' && b[2]|0x20 == 'e' && b[3]|0x20 == 'k'
-}
-
-// validate checks a parsed request before it is queued, so that a store
-// sees valid requests only, and names parameters as cmd calls them.
-func validate(cmd *command, req *engine.Request) string {
-	if err := req.Validate(); err != nil {
-		return requestError(err, cmd)
-	}
-	return ""
 }

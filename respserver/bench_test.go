@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/telemetry"
 )
 
 // The hot path's parts, each meant to allocate nothing.
@@ -22,10 +21,14 @@ func BenchmarkParse(b *testing.B) {
 			cmd := lookup(args[0])
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, msg := cmd.parse(c, cmd, args); msg != "" {
+				req, _, msg := cmd.parse(cmd, args)
+				if msg != "" {
 					b.Fatal(msg)
 				}
-				c.keys = c.keys[:0] // as settle does
+				if _, err := c.batch.Add(req); err != nil {
+					b.Fatal(err)
+				}
+				c.batch.Clear() // as settle does
 			}
 		})
 	}
@@ -49,41 +52,26 @@ func BenchmarkEncode(b *testing.B) {
 }
 
 // BenchmarkPipeline is a pipeline of 100 decisions, as a client sends its
-// bytes, through the frame guard, the parser, the command layer and the
-// memory store, without the network: allocations are none, per pipeline or
-// per decision.
-//
-// metrics-on counts every decision into telemetry, as the binary does; it
-// must stay within a few percent of metrics-off, and allocate no more.
+// bytes, through the frame guard, the parser, the command layer, the
+// service (which counts every decision, as in the binary) and the memory
+// store, without the network: allocations are none, per pipeline or per
+// decision.
 func BenchmarkPipeline(b *testing.B) {
 	var raw []byte
 	for i := range 100 {
 		raw = append(raw, encodeCommand(bytesArgs("RL.TOKEN", string(rune('a'+i%26)), "1000000", "1000000", "1s"))...)
 	}
-	tel, err := telemetry.New(telemetry.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, bc := range []struct {
-		name     string
-		observer Observer
-	}{{"metrics-off", nil}, {"metrics-on", tel}} {
-		b.Run(bc.name, func(b *testing.B) {
-			srv := fuzzServer(b)
-			srv.cfg.Observer = bc.observer
-			c := offlineClient(srv)
-			b.ReportAllocs()
-			for b.Loop() {
-				for data := raw; len(data) > 0; {
-					n := copy(c.spare(), data)
-					data = data[n:]
-					c.take(n)
-				}
-				c.settle()
-				c.compact()
-				c.out = c.out[:0]
-			}
-		})
+	c := offlineClient(fuzzServer(b))
+	b.ReportAllocs()
+	for b.Loop() {
+		for data := raw; len(data) > 0; {
+			n := copy(c.spare(), data)
+			data = data[n:]
+			c.take(n)
+		}
+		c.settle()
+		c.compact()
+		c.out = c.out[:0]
 	}
 }
 

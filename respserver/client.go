@@ -1,16 +1,13 @@
 package respserver
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net"
-	"time"
+	"runtime/debug"
 	"unsafe"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/service"
 )
 
 // client is one connection's state. Only the goroutine serving the
@@ -37,42 +34,26 @@ type client struct {
 	// them to the server's count: one atomic add per pipeline.
 	commands int64
 
-	// trace is the parent of this connection's decision spans, set by
-	// RL.TRACE; the zero value traces nothing.
-	trace trace.SpanContext
-
-	// policy is the policy the command being parsed named, if any: parse
-	// sets it, exec keeps it with the queued request.
-	policy policyRef
-
 	// last is the command this connection sent last: a pipeline mostly
 	// repeats one, and comparing its name costs less than a lookup.
 	last *command
 
-	// Reused per pipeline, so that a warm connection allocates nothing.
-	// keys holds the policy-prefixed keys of the queued requests, which
-	// alias it until they are settled (stores copy what they keep).
-	keys []byte
-	reqs []engine.Request
-	res  []engine.Result
-	pend []pending
-	out  []byte
+	// batch holds the queued decisions until settle; its Trace is set by
+	// RL.TRACE. Reused per pipeline, with pend and out, so that a warm
+	// connection allocates nothing.
+	batch  *service.Batch
+	single [1]*service.Batch // one(): no slice allocated per settle
+	pend   []pending
+	out    []byte
 }
 
 // pending is a reply owed in pipeline order: a queued decision, or an error
 // that was found while decisions before it were still queued.
 type pending struct {
-	req    int // index into reqs, or -1 for err
-	shape  shape
-	cmd    *command
-	err    string
-	policy policyRef // RL.ALLOW's policy; zero for the inline commands
-}
-
-// policyRef is what a reply needs of the policy a request named.
-type policyRef struct {
-	name   string // "" for the inline commands
-	shadow bool
+	req   int // index into batch, or -1 for err
+	shape shape
+	cmd   *command
+	err   string
 }
 
 func newClient(s *Server, addr string) *client {
@@ -82,6 +63,7 @@ func newClient(s *Server, addr string) *client {
 		addr:   addr,
 		proto:  2,
 		authed: s.cfg.RequirePass == "",
+		batch:  s.cfg.Service.NewBatch(),
 	}
 	c.in.guard = frameGuard{maxArgs: int64(s.cfg.MaxArgs), maxBulk: int64(s.cfg.MaxRequestBytes)}
 	return c
@@ -112,24 +94,34 @@ func (c *client) exec(args [][]byte) {
 		return
 	}
 	if cmd.parse != nil {
-		c.policy = policyRef{}
-		req, sh, msg := cmd.parse(c, cmd, args)
+		req, sh, msg := cmd.parse(cmd, args)
 		if msg != "" {
 			c.fail(msg)
 			return
 		}
-		c.reqs = append(c.reqs, req)
-		c.pend = append(c.pend, pending{req: len(c.reqs) - 1, shape: sh, cmd: cmd, policy: c.policy})
+		i, err := c.batch.Add(req)
+		if err != nil {
+			c.owe(requestError(err, cmd)) // the service counted it
+			return
+		}
+		if sh == shapeRL && c.batch.Limit(i).Algorithm == engine.LeakyBucket {
+			sh = shapeLeaky
+		}
+		c.pend = append(c.pend, pending{req: i, shape: sh, cmd: cmd})
 		return
 	}
 	c.settle()
 	cmd.run(c, args)
 }
 
-// fail owes an error reply: queued behind pending decisions, or at once.
+// fail counts an error the server found itself and owes its reply.
 func (c *client) fail(msg string) {
-	c.s.stats.errors.Add(1)
-	c.s.observeFailure("request")
+	c.s.cfg.Service.CountError(service.ErrRequest)
+	c.owe(msg)
+}
+
+// owe owes an error reply: queued behind pending decisions, or at once.
+func (c *client) owe(msg string) {
 	if len(c.pend) == 0 {
 		c.out = appendError(c.out, msg)
 		return
@@ -140,91 +132,44 @@ func (c *client) fail(msg string) {
 // settle decides the queued requests as one batch and writes every owed
 // reply in order.
 func (c *client) settle() {
-	var err error
-	if len(c.reqs) > 0 {
-		c.res = sized(c.res, len(c.reqs))
-		err = c.decide()
-	}
-	c.answer(err)
-}
-
-// tracing tells whether this connection's decisions get spans.
-func (c *client) tracing() bool { return c.trace.IsValid() && c.s.cfg.Tracer != nil }
-
-// decide asks the store for the queued requests' decisions, into c.res.
-func (c *client) decide() error {
-	var start time.Time
-	if c.tracing() {
-		start = time.Now()
-	}
-	// No deadline of its own: the store bounds its waits (see
-	// engine.Store), so a pipeline pays for no timer here.
-	err := c.s.cfg.Store.Decide(context.Background(), c.reqs, c.res)
-	if c.tracing() {
-		c.traceDecisions(start, err)
-	}
-	return err
-}
-
-// answer writes every owed reply in order: the queued requests' decisions
-// are in c.res, unless err failed them all.
-func (c *client) answer(batchErr error) {
-	c.s.stats.commands.Add(c.commands)
-	c.commands = 0
-	if len(c.pend) == 0 {
+	if c.batch.Len() > 0 {
+		c.s.cfg.Service.Decide(c.one(), c.answer)
 		return
 	}
-	var t tally
+	c.answer()
+}
+
+// one is the client's batch as the one batch of a Decide.
+func (c *client) one() []*service.Batch {
+	c.single[0] = c.batch
+	return c.single[:]
+}
+
+// answer writes every owed reply in order, once the batch is decided.
+func (c *client) answer() {
+	c.s.stats.commands.Add(c.commands)
+	c.commands = 0
 	for i := range c.pend {
 		p := &c.pend[i]
-		switch {
-		case p.req < 0:
+		if p.req < 0 {
 			c.out = appendError(c.out, p.err)
-		case batchErr != nil:
-			c.s.stats.errors.Add(1)
-			c.s.observeFailure("store")
-			c.out = appendError(c.out, storeError(batchErr))
-		case c.res[p.req].Err != nil:
-			err := c.res[p.req].Err
-			c.s.stats.errors.Add(1)
-			if errors.Is(err, engine.ErrInvalid) {
-				c.s.observeFailure("request")
-			} else {
-				c.s.observeFailure("store")
-			}
-			c.out = appendError(c.out, requestError(err, p.cmd))
-		default:
-			r := &c.res[p.req]
-			d := r.Decision
-			// Shadow mode: counted as the refusal it was, answered as an
-			// admission.
-			shadow := p.policy.shadow && !d.Allowed
-			if shadow {
-				d.Allowed, d.RetryAfter = true, 0
-			}
-			t.add(c.s, decided{p.policy.name, c.reqs[p.req].Limit.Algorithm, d.Allowed && !shadow, shadow, r.Path})
-			c.out = appendDecision(c.out, &d, p.shape, c.proto)
+			continue
 		}
+		d, err := c.batch.Result(p.req)
+		if err != nil {
+			c.out = appendError(c.out, requestError(err, p.cmd))
+			continue
+		}
+		c.out = appendDecision(c.out, d, p.shape, c.proto)
 	}
-	t.flush(c.s)
 	c.dropQueue()
 }
 
 // dropQueue empties the queue of requests and owed replies.
 func (c *client) dropQueue() {
-	clear(c.reqs) // drop the keys, which alias the input
-	c.keys = c.keys[:0]
-	clear(c.res)
+	c.batch.Clear()
 	clear(c.pend)
-	c.reqs, c.res, c.pend = c.reqs[:0], c.res[:0], c.pend[:0]
-}
-
-// sized is s with length n, reusing its array when it is large enough.
-func sized(s []engine.Result, n int) []engine.Result {
-	if cap(s) < n {
-		return make([]engine.Result, n, 2*n)
-	}
-	return s[:n]
+	c.pend = c.pend[:0]
 }
 
 // recoverPanic, deferred around running a connection's commands, turns a
@@ -232,72 +177,22 @@ func sized(s []engine.Result, n int) []engine.Result {
 // an input, and it must not take the process down.
 func (c *client) recoverPanic() {
 	if r := recover(); r != nil {
-		c.s.log.Error("panic in command handler", "panic", fmt.Sprint(r), "id", c.id)
-		c.dropQueue()
-		c.out = appendError(c.out, "ERR internal error")
-		c.quit = true
+		c.s.panicked(r)
+		c.internalError()
 	}
 }
 
-// decided is what the counters and the Observer learn of a decision.
-type decided struct {
-	policy  string // "" for the inline commands
-	alg     engine.Algorithm
-	allowed bool // and not only by shadow mode
-	shadow  bool
-	path    engine.Path
+// panicked logs a recovered panic.
+func (s *Server) panicked(r any) {
+	s.log.Error("panic in command handler", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 }
 
-// tally counts a pipeline's decisions for the server's counters and its
-// Observer in runs of alike ones, so that a pipeline adds to the shared
-// counters once per run rather than once per decision: they are contended
-// by every connection.
-type tally struct {
-	run decided
-	n   int
-}
-
-func (t *tally) add(s *Server, d decided) {
-	if t.n > 0 && d != t.run {
-		t.flush(s)
-	}
-	t.run = d
-	t.n++
-}
-
-func (t *tally) flush(s *Server) {
-	if t.n == 0 {
-		return
-	}
-	d, n := t.run, int64(t.n)
-	t.n = 0
-	if int(d.path) < len(s.stats.paths) {
-		s.stats.paths[d.path].Add(n)
-	}
-	switch {
-	case d.shadow:
-		s.stats.shadowed.Add(n)
-	case d.allowed:
-		s.stats.allowed.Add(n)
-	default:
-		s.stats.denied.Add(n)
-	}
-	if o := s.cfg.Observer; o != nil {
-		name := d.policy
-		if name == "" {
-			name = "inline"
-		}
-		o.Decided(name, d.alg, d.allowed, d.shadow, d.path, int(n))
-	}
-}
-
-// prefixed is prefix+key, written into the connection's key buffer: valid
-// until the queued requests are settled. A buffer that grows leaves the
-// earlier keys in the old array, which they keep alive.
-func (c *client) prefixed(prefix string, key []byte) string {
-	start := len(c.keys)
-	c.keys = append(append(c.keys, prefix...), key...)
-	return str(c.keys[start:])
+// internalError drops what the client has queued, answers an internal
+// error and closes the connection once it is written.
+func (c *client) internalError() {
+	c.dropQueue()
+	c.out = appendError(c.out, "ERR internal error")
+	c.quit = true
 }
 
 // str views an argument as a string without copying. Arguments alias the

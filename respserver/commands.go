@@ -1,9 +1,12 @@
 package respserver
 
 import (
+	"context"
+	"strconv"
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/service"
 )
 
 // command is one entry of the command table: its arity and documentation
@@ -23,7 +26,7 @@ type command struct {
 	noAuth           bool              // allowed before AUTH
 	rename           map[string]string // engine parameter name → this command's
 
-	parse func(c *client, cmd *command, args [][]byte) (engine.Request, shape, string)
+	parse func(cmd *command, args [][]byte) (service.Request, shape, string)
 	run   func(c *client, args [][]byte)
 }
 
@@ -162,78 +165,44 @@ func decisionCommands() []*command {
 }
 
 // parse reads key, the inline parameters, period, [cost] [PEEK].
-func (in inline) parse(c *client, cmd *command, args [][]byte) (engine.Request, shape, string) {
-	req := engine.Request{Key: str(args[1]), Limit: engine.Limit{Algorithm: in.alg}}
+func (in inline) parse(cmd *command, args [][]byte) (service.Request, shape, string) {
+	req := service.Request{Key: str(args[1]), Limit: engine.Limit{Algorithm: in.alg}}
 	for i, p := range in.params {
 		n, why := parseInt(args[2+i])
 		if why != "" {
 			return req, 0, invalidArg(p, args[2+i], why)
 		}
 		switch p {
-		case "rate":
-			req.Limit.Rate = n
-		case "limit":
+		case "rate", "limit":
 			req.Limit.Rate = n
 		default:
 			req.Limit.Burst = n
 		}
 	}
 	at := 2 + len(in.params)
-	period, why := parsePeriod(args[at])
+	period, why := engine.ParsePeriod(str(args[at]))
 	if why != "" {
 		return req, 0, invalidArg("period", args[at], why)
 	}
 	req.Limit.Period = period
 	cost, peek, msg := parseCostPeek(args[at+1:])
-	if msg != "" {
-		return req, 0, msg
-	}
 	req.Cost, req.Peek = cost, peek
-	if msg := validate(cmd, &req); msg != "" {
-		return req, 0, msg
-	}
-	sh := shapeRL
-	if in.alg == engine.LeakyBucket {
-		sh = shapeLeaky
-	}
-	return req, sh, ""
+	return req, shapeRL, msg
 }
 
-func parseAllow(c *client, cmd *command, args [][]byte) (engine.Request, shape, string) {
-	var req engine.Request
-	if c.s.cfg.Policies == nil {
-		return req, 0, "ERR no policies are loaded: start sluice with --policies FILE"
-	}
-	p, ok := c.s.cfg.Policies.Lookup(str(args[1]))
-	if !ok {
-		return req, 0, invalidArg("policy", args[1], "no such policy")
-	}
-	if len(args[2]) == 0 {
-		return req, 0, `ERR invalid key "": must not be empty`
-	}
-	req.Key = c.prefixed(p.Prefix, args[2])
-	req.Limit = p.Limit
-	c.policy = policyRef{name: p.Name, shadow: p.Shadow}
-	req.OnFailure = p.OnFailure
+// parseAllow reads RL.ALLOW policy key [cost] [PEEK]; the service finds
+// the policy.
+func parseAllow(cmd *command, args [][]byte) (service.Request, shape, string) {
+	req := service.Request{Policy: str(args[1]), Key: str(args[2])}
 	cost, peek, msg := parseCostPeek(args[3:])
-	if msg != "" {
-		return req, 0, msg
-	}
 	req.Cost, req.Peek = cost, peek
-	if msg := validate(cmd, &req); msg != "" {
-		return req, 0, msg
-	}
-	sh := shapeRL
-	if p.Limit.Algorithm == engine.LeakyBucket {
-		sh = shapeLeaky
-	}
-	return req, sh, ""
+	return req, shapeRL, msg
 }
 
 // parseThrottle reads CL.THROTTLE key max_burst count period [quantity],
 // with period in whole seconds, as redis-cell does.
-func parseThrottle(c *client, cmd *command, args [][]byte) (engine.Request, shape, string) {
-	req := engine.Request{Key: str(args[1]), Limit: engine.Limit{Algorithm: engine.GCRA}, Cost: 1}
+func parseThrottle(cmd *command, args [][]byte) (service.Request, shape, string) {
+	req := service.Request{Key: str(args[1]), Limit: engine.Limit{Algorithm: engine.GCRA}, Cost: 1}
 	var vals [4]int64
 	names := [4]string{"max_burst", "count", "period", "quantity"}
 	for i := 0; i < 4 && 2+i < len(args); i++ {
@@ -243,8 +212,8 @@ func parseThrottle(c *client, cmd *command, args [][]byte) (engine.Request, shap
 		}
 		vals[i] = n
 	}
-	if vals[2] < 1 || vals[2] > int64(engine.MaxPeriod/time.Second) {
-		return req, 0, invalidArg("period", args[4], "must be a whole number of seconds between 1 and "+itoa(int64(engine.MaxPeriod/time.Second)))
+	if maxSeconds := int64(engine.MaxPeriod / time.Second); vals[2] < 1 || vals[2] > maxSeconds {
+		return req, 0, invalidArg("period", args[4], "must be a whole number of seconds between 1 and "+strconv.FormatInt(maxSeconds, 10))
 	}
 	req.Limit.Burst, req.Limit.Rate, req.Limit.Period = vals[0], vals[1], time.Duration(vals[2])*time.Second
 	if len(args) > 5 {
@@ -256,31 +225,17 @@ func parseThrottle(c *client, cmd *command, args [][]byte) (engine.Request, shap
 	if req.Cost > req.Limit.Burst+1 && req.Limit.Burst >= 0 {
 		req.Cost, sh = 0, shapeThrottleOver
 	}
-	if msg := validate(cmd, &req); msg != "" {
-		return req, 0, msg
-	}
 	return req, sh, ""
 }
 
 func runReset(c *client, args [][]byte) {
-	keys := args[1:]
-	for _, k := range keys {
-		if len(k) == 0 {
-			c.fail(`ERR invalid key "": must not be empty`)
-			return
-		}
-		if len(k) > engine.MaxKeyLen {
-			c.fail("ERR invalid key of " + itoa(int64(len(k))) + " bytes: must be at most " + itoa(engine.MaxKeyLen) + " bytes")
-			return
-		}
+	keys := make([]string, len(args)-1)
+	for i, k := range args[1:] {
+		keys[i] = string(k)
 	}
-	ctx, cancel := c.s.timeout()
-	defer cancel()
-	for _, k := range keys {
-		if err := c.s.cfg.Store.Reset(ctx, string(k)); err != nil {
-			c.fail(storeError(err))
-			return
-		}
+	if err := c.s.cfg.Service.Reset(context.Background(), keys); err != nil {
+		c.owe(requestError(err, nil)) // the service counted it
+		return
 	}
 	c.out = appendInt(c.out, int64(len(keys)))
 }

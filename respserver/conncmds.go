@@ -1,15 +1,18 @@
 package respserver
 
 import (
-	"context"
 	"crypto/subtle"
-	"go.opentelemetry.io/otel/trace"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/version"
+	"github.com/sluice-rl/sluice/service"
 )
 
 // The commands clients send on connect and tools use. Their replies and
@@ -46,10 +49,6 @@ func connectionCommands() []*command {
 	}
 }
 
-func (s *Server) timeout() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), s.cfg.ResetTimeout)
-}
-
 func runPing(c *client, args [][]byte) {
 	if len(args) == 2 {
 		c.out = appendBulk(c.out, args[1])
@@ -68,7 +67,7 @@ func runQuit(c *client, _ [][]byte) {
 func runResetConn(c *client, _ [][]byte) {
 	c.proto, c.name = 2, ""
 	c.authed = c.s.cfg.RequirePass == ""
-	c.trace = trace.SpanContext{}
+	c.batch.Trace = trace.SpanContext{}
 	c.out = appendSimple(c.out, "RESET")
 }
 
@@ -166,7 +165,7 @@ func runHello(c *client, args [][]byte) {
 	c.out = appendBulkString(c.out, "server")
 	c.out = appendBulkString(c.out, "sluice")
 	c.out = appendBulkString(c.out, "version")
-	c.out = appendBulkString(c.out, Version)
+	c.out = appendBulkString(c.out, version.String())
 	c.out = appendBulkString(c.out, "proto")
 	c.out = appendInt(c.out, int64(c.proto))
 	c.out = appendBulkString(c.out, "id")
@@ -414,23 +413,23 @@ func runInfo(c *client, args [][]byte) {
 		// redis_version is what clients read to pick features; Sluice
 		// answers as the Redis 7 its surface follows.
 		line("redis_version", "7.0.0")
-		line("sluice_version", Version)
+		line("sluice_version", version.String())
 		line("redis_mode", "standalone")
 		line("os", runtime.GOOS)
 		line("arch_bits", "64")
 		line("go_version", runtime.Version())
-		line("process_id", itoa(int64(os.Getpid())))
+		line("process_id", strconv.Itoa(os.Getpid()))
 		if a := s.Addr(); a != nil {
 			line("listen_addr", a.String())
 		}
-		line("uptime_in_seconds", itoa(int64(up/time.Second)))
-		line("uptime_in_days", itoa(int64(up/(24*time.Hour))))
+		line("uptime_in_seconds", strconv.FormatInt(int64(up/time.Second), 10))
+		line("uptime_in_days", strconv.FormatInt(int64(up/(24*time.Hour)), 10))
 		b.WriteString("\r\n")
 	}
 	if want("clients") {
 		b.WriteString("# Clients\r\n")
-		line("connected_clients", itoa(s.Clients()))
-		line("maxclients", itoa(int64(s.cfg.MaxConns)))
+		line("connected_clients", strconv.FormatInt(s.Clients(), 10))
+		line("maxclients", strconv.Itoa(s.cfg.MaxConns))
 		b.WriteString("\r\n")
 	}
 	if want("persistence") {
@@ -440,17 +439,16 @@ func runInfo(c *client, args [][]byte) {
 	}
 	if want("stats") {
 		b.WriteString("# Stats\r\n")
-		line("total_connections_received", itoa(s.stats.connsTotal.Load()))
-		line("rejected_connections", itoa(s.stats.rejectedConn.Load()))
-		line("total_commands_processed", itoa(s.stats.commands.Load()))
-		line("total_error_replies", itoa(s.stats.errors.Load()))
-		line("decisions_allowed", itoa(s.stats.allowed.Load()))
-		line("decisions_denied", itoa(s.stats.denied.Load()))
-		line("decisions_shadow_allowed", itoa(s.stats.shadowed.Load()))
+		line("total_connections_received", strconv.FormatInt(s.stats.connsTotal.Load(), 10))
+		line("rejected_connections", strconv.FormatInt(s.stats.rejectedConn.Load(), 10))
+		line("total_commands_processed", strconv.FormatInt(s.stats.commands.Load(), 10))
+		t := s.cfg.Service.Totals()
+		line("total_error_replies", strconv.FormatUint(t.Errors, 10))
+		line("decisions_allowed", strconv.FormatUint(t.Outcomes[service.Allowed], 10))
+		line("decisions_denied", strconv.FormatUint(t.Outcomes[service.Refused], 10))
+		line("decisions_shadow_allowed", strconv.FormatUint(t.Outcomes[service.Shadow], 10))
 		for _, path := range engine.Paths {
-			if int(path) < len(s.stats.paths) {
-				line("decided_by_"+path.String(), itoa(s.stats.paths[path].Load()))
-			}
+			line("decided_by_"+path.String(), strconv.FormatUint(t.Paths[path], 10))
 		}
 		b.WriteString("\r\n")
 	}

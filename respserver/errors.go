@@ -2,9 +2,11 @@ package respserver
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/service"
 )
 
 // Every error a client can see is made here, so the wording is consistent
@@ -49,7 +51,7 @@ func quote(v []byte) string {
 	b.WriteByte('\'')
 	if n < len(v) {
 		b.WriteString("... (")
-		b.WriteString(itoa(int64(len(v))))
+		b.WriteString(strconv.Itoa(len(v)))
 		b.WriteString(" bytes)")
 	}
 	return b.String()
@@ -110,12 +112,16 @@ func unknownSubcommand(sub []byte, cmd string) string {
 	return "ERR unknown subcommand " + quote(sub) + ". Try " + cmd + " HELP."
 }
 
-// requestError is the reply to a request the engine refused: a
+// requestError is the reply to a request the service refused: a
 // *engine.ParamError with the parameter renamed to the command's own
-// argument name, or anything else as the store's error.
+// argument name, an unknown policy, or anything else as the store's error.
 func requestError(err error, cmd *command) string {
 	var pe *engine.ParamError
-	if errors.As(err, &pe) {
+	var unknown *service.UnknownPolicyError
+	switch {
+	case errors.As(err, &unknown):
+		return invalidArg("policy", []byte(unknown.Name), "no such policy")
+	case errors.As(err, &pe):
 		param := pe.Param
 		if cmd != nil {
 			if r, ok := cmd.rename[param]; ok {

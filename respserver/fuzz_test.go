@@ -7,12 +7,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/policy"
 )
 
 // Fuzz targets for the command layer, beside the named regression table
@@ -20,7 +20,7 @@ import (
 
 func fuzzServer(t testing.TB) *Server {
 	t.Helper()
-	srv, err := New(Config{Store: memStore(t), Policies: testPolicies(t)})
+	srv, err := New(Config{Service: testService(t, memStore(t), testPolicies(t))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,19 +184,19 @@ func FuzzArgs(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		b := []byte(s)
 		if n, why := parseInt(b); why == "" {
-			if got := itoa(n); got != s {
+			if got := strconv.FormatInt(n, 10); got != s {
 				t.Errorf("parseInt(%q) = %d, which prints as %q", s, n, got)
 			}
 		}
-		d, err := policy.ParseDuration(s)
+		d, err := engine.ParseDuration(s)
 		if err == nil && d < 0 {
 			t.Errorf("ParseDuration(%q) = %v, negative", s, d)
 		}
 		if std, stdErr := time.ParseDuration(s); stdErr == nil && err == nil && !strings.Contains(s, "d") && std != d && fracDigits(s) < 15 {
 			t.Errorf("ParseDuration(%q) = %v, time.ParseDuration = %v", s, d, std)
 		}
-		if p, why := parsePeriod(b); why == "" && (p < engine.MinPeriod || p > engine.MaxPeriod) {
-			t.Errorf("parsePeriod(%q) = %v, out of bounds", s, p)
+		if p, why := engine.ParsePeriod(s); why == "" && (p < engine.MinPeriod || p > engine.MaxPeriod) {
+			t.Errorf("ParsePeriod(%q) = %v, out of bounds", s, p)
 		}
 		q := quote(b)
 		if strings.ContainsAny(q, "\r\n") || len(q) > 4*maxQuoted+40 {

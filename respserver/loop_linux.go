@@ -3,7 +3,6 @@
 package respserver
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -14,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/service"
 )
 
 // loop is an event loop: one goroutine that waits on epoll for every
@@ -44,11 +43,10 @@ type loop struct {
 	stopNow atomic.Bool
 
 	// The loop goroutine's own.
-	conns  map[int]*loopConn
-	round  []*loopConn // connections read this round
-	events []unix.EpollEvent
-	reqs   []engine.Request // the round's batch
-	res    []engine.Result
+	conns   map[int]*loopConn
+	round   []*loopConn // connections read this round
+	events  []unix.EpollEvent
+	batches []*service.Batch // the round's connections' batches
 }
 
 // loopConn is a connection a loop serves.
@@ -273,50 +271,40 @@ func (l *loop) settle() {
 	l.round = l.round[:0]
 }
 
-// decide sends the round's queued requests to the store together and
-// answers each connection's owed replies. A connection that traces settles
-// on its own, so that its spans cover its decisions alone.
+// decide hands the round's queued requests to the service as one batch
+// and answers each connection's owed replies.
 func (l *loop) decide() {
 	defer l.recoverRound()
-	reqs := l.reqs[:0]
+	bs := l.batches[:0]
 	for _, lc := range l.round {
-		if c := lc.c; !c.tracing() {
-			reqs = append(reqs, c.reqs...)
+		if lc.c.batch.Len() > 0 {
+			bs = append(bs, lc.c.batch)
 		}
 	}
-	var err error
-	if len(reqs) > 0 {
-		l.res = sized(l.res, len(reqs))
-		err = l.s.cfg.Store.Decide(context.Background(), reqs, l.res)
+	l.batches = bs
+	if len(bs) > 0 {
+		l.s.cfg.Service.Decide(bs, l.answerRound)
+	} else {
+		l.answerRound()
 	}
-	off := 0
+	clear(l.batches)
+}
+
+// answerRound writes every owed reply of the round's connections.
+func (l *loop) answerRound() {
 	for _, lc := range l.round {
-		c := lc.c
-		if c.tracing() {
-			c.settle()
-			continue
-		}
-		c.res = sized(c.res, len(c.reqs))
-		off += copy(c.res, l.res[off:])
-		c.answer(err)
+		lc.c.answer()
 	}
-	clear(reqs) // drop the keys, which alias the connections' input
-	clear(l.res)
-	l.reqs = reqs[:0]
 }
 
 // recoverRound turns a panic while deciding a round into an internal
 // error for each of its connections, which are then closed.
 func (l *loop) recoverRound() {
 	if r := recover(); r != nil {
-		l.s.log.Error("panic in command handler", "panic", fmt.Sprint(r))
+		l.s.panicked(r)
 		for _, lc := range l.round {
-			lc.c.dropQueue()
-			lc.c.out = appendError(lc.c.out, "ERR internal error")
-			lc.c.quit = true
+			lc.c.internalError()
 		}
-		clear(l.reqs)
-		l.reqs = l.reqs[:0]
 	}
 }
 

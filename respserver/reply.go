@@ -137,5 +137,3 @@ func appendNull(dst []byte, proto int) []byte {
 	}
 	return append(dst, "$-1\r\n"...)
 }
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -11,35 +11,23 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
-	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/service"
 )
-
-// Version is the version HELLO and INFO report.
-const Version = "0.1.0"
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("respserver: server closed")
 
 // Config configures a Server. Zero values mean the documented defaults.
 type Config struct {
-	// Store decides requests. Required.
-	Store engine.Store
-	// Policies resolves RL.ALLOW's policy names. Nil means no policies:
-	// RL.ALLOW then replies with an error that says how to load some.
-	Policies engine.Policies
+	// Service decides the requests and owns the rules every door shares:
+	// policies, prefixes, shadow mode, counting, tracing. Required.
+	Service *service.Service
 	// RequirePass, when set, is the password every connection must give
 	// (AUTH or HELLO … AUTH) before any other command.
 	RequirePass string
 	// Logger receives connection-level events at debug level and internal
 	// errors at error level. Nil means slog.Default().
 	Logger *slog.Logger
-	// ResetTimeout bounds one Store.Reset call. Zero means 2s. Decisions
-	// get no deadline here: the store bounds its own waits (the batcher's
-	// round-trip deadline), and a timer per pipeline would be paid on
-	// every request.
-	ResetTimeout time.Duration
 	// MaxRequestBytes bounds how many bytes a connection may send without
 	// completing a command; past it the connection gets a protocol error and
 	// is closed. Zero means 16 MiB.
@@ -50,15 +38,9 @@ type Config struct {
 	// MaxConns bounds concurrent connections; more are refused with an
 	// error and closed. Zero means 10,000.
 	MaxConns int
-	// Observer, if set, is told of every decision and error reply, for
-	// metrics.
-	Observer Observer
 	// Info adds sections to INFO after the server's own; INFO sluice shows
 	// them all.
 	Info []InfoSection
-	// Tracer, when set, records a span for each decision of a connection
-	// that asked for tracing with RL.TRACE. Nil turns RL.TRACE away.
-	Tracer trace.Tracer
 	// Loops is how many event loops serve connections, each on one thread
 	// (Linux only). A loop reads every connection that has sent something,
 	// decides all they sent as one batch and writes every reply, so
@@ -66,21 +48,6 @@ type Config struct {
 	// together. Zero means 1. -1, and any system but Linux, gives each
 	// connection a goroutine of its own instead.
 	Loops int
-}
-
-// Observer counts what the server answers. It runs once per run of alike
-// decisions in a pipeline, so it must be cheap, and safe for concurrent
-// use.
-type Observer interface {
-	// Decided is told of n decisions alike: the policy's name ("inline"
-	// for the inline commands), the algorithm, whether they were allowed,
-	// whether a shadow-mode policy allowed what it refused, and what
-	// decided them. A pipeline's decisions come in runs, so that a busy
-	// connection pays for one call, not one per decision.
-	Decided(policy string, alg engine.Algorithm, allowed, shadow bool, path engine.Path, n int)
-	// Failed is told of each error reply: "request" (the client's input),
-	// "store" (the store could not decide) or "connection".
-	Failed(kind string)
 }
 
 // InfoSection is one section of INFO, read each time INFO asks.
@@ -105,36 +72,24 @@ type Server struct {
 	idle     chan struct{}        // guarded by mu; closed when no connection is left while closing
 }
 
+// stats are the connection-level counters; decisions and errors are
+// counted by the service.
 type stats struct {
 	connsTotal   atomic.Int64
 	commands     atomic.Int64
-	allowed      atomic.Int64
-	denied       atomic.Int64
-	shadowed     atomic.Int64 // refused, but allowed by a shadow-mode policy
-	errors       atomic.Int64
 	rejectedConn atomic.Int64
-	paths        [8]atomic.Int64 // decisions by engine.Path
-}
-
-func (s *Server) observeFailure(kind string) {
-	if s.cfg.Observer != nil {
-		s.cfg.Observer.Failed(kind)
-	}
 }
 
 // New checks cfg and fills its defaults.
 func New(cfg Config) (*Server, error) {
-	if cfg.Store == nil {
-		return nil, errors.New("respserver: Config.Store is required")
+	if cfg.Service == nil {
+		return nil, errors.New("respserver: Config.Service is required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.ResetTimeout < 0 || cfg.MaxRequestBytes < 0 || cfg.MaxConns < 0 || cfg.MaxArgs < 0 || cfg.Loops < -1 {
+	if cfg.MaxRequestBytes < 0 || cfg.MaxConns < 0 || cfg.MaxArgs < 0 || cfg.Loops < -1 {
 		return nil, errors.New("respserver: negative limit in Config")
-	}
-	if cfg.ResetTimeout == 0 {
-		cfg.ResetTimeout = 2 * time.Second
 	}
 	if cfg.MaxRequestBytes == 0 {
 		cfg.MaxRequestBytes = 16 << 20

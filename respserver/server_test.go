@@ -13,7 +13,18 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/service"
 )
+
+// testService is the service layer over store, as the binary builds it.
+func testService(t testing.TB, store engine.Store, policies engine.Policies) *service.Service {
+	t.Helper()
+	svc, err := service.New(service.Config{Store: store, Policies: policies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
 
 func memStore(t testing.TB) *engine.MemoryStore {
 	t.Helper()
@@ -64,9 +75,9 @@ func (f *fakeStore) Reset(ctx context.Context, key string) error {
 
 func TestNewConfig(t *testing.T) {
 	if _, err := New(Config{}); err == nil {
-		t.Error("New without a Store: want an error")
+		t.Error("New without a Service: want an error")
 	}
-	if _, err := New(Config{Store: memStore(t), MaxConns: -1}); err == nil {
+	if _, err := New(Config{Service: testService(t, memStore(t), nil), MaxConns: -1}); err == nil {
 		t.Error("New with a negative limit: want an error")
 	}
 }
@@ -75,7 +86,7 @@ func TestNewConfig(t *testing.T) {
 // as the reads that carried it), and the replies keep its order.
 func TestPipelineIsOneBatch(t *testing.T) {
 	fs := &fakeStore{inner: memStore(t)}
-	_, addr := startServer(t, Config{Store: fs})
+	_, addr := startServer(t, Config{Service: testService(t, fs, nil)})
 	c := dialTest(t, addr)
 	const n = 50
 	var pipe []byte
@@ -111,7 +122,7 @@ func TestPipelineIsOneBatch(t *testing.T) {
 // 10,000 pipelined commands, every tenth of them an error, are all
 // answered in order.
 func TestTenThousandPipelined(t *testing.T) {
-	_, addr := startServer(t, Config{Store: memStore(t)})
+	_, addr := startServer(t, Config{Service: testService(t, memStore(t), nil)})
 	c := dialTest(t, addr)
 	const n = 10_000
 	var pipe []byte
@@ -152,7 +163,7 @@ func TestTenThousandPipelined(t *testing.T) {
 
 func TestStoreErrorIsAnErrReply(t *testing.T) {
 	fs := &fakeStore{inner: memStore(t), err: errors.New("upstream: dial tcp 127.0.0.1:1: connection refused")}
-	_, addr := startServer(t, Config{Store: fs})
+	_, addr := startServer(t, Config{Service: testService(t, fs, nil)})
 	c := dialTest(t, addr)
 	c.send(t, append(encodeCommand(bytesArgs("RL.GCRA", "k", "1", "1", "1s")), encodeCommand(bytesArgs("RL.RESET", "k"))...))
 	for _, want := range []string{
@@ -177,7 +188,7 @@ func TestStoreErrorIsAnErrReply(t *testing.T) {
 func serveGated(t *testing.T) (*Server, net.Listener, *fakeStore, chan error) {
 	t.Helper()
 	fs := &fakeStore{inner: memStore(t), gate: make(chan struct{}), entered: make(chan struct{}, 1)}
-	srv, ln, served := serveOn(t, Config{Store: fs})
+	srv, ln, served := serveOn(t, Config{Service: testService(t, fs, nil)})
 	return srv, ln, fs, served
 }
 
@@ -243,7 +254,7 @@ func TestShutdownGivesUpAtDeadline(t *testing.T) {
 }
 
 func TestServeAfterShutdown(t *testing.T) {
-	srv, err := New(Config{Store: memStore(t)})
+	srv, err := New(Config{Service: testService(t, memStore(t), nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +274,7 @@ func TestServeAfterShutdown(t *testing.T) {
 // A client that sends more than MaxRequestBytes without completing a
 // command is cut off, as early as a header shows it; the others carry on.
 func TestRequestTooLarge(t *testing.T) {
-	_, addr := startServer(t, Config{Store: memStore(t), MaxRequestBytes: 100 << 10})
+	_, addr := startServer(t, Config{Service: testService(t, memStore(t), nil), MaxRequestBytes: 100 << 10})
 	other := dialTest(t, addr)
 	manyArgs := []byte("*121\r\n$4\r\nECHO\r\n")
 	for range 120 {
@@ -298,7 +309,7 @@ func TestRequestTooLarge(t *testing.T) {
 
 // Commands before a frame that breaks a limit are answered first.
 func TestCommandsBeforeABadFrame(t *testing.T) {
-	_, addr := startServer(t, Config{Store: memStore(t)})
+	_, addr := startServer(t, Config{Service: testService(t, memStore(t), nil)})
 	c := dialTest(t, addr)
 	c.send(t, []byte("*1\r\n$4\r\nPING\r\n*99999999\r\n"))
 	for _, want := range []string{"+PONG", "-ERR Protocol error: invalid multibulk length"} {
@@ -311,7 +322,7 @@ func TestCommandsBeforeABadFrame(t *testing.T) {
 // The default limit admits a 1 MB argument, which then gets an ERR that
 // names it.
 func TestMegabyteArgument(t *testing.T) {
-	_, addr := startServer(t, Config{Store: memStore(t)})
+	_, addr := startServer(t, Config{Service: testService(t, memStore(t), nil)})
 	c := dialTest(t, addr)
 	go func() {
 		_, _ = c.nc.Write(encodeCommand(bytesArgs("RL.FIXED", strings.Repeat("k", 1<<20), "10", "1s")))
@@ -322,7 +333,7 @@ func TestMegabyteArgument(t *testing.T) {
 }
 
 func TestMaxConns(t *testing.T) {
-	_, addr := startServer(t, Config{Store: memStore(t), MaxConns: 1})
+	_, addr := startServer(t, Config{Service: testService(t, memStore(t), nil), MaxConns: 1})
 	first := dialTest(t, addr)
 	first.send(t, encodeCommand(bytesArgs("PING")))
 	if got, _ := first.reply(t); got != "+PONG" {
@@ -336,7 +347,7 @@ func TestMaxConns(t *testing.T) {
 
 // A client that goes away mid-frame, or mid-pipeline, harms nobody.
 func TestClientVanishes(t *testing.T) {
-	srv, addr := startServer(t, Config{Store: memStore(t)})
+	srv, addr := startServer(t, Config{Service: testService(t, memStore(t), nil)})
 	for _, raw := range []string{"*3\r\n$8\r\nRL.FIXED\r\n$1\r\nk", "*1\r\n", "\x00\x01\x02", strings.Repeat("*1\r\n$4\r\nPING\r\n", 1000)} {
 		c := dialTest(t, addr)
 		c.send(t, []byte(raw))
@@ -364,7 +375,7 @@ func TestClientVanishes(t *testing.T) {
 
 // Many connections deciding on one key together admit exactly the limit.
 func TestConcurrentConnections(t *testing.T) {
-	_, addr := startServer(t, Config{Store: memStore(t)})
+	_, addr := startServer(t, Config{Service: testService(t, memStore(t), nil)})
 	const conns, each, limit = 8, 100, 500
 	var wg sync.WaitGroup
 	allowed := make(chan int, conns)
@@ -479,7 +490,7 @@ func TestLoopBatchesAcrossConnections(t *testing.T) {
 // gets them all, in order: the server keeps what the socket cannot take
 // and reads no more from that client until it is sent.
 func TestSlowReader(t *testing.T) {
-	_, addr := startServer(t, Config{Store: memStore(t)})
+	_, addr := startServer(t, Config{Service: testService(t, memStore(t), nil)})
 	c := dialTest(t, addr)
 	const n = 4000
 	payload := strings.Repeat("x", 2048) // 8 MB of replies: more than the sockets hold
@@ -508,7 +519,7 @@ func TestSlowReader(t *testing.T) {
 // A client that sends its commands and closes its side of the connection
 // still gets every reply.
 func TestHalfClose(t *testing.T) {
-	_, addr := startServer(t, Config{Store: memStore(t)})
+	_, addr := startServer(t, Config{Service: testService(t, memStore(t), nil)})
 	c := dialTest(t, addr)
 	c.send(t, append(encodeCommand(bytesArgs("PING")), encodeCommand(bytesArgs("RL.FIXED", "k", "1", "1m"))...))
 	if err := c.nc.(*net.TCPConn).CloseWrite(); err != nil {
@@ -532,41 +543,18 @@ func bytesArgs(args ...string) [][]byte {
 	return out
 }
 
-// countingObserver sums what the server reports per outcome, and counts
-// the calls.
-type countingObserver struct {
-	decided map[string]int // "policy/allowed/shadow" → decisions
-	calls   int
-}
-
-func (o *countingObserver) Decided(policy string, _ engine.Algorithm, allowed, shadow bool, _ engine.Path, n int) {
-	o.decided[fmt.Sprintf("%s/%t/%t", policy, allowed, shadow)] += n
-	o.calls++
-}
-
-func (o *countingObserver) Failed(string) {}
-
-// A pipeline that mixes outcomes is counted decision by decision, though
-// alike neighbours are reported together.
+// A pipeline that mixes outcomes is counted decision by decision.
 func TestPipelineCountsEachOutcome(t *testing.T) {
 	srv := fuzzServer(t)
-	o := &countingObserver{decided: map[string]int{}}
-	srv.cfg.Observer = o
 	c := offlineClient(srv)
 	// Burst 0 at one an hour: a key's first request is allowed, the rest refused.
 	for _, key := range []string{"a", "a", "a", "b", "b", "c"} {
 		c.exec(bytesArgs("RL.GCRA", key, "0", "1", "1h"))
 	}
 	c.settle()
-	want := map[string]int{"inline/true/false": 3, "inline/false/false": 3}
-	if fmt.Sprint(o.decided) != fmt.Sprint(want) {
-		t.Errorf("observer told %v; want %v", o.decided, want)
-	}
-	if o.calls != 5 { // runs: a+, a- a-, b+, b-, c+
-		t.Errorf("observer called %d times; want 5, once per run of alike decisions", o.calls)
-	}
-	if a, d := srv.stats.allowed.Load(), srv.stats.denied.Load(); a != 3 || d != 3 {
-		t.Errorf("stats: %d allowed, %d denied; want 3 and 3", a, d)
+	tot := srv.cfg.Service.Totals()
+	if a, d := tot.Outcomes[service.Allowed], tot.Outcomes[service.Refused]; a != 3 || d != 3 {
+		t.Errorf("service counted %d allowed, %d refused; want 3 and 3", a, d)
 	}
 	if n := srv.stats.commands.Load(); n != 6 {
 		t.Errorf("stats: %d commands; want 6", n)

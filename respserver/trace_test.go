@@ -1,19 +1,28 @@
 package respserver
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/sluice-rl/sluice/service"
 )
 
 func TestTraceDecisions(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer tp.Shutdown(t.Context())
-	srv := fuzzServer(t)
-	srv.cfg.Tracer = tp.Tracer("test")
+	svc, err := service.New(service.Config{Store: memStore(t), Policies: testPolicies(t), Tracer: tp.Tracer("test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{Service: svc})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := offlineClient(srv)
 	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -64,7 +73,7 @@ func TestPipelinedPolicyKeysStayApart(t *testing.T) {
 	c := offlineClient(fuzzServer(t))
 	var cmds [][][]byte
 	for i := range 200 {
-		key := strings.Repeat("k", 1+i%40) + "-" + itoa(int64(i%50))
+		key := strings.Repeat("k", 1+i%40) + "-" + strconv.Itoa(i%50)
 		cmds = append(cmds, bytesArgs("RL.ALLOW", "login", key))
 	}
 	replies := run(t, c, cmds)
@@ -74,7 +83,7 @@ func TestPipelinedPolicyKeysStayApart(t *testing.T) {
 	for i, r := range replies {
 		key := string(cmds[i][2])
 		seen[key]++
-		want := "[1, 3, " + itoa(int64(3-seen[key])) + ", 0, 60000]"
+		want := "[1, 3, " + strconv.Itoa(3-seen[key]) + ", 0, 60000]"
 		if seen[key] == 4 {
 			want = "[0, 3, 0, "
 		}

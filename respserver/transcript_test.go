@@ -159,7 +159,7 @@ func runTranscript(t *testing.T, file string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Store: store, Policies: testPolicies(t)}
+	cfg := Config{Service: testService(t, store, testPolicies(t))}
 	for _, l := range lines {
 		if pass, ok := strings.CutPrefix(l, "@requirepass "); ok {
 			cfg.RequirePass = strings.TrimSpace(pass)

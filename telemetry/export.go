@@ -12,25 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/sluice-rl/sluice/engine"
 )
-
-// Decided counts n decisions alike; it makes Telemetry a
-// respserver.Observer.
-func (t *Telemetry) Decided(policy string, alg engine.Algorithm, allowed, shadow bool, path engine.Path, n int) {
-	outcome := Refused
-	switch {
-	case shadow:
-		outcome = Shadow
-	case allowed:
-		outcome = Allowed
-	}
-	t.Decisions.Add(policy, alg, outcome, path, uint64(n))
-}
-
-// Failed counts one error reply of kind.
-func (t *Telemetry) Failed(kind string) { t.Errors.Record(kind) }
 
 // otlpConfigured reports whether the standard variables name an OTLP
 // endpoint for signal ("TRACES" or "METRICS").

@@ -3,9 +3,9 @@
 // standard OTEL_EXPORTER_OTLP_* variables say where), a span per upstream
 // batch when tracing is configured, and the /healthz and /readyz probes.
 //
-// The hot path only adds to atomic counters (Decisions, Errors); the
-// OpenTelemetry instruments read them when scraped, so metrics cost a
-// decision one atomic add and nothing else.
+// The hot path only adds to the service's atomic counters; the
+// OpenTelemetry instruments read them when scraped (Sources), so metrics
+// cost a decision one atomic add and nothing else.
 package telemetry
 
 import (
@@ -26,11 +26,16 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/service"
 )
 
 // Sources are read when metrics are collected. Any may be nil: its
 // instruments then report nothing.
 type Sources struct {
+	// Decisions and Errors walk the service's counters
+	// (service.Service.EachDecision and EachError).
+	Decisions func(func(policy string, alg engine.Algorithm, outcome service.Outcome, path engine.Path, n uint64))
+	Errors    func(func(kind service.ErrorKind, n uint64))
 	Clients   func() int64                 // connected clients
 	DenyCache func() engine.DenyCacheStats // hits, misses, evictions, entries
 	Memory    func() int                   // in-memory store size, in keys
@@ -58,9 +63,6 @@ type Config struct {
 
 // Telemetry holds the instruments and serves the admin endpoints.
 type Telemetry struct {
-	Decisions Decisions
-	Errors    Errors
-
 	cfg       Config
 	sources   atomic.Pointer[Sources]
 	ready     atomic.Pointer[func() error]
@@ -145,14 +147,18 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		src := *t.sources.Load()
-		t.Decisions.each(func(policy string, alg engine.Algorithm, outcome Outcome, path engine.Path, n uint64) {
-			o.ObserveInt64(decisions, int64(n), metric.WithAttributes(
-				attribute.String("policy", policy), attribute.String("algorithm", alg.String()),
-				attribute.String("outcome", outcome.String()), attribute.String("path", path.String())))
-		})
-		t.Errors.each(func(kind string, n uint64) {
-			o.ObserveInt64(errorsC, int64(n), metric.WithAttributes(attribute.String("kind", kind)))
-		})
+		if src.Decisions != nil {
+			src.Decisions(func(policy string, alg engine.Algorithm, outcome service.Outcome, path engine.Path, n uint64) {
+				o.ObserveInt64(decisions, int64(n), metric.WithAttributes(
+					attribute.String("policy", policy), attribute.String("algorithm", alg.String()),
+					attribute.String("outcome", outcome.String()), attribute.String("path", path.String())))
+			})
+		}
+		if src.Errors != nil {
+			src.Errors(func(kind service.ErrorKind, n uint64) {
+				o.ObserveInt64(errorsC, int64(n), metric.WithAttributes(attribute.String("kind", kind.String())))
+			})
+		}
 		if src.Clients != nil {
 			o.ObserveInt64(clients, src.Clients())
 		}

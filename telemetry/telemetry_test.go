@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/internal/metricstest"
+	"github.com/sluice-rl/sluice/service"
 )
 
 func TestMetricsCountKnownTraffic(t *testing.T) {
@@ -26,17 +27,16 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 		},
 		Memory: func() int { return 1234 },
 		Guard:  func() engine.GuardStats { return engine.GuardStats{BreakerOpen: true, Fallbacks: 9} },
+		Decisions: func(f func(string, engine.Algorithm, service.Outcome, engine.Path, uint64)) {
+			f("api", engine.GCRA, service.Allowed, engine.PathStore, 3)
+			f("api", engine.GCRA, service.Refused, engine.PathDenyCache, 1)
+			f(service.Inline, engine.FixedWindow, service.Refused, engine.PathFailClosed, 1)
+		},
+		Errors: func(f func(service.ErrorKind, uint64)) { f(service.ErrRequest, 2) },
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 3 {
-		tel.Decisions.Add("api", engine.GCRA, Allowed, engine.PathStore, 1)
-	}
-	tel.Decisions.Add("api", engine.GCRA, Refused, engine.PathDenyCache, 1)
-	tel.Decisions.Add(Inline, engine.FixedWindow, Refused, engine.PathFailClosed, 1)
-	tel.Errors.Record("invalid_argument")
-	tel.Errors.Record("invalid_argument")
 	tel.ObserveBatch(time.Now().Add(-time.Millisecond), 16, nil)
 	tel.ObserveBatch(time.Now(), 4, errors.New("timeout"))
 
@@ -52,7 +52,7 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 		{"sluice_decisions_total", map[string]string{"policy": "api", "algorithm": "gcra", "outcome": "allowed", "path": "store"}, 3},
 		{"sluice_decisions_total", map[string]string{"policy": "api", "algorithm": "gcra", "outcome": "refused", "path": "deny_cache"}, 1},
 		{"sluice_decisions_total", map[string]string{"policy": "inline", "algorithm": "fixed_window", "outcome": "refused", "path": "fail_closed"}, 1},
-		{"sluice_errors_total", map[string]string{"kind": "invalid_argument"}, 2},
+		{"sluice_errors_total", map[string]string{"kind": "request"}, 2},
 		{"sluice_clients", nil, 7},
 		{"sluice_deny_cache_hits_total", nil, 40},
 		{"sluice_deny_cache_misses_total", nil, 60},
@@ -147,14 +147,6 @@ func TestProbes(t *testing.T) {
 	}
 }
 
-func BenchmarkRecord(b *testing.B) {
-	var d Decisions
-	b.ReportAllocs()
-	for b.Loop() {
-		d.Add("api", engine.GCRA, Allowed, engine.PathStore, 1)
-	}
-}
-
 // With the standard OTLP variables pointing at a receiver, batch spans and
 // metrics are pushed there over OTLP/HTTP; without them nothing is set up.
 func TestOTLPFromEnv(t *testing.T) {
@@ -180,7 +172,6 @@ func TestOTLPFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tel.Decisions.Add(Inline, engine.GCRA, Allowed, engine.PathStore, 1)
 	tel.ObserveBatch(time.Now(), 3, nil)
 	// Shutting down flushes both.
 	if err := stopTraces(t.Context()); err != nil {

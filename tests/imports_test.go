@@ -7,21 +7,27 @@ import (
 )
 
 // The dependency arrows point one way (DESIGN.md): engine imports none of
-// the packages built on it, respserver talks to a store only through
-// engine.Store, and only cmd/sluice composes them.
+// the packages built on it; a front door (respserver) reaches the stores
+// only through the service, and never knows Redis or policies; the service
+// knows engine and its policies interface, never a door; only app composes
+// them, and cmd/sluice only calls app.
 func TestImportsPointDown(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps=false", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "../...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
 	const mod = "github.com/sluice-rl/sluice/"
+	doors := []string{"respserver"}
 	forbidden := map[string][]string{
-		"engine":     {"respserver", "upstream", "policy", "cmd/", "lua"},
-		"respserver": {"upstream", "cmd/", "lua", "telemetry"},
-		"telemetry":  {"respserver", "upstream", "policy", "cmd/", "lua"},
-		"policy":     {"respserver", "upstream", "cmd/", "lua"},
-		"upstream":   {"respserver", "policy", "cmd/"},
-		"lua":        {"engine", "respserver", "upstream", "policy", "cmd/"},
+		"engine":     append([]string{"service", "upstream", "policy", "telemetry", "app", "cmd/", "lua"}, doors...),
+		"service":    append([]string{"upstream", "policy", "telemetry", "app", "cmd/", "lua"}, doors...),
+		"respserver": {"upstream", "policy", "telemetry", "app", "cmd/", "lua"},
+		"telemetry":  append([]string{"upstream", "policy", "app", "cmd/", "lua"}, doors...),
+		"policy":     append([]string{"service", "upstream", "telemetry", "app", "cmd/", "lua"}, doors...),
+		"upstream":   append([]string{"service", "policy", "telemetry", "app", "cmd/"}, doors...),
+		"lua":        append([]string{"engine", "service", "upstream", "policy", "app", "cmd/"}, doors...),
+		"app":        {"cmd/"},
+		"cmd/sluice": append([]string{"engine", "service", "upstream", "policy", "telemetry", "lua"}, doors...),
 	}
 	seen := 0
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {

@@ -1,4 +1,4 @@
-package policy
+package engine
 
 import (
 	"errors"
@@ -99,4 +99,22 @@ func durationUnit(u string) (uint64, bool) {
 		return uint64(24 * time.Hour), true
 	}
 	return 0, false
+}
+
+// ParsePeriod reads a limit's period: a duration as ParseDuration reads it,
+// within MinPeriod and MaxPeriod. On failure it returns why, worded to
+// follow the value it was given ("needs a unit: did you mean 60s …?"), so
+// that every door and the policies file explain a bad period alike. It
+// allocates only when it fails.
+func ParsePeriod(s string) (time.Duration, string) {
+	d, err := ParseDuration(s)
+	switch {
+	case errors.Is(err, ErrDurationNoUnit):
+		return 0, "needs a unit: did you mean " + s + "s (seconds) or " + s + "ms (milliseconds)?"
+	case err != nil:
+		return 0, err.Error()
+	case d < MinPeriod || d > MaxPeriod:
+		return 0, "must be between 1ms and 3650d"
+	}
+	return d, ""
 }

@@ -1,4 +1,4 @@
-package telemetry
+package service
 
 import (
 	"maps"
@@ -35,17 +35,17 @@ type counts [numAlgorithms][numOutcomes][5]atomic.Uint64
 // (RL.GCRA, CL.THROTTLE, …) rather than through a named policy.
 const Inline = "inline"
 
-// Decisions counts decisions by policy, algorithm, outcome and path. Policy
+// decisions counts decisions by policy, algorithm, outcome and path. Policy
 // names come from the policies file, never from a client, so the label set
-// stays bounded whatever the traffic. Add is safe for concurrent use and
+// stays bounded whatever the traffic. add is safe for concurrent use and
 // allocates only the first time it sees a policy.
-type Decisions struct {
+type decisions struct {
 	byPolicy registry[counts]
 	inline   atomic.Pointer[counts] // byPolicy's Inline entry: most decisions, no map lookup
 }
 
-// Add counts n decisions alike.
-func (d *Decisions) Add(policy string, alg engine.Algorithm, outcome Outcome, path engine.Path, n uint64) {
+// add counts n decisions alike.
+func (d *decisions) add(policy string, alg engine.Algorithm, outcome Outcome, path engine.Path, n uint64) {
 	if int(alg) >= numAlgorithms || outcome >= numOutcomes || int(path) >= len(engine.Paths) {
 		return
 	}
@@ -62,7 +62,7 @@ func (d *Decisions) Add(policy string, alg engine.Algorithm, outcome Outcome, pa
 }
 
 // each calls f for every non-zero counter.
-func (d *Decisions) each(f func(policy string, alg engine.Algorithm, outcome Outcome, path engine.Path, n uint64)) {
+func (d *decisions) each(f func(policy string, alg engine.Algorithm, outcome Outcome, path engine.Path, n uint64)) {
 	d.byPolicy.each(func(policy string, c *counts) {
 		for _, alg := range engine.Algorithms {
 			for o := range numOutcomes {
@@ -76,29 +76,23 @@ func (d *Decisions) each(f func(policy string, alg engine.Algorithm, outcome Out
 	})
 }
 
-// Total returns the count of one combination, for INFO and tests.
-func (d *Decisions) Total(policy string, alg engine.Algorithm, outcome Outcome, path engine.Path) uint64 {
-	var n uint64
-	d.byPolicy.each(func(p string, c *counts) {
-		if p == policy {
-			n = c[alg][outcome][path].Load()
-		}
-	})
-	return n
-}
+// ErrorKind is why a client got an error reply instead of a decision.
+type ErrorKind uint8
 
-// Errors counts errors replied to clients, by kind. Kinds are a small set
-// chosen by the server ("invalid_argument", "upstream", …), never input.
-type Errors struct {
-	byKind registry[atomic.Uint64]
-}
+// The error kinds.
+const (
+	// ErrRequest: the client's input was refused (a door's parse error,
+	// an unknown policy, a parameter out of bounds).
+	ErrRequest ErrorKind = iota
+	// ErrStore: the store could not decide (only when the failure mode
+	// does not answer instead).
+	ErrStore
+	numErrorKinds
+)
 
-// Record counts one error of kind.
-func (e *Errors) Record(kind string) { e.byKind.get(kind).Add(1) }
+var errorKindNames = [numErrorKinds]string{"request", "store"}
 
-func (e *Errors) each(f func(kind string, n uint64)) {
-	e.byKind.each(func(k string, c *atomic.Uint64) { f(k, c.Load()) })
-}
+func (k ErrorKind) String() string { return errorKindNames[k] }
 
 // registry maps names to counters. Reads take no lock: the map is replaced,
 // never changed, when a name is added, which happens a handful of times in
@@ -135,5 +129,36 @@ func (r *registry[V]) each(f func(string, *V)) {
 		for k, v := range *m {
 			f(k, v)
 		}
+	}
+}
+
+// tally counts a batch's decisions in runs of alike ones, so that a batch
+// adds to the shared counters once per run rather than once per decision:
+// they are contended by every door and connection.
+type tally struct {
+	run decided
+	n   uint64
+}
+
+// decided is what the counters learn of a decision.
+type decided struct {
+	policy  string
+	alg     engine.Algorithm
+	outcome Outcome
+	path    engine.Path
+}
+
+func (t *tally) add(d *decisions, one decided) {
+	if t.n > 0 && one != t.run {
+		t.flush(d)
+	}
+	t.run = one
+	t.n++
+}
+
+func (t *tally) flush(d *decisions) {
+	if t.n > 0 {
+		d.add(t.run.policy, t.run.alg, t.run.outcome, t.run.path, t.n)
+		t.n = 0
 	}
 }

@@ -1,0 +1,66 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"time"
+)
+
+// WatchConfig configures Watch. Zero values mean the documented defaults.
+type WatchConfig struct {
+	// Path is the policies file.
+	Path string
+	// Every is how often the file is read and compared with the one in
+	// use. Zero means only on Reload.
+	Every time.Duration
+	// Reload asks for a reload now, whatever the file holds (SIGHUP).
+	Reload <-chan struct{}
+	// Logger is told of every reload and every file that does not parse.
+	// Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Watch reloads l from cfg.Path until ctx ends: on Reload, and whenever
+// the file's content differs from the content last loaded. Content, not
+// size and modification time: a replacement file with the same size and
+// time (touch -r, then mv) is still noticed, and a Kubernetes ConfigMap
+// update, which swaps a symlink in the file's directory, is read through
+// the link. A file that no longer parses is logged and the policies in use
+// are kept: a typo must not take limits away.
+func (l *Live) Watch(ctx context.Context, cfg WatchConfig) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	last, _ := os.ReadFile(cfg.Path)
+	var tick <-chan time.Time
+	if cfg.Every > 0 {
+		t := time.NewTicker(cfg.Every)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		forced := false
+		select {
+		case <-ctx.Done():
+			return
+		case <-cfg.Reload:
+			forced = true
+		case <-tick:
+		}
+		data, err := os.ReadFile(cfg.Path)
+		if err == nil && !forced && bytes.Equal(data, last) {
+			continue
+		}
+		last = data
+		set, err := parseRead(cfg.Path, data, err)
+		if err != nil {
+			log.Error("policies not reloaded: keeping the ones in use", "err", err)
+			continue
+		}
+		l.Replace(set)
+		log.Info("policies reloaded", "file", cfg.Path, "count", set.Len(), "names", set.Names())
+	}
+}

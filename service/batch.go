@@ -1,0 +1,133 @@
+package service
+
+import (
+	"errors"
+	"unsafe"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// Request is one decision as a door reads it: by a named policy, or with
+// its limit inline.
+type Request struct {
+	// Policy names the policy to decide by; empty means Limit, inline.
+	Policy string
+	// Key is the client's key. Under a policy the service stores it under
+	// the policy's prefix. It may alias a door's buffer until the batch is
+	// decided.
+	Key   string
+	Limit engine.Limit // inline requests only
+	Cost  int64
+	Peek  bool
+}
+
+// ErrNoPolicies is a request by policy name when no policies are loaded.
+var ErrNoPolicies = errors.New("no policies are loaded: start sluice with --policies FILE")
+
+// UnknownPolicyError is a request that names a policy the loaded set does
+// not have.
+type UnknownPolicyError struct{ Name string }
+
+func (e *UnknownPolicyError) Error() string { return "invalid policy " + e.Name + ": no such policy" }
+
+// Batch is a door's requests, decided together. A door keeps one per
+// client and reuses it: once warm, a batch allocates nothing.
+type Batch struct {
+	s *Service
+	// Trace, when valid, makes each decision a span under it.
+	Trace trace.SpanContext
+
+	reqs []engine.Request
+	res  []engine.Result
+	meta []meta
+	keys []byte // the prefixed keys of reqs, which alias it
+	err  error  // the whole batch's error, once decided
+}
+
+// meta is what the service keeps of a request's policy.
+type meta struct {
+	policy string // Inline for the inline requests
+	shadow bool
+}
+
+// NewBatch returns an empty batch for s.
+func (s *Service) NewBatch() *Batch { return &Batch{s: s} }
+
+// Add resolves r and queues it, returning its index for Result. A request
+// that cannot be decided is not queued: its error is returned for the door
+// to answer in its place (ErrNoPolicies, *UnknownPolicyError, or a
+// *engine.ParamError naming the parameter). Either way the error is counted.
+func (b *Batch) Add(r Request) (int, error) {
+	req := engine.Request{Key: r.Key, Limit: r.Limit, Cost: r.Cost, Peek: r.Peek}
+	m := meta{policy: Inline}
+	if r.Policy != "" {
+		p, err := b.s.lookup(r.Policy)
+		if err != nil {
+			b.s.CountError(ErrRequest)
+			return -1, err
+		}
+		if r.Key == "" {
+			b.s.CountError(ErrRequest)
+			return -1, engine.ValidateKey("")
+		}
+		req.Key, req.Limit, req.OnFailure = b.prefixed(p.Prefix, r.Key), p.Limit, p.OnFailure
+		m = meta{policy: p.Name, shadow: p.Shadow}
+	}
+	if err := req.Validate(); err != nil {
+		b.s.CountError(ErrRequest)
+		return -1, err
+	}
+	b.reqs = append(b.reqs, req)
+	b.meta = append(b.meta, m)
+	return len(b.reqs) - 1, nil
+}
+
+func (s *Service) lookup(name string) (engine.Policy, error) {
+	if s.policies == nil {
+		return engine.Policy{}, ErrNoPolicies
+	}
+	p, ok := s.policies.Lookup(name)
+	if !ok {
+		return p, &UnknownPolicyError{Name: name}
+	}
+	return p, nil
+}
+
+// Len is how many requests are queued.
+func (b *Batch) Len() int { return len(b.reqs) }
+
+// Limit is the limit request i is decided by: its own, or its policy's.
+func (b *Batch) Limit(i int) engine.Limit { return b.reqs[i].Limit }
+
+// Result is request i's decision, once the batch is decided, or the error
+// it met instead (the whole batch's, or its own).
+func (b *Batch) Result(i int) (*engine.Decision, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
+	if r := &b.res[i]; r.Err != nil {
+		return nil, r.Err
+	}
+	return &b.res[i].Decision, nil
+}
+
+// Clear empties the batch for reuse, keeping its Trace.
+func (b *Batch) Clear() {
+	clear(b.reqs) // drop the keys, which alias the door's input
+	clear(b.res)
+	b.reqs, b.res, b.meta, b.keys, b.err = b.reqs[:0], b.res[:0], b.meta[:0], b.keys[:0], nil
+}
+
+func (b *Batch) traced() bool { return b.Trace.IsValid() && b.s.tracer != nil }
+
+// prefixed is prefix+key, written into the batch's key buffer: valid until
+// Clear. A buffer that grows leaves the earlier keys in the old array,
+// which they keep alive; stores copy the keys they keep.
+func (b *Batch) prefixed(prefix, key string) string {
+	start := len(b.keys)
+	b.keys = append(append(b.keys, prefix...), key...)
+	k := b.keys[start:]
+	return unsafe.String(unsafe.SliceData(k), len(k))
+}
