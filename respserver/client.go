@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 	"unsafe"
 
+	"github.com/tidwall/redcon"
+
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -65,7 +67,7 @@ func newClient(s *Server, addr string) *client {
 		authed: s.cfg.RequirePass == "",
 		batch:  s.cfg.Service.NewBatch(),
 	}
-	c.in.guard = frameGuard{maxArgs: int64(s.cfg.MaxArgs), maxBulk: int64(s.cfg.MaxRequestBytes)}
+	c.in.p = parser{maxArgs: int64(s.cfg.MaxArgs), maxBulk: int64(s.cfg.MaxRequestBytes)}
 	return c
 }
 
@@ -123,7 +125,7 @@ func (c *client) fail(msg string) {
 // owe owes an error reply: queued behind pending decisions, or at once.
 func (c *client) owe(msg string) {
 	if len(c.pend) == 0 {
-		c.out = appendError(c.out, msg)
+		c.out = redcon.AppendError(c.out, msg)
 		return
 	}
 	c.pend = append(c.pend, pending{req: -1, err: msg})
@@ -152,12 +154,12 @@ func (c *client) answer() {
 	for i := range c.pend {
 		p := &c.pend[i]
 		if p.req < 0 {
-			c.out = appendError(c.out, p.err)
+			c.out = redcon.AppendError(c.out, p.err)
 			continue
 		}
 		d, err := c.batch.Result(p.req)
 		if err != nil {
-			c.out = appendError(c.out, requestError(err, p.cmd))
+			c.out = redcon.AppendError(c.out, requestError(err, p.cmd))
 			continue
 		}
 		c.out = appendDecision(c.out, d, p.shape, c.proto)
@@ -191,7 +193,7 @@ func (s *Server) panicked(r any) {
 // error and closes the connection once it is written.
 func (c *client) internalError() {
 	c.dropQueue()
-	c.out = appendError(c.out, "ERR internal error")
+	c.out = redcon.AppendError(c.out, "ERR internal error")
 	c.quit = true
 }
 

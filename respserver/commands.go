@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tidwall/redcon"
+
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -237,5 +239,5 @@ func runReset(c *client, args [][]byte) {
 		c.owe(requestError(err, nil)) // the service counted it
 		return
 	}
-	c.out = appendInt(c.out, int64(len(keys)))
+	c.out = redcon.AppendInt(c.out, int64(len(keys)))
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidwall/redcon"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/engine"
@@ -51,16 +52,16 @@ func connectionCommands() []*command {
 
 func runPing(c *client, args [][]byte) {
 	if len(args) == 2 {
-		c.out = appendBulk(c.out, args[1])
+		c.out = redcon.AppendBulk(c.out, args[1])
 		return
 	}
-	c.out = appendSimple(c.out, "PONG")
+	c.out = redcon.AppendString(c.out, "PONG")
 }
 
-func runEcho(c *client, args [][]byte) { c.out = appendBulk(c.out, args[1]) }
+func runEcho(c *client, args [][]byte) { c.out = redcon.AppendBulk(c.out, args[1]) }
 
 func runQuit(c *client, _ [][]byte) {
-	c.out = appendOK(c.out)
+	c.out = redcon.AppendOK(c.out)
 	c.quit = true
 }
 
@@ -68,7 +69,7 @@ func runResetConn(c *client, _ [][]byte) {
 	c.proto, c.name = 2, ""
 	c.authed = c.s.cfg.RequirePass == ""
 	c.batch.Trace = trace.SpanContext{}
-	c.out = appendSimple(c.out, "RESET")
+	c.out = redcon.AppendString(c.out, "RESET")
 }
 
 func runSelect(c *client, args [][]byte) {
@@ -79,7 +80,7 @@ func runSelect(c *client, args [][]byte) {
 	case n != 0:
 		c.fail(errDBRange)
 	default:
-		c.out = appendOK(c.out)
+		c.out = redcon.AppendOK(c.out)
 	}
 }
 
@@ -110,7 +111,7 @@ func runAuth(c *client, args [][]byte) {
 		return
 	}
 	c.authed = true
-	c.out = appendOK(c.out)
+	c.out = redcon.AppendOK(c.out)
 }
 
 func runHello(c *client, args [][]byte) {
@@ -162,20 +163,20 @@ func runHello(c *client, args [][]byte) {
 	}
 	c.proto = proto
 	c.out = appendMapLen(c.out, 7, c.proto)
-	c.out = appendBulkString(c.out, "server")
-	c.out = appendBulkString(c.out, "sluice")
-	c.out = appendBulkString(c.out, "version")
-	c.out = appendBulkString(c.out, version.String())
-	c.out = appendBulkString(c.out, "proto")
-	c.out = appendInt(c.out, int64(c.proto))
-	c.out = appendBulkString(c.out, "id")
-	c.out = appendInt(c.out, c.id)
-	c.out = appendBulkString(c.out, "mode")
-	c.out = appendBulkString(c.out, "standalone")
-	c.out = appendBulkString(c.out, "role")
-	c.out = appendBulkString(c.out, "master")
-	c.out = appendBulkString(c.out, "modules")
-	c.out = appendArrayLen(c.out, 0)
+	c.out = redcon.AppendBulkString(c.out, "server")
+	c.out = redcon.AppendBulkString(c.out, "sluice")
+	c.out = redcon.AppendBulkString(c.out, "version")
+	c.out = redcon.AppendBulkString(c.out, version.String())
+	c.out = redcon.AppendBulkString(c.out, "proto")
+	c.out = redcon.AppendInt(c.out, int64(c.proto))
+	c.out = redcon.AppendBulkString(c.out, "id")
+	c.out = redcon.AppendInt(c.out, c.id)
+	c.out = redcon.AppendBulkString(c.out, "mode")
+	c.out = redcon.AppendBulkString(c.out, "standalone")
+	c.out = redcon.AppendBulkString(c.out, "role")
+	c.out = redcon.AppendBulkString(c.out, "master")
+	c.out = redcon.AppendBulkString(c.out, "modules")
+	c.out = redcon.AppendArray(c.out, 0)
 }
 
 // validName is Redis's rule for client names: printable ASCII, no spaces.
@@ -207,7 +208,7 @@ func runClient(c *client, args [][]byte) {
 			return
 		}
 		c.name = string(args[2])
-		c.out = appendOK(c.out)
+		c.out = redcon.AppendOK(c.out)
 	case "getname":
 		if !want(2) {
 			return
@@ -216,7 +217,7 @@ func runClient(c *client, args [][]byte) {
 			c.out = appendNull(c.out, c.proto)
 			return
 		}
-		c.out = appendBulkString(c.out, c.name)
+		c.out = redcon.AppendBulkString(c.out, c.name)
 	case "setinfo":
 		if !want(4) {
 			return
@@ -238,12 +239,12 @@ func runClient(c *client, args [][]byte) {
 			c.fail("ERR Unrecognized option " + quote(args[2]))
 			return
 		}
-		c.out = appendOK(c.out)
+		c.out = redcon.AppendOK(c.out)
 	case "id":
 		if !want(2) {
 			return
 		}
-		c.out = appendInt(c.out, c.id)
+		c.out = redcon.AppendInt(c.out, c.id)
 	case "help":
 		lines := []string{
 			"CLIENT <subcommand> [<arg> ...]. Subcommands are:",
@@ -260,7 +261,7 @@ func runClient(c *client, args [][]byte) {
 
 func runCommand(c *client, args [][]byte) {
 	if len(args) == 1 {
-		c.out = appendArrayLen(c.out, len(commandList))
+		c.out = redcon.AppendArray(c.out, len(commandList))
 		for _, cmd := range commandList {
 			c.out = appendCommandInfo(c.out, cmd, c.proto)
 		}
@@ -272,22 +273,22 @@ func runCommand(c *client, args [][]byte) {
 			c.fail(arityError("command|count"))
 			return
 		}
-		c.out = appendInt(c.out, int64(len(commandList)))
+		c.out = redcon.AppendInt(c.out, int64(len(commandList)))
 	case "list":
-		c.out = appendArrayLen(c.out, len(commandList))
+		c.out = redcon.AppendArray(c.out, len(commandList))
 		for _, cmd := range commandList {
-			c.out = appendBulkString(c.out, cmd.name)
+			c.out = redcon.AppendBulkString(c.out, cmd.name)
 		}
 	case "info":
 		names := args[2:]
 		if len(names) == 0 {
-			c.out = appendArrayLen(c.out, len(commandList))
+			c.out = redcon.AppendArray(c.out, len(commandList))
 			for _, cmd := range commandList {
 				c.out = appendCommandInfo(c.out, cmd, c.proto)
 			}
 			return
 		}
-		c.out = appendArrayLen(c.out, len(names))
+		c.out = redcon.AppendArray(c.out, len(names))
 		for _, n := range names {
 			if cmd := lookup(n); cmd != nil {
 				c.out = appendCommandInfo(c.out, cmd, c.proto)
@@ -307,7 +308,7 @@ func runCommand(c *client, args [][]byte) {
 		}
 		c.out = appendMapLen(c.out, len(cmds), c.proto)
 		for _, cmd := range cmds {
-			c.out = appendBulkString(c.out, cmd.name)
+			c.out = redcon.AppendBulkString(c.out, cmd.name)
 			c.out = appendCommandDocs(c.out, cmd, c.proto)
 		}
 	case "help":
@@ -327,35 +328,35 @@ func runCommand(c *client, args [][]byte) {
 
 // appendCommandInfo writes one COMMAND entry in Redis 7's ten-field form.
 func appendCommandInfo(dst []byte, cmd *command, proto int) []byte {
-	dst = appendArrayLen(dst, 10)
-	dst = appendBulkString(dst, cmd.name)
-	dst = appendInt(dst, int64(cmd.arity()))
-	dst = appendArrayLen(dst, len(cmd.flags))
+	dst = redcon.AppendArray(dst, 10)
+	dst = redcon.AppendBulkString(dst, cmd.name)
+	dst = redcon.AppendInt(dst, int64(cmd.arity()))
+	dst = redcon.AppendArray(dst, len(cmd.flags))
 	for _, f := range cmd.flags {
-		dst = appendSimple(dst, f)
+		dst = redcon.AppendString(dst, f)
 	}
-	dst = appendInt(dst, int64(cmd.firstKey))
-	dst = appendInt(dst, int64(cmd.lastKey))
-	dst = appendInt(dst, int64(cmd.keyStep))
-	dst = appendArrayLen(dst, 1) // ACL categories
-	dst = appendSimple(dst, "@"+cmd.group)
-	dst = appendArrayLen(dst, 0)  // tips
-	dst = appendArrayLen(dst, 0)  // key specs
-	return appendArrayLen(dst, 0) // subcommands
+	dst = redcon.AppendInt(dst, int64(cmd.firstKey))
+	dst = redcon.AppendInt(dst, int64(cmd.lastKey))
+	dst = redcon.AppendInt(dst, int64(cmd.keyStep))
+	dst = redcon.AppendArray(dst, 1) // ACL categories
+	dst = redcon.AppendString(dst, "@"+cmd.group)
+	dst = redcon.AppendArray(dst, 0)  // tips
+	dst = redcon.AppendArray(dst, 0)  // key specs
+	return redcon.AppendArray(dst, 0) // subcommands
 }
 
 func appendCommandDocs(dst []byte, cmd *command, proto int) []byte {
 	dst = appendMapLen(dst, 5, proto)
-	dst = appendBulkString(dst, "summary")
-	dst = appendBulkString(dst, cmd.summary)
-	dst = appendBulkString(dst, "since")
-	dst = appendBulkString(dst, "0.1.0")
-	dst = appendBulkString(dst, "group")
-	dst = appendBulkString(dst, cmd.group)
-	dst = appendBulkString(dst, "complexity")
-	dst = appendBulkString(dst, "O(1)")
-	dst = appendBulkString(dst, "arguments")
-	dst = appendArrayLen(dst, len(cmd.args))
+	dst = redcon.AppendBulkString(dst, "summary")
+	dst = redcon.AppendBulkString(dst, cmd.summary)
+	dst = redcon.AppendBulkString(dst, "since")
+	dst = redcon.AppendBulkString(dst, "0.1.0")
+	dst = redcon.AppendBulkString(dst, "group")
+	dst = redcon.AppendBulkString(dst, cmd.group)
+	dst = redcon.AppendBulkString(dst, "complexity")
+	dst = redcon.AppendBulkString(dst, "O(1)")
+	dst = redcon.AppendBulkString(dst, "arguments")
+	dst = redcon.AppendArray(dst, len(cmd.args))
 	for _, a := range cmd.args {
 		n := 2
 		var flags []string
@@ -372,19 +373,19 @@ func appendCommandDocs(dst []byte, cmd *command, proto int) []byte {
 			n++
 		}
 		dst = appendMapLen(dst, n, proto)
-		dst = appendBulkString(dst, "name")
-		dst = appendBulkString(dst, a.name)
-		dst = appendBulkString(dst, "type")
-		dst = appendBulkString(dst, a.typ)
+		dst = redcon.AppendBulkString(dst, "name")
+		dst = redcon.AppendBulkString(dst, a.name)
+		dst = redcon.AppendBulkString(dst, "type")
+		dst = redcon.AppendBulkString(dst, a.typ)
 		if a.typ == "pure-token" {
-			dst = appendBulkString(dst, "token")
-			dst = appendBulkString(dst, strings.ToUpper(a.name))
+			dst = redcon.AppendBulkString(dst, "token")
+			dst = redcon.AppendBulkString(dst, strings.ToUpper(a.name))
 		}
 		if len(flags) > 0 {
-			dst = appendBulkString(dst, "flags")
-			dst = appendArrayLen(dst, len(flags))
+			dst = redcon.AppendBulkString(dst, "flags")
+			dst = redcon.AppendArray(dst, len(flags))
 			for _, f := range flags {
-				dst = appendSimple(dst, f)
+				dst = redcon.AppendString(dst, f)
 			}
 		}
 	}
@@ -462,14 +463,14 @@ func runInfo(c *client, args [][]byte) {
 		}
 		b.WriteString("\r\n")
 	}
-	c.out = appendBulkString(c.out, strings.TrimSuffix(b.String(), "\r\n"))
+	c.out = redcon.AppendBulkString(c.out, strings.TrimSuffix(b.String(), "\r\n"))
 }
 
 // appendLines writes a HELP reply: an array of status lines.
 func appendLines(dst []byte, lines []string) []byte {
-	dst = appendArrayLen(dst, len(lines))
+	dst = redcon.AppendArray(dst, len(lines))
 	for _, l := range lines {
-		dst = appendSimple(dst, l)
+		dst = redcon.AppendString(dst, l)
 	}
 	return dst
 }

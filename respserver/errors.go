@@ -28,18 +28,6 @@ const (
 // maxQuoted is how much of a client's value an error message repeats.
 const maxQuoted = 64
 
-func appendError(dst []byte, msg string) []byte {
-	dst = append(dst, '-')
-	for i := 0; i < len(msg); i++ {
-		if b := msg[i]; b == '\r' || b == '\n' {
-			dst = append(dst, ' ')
-		} else {
-			dst = append(dst, b)
-		}
-	}
-	return append(dst, '\r', '\n')
-}
-
 // quote renders a client's value as 'value': at most maxQuoted bytes, with
 // anything but printable ASCII escaped as \xNN, and a note of the length
 // when it was cut.

@@ -1,19 +1,13 @@
 package respserver
 
-import (
-	"bytes"
-
-	"github.com/tidwall/redcon"
-)
-
 // input is what a connection has read: the commands run since the last
 // settle, then the start of a command not complete yet. The queued
 // requests' keys alias buf, so it is compacted only after a settle.
 type input struct {
 	buf    []byte
 	parsed int // buf[:parsed] holds commands already run
-	guard  frameGuard
-	args   [][]byte // reused by the parser
+	p      parser
+	args   [][]byte // reused for each command's arguments
 }
 
 const (
@@ -50,34 +44,26 @@ func (c *client) take(n int) {
 	in := &c.in
 	start := len(in.buf)
 	in.buf = in.buf[:start+n]
-	fine, msg := in.guard.scan(in.buf[start:])
+	fine, msg := in.p.scan(in.buf, start)
 	if msg != "" {
 		in.buf = in.buf[:start+fine]
 	}
-	for !c.quit && in.parsed < len(in.buf) {
-		rest := in.buf[in.parsed:]
-		if rest[0] != '*' {
-			done, perr := c.takeInline(rest)
-			if perr != "" {
-				msg = perr
-			}
-			if !done {
-				break
-			}
-			continue
-		}
-		complete, args, _, left, err := redcon.ReadNextCommand(rest, in.args)
-		if err != nil {
-			msg = err.Error() // "Protocol error: …"
+	k := 0
+	for _, cmd := range in.p.cmds {
+		if c.quit {
 			break
 		}
-		if !complete {
-			break
+		args := in.args[:0]
+		for _, a := range in.p.spans[k : k+cmd.args] {
+			args = append(args, in.buf[a.at:a.at+a.n:a.at+a.n])
 		}
-		in.args = args
-		in.parsed = len(in.buf) - len(left)
-		c.exec(args)
+		k += cmd.args
+		in.args, in.parsed = args, cmd.end
+		if len(args) > 0 { // an empty inline line is no command, as in Redis
+			c.exec(args)
+		}
 	}
+	in.p.consumed()
 	if msg == "" && len(in.buf)-in.parsed >= c.s.cfg.MaxRequestBytes {
 		msg = errRequestTooBig
 	}
@@ -85,27 +71,6 @@ func (c *client) take(n int) {
 		c.fail("ERR " + msg)
 		c.quit = true
 	}
-}
-
-// takeInline runs the inline (telnet-style) command at the start of rest,
-// if its line is complete. Inline commands come from people typing, so
-// they are parsed by redcon's own reader, allocations and all.
-func (c *client) takeInline(rest []byte) (done bool, msg string) {
-	eol := bytes.IndexByte(rest, '\n')
-	if eol < 0 {
-		return false, ""
-	}
-	line := rest[:eol+1]
-	c.in.parsed += len(line)
-	if len(bytes.Trim(line, " \r\n")) == 0 {
-		return true, "" // an empty line, as Redis, is no command
-	}
-	cmd, err := redcon.Parse(line)
-	if err != nil {
-		return false, err.Error()
-	}
-	c.exec(cmd.Args)
-	return true, ""
 }
 
 // compact drops the input that settled commands came from and keeps an
@@ -116,6 +81,7 @@ func (c *client) compact() {
 		return // nothing to drop: a large command arriving read by read is not copied again
 	}
 	n := copy(in.buf, in.buf[in.parsed:])
+	in.p.shift(in.parsed)
 	in.buf, in.parsed = in.buf[:n], 0
 	if n == 0 && cap(in.buf) > keepInput {
 		in.buf = nil

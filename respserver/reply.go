@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tidwall/redcon"
+
 	"github.com/sluice-rl/sluice/engine"
 )
 
@@ -38,12 +40,12 @@ func appendDecision(dst []byte, d *engine.Decision, sh shape, proto int) []byte 
 		if sh == shapeThrottleOver {
 			limited, retry = 1, -1
 		}
-		dst = appendArrayLen(dst, 5)
-		dst = appendInt(dst, limited)
-		dst = appendInt(dst, d.Limit)
-		dst = appendInt(dst, d.Remaining)
-		dst = appendInt(dst, retry)
-		return appendInt(dst, cellSeconds(d.ResetAfter))
+		dst = redcon.AppendArray(dst, 5)
+		dst = redcon.AppendInt(dst, limited)
+		dst = redcon.AppendInt(dst, d.Limit)
+		dst = redcon.AppendInt(dst, d.Remaining)
+		dst = redcon.AppendInt(dst, retry)
+		return redcon.AppendInt(dst, cellSeconds(d.ResetAfter))
 	}
 	n := 5
 	if sh == shapeLeaky {
@@ -56,14 +58,14 @@ func appendDecision(dst []byte, d *engine.Decision, sh shape, proto int) []byte 
 	if proto == 3 {
 		dst = appendMapLen(dst, n, proto)
 		for i := range n {
-			dst = appendBulkString(dst, decisionFields[i])
-			dst = appendInt(dst, vals[i])
+			dst = redcon.AppendBulkString(dst, decisionFields[i])
+			dst = redcon.AppendInt(dst, vals[i])
 		}
 		return dst
 	}
-	dst = appendArrayLen(dst, n)
+	dst = redcon.AppendArray(dst, n)
 	for i := range n {
-		dst = appendInt(dst, vals[i])
+		dst = redcon.AppendInt(dst, vals[i])
 	}
 	return dst
 }
@@ -90,18 +92,6 @@ func cellSeconds(d time.Duration) int64 {
 	return s
 }
 
-func appendInt(dst []byte, n int64) []byte {
-	dst = append(dst, ':')
-	dst = strconv.AppendInt(dst, n, 10)
-	return append(dst, '\r', '\n')
-}
-
-func appendArrayLen(dst []byte, n int) []byte {
-	dst = append(dst, '*')
-	dst = strconv.AppendInt(dst, int64(n), 10)
-	return append(dst, '\r', '\n')
-}
-
 // appendMapLen starts a map of n pairs: a RESP3 map, or under RESP2 the
 // flat array of 2n elements Redis sends instead.
 func appendMapLen(dst []byte, n, proto int) []byte {
@@ -110,30 +100,13 @@ func appendMapLen(dst []byte, n, proto int) []byte {
 		dst = strconv.AppendInt(dst, int64(n), 10)
 		return append(dst, '\r', '\n')
 	}
-	return appendArrayLen(dst, 2*n)
+	return redcon.AppendArray(dst, 2*n)
 }
 
-func appendBulkString(dst []byte, s string) []byte {
-	dst = append(dst, '$')
-	dst = strconv.AppendInt(dst, int64(len(s)), 10)
-	dst = append(dst, '\r', '\n')
-	dst = append(dst, s...)
-	return append(dst, '\r', '\n')
-}
-
-func appendBulk(dst []byte, b []byte) []byte { return appendBulkString(dst, str(b)) }
-
-func appendSimple(dst []byte, s string) []byte {
-	dst = append(dst, '+')
-	dst = append(dst, s...)
-	return append(dst, '\r', '\n')
-}
-
-func appendOK(dst []byte) []byte { return append(dst, "+OK\r\n"...) }
-
+// appendNull is a null reply: RESP3's own, or RESP2's null bulk.
 func appendNull(dst []byte, proto int) []byte {
 	if proto == 3 {
 		return append(dst, "_\r\n"...)
 	}
-	return append(dst, "$-1\r\n"...)
+	return redcon.AppendNull(dst)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/tidwall/redcon"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -16,7 +17,7 @@ import (
 func runTrace(c *client, args [][]byte) {
 	if strings.EqualFold(str(args[1]), "off") {
 		c.batch.Trace = trace.SpanContext{}
-		c.out = appendSimple(c.out, "OK")
+		c.out = redcon.AppendString(c.out, "OK")
 		return
 	}
 	if !c.s.cfg.Service.Tracing() {
@@ -30,5 +31,5 @@ func runTrace(c *client, args [][]byte) {
 		return
 	}
 	c.batch.Trace = sc
-	c.out = appendSimple(c.out, "OK")
+	c.out = redcon.AppendString(c.out, "OK")
 }

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidwall/redcon"
+
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/policy"
 )
@@ -141,9 +143,9 @@ func (c *testConn) reply(t testing.TB) (string, error) {
 }
 
 func encodeCommand(args [][]byte) []byte {
-	b := appendArrayLen(nil, len(args))
+	b := redcon.AppendArray(nil, len(args))
 	for _, a := range args {
-		b = appendBulk(b, a)
+		b = redcon.AppendBulk(b, a)
 	}
 	return b
 }

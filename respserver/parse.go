@@ -1,0 +1,311 @@
+package respserver
+
+// Limits on what one client may send, checked as the bytes arrive and
+// before anything is buffered whole: a parser that trusts a multibulk
+// count loops over it whether or not the arguments have arrived, so
+// "*4444444444444444444\r\n" alone would spin for years, and a bulk or an
+// inline line of any length would be buffered whole. Redis has the same
+// limits, with the same errors.
+const (
+	// DefaultMaxArgs bounds the arguments of one command (Redis: 1M). No
+	// Sluice command needs more than a few; RL.RESET takes up to 4095 keys.
+	DefaultMaxArgs = 4096
+	// maxInline bounds an inline (telnet-style) command line, as Redis does.
+	maxInline = 64 << 10
+)
+
+// parser is the one RESP parser: it follows a connection's input byte by
+// byte across reads, enforces the limits as the bytes arrive, and records
+// where each argument of each complete command lies in the input, so that
+// arguments are handed on as slices of it, never copied. It stops at the
+// first byte that breaks a limit or the framing, with Redis's error.
+type parser struct {
+	state   parseState
+	n       int64 // the header number being read
+	sign    bool  // a sign was read before its digits
+	left    int64 // bulks left in the current command
+	skip    int64 // bytes left in the current bulk's data
+	at      int   // where the current bulk's data, or inline line, starts
+	maxArgs int64
+	maxBulk int64
+
+	// spans are the arguments of the complete commands in cmds, in order,
+	// then those of the command being read (spans[cur:]). Offsets are into
+	// the input buffer; shift keeps them so when it drops a prefix.
+	spans []span
+	cmds  []parsed
+	cur   int
+}
+
+// span is one argument: its offset in the input and its length.
+type span struct{ at, n int }
+
+// parsed is one complete command: how many arguments (in spans), and the
+// offset just past its last byte.
+type parsed struct{ args, end int }
+
+type parseState uint8
+
+const (
+	pStart parseState = iota
+	pCount
+	pCountLF
+	pBulkHeader
+	pBulkLen
+	pBulkLenLF
+	pBulkBody
+	pBulkCR
+	pBulkLF
+	pInline
+)
+
+// The protocol errors, worded as Redis words them.
+const (
+	errMultibulkLength = "Protocol error: invalid multibulk length"
+	errBulkLength      = "Protocol error: invalid bulk length"
+	errInlineTooBig    = "Protocol error: too big inline request"
+	errUnbalanced      = "Protocol error: unbalanced quotes in request"
+	errRequestTooBig   = "Protocol error: request larger than the server's limit"
+)
+
+// scan follows buf[from:], the bytes just read, and appends each command
+// they complete to p.cmds. It returns how many of those bytes are fine
+// and, if a frame breaks a limit or the protocol, the error for it.
+// Every byte a client sends passes through here, so the loop works on
+// local copies of the fields, which the compiler keeps in registers, and
+// stores them back once.
+func (p *parser) scan(buf []byte, from int) (int, string) {
+	state, n, sign, left, skip, at := p.state, p.n, p.sign, p.left, p.skip, p.at
+	end, msg := len(buf), ""
+follow:
+	for i := from; i < len(buf); i++ {
+		c := buf[i]
+		switch state {
+		case pStart:
+			if c == '*' {
+				state, n, sign = pCount, 0, false
+			} else if c != '\n' {
+				state, at = pInline, i
+				i-- // the line starts here: read this byte as part of it
+			}
+		case pInline:
+			if c == '\n' {
+				if m := p.inline(buf, at, i); m != "" {
+					end, msg = i, m
+					break follow
+				}
+				state = pStart
+			} else if i-at >= maxInline {
+				end, msg = i, errInlineTooBig
+				break follow
+			}
+		case pCount, pBulkLen:
+			switch {
+			case c >= '0' && c <= '9':
+				n = n*10 + int64(c-'0')
+				if state == pCount && n > p.maxArgs || state == pBulkLen && n > p.maxBulk {
+					end, msg = i, headerError(state)
+					break follow
+				}
+			case c == '+' && n == 0 && !sign: // Redis's string2ll takes a plus
+				sign = true
+			case c == '\r':
+				state++ // to pCountLF or pBulkLenLF
+			default: // a minus (no command is empty) or any other byte
+				end, msg = i, headerError(state)
+				break follow
+			}
+		case pCountLF:
+			if c != '\n' || n <= 0 {
+				end, msg = i, errMultibulkLength
+				break follow
+			}
+			left, state = n, pBulkHeader
+		case pBulkHeader:
+			if c != '$' {
+				end, msg = i, "Protocol error: expected '$', got '"+string(c)+"'"
+				break follow
+			}
+			// A whole header in buf, as is usual, is read in one go; any
+			// other goes byte by byte.
+			if next, length, ok := bulkHeader(buf[i+1:], p.maxBulk); ok {
+				i += next
+				skip, at, state = length, i+1, pBulkBody
+				if length == 0 {
+					state = pBulkCR
+				}
+				continue
+			}
+			state, n, sign = pBulkLen, 0, false
+		case pBulkLenLF:
+			if c != '\n' {
+				end, msg = i, errBulkLength
+				break follow
+			}
+			skip, at, state = n, i+1, pBulkBody
+			if n == 0 {
+				state = pBulkCR
+			}
+		case pBulkBody:
+			take := min(skip, int64(len(buf)-i))
+			skip -= take
+			i += int(take) - 1
+			if skip == 0 {
+				state = pBulkCR
+			}
+		case pBulkCR:
+			if c != '\r' {
+				end, msg = i, errBulkLength
+				break follow
+			}
+			state = pBulkLF
+		case pBulkLF:
+			if c != '\n' {
+				end, msg = i, errBulkLength
+				break follow
+			}
+			p.spans = append(p.spans, span{at, i - 1 - at})
+			if left--; left > 0 {
+				state = pBulkHeader
+			} else {
+				p.complete(i + 1)
+				state = pStart
+			}
+		}
+	}
+	p.state, p.n, p.sign, p.left, p.skip, p.at = state, n, sign, left, skip, at
+	return end - from, msg
+}
+
+// complete ends the command being read at end.
+func (p *parser) complete(end int) {
+	p.cmds = append(p.cmds, parsed{args: len(p.spans) - p.cur, end: end})
+	p.cur = len(p.spans)
+}
+
+// consumed forgets the complete commands, once run.
+func (p *parser) consumed() {
+	k := copy(p.spans, p.spans[p.cur:])
+	p.spans, p.cur, p.cmds = p.spans[:k], 0, p.cmds[:0]
+}
+
+// shift moves every offset back by n, for an input that dropped its first
+// n bytes (all of them before the command being read).
+func (p *parser) shift(n int) {
+	p.at -= n
+	for i := range p.spans {
+		p.spans[i].at -= n
+	}
+	for i := range p.cmds {
+		p.cmds[i].end -= n
+	}
+}
+
+// inline splits the inline (telnet-style) line buf[start:eol] into
+// arguments as Redis's sdssplitargs does: separated by white space, with
+// "double quotes" (\n \r \t \b \a \\ \" and \xHH escapes) and 'single
+// quotes' (\' only). Quoted arguments are unescaped in place, which never
+// lengthens them, so every argument is a span of the input: a line of
+// thousands of arguments costs no allocation per argument. A line of
+// white space only is no command.
+func (p *parser) inline(buf []byte, start, eol int) string {
+	first := len(p.spans)
+	i := start
+	for {
+		for i < eol && isSpace(buf[i]) {
+			i++
+		}
+		if i == eol {
+			break
+		}
+		w, argAt := i, i
+		var quote byte // the open quote, or 0
+		closed := false
+	arg:
+		for ; i < eol; i++ {
+			c := buf[i]
+			switch {
+			case quote == '"' && c == '\\' && i+3 < eol && buf[i+1] == 'x' && isHex(buf[i+2]) && isHex(buf[i+3]):
+				c = unhex(buf[i+2])<<4 | unhex(buf[i+3])
+				i += 3
+			case quote == '"' && c == '\\' && i+1 < eol:
+				i++
+				switch c = buf[i]; c {
+				case 'n':
+					c = '\n'
+				case 'r':
+					c = '\r'
+				case 't':
+					c = '\t'
+				case 'b':
+					c = '\b'
+				case 'a':
+					c = '\a'
+				}
+			case quote == '\'' && c == '\\' && i+1 < eol && buf[i+1] == '\'':
+				i++
+				c = '\''
+			case quote != 0 && c == quote:
+				// A closing quote must end the argument.
+				if i+1 < eol && !isSpace(buf[i+1]) {
+					p.spans = p.spans[:first]
+					return errUnbalanced
+				}
+				i++
+				closed = true
+				break arg
+			case quote == 0 && isSpace(c):
+				break arg
+			case quote == 0 && (c == '"' || c == '\''):
+				quote = c
+				continue
+			}
+			buf[w] = c
+			w++
+		}
+		if quote != 0 && !closed {
+			p.spans = p.spans[:first]
+			return errUnbalanced
+		}
+		p.spans = append(p.spans, span{argAt, w - argAt})
+	}
+	p.complete(eol + 1)
+	return ""
+}
+
+// isSpace is C's isspace, as sdssplitargs uses it.
+func isSpace(c byte) bool { return c == ' ' || c >= '\t' && c <= '\r' }
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c|0x20 >= 'a' && c|0x20 <= 'f' }
+
+func unhex(c byte) byte {
+	if c <= '9' {
+		return c - '0'
+	}
+	return c | 0x20 - 'a' + 10
+}
+
+// bulkHeader reads the length and CRLF of a bulk header from the start of
+// b: plain digits, at most maxBulk. It returns how many bytes they take,
+// and false for anything else (a sign, a limit broken, a header cut off
+// by the end of b), which scan then follows byte by byte.
+func bulkHeader(b []byte, maxBulk int64) (int, int64, bool) {
+	var n int64
+	i := 0
+	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+		if n = n*10 + int64(b[i]-'0'); n > maxBulk {
+			return 0, 0, false
+		}
+	}
+	if i == 0 || i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
+		return 0, 0, false
+	}
+	return i + 2, n, true
+}
+
+func headerError(s parseState) string {
+	if s == pCount {
+		return errMultibulkLength
+	}
+	return errBulkLength
+}
