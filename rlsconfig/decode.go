@@ -40,13 +40,13 @@ type yRoot struct {
 }
 
 type yDescriptor struct {
-	line                                        int
-	key, value                                  string
-	rateLimit                                   *yRateLimit
-	descriptors                                 []*yDescriptor
+	line                                          int
+	key, value                                    string
+	rateLimit                                     *yRateLimit
+	descriptors                                   []*yDescriptor
 	shadow, quota, detailed, valueToMetric, share bool
-	shareLine                                   int
-	metadata                                    map[string]any
+	shareLine                                     int
+	metadata                                      map[string]any
 }
 
 type yRateLimit struct {

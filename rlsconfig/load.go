@@ -293,6 +293,7 @@ func newRule(file string, yd *yDescriptor) (*rule, error) {
 		r.onFailure = m
 	}
 	if r.unlimited {
+		r.limit = engine.Limit{}
 		return r, nil
 	}
 	r.limit.Rate = int64(rl.requestsPerUnit)

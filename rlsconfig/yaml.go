@@ -263,9 +263,8 @@ func (t *tree) pairs(m *yaml.Node) ([]pair, error) {
 			case yaml.MappingNode:
 				srcs = []*yaml.Node{vn}
 			case yaml.SequenceNode:
-				// Earlier mappings in the list win over later ones.
-				for j := len(vn.Content) - 1; j >= 0; j-- {
-					sn, err := t.deref(vn.Content[j])
+				for _, c := range vn.Content {
+					sn, err := t.deref(c)
 					if err != nil {
 						return nil, err
 					}
@@ -291,8 +290,29 @@ func (t *tree) pairs(m *yaml.Node) ([]pair, error) {
 	if len(merged) == 0 {
 		return own, nil
 	}
-	// Merged entries come first, so an explicit key (a later duplicate) wins.
-	return append(merged, own...), nil
+	// A merged key gives way to an explicit one, and to a merged one from
+	// an earlier mapping; it is not a duplicate.
+	taken := map[string]bool{}
+	for _, p := range own {
+		if kn, err := t.deref(p.k); err == nil && kn.Kind == yaml.ScalarNode {
+			taken[kn.Value] = true
+		}
+	}
+	var out []pair
+	for _, p := range merged {
+		kn, err := t.deref(p.k)
+		if err != nil {
+			return nil, err
+		}
+		if kn.Kind == yaml.ScalarNode {
+			if taken[kn.Value] {
+				continue
+			}
+			taken[kn.Value] = true
+		}
+		out = append(out, p)
+	}
+	return append(out, own...), nil
 }
 
 // goValue builds the value v2 would decode into interface{}, for metadata
