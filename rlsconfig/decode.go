@@ -129,6 +129,10 @@ func decodeFile(file string, data []byte) (*yRoot, []string, error) {
 // knows; every list holds mappings only; every other value is a string, an
 // integer, a bool or null. metadata is not looked into.
 func (d *decoder) checkKeys(m *yaml.Node, in string) error {
+	if err := d.enter(m); err != nil {
+		return err
+	}
+	defer d.leave()
 	ps, err := d.pairs(m)
 	if err != nil {
 		return err
@@ -261,6 +265,10 @@ func (d *decoder) decodeRoot(m *yaml.Node, r *yRoot) error {
 }
 
 func (d *decoder) descriptorList(v *yaml.Node) ([]*yDescriptor, error) {
+	if err := d.enter(v); err != nil {
+		return nil, err
+	}
+	defer d.leave()
 	n, err := d.deref(v)
 	if err != nil {
 		return nil, err

@@ -265,6 +265,15 @@ descriptors:
       g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]
 `, "x.yaml:5: error loading config file: the file expands to too many nodes (aliases)"},
 
+		// Found while fuzzing: an alias inside the mapping it names recursed
+		// a million frames deep before the node budget stopped it.
+		{"self-merge", "&a {<<: *a}", "x.yaml:1: error loading config file: nested too deeply (an alias inside what it names?)"},
+		{"descriptor nested in itself", `
+domain: d
+descriptors:
+  - &a {key: k, descriptors: [*a]}
+`, "x.yaml:3: error loading config file: nested too deeply (an alias inside what it names?)"},
+
 		// Sluice's own fields.
 		{"algorithm outside rate_limit", `
 domain: d

@@ -150,7 +150,24 @@ func looksLikeTimestamp(s string) bool {
 type tree struct {
 	file   string
 	budget int
+	depth  int // mappings being walked, one inside another
 }
+
+// maxDepth bounds how deep mappings nest, merges included. An alias can
+// name a mapping it stands in, so without it a few bytes recurse until
+// the node budget runs out, a million frames deep.
+const maxDepth = 100
+
+// enter notes one more level of nesting; leave undoes it.
+func (t *tree) enter(n *yaml.Node) error {
+	t.depth++
+	if t.depth > maxDepth {
+		return &treeError{n.Line, "nested too deeply (an alias inside what it names?)"}
+	}
+	return nil
+}
+
+func (t *tree) leave() { t.depth-- }
 
 // maxNodes bounds the nodes one file may expand to, aliases included.
 const maxNodes = 1 << 20
@@ -245,6 +262,10 @@ type pair struct {
 // explicit key wins over a merged one. Later duplicates are kept: the
 // caller decides, as v2 does, that the last one wins.
 func (t *tree) pairs(m *yaml.Node) ([]pair, error) {
+	if err := t.enter(m); err != nil {
+		return nil, err
+	}
+	defer t.leave()
 	var own, merged []pair
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
