@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/policy"
 )
 
 // Error is a problem in a configuration file, at a line. Msg is the peer's
@@ -254,9 +253,9 @@ func newRule(file string, yd *yDescriptor) (*rule, error) {
 		case rl.periodLine != 0 && rl.unitLine != 0:
 			return nil, fail(rl.periodLine, "give unit or Sluice's period, not both")
 		case rl.periodLine != 0:
-			d, err := policy.ParseDuration(rl.period)
-			if err != nil {
-				return nil, fail(rl.periodLine, "invalid period '%s': %v", rl.period, err)
+			d, why := engine.ParsePeriod(rl.period)
+			if why != "" {
+				return nil, fail(rl.periodLine, "invalid period '%s': %s", rl.period, why)
 			}
 			r.limit.Period = d
 			unit = unitCovering(d)

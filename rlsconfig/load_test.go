@@ -311,7 +311,7 @@ descriptors:
     rate_limit:
       period: 30
       requests_per_unit: 5
-`, "x.yaml:5: invalid period '30': needs a unit, such as 1s, 500ms, 1m, 1h or 1d"},
+`, "x.yaml:5: invalid period '30': needs a unit: did you mean 30s (seconds) or 30ms (milliseconds)?"},
 		{"period too short", `
 domain: d
 descriptors:
@@ -319,7 +319,7 @@ descriptors:
     rate_limit:
       period: 10us
       requests_per_unit: 5
-`, "x.yaml:5: invalid period 10µs: must be between 1ms and 3650 days"},
+`, "x.yaml:5: invalid period '10us': must be between 1ms and 3650d"},
 		{"period when unlimited", `
 domain: d
 descriptors:
