@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"errors"
 	"unsafe"
 
@@ -17,10 +18,18 @@ type Request struct {
 	// Key is the client's key. Under a policy the service stores it under
 	// the policy's prefix. It may alias a door's buffer until the batch is
 	// decided.
-	Key   string
-	Limit engine.Limit // inline requests only
-	Cost  int64
-	Peek  bool
+	Key  string
+	Cost int64
+	Peek bool
+
+	// An inline request's rules; under a policy, the policy's own.
+	Limit     engine.Limit
+	OnFailure engine.FailureMode // zero: the sidecar's default
+	Shadow    bool               // decide and count, but always allow
+	// Label names the request's rule in the counters (a door's own bounded
+	// name, such as a rate-limit config's rule); empty means Inline. Never
+	// a client's value: every label is a metric series.
+	Label string
 }
 
 // ErrNoPolicies is a request by policy name when no policies are loaded.
@@ -60,8 +69,8 @@ func (s *Service) NewBatch() *Batch { return &Batch{s: s} }
 // to answer in its place (ErrNoPolicies, *UnknownPolicyError, or a
 // *engine.ParamError naming the parameter). Either way the error is counted.
 func (b *Batch) Add(r Request) (int, error) {
-	req := engine.Request{Key: r.Key, Limit: r.Limit, Cost: r.Cost, Peek: r.Peek}
-	m := meta{policy: Inline}
+	req := engine.Request{Key: r.Key, Limit: r.Limit, Cost: r.Cost, Peek: r.Peek, OnFailure: r.OnFailure}
+	m := meta{policy: cmp.Or(r.Label, Inline), shadow: r.Shadow}
 	if r.Policy != "" {
 		p, err := b.s.lookup(r.Policy)
 		if err != nil {
