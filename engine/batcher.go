@@ -28,6 +28,9 @@ type BatcherConfig struct {
 	// Timeout bounds each round trip. Zero means 100ms: a healthy Redis
 	// answers in well under a millisecond, so a slow one is a failed one.
 	Timeout time.Duration
+	// Now is the clock OnBatch's start is read from; nil means time.Now.
+	// (The round trip's deadline is the context's, on the real clock.)
+	Now func() time.Time
 }
 
 // Batcher is a Store that gathers the requests of all its callers into
@@ -47,6 +50,7 @@ type Batcher struct {
 	inFlight int
 	timeout  time.Duration
 	onBatch  func(time.Time, int, error)
+	now      func() time.Time
 
 	mu      sync.Mutex
 	pending []*call       // guarded by mu
@@ -101,8 +105,11 @@ func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 100 * time.Millisecond
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	b := &Batcher{store: cfg.Store, maxBatch: cfg.MaxBatch, inFlight: cfg.MaxInFlight,
-		timeout: cfg.Timeout, onBatch: cfg.OnBatch}
+		timeout: cfg.Timeout, onBatch: cfg.OnBatch, now: cfg.Now}
 	b.calls.New = func() any { return &call{wake: make(chan bool, 2)} }
 	b.scratch.New = func() any { return new(batchScratch) }
 	return b, nil
@@ -211,7 +218,10 @@ func (b *Batcher) run(sc *batchScratch) {
 		sc.res = make([]Result, len(sc.reqs))
 	}
 	sc.res = sc.res[:len(sc.reqs)]
-	start := time.Now()
+	var start time.Time
+	if b.onBatch != nil {
+		start = b.now()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	err := b.store.Decide(ctx, sc.reqs, sc.res)
 	cancel()
@@ -267,11 +277,4 @@ type BatcherStats struct {
 // Stats returns the counts so far.
 func (b *Batcher) Stats() BatcherStats {
 	return BatcherStats{Batches: b.batches.Load(), Decisions: b.decided.Load()}
-}
-
-// Queued reports how many callers wait in the queue.
-func (b *Batcher) Queued() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.pending)
 }

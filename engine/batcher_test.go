@@ -157,6 +157,31 @@ func TestBatcherReportsTheBatchError(t *testing.T) {
 	}
 }
 
+// OnBatch is told of each round trip by the batcher's own clock, with its
+// size and its error.
+func TestBatcherReportsEachBatch(t *testing.T) {
+	clock := enginetest.NewClock(enginetest.Epoch)
+	type report struct {
+		start time.Time
+		size  int
+		err   error
+	}
+	var got []report
+	b, err := engine.NewBatcher(engine.BatcherConfig{Store: openMemory(t, clock.Now), Now: clock.Now,
+		OnBatch: func(start time.Time, size int, err error) { got = append(got, report{start, size, err}) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	reqs := []engine.Request{{Key: "a", Limit: perHour, Cost: 1}, {Key: "b", Limit: perHour, Cost: 1}}
+	if err := b.Decide(context.Background(), reqs, make([]engine.Result, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !got[0].start.Equal(clock.Now()) || got[0].size != 2 || got[0].err != nil {
+		t.Fatalf("OnBatch told %+v; want one batch of 2 at %v", got, clock.Now())
+	}
+}
+
 func TestBatcherAfterClose(t *testing.T) {
 	clock := enginetest.NewClock(enginetest.Epoch)
 	b, err := engine.NewBatcher(engine.BatcherConfig{Store: openMemory(t, clock.Now)})

@@ -53,29 +53,42 @@ func TestMemoryEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 }
 
+// TestMemoryExpiredStateReadsAsFresh: once a state expires, the key is
+// fresh, as a Redis key past its TTL is gone, whatever limit asks next.
+// The next request comes with a slower limit (1h rather than 1s): a stale
+// state that were read again would refill or roll over at that rate and
+// still hold the first request's cost, where a fresh key admits the whole
+// capacity at once.
 func TestMemoryExpiredStateReadsAsFresh(t *testing.T) {
 	clock := enginetest.NewClock(enginetest.Epoch)
 	s := openMemory(t, clock.Now)
+	clock.Advance(500 * time.Millisecond) // mid-window, so an aligned hour starts before the state's second
 	for _, alg := range engine.Algorithms {
-		l := engine.Limit{Algorithm: alg, Rate: 2, Period: time.Second}
-		if alg == engine.TokenBucket || alg == engine.LeakyBucket {
-			l.Burst = 2
+		limit := func(period time.Duration) engine.Limit {
+			l := engine.Limit{Algorithm: alg, Rate: 2, Period: period}
+			switch alg {
+			case engine.TokenBucket, engine.LeakyBucket:
+				l.Burst = 2
+			case engine.GCRA:
+				l.Burst = 1
+			}
+			return l
 		}
-		if alg == engine.GCRA {
-			l.Burst = 1
-		}
-		req := []engine.Request{{Key: "expiry", Limit: l, Cost: 2}}
 		res := make([]engine.Result, 1)
-		_ = s.Decide(context.Background(), req, res)
-		if !res[0].Decision.Allowed {
-			t.Fatalf("%v: first request refused: %+v", alg, res[0])
+		decide := func(l engine.Limit) engine.Decision {
+			req := []engine.Request{{Key: "expiry-" + alg.String(), Limit: l, Cost: 2}}
+			if err := s.Decide(context.Background(), req, res); err != nil || res[0].Err != nil {
+				t.Fatalf("%v: %v %v", alg, err, res[0].Err)
+			}
+			return res[0].Decision
 		}
-		clock.Advance(3 * time.Second)
-		_ = s.Decide(context.Background(), req, res)
-		if !res[0].Decision.Allowed || res[0].Decision.Remaining != 0 {
-			t.Fatalf("%v: after expiry: %+v; want allowed with nothing left", alg, res[0])
+		if d := decide(limit(time.Second)); !d.Allowed {
+			t.Fatalf("%v: first request refused: %+v", alg, d)
 		}
-		clock.Advance(3 * time.Second)
+		clock.Advance(3 * time.Second) // past every algorithm's expiry at 2 per second
+		if d := decide(limit(time.Hour)); !d.Allowed || d.Remaining != 0 {
+			t.Errorf("%v: after expiry, under a slower limit: %+v; want the full capacity admitted, as a fresh key", alg, d)
+		}
 	}
 }
 

@@ -52,7 +52,7 @@ func BenchmarkEncode(b *testing.B) {
 }
 
 // BenchmarkPipeline is a pipeline of 100 decisions, as a client sends its
-// bytes, through the frame guard, the parser, the command layer, the
+// bytes, through the parser, the command layer, the
 // service (which counts every decision, as in the binary) and the memory
 // store, without the network: allocations are none, per pipeline or per
 // decision.

@@ -263,7 +263,7 @@ func runCommand(c *client, args [][]byte) {
 	if len(args) == 1 {
 		c.out = redcon.AppendArray(c.out, len(commandList))
 		for _, cmd := range commandList {
-			c.out = appendCommandInfo(c.out, cmd, c.proto)
+			c.out = appendCommandInfo(c.out, cmd)
 		}
 		return
 	}
@@ -284,14 +284,14 @@ func runCommand(c *client, args [][]byte) {
 		if len(names) == 0 {
 			c.out = redcon.AppendArray(c.out, len(commandList))
 			for _, cmd := range commandList {
-				c.out = appendCommandInfo(c.out, cmd, c.proto)
+				c.out = appendCommandInfo(c.out, cmd)
 			}
 			return
 		}
 		c.out = redcon.AppendArray(c.out, len(names))
 		for _, n := range names {
 			if cmd := lookup(n); cmd != nil {
-				c.out = appendCommandInfo(c.out, cmd, c.proto)
+				c.out = appendCommandInfo(c.out, cmd)
 			} else {
 				c.out = appendNull(c.out, c.proto)
 			}
@@ -327,7 +327,7 @@ func runCommand(c *client, args [][]byte) {
 }
 
 // appendCommandInfo writes one COMMAND entry in Redis 7's ten-field form.
-func appendCommandInfo(dst []byte, cmd *command, proto int) []byte {
+func appendCommandInfo(dst []byte, cmd *command) []byte {
 	dst = redcon.AppendArray(dst, 10)
 	dst = redcon.AppendBulkString(dst, cmd.name)
 	dst = redcon.AppendInt(dst, int64(cmd.arity()))

@@ -106,7 +106,7 @@ func FuzzCommand(f *testing.F) {
 	})
 }
 
-// FuzzFrames feeds raw bytes through the guard, the parser and the
+// FuzzFrames feeds raw bytes through the parser and the
 // command layer, once in one read and once in small reads (a byte a read,
 // up to 64 bytes: a read that ends inside a command makes it parsed again
 // from its start): a frame no parser expected must not take the process

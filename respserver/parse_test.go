@@ -38,7 +38,7 @@ func TestParserFrames(t *testing.T) {
 		{"*1\r\n$1048577\r\n", "Protocol error: invalid bulk length", 11},
 		{"*2\r\n$1\r\na\r\n$99999999999999999999\r\n", "Protocol error: invalid bulk length", 18},
 		{strings.Repeat("x", maxInline+1), "Protocol error: too big inline request", maxInline},
-		// Malformed frames stop the guard at their first bad byte.
+		// Malformed frames stop the parser at their first bad byte.
 		{"*-1\r\n*4444444444444444444\r\n", "Protocol error: invalid multibulk length", 1},
 		{"*0\r\n", "Protocol error: invalid multibulk length", 3},
 		{"*1\r\nX", "Protocol error: expected '$', got 'X'", 4},

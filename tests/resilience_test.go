@@ -31,7 +31,7 @@ import (
 	"github.com/sluice-rl/sluice/upstream"
 )
 
-// Issue 5's "Must show": the real binary in front of real redis-server
+// Failure tests: the real binary in front of real redis-server
 // processes that are killed, paused, flushed, failed over, unreachable at
 // start-up, guarded by an ACL user and by TLS. Each test is bounded in time
 // and logs the figures it measures.
