@@ -66,9 +66,12 @@ type Batcher struct {
 
 // call is one caller's requests, waiting in the queue.
 type call struct {
-	reqs  []Request
-	res   []Result
-	err   error
+	reqs []Request
+	res  []Result
+	err  error
+	// done, for a call that does not wait (Submit), is told when its
+	// results are in; a call that waits (Decide) is woken instead.
+	done  func(error)
 	asked bool // handed the lead, not yet taken; guarded by Batcher.mu
 	// wake tells the caller false when its results are in, true when it
 	// must lead a round trip. Two slots: a call asked to lead can be
@@ -86,7 +89,7 @@ type batchScratch struct {
 // ErrClosed is returned by a Batcher's Decide after Close.
 var ErrClosed = errors.New("engine: batcher closed")
 
-var _ Store = (*Batcher)(nil)
+var _ Submitter = (*Batcher)(nil)
 
 // NewBatcher returns a batcher in front of cfg.Store.
 func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
@@ -141,8 +144,10 @@ func (b *Batcher) Decide(ctx context.Context, reqs []Request, res []Result) erro
 	}
 	b.mu.Unlock()
 	for {
-		if lead {
-			b.lead(c)
+		if lead && b.lead(c) {
+			// A call that does not wait is next: a goroutine of its own
+			// leads on, so that this caller is not kept for it.
+			go b.leadOn()
 		}
 		if lead = <-c.wake; !lead {
 			break
@@ -154,22 +159,62 @@ func (b *Batcher) Decide(ctx context.Context, reqs []Request, res []Result) erro
 	return err
 }
 
-// lead runs one round trip for the queue's head, then hands the lead on.
-// self is the leading caller's call, which may still be queued.
-func (b *Batcher) lead(self *call) {
+// Submit queues reqs without waiting and calls done once their round trip
+// returns. When a round trip is free a goroutine leads it, so the caller
+// (an event loop) goes on at once; otherwise the requests gather for the
+// round trip after the one in flight.
+func (b *Batcher) Submit(reqs []Request, res []Result, done func(error)) {
+	if len(reqs) == 0 {
+		done(nil)
+		return
+	}
+	c := b.calls.Get().(*call)
+	c.reqs, c.res, c.err, c.done = reqs, res, nil, done
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		c.reqs, c.res, c.done = nil, nil, nil
+		b.calls.Put(c)
+		done(ErrClosed)
+		return
+	}
+	b.pending = append(b.pending, c)
+	lead := b.leaders < b.inFlight
+	if lead {
+		b.leaders++
+	}
+	b.mu.Unlock()
+	if lead {
+		go b.leadOn()
+	}
+}
+
+// leadOn leads round trips for as long as calls that do not wait are next.
+func (b *Batcher) leadOn() {
+	for b.lead(nil) {
+	}
+}
+
+// lead runs one round trip for the queue's head, then hands the lead on,
+// and reports whether the lead stays with its caller (handOff). self is
+// the leading caller's call, which may still be queued; nil for leadOn.
+func (b *Batcher) lead(self *call) (again bool) {
 	sc := b.scratch.Get().(*batchScratch)
 	b.mu.Lock()
-	self.asked = false // its turn is taken; if still queued, it may be asked again
+	if self != nil {
+		self.asked = false // its turn is taken; if still queued, it may be asked again
+	}
 	sc.batch = b.take(sc.batch[:0])
 	b.mu.Unlock()
 	if len(sc.batch) > 0 {
 		b.run(sc)
 	}
 	b.mu.Lock()
-	b.handOff()
+	again = b.handOff()
 	b.mu.Unlock()
 	clear(sc.batch)
 	b.scratch.Put(sc)
+	return again
 }
 
 // take moves queued calls into batch, up to maxBatch requests (at least
@@ -192,20 +237,27 @@ func (b *Batcher) take(batch []*call) []*call {
 }
 
 // handOff passes this leader's turn to the first queued caller not already
-// asked to lead, or gives the turn up. b.mu is held.
-func (b *Batcher) handOff() {
+// asked to lead when that caller waits (Decide); when it does not wait
+// (Submit), the turn stays with this leader and handOff returns true. With
+// no one queued the turn is given up. b.mu is held.
+func (b *Batcher) handOff() (again bool) {
 	for _, c := range b.pending {
-		if !c.asked {
-			c.asked = true
-			c.wake <- true
-			return
+		if c.asked {
+			continue
 		}
+		if c.done != nil {
+			return true
+		}
+		c.asked = true
+		c.wake <- true
+		return false
 	}
 	b.leaders--
 	if b.closed && b.leaders == 0 && b.drained != nil {
 		close(b.drained)
 		b.drained = nil
 	}
+	return false
 }
 
 // run decides one batch and hands each caller its results.
@@ -239,6 +291,13 @@ func (b *Batcher) run(sc *batchScratch) {
 			copy(c.res, sc.res[off:off+n])
 		}
 		off += n
+		if done := c.done; done != nil {
+			cerr := c.err
+			c.reqs, c.res, c.done = nil, nil, nil
+			b.calls.Put(c)
+			done(cerr)
+			continue
+		}
 		c.wake <- false
 	}
 	clear(sc.reqs) // drop key strings for the collector

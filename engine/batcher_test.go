@@ -101,6 +101,61 @@ func TestBatcherGathersWhileABatchIsInFlight(t *testing.T) {
 	}
 }
 
+// Submit never waits: with a batch held at the store, further Submits
+// return at once and gather into the next batch, and each done runs once
+// its results are in.
+func TestBatcherSubmitDoesNotWait(t *testing.T) {
+	clock := enginetest.NewClock(enginetest.Epoch)
+	g := &gateStore{inner: openMemory(t, clock.Now), gate: make(chan struct{})}
+	b := newBatcher(t, g, 0, 1)
+	results := make(chan engine.Result, 11)
+	submit := func(key string) {
+		res := make([]engine.Result, 1)
+		b.Submit([]engine.Request{{Key: key, Limit: perHour, Cost: 1}}, res, func(err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			results <- res[0]
+		})
+	}
+	submit("first")
+	g.waitBatches(t, 1) // held at the store
+	for range 10 {
+		submit("later") // returns although the round trip is held
+	}
+	if q := b.Queued(); q != 10 {
+		t.Fatalf("%d calls queued behind the held batch; want 10", q)
+	}
+	select {
+	case r := <-results:
+		t.Fatalf("a result came in while the store held the batch: %+v", r)
+	default:
+	}
+	close(g.gate)
+	for i := range 11 {
+		if r := <-results; !r.Decision.Allowed {
+			t.Errorf("result %d refused: %+v", i, r)
+		}
+	}
+	if got := g.batchSizes(); len(got) != 2 || got[0] != 1 || got[1] != 10 {
+		t.Fatalf("batch sizes %v; want [1 10]", got)
+	}
+}
+
+func TestBatcherSubmitAfterClose(t *testing.T) {
+	clock := enginetest.NewClock(enginetest.Epoch)
+	b, err := engine.NewBatcher(engine.BatcherConfig{Store: openMemory(t, clock.Now)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	var got error
+	b.Submit([]engine.Request{{Key: "k", Limit: perHour, Cost: 1}}, make([]engine.Result, 1), func(err error) { got = err })
+	if !errors.Is(got, engine.ErrClosed) {
+		t.Fatalf("Submit after Close: done(%v); want ErrClosed", got)
+	}
+}
+
 func TestBatcherKeepsEachCallersOrder(t *testing.T) {
 	clock := enginetest.NewClock(enginetest.Epoch)
 	b := newBatcher(t, openMemory(t, clock.Now), 64, 4)
@@ -235,7 +290,16 @@ func TestBatcherNeverStrandsACall(t *testing.T) {
 					for i := range reqs {
 						reqs[i] = engine.Request{Key: "strand", Limit: perHour, Cost: 0}
 					}
-					if err := b.Decide(context.Background(), reqs, make([]engine.Result, n)); err != nil {
+					if g%2 == 0 { // half wait, half submit: neither may strand the other
+						if err := b.Decide(context.Background(), reqs, make([]engine.Result, n)); err != nil {
+							t.Error(err)
+							return
+						}
+						continue
+					}
+					landed := make(chan error, 1)
+					b.Submit(reqs, make([]engine.Result, n), func(err error) { landed <- err })
+					if err := <-landed; err != nil {
 						t.Error(err)
 						return
 					}

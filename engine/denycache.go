@@ -35,7 +35,7 @@ type DenyCache struct {
 	store   Store
 	now     func() time.Time
 	entries *lru.Cache[stateKey, denial]
-	scratch sync.Pool // *missBuffers
+	scratch sync.Pool // *misses
 	hits    atomic.Uint64
 	misses  atomic.Uint64
 	evicted atomic.Uint64
@@ -50,14 +50,7 @@ type denial struct {
 	decision Decision
 }
 
-// missBuffers gathers the requests a batch could not answer locally.
-type missBuffers struct {
-	index []int
-	reqs  []Request
-	res   []Result
-}
-
-var _ Store = (*DenyCache)(nil)
+var _ Submitter = (*DenyCache)(nil)
 
 // NewDenyCache returns an empty cache in front of cfg.Store.
 func NewDenyCache(cfg DenyCacheConfig) (*DenyCache, error) {
@@ -78,12 +71,56 @@ func NewDenyCache(cfg DenyCacheConfig) (*DenyCache, error) {
 		return nil, err
 	}
 	c := &DenyCache{store: cfg.Store, now: cfg.Now, entries: entries}
-	c.scratch.New = func() any { return new(missBuffers) }
+	c.scratch.New = func() any {
+		m := &misses{c: c}
+		m.submitted = m.finishAndCallDone
+		return m
+	}
 	return c, nil
 }
 
 // Decide answers remembered refusals locally and sends the rest on.
 func (c *DenyCache) Decide(ctx context.Context, reqs []Request, res []Result) error {
+	m := c.answer(reqs, res)
+	if m == nil {
+		return nil
+	}
+	return m.finish(c.store.Decide(ctx, m.reqs, m.res))
+}
+
+// Submit is Decide without waiting: the misses go on to a Submitter.
+func (c *DenyCache) Submit(reqs []Request, res []Result, done func(error)) {
+	m := c.answer(reqs, res)
+	if m == nil {
+		done(nil)
+		return
+	}
+	m.done = done
+	Submit(c.store, m.reqs, m.res, m.submitted)
+}
+
+// misses is what a batch sends on: the requests the cache could not
+// answer, and where their results go.
+type misses struct {
+	c     *DenyCache
+	now   time.Time
+	index []int     // misses' places in the batch; nil when all missed
+	reqs  []Request // the misses: the batch's own when all missed
+	res   []Result
+	out   []Result // the batch's results
+	done  func(error)
+
+	// Owned buffers, reused for batches of some of each.
+	bufIndex []int
+	bufReqs  []Request
+	bufRes   []Result
+
+	submitted func(error) // finishAndCallDone, bound once
+}
+
+// answer answers what the cache remembers and returns the misses, or nil
+// when there are none.
+func (c *DenyCache) answer(reqs []Request, res []Result) *misses {
 	now := c.now()
 	hits := 0
 	// An empty cache, the usual state while nothing is refused, answers
@@ -102,46 +139,57 @@ func (c *DenyCache) Decide(ctx context.Context, reqs []Request, res []Result) er
 	}
 	c.hits.Add(uint64(hits))
 	c.misses.Add(uint64(len(reqs) - hits))
-	switch hits {
-	case len(reqs):
-		return nil
-	case 0:
-		if err := c.store.Decide(ctx, reqs, res); err != nil {
-			return err
-		}
-		c.remember(reqs, res, now)
+	if hits == len(reqs) {
 		return nil
 	}
-	// Some of each: send only the misses, then put their results in place.
-	b := c.scratch.Get().(*missBuffers)
-	defer c.scratch.Put(b)
-	b.index, b.reqs = b.index[:0], b.reqs[:0]
+	m := c.scratch.Get().(*misses)
+	m.now, m.out = now, res
+	if hits == 0 {
+		m.index, m.reqs, m.res = nil, reqs, res
+		return m
+	}
+	// Some of each: send only the misses, and put their results in place
+	// once they are in.
+	m.bufIndex, m.bufReqs = m.bufIndex[:0], m.bufReqs[:0]
 	for i := range reqs {
 		if res[i].Path != PathDenyCache {
-			b.index = append(b.index, i)
-			b.reqs = append(b.reqs, reqs[i])
+			m.bufIndex = append(m.bufIndex, i)
+			m.bufReqs = append(m.bufReqs, reqs[i])
 		}
 	}
-	if cap(b.res) < len(b.reqs) {
-		b.res = make([]Result, len(b.reqs))
+	if cap(m.bufRes) < len(m.bufReqs) {
+		m.bufRes = make([]Result, len(m.bufReqs))
 	}
-	b.res = b.res[:len(b.reqs)]
-	err := c.store.Decide(ctx, b.reqs, b.res)
+	m.bufRes = m.bufRes[:len(m.bufReqs)]
+	m.index, m.reqs, m.res = m.bufIndex, m.bufReqs, m.bufRes
+	return m
+}
+
+// finish remembers the misses' refusals, puts their results in place and
+// returns m to the pool.
+func (m *misses) finish(err error) error {
 	if err == nil {
-		c.remember(b.reqs, b.res, now)
-		for j, i := range b.index {
-			res[i] = b.res[j]
+		m.c.remember(m.reqs, m.res, m.now)
+		for j, i := range m.index {
+			m.out[i] = m.res[j]
 		}
 	}
-	clear(b.reqs)
-	clear(b.res)
+	clear(m.bufReqs) // drop the keys, which alias the caller's buffers
+	clear(m.bufRes)
+	m.index, m.reqs, m.res, m.out, m.done = nil, nil, nil, nil, nil
+	m.c.scratch.Put(m)
 	return err
+}
+
+func (m *misses) finishAndCallDone(err error) {
+	done := m.done
+	done(m.finish(err))
 }
 
 // lookup returns the local refusal for r, if one applies at now.
 func (c *DenyCache) lookup(r *Request, now time.Time) (Decision, bool) {
-	if r.Cost == 0 {
-		return Decision{}, false
+	if r.Cost == 0 || r.Cost > r.Limit.Capacity() {
+		return Decision{}, false // a look, or a cost the store refuses as invalid
 	}
 	e, ok := c.entries.Get(stateKey{r.Limit.Algorithm, r.Key})
 	if !ok || e.limit != r.Limit || r.Cost < e.cost || !now.Before(e.until) {

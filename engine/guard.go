@@ -54,9 +54,10 @@ type Guard struct {
 
 	open     atomic.Bool
 	fallback atomic.Uint64
+	flights  sync.Pool // *guardFlight
 }
 
-var _ Store = (*Guard)(nil)
+var _ Submitter = (*Guard)(nil)
 
 // NewGuard returns a guard with its breaker closed.
 func NewGuard(cfg GuardConfig) (*Guard, error) {
@@ -81,8 +82,14 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Guard{store: cfg.Store, local: cfg.Local, def: cfg.Default, threshold: cfg.Threshold,
-		probeEvery: cfg.ProbeEvery, onBreaker: cfg.OnBreaker, now: cfg.Now}, nil
+	g := &Guard{store: cfg.Store, local: cfg.Local, def: cfg.Default, threshold: cfg.Threshold,
+		probeEvery: cfg.ProbeEvery, onBreaker: cfg.OnBreaker, now: cfg.Now}
+	g.flights.New = func() any {
+		f := &guardFlight{g: g}
+		f.landed = f.land
+		return f
+	}
+	return g, nil
 }
 
 // Decide sends the batch to the store unless the breaker is open, and
@@ -98,6 +105,41 @@ func (g *Guard) Decide(ctx context.Context, reqs []Request, res []Result) error 
 		return g.fail(ctx, reqs, res)
 	}
 	return nil
+}
+
+// Submit is Decide without waiting: the batch goes on to a Submitter, and
+// its failure modes decide once it fails.
+func (g *Guard) Submit(reqs []Request, res []Result, done func(error)) {
+	probe, ok := g.admit()
+	if !ok {
+		done(g.fail(context.Background(), reqs, res))
+		return
+	}
+	f := g.flights.Get().(*guardFlight)
+	f.reqs, f.res, f.done, f.probe = reqs, res, done, probe
+	Submit(g.store, reqs, res, f.landed)
+}
+
+// guardFlight is a submitted batch the guard waits for; pooled, with its
+// callback bound once, so that a submission allocates nothing.
+type guardFlight struct {
+	g      *Guard
+	reqs   []Request
+	res    []Result
+	done   func(error)
+	probe  bool
+	landed func(error)
+}
+
+func (f *guardFlight) land(err error) {
+	g, reqs, res, done, probe := f.g, f.reqs, f.res, f.done, f.probe
+	f.reqs, f.res, f.done = nil, nil, nil
+	g.flights.Put(f)
+	g.record(err, probe)
+	if err != nil {
+		err = g.fail(context.Background(), reqs, res)
+	}
+	done(err)
 }
 
 // admit says whether a batch may go to the store, and whether it is the
@@ -187,11 +229,24 @@ func (g *Guard) mode(r *Request) FailureMode {
 	return m
 }
 
+// ErrNotReset is Reset's answer while the breaker is open: the shared
+// state could not be reset, but what this sidecar keeps of the key was.
+var ErrNotReset = errors.New("the upstream Redis is failing: the shared state was not reset, only this sidecar's remembered refusals and local counts")
+
 // Reset resets the key in the store, and in the local store so that a
-// fallback does not keep a state the user asked to forget.
+// fallback does not keep a state the user asked to forget. While the
+// breaker is open it does not wait on the store: it forgets what this
+// sidecar keeps of the key (a store that remembers refusals is told to
+// Forget) and returns ErrNotReset at once.
 func (g *Guard) Reset(ctx context.Context, key string) error {
 	if g.local != nil {
 		_ = g.local.Reset(ctx, key)
+	}
+	if g.open.Load() {
+		if f, ok := g.store.(interface{ Forget(key string) }); ok {
+			f.Forget(key)
+		}
+		return ErrNotReset
 	}
 	return g.store.Reset(ctx, key)
 }

@@ -185,3 +185,55 @@ func TestGuardConformance(t *testing.T) {
 		return g
 	})
 }
+
+// With the breaker open, Reset does not wait on the failing store: it
+// forgets the key's remembered refusal and local count, and says the
+// shared state was not reset.
+func TestGuardResetWhileOpen(t *testing.T) {
+	clock := enginetest.NewClock(enginetest.Epoch)
+	f := &flakyStore{inner: openMemory(t, clock.Now)}
+	deny, err := engine.NewDenyCache(engine.DenyCacheConfig{Store: f, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := openMemory(t, clock.Now)
+	g, err := engine.NewGuard(engine.GuardConfig{Store: deny, Local: local, Threshold: 1, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := engine.Limit{Algorithm: engine.FixedWindow, Rate: 1, Period: time.Hour}
+	decideKey := func(key string) engine.Result {
+		res := make([]engine.Result, 1)
+		if err := g.Decide(context.Background(), []engine.Request{{Key: key, Limit: one, Cost: 1}}, res); err != nil {
+			t.Fatal(err)
+		}
+		return res[0]
+	}
+	decide := func() engine.Result { return decideKey("k") }
+	decide()
+	if r := decide(); r.Decision.Allowed {
+		t.Fatal("second request allowed at 1 an hour")
+	}
+	if deny.Stats().Entries != 1 {
+		t.Fatal("the refusal was not remembered")
+	}
+	f.set(true)
+	decideKey("other") // fails: the breaker opens, the local store decides
+	if !g.Stats().BreakerOpen {
+		t.Fatal("breaker still closed")
+	}
+	before := f.count()
+	err = g.Reset(context.Background(), "k")
+	if !errors.Is(err, engine.ErrNotReset) {
+		t.Fatalf("Reset while open = %v; want ErrNotReset", err)
+	}
+	if f.count() != before {
+		t.Error("Reset asked the failing store")
+	}
+	if n := deny.Stats().Entries; n != 0 {
+		t.Errorf("%d refusals still remembered after Reset", n)
+	}
+	if r := decide(); !r.Decision.Allowed || r.Path != engine.PathLocal {
+		t.Errorf("after Reset, the local fallback answered %+v; want the key fresh", r)
+	}
+}

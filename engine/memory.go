@@ -144,7 +144,7 @@ func (e *memoryEntry) free() {
 	atomic.StoreUint64(&e.hash, 0)
 }
 
-var _ Store = (*MemoryStore)(nil)
+var _ Submitter = (*MemoryStore)(nil)
 
 // NewMemoryStore returns an empty store.
 func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
@@ -198,6 +198,11 @@ func (m *MemoryStore) Decide(_ context.Context, reqs []Request, res []Result) er
 
 // hash returns the hash of (alg, key): its low bits pick the shard, its
 // high bits the index cell.
+// Submit decides at once: the memory store never waits.
+func (m *MemoryStore) Submit(reqs []Request, res []Result, done func(error)) {
+	done(m.Decide(context.Background(), reqs, res))
+}
+
 func (m *MemoryStore) hash(alg Algorithm, key string) uint64 {
 	return maphash.String(m.seed, key) + uint64(alg)*0x9E3779B97F4A7C15
 }

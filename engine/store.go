@@ -26,3 +26,27 @@ type Store interface {
 	// request finds the full capacity. Safe for concurrent use.
 	Reset(ctx context.Context, key string) error
 }
+
+// Submitter is a Store that can also decide without its caller waiting, so
+// that an event loop hands a batch over and goes on serving while the
+// batch is at Redis.
+type Submitter interface {
+	Store
+	// Submit decides reqs into res as Decide does, and calls done with the
+	// batch's error (Decide's return value) once every result is in. done
+	// runs exactly once: before Submit returns when the store answers at
+	// once, else later, on another goroutine; it must be quick and must
+	// not call back into the store. reqs and res belong to the store until
+	// done runs. As with Decide, the store bounds its own waits.
+	Submit(reqs []Request, res []Result, done func(error))
+}
+
+// Submit hands reqs to s without waiting when s is a Submitter, and
+// otherwise decides them at once: done runs as Submitter.Submit says.
+func Submit(s Store, reqs []Request, res []Result, done func(error)) {
+	if a, ok := s.(Submitter); ok {
+		a.Submit(reqs, res, done)
+		return
+	}
+	done(s.Decide(context.Background(), reqs, res))
+}

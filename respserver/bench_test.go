@@ -25,10 +25,10 @@ func BenchmarkParse(b *testing.B) {
 				if msg != "" {
 					b.Fatal(msg)
 				}
-				if _, err := c.batch.Add(req); err != nil {
+				if _, err := c.cur.batch.Add(req); err != nil {
 					b.Fatal(err)
 				}
-				c.batch.Clear() // as settle does
+				c.cur.batch.Clear() // as settle does
 			}
 		})
 	}
@@ -65,7 +65,7 @@ func BenchmarkPipeline(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		for data := raw; len(data) > 0; {
-			n := copy(c.spare(), data)
+			n := copy(c.room(), data)
 			data = data[n:]
 			c.take(n)
 		}

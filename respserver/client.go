@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/tidwall/redcon"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/service"
@@ -14,6 +15,15 @@ import (
 
 // client is one connection's state. Only the goroutine serving the
 // connection (its own, or its event loop's) touches it, except netConn.
+//
+// A connection's decisions queue in its current segment (cur) until the
+// transport hands them to the service; then the segment is in flight
+// (flying) until its results land, and the next decisions queue behind
+// it. At most one segment is in flight per connection, so its decisions
+// take effect in the order it sent them; replies go out in that order
+// too, errors and all. A command that is not a decision (RL.RESET, HELLO,
+// AUTH, …) waits (held) until everything before it has landed, so that it
+// sees and makes effects in order; nothing after it runs meanwhile.
 type client struct {
 	s    *Server
 	id   int64
@@ -22,6 +32,11 @@ type client struct {
 	// an event loop serves. Set before the client is shared, then read
 	// only.
 	netConn net.Conn
+	// loop is the event loop serving the connection, nil for a goroutine
+	// of its own: commands that wait on Redis (RL.RESET) then run off the
+	// loop and land through it.
+	loop *loop
+	lc   *loopConn // its connection on the loop
 
 	in input
 
@@ -31,22 +46,41 @@ type client struct {
 	libName string
 	libVer  string
 	quit    bool // QUIT was read: answer what came before it, then close
+	held    bool // a command waits for what is in flight to land
 
-	// commands counts the commands read since the last settle, which adds
-	// them to the server's count: one atomic add per pipeline.
+	// commands counts the commands run since proceed last added them to
+	// the server's count: one atomic add per read, not per command.
 	commands int64
 
 	// last is the command this connection sent last: a pipeline mostly
 	// repeats one, and comparing its name costs less than a lookup.
 	last *command
 
-	// batch holds the queued decisions until settle; its Trace is set by
-	// RL.TRACE. Reused per pipeline, with pend and out, so that a warm
-	// connection allocates nothing.
-	batch  *service.Batch
-	single [1]*service.Batch // one(): no slice allocated per settle
-	pend   []pending
+	// trace is the parent of this connection's decision spans, set by
+	// RL.TRACE; the zero value traces nothing.
+	trace trace.SpanContext
+
+	// For a connection served by a goroutine of its own: where it waits
+	// for its segment to land, and the service's done that tells it.
+	landed chan struct{}
+	signal func()
+
+	cur    *segment // queued: decisions and replies owed after them
+	flying *segment // handed to the service, or a reset under way; nil if none
+	spare  *segment // a landed segment, kept for reuse
 	out    []byte
+}
+
+// segment is a run of a connection's owed replies: the decisions queued in
+// its batch, errors in their places, or one RL.RESET's answer.
+type segment struct {
+	c     *client
+	batch *service.Batch
+	one   [1]*service.Batch // batch, as Service.Decide takes it
+	pend  []pending
+	// An RL.RESET under way, off the loop: its keys, then its outcome.
+	reset    []string
+	resetErr error
 }
 
 // pending is a reply owed in pipeline order: a queued decision, or an error
@@ -65,55 +99,82 @@ func newClient(s *Server, addr string) *client {
 		addr:   addr,
 		proto:  2,
 		authed: s.cfg.RequirePass == "",
-		batch:  s.cfg.Service.NewBatch(),
 	}
+	c.cur = c.newSegment()
 	c.in.p = parser{maxArgs: int64(s.cfg.MaxArgs), maxBulk: int64(s.cfg.MaxRequestBytes)}
 	return c
 }
 
-// exec runs one command. Decisions are queued until settle; anything else
-// settles the queue first, so replies and effects keep the pipeline's order.
-func (c *client) exec(args [][]byte) {
-	c.commands++
+func (c *client) newSegment() *segment {
+	if g := c.spare; g != nil {
+		c.spare = nil
+		return g
+	}
+	return &segment{c: c, batch: c.s.cfg.Service.NewBatch()}
+}
+
+// empty tells whether the segment owes nothing.
+func (g *segment) empty() bool { return len(g.pend) == 0 && g.reset == nil }
+
+// exec runs one command, or reports that it must wait (held) for what is
+// in flight or queued before it: then nothing of it has run, and the
+// transport runs it again once those have landed. Decisions are queued.
+func (c *client) exec(args [][]byte) (hold bool) {
 	if len(args) == 0 {
-		return
+		c.commands++
+		return false
 	}
 	cmd := c.last
 	if cmd == nil || !named(args[0], cmd.name) {
 		cmd = lookup(args[0])
 		c.last = cmd
 	}
-	if cmd == nil {
+	if cmd != nil && cmd.run != nil && (c.flying != nil || !c.cur.empty()) &&
+		len(args) >= cmd.minArgs && (cmd.maxArgs == 0 || len(args) <= cmd.maxArgs) && (c.authed || cmd.noAuth) {
+		return true
+	}
+	c.commands++
+	switch {
+	case cmd == nil:
 		c.fail(unknownCommand(args))
-		return
-	}
-	if len(args) < cmd.minArgs || (cmd.maxArgs > 0 && len(args) > cmd.maxArgs) {
+	case len(args) < cmd.minArgs || (cmd.maxArgs > 0 && len(args) > cmd.maxArgs):
 		c.fail(arityError(cmd.name))
-		return
-	}
-	if !c.authed && !cmd.noAuth {
+	case !c.authed && !cmd.noAuth:
 		c.fail(errNoAuth)
+	case cmd.parse != nil:
+		c.queue(cmd, args)
+	default:
+		c.count() // INFO counts itself, as it did when every command settled first
+		cmd.run(c, args)
+	}
+	return false
+}
+
+// count adds the commands run since the last count to the server's.
+func (c *client) count() {
+	if c.commands > 0 {
+		c.s.stats.commands.Add(c.commands)
+		c.commands = 0
+	}
+}
+
+// queue parses a decision and queues it in the current segment.
+func (c *client) queue(cmd *command, args [][]byte) {
+	req, sh, msg := cmd.parse(cmd, args)
+	if msg != "" {
+		c.fail(msg)
 		return
 	}
-	if cmd.parse != nil {
-		req, sh, msg := cmd.parse(cmd, args)
-		if msg != "" {
-			c.fail(msg)
-			return
-		}
-		i, err := c.batch.Add(req)
-		if err != nil {
-			c.owe(requestError(err, cmd)) // the service counted it
-			return
-		}
-		if sh == shapeRL && c.batch.Limit(i).Algorithm == engine.LeakyBucket {
-			sh = shapeLeaky
-		}
-		c.pend = append(c.pend, pending{req: i, shape: sh, cmd: cmd})
+	g := c.cur
+	i, err := g.batch.Add(req)
+	if err != nil {
+		c.owe(requestError(err, cmd)) // the service counted it
 		return
 	}
-	c.settle()
-	cmd.run(c, args)
+	if sh == shapeRL && g.batch.Limit(i).Algorithm == engine.LeakyBucket {
+		sh = shapeLeaky
+	}
+	g.pend = append(g.pend, pending{req: i, shape: sh, cmd: cmd})
 }
 
 // fail counts an error the server found itself and owes its reply.
@@ -122,57 +183,73 @@ func (c *client) fail(msg string) {
 	c.owe(msg)
 }
 
-// owe owes an error reply: queued behind pending decisions, or at once.
+// owe owes an error reply: at once when nothing is owed before it, else
+// queued in its place.
 func (c *client) owe(msg string) {
-	if len(c.pend) == 0 {
+	if c.flying == nil && c.cur.empty() {
 		c.out = redcon.AppendError(c.out, msg)
 		return
 	}
-	c.pend = append(c.pend, pending{req: -1, err: msg})
+	c.cur.pend = append(c.cur.pend, pending{req: -1, err: msg})
 }
 
-// settle decides the queued requests as one batch and writes every owed
-// reply in order.
-func (c *client) settle() {
-	if c.batch.Len() > 0 {
-		c.s.cfg.Service.Decide(c.one(), c.answer)
-		return
+// lift takes the current segment to hand over, when one is queued and
+// none is in flight; the next decisions queue in a new one. A segment
+// with no decision (only errors owed behind a landed one) is delivered at
+// once instead, and lift returns nil.
+func (c *client) lift() *segment {
+	g := c.cur
+	if c.flying != nil || g.empty() {
+		return nil
 	}
-	c.answer()
+	c.cur = c.newSegment()
+	if g.batch.Len() == 0 {
+		c.deliver(g)
+		return nil
+	}
+	g.batch.Trace = c.trace
+	c.flying = g
+	return g
 }
 
-// one is the client's batch as the one batch of a Decide.
-func (c *client) one() []*service.Batch {
-	c.single[0] = c.batch
-	return c.single[:]
-}
-
-// answer writes every owed reply in order, once the batch is decided.
-func (c *client) answer() {
-	c.s.stats.commands.Add(c.commands)
-	c.commands = 0
-	for i := range c.pend {
-		p := &c.pend[i]
+// deliver writes a landed segment's replies in order, and keeps it for
+// reuse.
+func (c *client) deliver(g *segment) {
+	if c.flying == g {
+		c.flying = nil
+	}
+	if g.reset != nil {
+		if g.resetErr != nil {
+			c.out = redcon.AppendError(c.out, requestError(g.resetErr, nil))
+		} else {
+			c.out = redcon.AppendInt(c.out, int64(len(g.reset)))
+		}
+	}
+	for i := range g.pend {
+		p := &g.pend[i]
 		if p.req < 0 {
 			c.out = redcon.AppendError(c.out, p.err)
 			continue
 		}
-		d, err := c.batch.Result(p.req)
+		d, err := g.batch.Result(p.req)
 		if err != nil {
 			c.out = redcon.AppendError(c.out, requestError(err, p.cmd))
 			continue
 		}
 		c.out = appendDecision(c.out, d, p.shape, c.proto)
 	}
-	c.dropQueue()
+	g.clear()
+	c.spare = g
 }
 
-// dropQueue empties the queue of requests and owed replies.
-func (c *client) dropQueue() {
-	c.batch.Clear()
-	clear(c.pend)
-	c.pend = c.pend[:0]
+func (g *segment) clear() {
+	g.batch.Clear()
+	clear(g.pend)
+	g.pend, g.reset, g.resetErr = g.pend[:0], nil, nil
 }
+
+// idle tells whether nothing is owed: no segment queued or in flight.
+func (c *client) idle() bool { return c.flying == nil && c.cur.empty() }
 
 // recoverPanic, deferred around running a connection's commands, turns a
 // panic into an internal error reply and a closed connection: a bug, not
@@ -190,9 +267,11 @@ func (s *Server) panicked(r any) {
 }
 
 // internalError drops what the client has queued, answers an internal
-// error and closes the connection once it is written.
+// error and closes the connection once it is written. A segment in flight
+// is left to land (the service owns it until then) and is dropped then.
 func (c *client) internalError() {
-	c.dropQueue()
+	c.cur.clear()
+	c.held = false
 	c.out = redcon.AppendError(c.out, "ERR internal error")
 	c.quit = true
 }

@@ -230,14 +230,27 @@ func parseThrottle(cmd *command, args [][]byte) (service.Request, shape, string)
 	return req, sh, ""
 }
 
+// runReset is RL.RESET key [key ...]. It waits on Redis, so on an event
+// loop it runs off the loop: the connection's later commands wait for it,
+// and every other connection is served meanwhile.
 func runReset(c *client, args [][]byte) {
 	keys := make([]string, len(args)-1)
 	for i, k := range args[1:] {
 		keys[i] = string(k)
 	}
-	if err := c.s.cfg.Service.Reset(context.Background(), keys); err != nil {
-		c.owe(requestError(err, nil)) // the service counted it
+	if c.loop == nil {
+		if err := c.s.cfg.Service.Reset(context.Background(), keys); err != nil {
+			c.owe(requestError(err, nil)) // the service counted it
+			return
+		}
+		c.out = redcon.AppendInt(c.out, int64(len(keys)))
 		return
 	}
-	c.out = redcon.AppendInt(c.out, int64(len(keys)))
+	g := c.newSegment()
+	g.reset = keys
+	c.flying = g
+	go func() {
+		g.resetErr = c.s.cfg.Service.Reset(context.Background(), keys)
+		c.loop.land(g)
+	}()
 }

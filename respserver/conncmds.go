@@ -68,7 +68,7 @@ func runQuit(c *client, _ [][]byte) {
 func runResetConn(c *client, _ [][]byte) {
 	c.proto, c.name = 2, ""
 	c.authed = c.s.cfg.RequirePass == ""
-	c.batch.Trace = trace.SpanContext{}
+	c.trace = trace.SpanContext{}
 	c.out = redcon.AppendString(c.out, "RESET")
 }
 

@@ -45,7 +45,9 @@ func run(t testing.TB, c *client, cmds [][][]byte) []string {
 		if len(args) > 0 {
 			want++
 		}
-		c.exec(args)
+		for c.exec(args) { // held behind queued decisions: let them land first
+			c.settle()
+		}
 	}
 	c.settle()
 	replies := takeReplies(t, c)
@@ -141,7 +143,7 @@ func FuzzFrames(f *testing.F) {
 func feed(t testing.TB, c *client, data []byte, chunk int) string {
 	t.Helper()
 	for len(data) > 0 && !c.quit {
-		room := c.spare()
+		room := c.room()
 		n := copy(room[:min(len(room), chunk)], data)
 		data = data[n:]
 		c.serveRead(n)

@@ -1,13 +1,15 @@
 package respserver
 
-// input is what a connection has read: the commands run since the last
-// settle, then the start of a command not complete yet. The queued
-// requests' keys alias buf, so it is compacted only after a settle.
+// input is what a connection has read: commands already run, complete
+// commands waiting to run (behind a held one), then the start of a
+// command not complete yet. The keys of queued and flying decisions alias
+// buf, so it is compacted in place only when the client is idle.
 type input struct {
 	buf    []byte
 	parsed int // buf[:parsed] holds commands already run
 	p      parser
 	args   [][]byte // reused for each command's arguments
+	perr   string   // a protocol error met after the complete commands: answered once they have run
 }
 
 const (
@@ -19,15 +21,17 @@ const (
 	keepInput = 64 << 10
 )
 
-// spare is room at the end of the input to read into: never more than
+// room is where to read into, at the end of the input: never more than
 // the request limit leaves, so that one read cannot overshoot it.
-func (c *client) spare() []byte {
+func (c *client) room() []byte {
 	in := &c.in
 	if cap(in.buf)-len(in.buf) < readSize/2 {
-		// The old array stays as it is: queued keys may alias it.
-		grown := make([]byte, len(in.buf), max(2*cap(in.buf), readSize))
-		copy(grown, in.buf)
-		in.buf = grown
+		// A new array, with only what has not run: the old one stays as
+		// it is, for queued and flying keys alias it.
+		grown := make([]byte, len(in.buf)-in.parsed, max(2*(len(in.buf)-in.parsed), readSize))
+		copy(grown, in.buf[in.parsed:])
+		in.p.shift(in.parsed)
+		in.buf, in.parsed = grown, 0
 	}
 	room := in.buf[len(in.buf):cap(in.buf)]
 	if left := c.s.cfg.MaxRequestBytes - (len(in.buf) - in.parsed); len(room) > left {
@@ -36,10 +40,10 @@ func (c *client) spare() []byte {
 	return room
 }
 
-// take runs the commands that the n bytes just read into spare complete.
-// Decisions stay queued for settle. A frame that breaks the protocol or a
-// limit is answered with a protocol error, in order behind the replies
-// owed before it, and the connection is marked to close (c.quit).
+// take runs the commands that the n bytes just read into room complete,
+// as far as proceed goes. A frame that breaks the protocol or a limit is
+// answered with a protocol error, in order behind the replies owed before
+// it, and the connection is marked to close (c.quit).
 func (c *client) take(n int) {
 	in := &c.in
 	start := len(in.buf)
@@ -47,8 +51,17 @@ func (c *client) take(n int) {
 	fine, msg := in.p.scan(in.buf, start)
 	if msg != "" {
 		in.buf = in.buf[:start+fine]
+		in.perr = msg
 	}
-	k := 0
+	c.proceed()
+}
+
+// proceed runs the complete commands read, until one must wait for what
+// is in flight (c.held); the transport calls it again once that landed.
+func (c *client) proceed() {
+	in := &c.in
+	c.held = false
+	ran, k := 0, 0
 	for _, cmd := range in.p.cmds {
 		if c.quit {
 			break
@@ -57,27 +70,35 @@ func (c *client) take(n int) {
 		for _, a := range in.p.spans[k : k+cmd.args] {
 			args = append(args, in.buf[a.at:a.at+a.n:a.at+a.n])
 		}
-		k += cmd.args
-		in.args, in.parsed = args, cmd.end
-		if len(args) > 0 { // an empty inline line is no command, as in Redis
-			c.exec(args)
+		in.args = args
+		if len(args) > 0 && c.exec(args) { // an empty inline line is no command, as in Redis
+			c.held = true
+			break
 		}
+		k += cmd.args
+		ran++
+		in.parsed = cmd.end
 	}
-	in.p.consumed()
+	in.p.consumed(ran, k)
+	c.count()
+	if c.held || c.quit {
+		return
+	}
+	msg := in.perr
 	if msg == "" && len(in.buf)-in.parsed >= c.s.cfg.MaxRequestBytes {
 		msg = errRequestTooBig
 	}
-	if msg != "" && !c.quit {
+	if msg != "" {
 		c.fail("ERR " + msg)
 		c.quit = true
 	}
 }
 
-// compact drops the input that settled commands came from and keeps an
-// incomplete command's start. Call it only after settle.
+// compact drops the input that run commands came from, in place, when
+// nothing aliases it any more: the client is idle.
 func (c *client) compact() {
 	in := &c.in
-	if in.parsed == 0 && len(in.buf) > 0 {
+	if !c.idle() || in.parsed == 0 && len(in.buf) > 0 {
 		return // nothing to drop: a large command arriving read by read is not copied again
 	}
 	n := copy(in.buf, in.buf[in.parsed:])

@@ -17,25 +17,34 @@ import (
 )
 
 // loop is an event loop: one goroutine that waits on epoll for every
-// connection it serves, reads each that has sent something, decides
-// everything they sent as one batch, and writes every reply.
+// connection it serves, reads each that has sent something, hands the
+// decisions of all of them to the service as one batch, and writes every
+// reply.
 //
 // Go's own network poller gives each connection a goroutine, which costs a
 // wake-up, a read that finds nothing and, on a busy machine, thread
 // switches for every request; and decisions of different connections meet
 // only in the batcher, through more wake-ups. Here a request costs one
-// read and one write, and a round's decisions are one batch already. While
-// the batch is at Redis the loop waits, and what clients send meanwhile
-// waits in their sockets for the next round: the time a batch spends in
-// flight gathers the next one.
+// read and one write, and a round's decisions are one batch already.
+//
+// The loop never waits on Redis. A round's batch is handed over and the
+// loop goes on: reading, answering what needs no round trip (PING,
+// errors, deny-cache hits, the in-memory store), and queueing each
+// connection's next decisions behind its batch in flight. When a batch
+// lands, the goroutine that completed it puts its segments on the loop's
+// landed queue and wakes the loop, which writes the replies in order. A
+// command that waits on Redis without being a decision (RL.RESET) runs on
+// a goroutine of its own and lands the same way.
 type loop struct {
 	s    *Server
 	ep   int // the epoll instance
-	wake int // an eventfd that wakes the loop: new connections, drain, stop
+	wake int // an eventfd that wakes the loop: new connections, landings, drain, stop
 	load atomic.Int64
 
 	mu       sync.Mutex
 	incoming []*loopConn // guarded by mu: adopted, not yet seen by the loop
+	landed   []*segment  // guarded by mu: segments whose results are in
+	deciding bool        // guarded by mu: the loop is inside Service.Decide; it takes landings itself after
 	stopped  bool        // guarded by mu: adopts no more connections
 	ended    bool        // guarded by mu: the loop has closed its descriptors
 
@@ -44,17 +53,33 @@ type loop struct {
 
 	// The loop goroutine's own.
 	conns   map[int]*loopConn
-	round   []*loopConn // connections read this round
+	touched []*loopConn // connections with something to do this turn
 	events  []unix.EpollEvent
-	batches []*service.Batch // the round's connections' batches
+	batches []*service.Batch // a round's batches, reused
+	taking  []*segment       // the landed queue, swapped out
+	rounds  sync.Pool        // *round
 }
 
 // loopConn is a connection a loop serves.
 type loopConn struct {
 	fd      int
 	c       *client
-	blocked bool // replies wait for room in the socket; reading waits for them
+	watched uint32 // the epoll events registered for it; 0: none (removed from epoll)
+	blocked bool   // replies wait for room in the socket
+	eof     bool   // the client has sent all it will: close once answered
+	touched bool   // in the loop's touched list
 }
+
+// round is one hand-over to the service: the segments that land together.
+type round struct {
+	l      *loop
+	segs   []*segment
+	landed func()
+}
+
+// maxQueued bounds the replies a connection may owe behind its batch in
+// flight before the loop stops reading it until that batch lands.
+const maxQueued = 4096
 
 // startLoops starts n event loops; none for n < 1.
 func startLoops(s *Server, n int) ([]*loop, error) {
@@ -88,8 +113,14 @@ func newLoop(s *Server) (*loop, error) {
 		unix.Close(wake)
 		return nil, err
 	}
-	return &loop{s: s, ep: ep, wake: wake, conns: make(map[int]*loopConn),
-		events: make([]unix.EpollEvent, 256)}, nil
+	l := &loop{s: s, ep: ep, wake: wake, conns: make(map[int]*loopConn),
+		events: make([]unix.EpollEvent, 256)}
+	l.rounds.New = func() any {
+		r := &round{l: l}
+		r.landed = r.land
+		return r
+	}
+	return l, nil
 }
 
 // pollable tells whether a loop can serve nc: it needs its descriptor.
@@ -126,7 +157,9 @@ func (l *loop) adopt(nc net.Conn, c *client) error {
 		unix.Close(fd)
 		return err
 	}
-	l.incoming = append(l.incoming, &loopConn{fd: fd, c: c})
+	lc := &loopConn{fd: fd, c: c}
+	c.loop, c.lc = l, lc
+	l.incoming = append(l.incoming, lc)
 	l.signalLocked()
 	return nil
 }
@@ -148,8 +181,30 @@ func (l *loop) signalLocked() {
 	_, _ = unix.Write(l.wake, one[:])
 }
 
-// drainUntil has the loop close every connection at t; until then they
-// are served as before.
+// land puts segments whose results are in on the landed queue, from
+// whichever goroutine completed them, and wakes the loop unless it is the
+// one deciding (it takes the queue itself when Decide returns).
+func (l *loop) land(segs ...*segment) {
+	l.mu.Lock()
+	l.landed = append(l.landed, segs...)
+	if !l.deciding {
+		l.signalLocked()
+	}
+	l.mu.Unlock()
+}
+
+// land is a round's completion: its segments land together.
+func (r *round) land() {
+	l := r.l
+	l.land(r.segs...)
+	clear(r.segs)
+	r.segs = r.segs[:0]
+	l.rounds.Put(r)
+}
+
+// drainUntil has the loop close every connection at t, or once its
+// answers are out if some are still in flight then; until t they are
+// served as before.
 func (l *loop) drainUntil(t time.Time) {
 	l.drainAt.Store(t.UnixNano())
 	l.signal()
@@ -171,7 +226,7 @@ func (l *loop) run() {
 		if wait, draining := l.drainLeft(); wait > 0 {
 			timeout = int((wait + time.Millisecond - 1) / time.Millisecond)
 		} else if draining {
-			l.closeAll()
+			l.closeIdle()
 		}
 		n, err := unix.EpollWait(l.ep, l.events, timeout)
 		if err != nil {
@@ -191,14 +246,15 @@ func (l *loop) run() {
 			if lc == nil {
 				continue
 			}
-			if ev.Events&unix.EPOLLOUT != 0 {
-				l.flush(lc)
+			if ev.Events&unix.EPOLLOUT != 0 && lc.blocked {
+				lc.blocked = false
+				l.touch(lc)
 			}
-			if !lc.blocked && lc.fd >= 0 && ev.Events&(unix.EPOLLIN|unix.EPOLLHUP|unix.EPOLLERR|unix.EPOLLRDHUP) != 0 {
+			if l.reading(lc) && ev.Events&(unix.EPOLLIN|unix.EPOLLHUP|unix.EPOLLERR|unix.EPOLLRDHUP) != 0 {
 				l.read(lc)
 			}
 		}
-		l.settle()
+		l.turn()
 	}
 }
 
@@ -220,96 +276,174 @@ func (l *loop) welcome() {
 	l.incoming = nil
 	l.mu.Unlock()
 	for _, lc := range in {
-		if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, lc.fd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(lc.fd)}); err != nil {
-			unix.Close(lc.fd)
-			l.s.closed(lc.c, err)
-			l.load.Add(-1)
+		l.conns[lc.fd] = lc
+		if l.watch(lc); lc.fd < 0 {
 			continue
 		}
-		l.conns[lc.fd] = lc
 		if wait, draining := l.drainLeft(); draining && wait <= 0 {
 			l.close(lc, nil)
 		}
 	}
 }
 
+// touch puts a connection on this turn's list.
+func (l *loop) touch(lc *loopConn) {
+	if !lc.touched {
+		lc.touched = true
+		l.touched = append(l.touched, lc)
+	}
+}
+
+// reading tells whether the loop reads a connection now: not while its
+// replies wait for room, nor while a command of its waits for what is in
+// flight, nor while it owes too many replies behind its batch in flight.
+func (l *loop) reading(lc *loopConn) bool {
+	c := lc.c
+	return lc.fd >= 0 && !lc.blocked && !lc.eof && !c.quit && !c.held &&
+		(c.flying == nil || len(c.cur.pend) < maxQueued)
+}
+
 // read reads what a connection has sent and runs the commands it
-// completes; their decisions wait for the round's settle.
+// completes; their decisions wait for the turn's hand-over.
 func (l *loop) read(lc *loopConn) {
-	n, err := unix.Read(lc.fd, lc.c.spare())
+	n, err := unix.Read(lc.fd, lc.c.room())
 	if n > 0 {
+		l.touch(lc)
 		lc.c.takeRead(n)
-		l.round = append(l.round, lc) // once: epoll names a descriptor once a wait
 		return
 	}
 	if err == unix.EAGAIN || err == unix.EINTR {
 		return
 	}
-	// The end of the stream, or an error. Anything read before it was
-	// answered in an earlier round.
+	if err == nil || lc.c.idle() {
+		// The end of the stream: what came before it is answered first.
+		lc.eof = true
+		l.touch(lc)
+		if err == nil {
+			return
+		}
+	}
 	l.close(lc, err)
 }
 
-// takeRead runs what a read of n bytes completed, short of settling.
+// takeRead runs what a read of n bytes completed, short of handing it over.
 func (c *client) takeRead(n int) {
 	defer c.recoverPanic()
 	c.take(n)
 }
 
-// settle decides the round's queued requests as one batch, then writes
-// every connection's replies.
-func (l *loop) settle() {
-	if len(l.round) == 0 {
-		return
+// turn finishes a turn of the loop: it takes what landed, hands the
+// touched connections' decisions to the service as one batch, takes what
+// that answered at once, and writes every reply.
+func (l *loop) turn() {
+	l.takeLanded()
+	for l.handOver() {
+		l.takeLanded()
 	}
-	l.decide()
-	for i, lc := range l.round {
-		l.round[i] = nil
-		lc.c.compact()
+	_, draining := l.drainLeft()
+	for i, lc := range l.touched {
+		l.touched[i] = nil
+		lc.touched = false
+		if lc.fd < 0 {
+			continue
+		}
+		c := lc.c
 		l.write(lc)
+		c.compact()
+		switch {
+		case lc.fd < 0:
+		case c.idle() && len(c.out) == 0 && (c.quit || lc.eof || draining && l.drainAt.Load() <= time.Now().UnixNano()):
+			l.close(lc, nil)
+		default:
+			l.watch(lc)
+		}
 	}
-	l.round = l.round[:0]
+	l.touched = l.touched[:0]
 }
 
-// decide hands the round's queued requests to the service as one batch
-// and answers each connection's owed replies.
-func (l *loop) decide() {
+// takeLanded delivers the segments that landed, in each connection's
+// order, and runs the commands that waited for them.
+func (l *loop) takeLanded() {
+	l.mu.Lock()
+	l.taking, l.landed = l.landed, l.taking[:0]
+	l.mu.Unlock()
+	for i, g := range l.taking {
+		l.taking[i] = nil
+		c := g.c
+		if c.lc == nil || c.lc.fd < 0 {
+			g.clear() // the connection is gone: nothing to answer
+			if c.flying == g {
+				c.flying = nil
+			}
+			continue
+		}
+		l.touch(c.lc)
+		l.deliver(c, g)
+	}
+}
+
+// deliver writes a landed segment's replies and runs what waited for it.
+func (l *loop) deliver(c *client, g *segment) {
+	defer c.recoverPanic()
+	c.deliver(g)
+	if c.held && c.flying == nil {
+		c.proceed()
+	}
+}
+
+// handOver lifts each touched connection's queued decisions and hands them
+// to the service as one batch. It reports whether it handed anything.
+func (l *loop) handOver() bool {
 	defer l.recoverRound()
+	r := l.rounds.Get().(*round)
 	bs := l.batches[:0]
-	for _, lc := range l.round {
-		if lc.c.batch.Len() > 0 {
-			bs = append(bs, lc.c.batch)
+	for _, lc := range l.touched {
+		c := lc.c
+		if lc.fd < 0 {
+			continue
+		}
+		for {
+			if g := c.lift(); g != nil {
+				r.segs = append(r.segs, g)
+				bs = append(bs, g.batch)
+				break
+			}
+			// Only errors were owed, and are out: what waited can run.
+			if !c.held || c.flying != nil {
+				break
+			}
+			c.proceed()
 		}
 	}
 	l.batches = bs
-	if len(bs) > 0 {
-		l.s.cfg.Service.Decide(bs, l.answerRound)
-	} else {
-		l.answerRound()
+	if len(bs) == 0 {
+		l.rounds.Put(r)
+		return false
 	}
+	l.mu.Lock()
+	l.deciding = true
+	l.mu.Unlock()
+	l.s.cfg.Service.Decide(bs, r.landed)
+	l.mu.Lock()
+	l.deciding = false
+	l.mu.Unlock()
 	clear(l.batches)
+	return true
 }
 
-// answerRound writes every owed reply of the round's connections.
-func (l *loop) answerRound() {
-	for _, lc := range l.round {
-		lc.c.answer()
-	}
-}
-
-// recoverRound turns a panic while deciding a round into an internal
+// recoverRound turns a panic while handing a round over into an internal
 // error for each of its connections, which are then closed.
 func (l *loop) recoverRound() {
 	if r := recover(); r != nil {
 		l.s.panicked(r)
-		for _, lc := range l.round {
+		for _, lc := range l.touched {
 			lc.c.internalError()
 		}
 	}
 }
 
 // write sends a connection's replies. What the socket cannot take now
-// waits for EPOLLOUT, and the connection is not read until it is sent.
+// waits for EPOLLOUT.
 func (l *loop) write(lc *loopConn) {
 	c := lc.c
 	for len(c.out) > 0 && lc.fd >= 0 {
@@ -318,7 +452,7 @@ func (l *loop) write(lc *loopConn) {
 			continue
 		}
 		if err == unix.EAGAIN {
-			l.block(lc, true)
+			lc.blocked = true
 			return
 		}
 		if err != nil {
@@ -331,42 +465,48 @@ func (l *loop) write(lc *loopConn) {
 		}
 		c.resetOut()
 	}
-	if c.quit && len(c.out) == 0 {
-		l.close(lc, nil)
-	}
 }
 
-// flush sends replies that waited for room in the socket.
-func (l *loop) flush(lc *loopConn) {
-	if !lc.blocked {
+// watch registers with epoll what the loop waits for on a connection: room
+// to write, something to read, or nothing (it is removed from epoll, so
+// that a connection the loop does not read cannot wake it again and
+// again).
+func (l *loop) watch(lc *loopConn) {
+	var want uint32
+	switch {
+	case lc.blocked:
+		want = unix.EPOLLOUT
+	case l.reading(lc):
+		want = unix.EPOLLIN | unix.EPOLLRDHUP
+	}
+	if want == lc.watched {
 		return
 	}
-	l.block(lc, false)
-	l.write(lc)
-}
-
-// block switches a connection between waiting to read and waiting to
-// write.
-func (l *loop) block(lc *loopConn, blocked bool) {
-	if lc.blocked == blocked {
-		return
+	var err error
+	switch {
+	case want == 0:
+		err = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, lc.fd, nil)
+	case lc.watched == 0:
+		err = unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, lc.fd, &unix.EpollEvent{Events: want, Fd: int32(lc.fd)})
+	default:
+		err = unix.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, lc.fd, &unix.EpollEvent{Events: want, Fd: int32(lc.fd)})
 	}
-	lc.blocked = blocked
-	events := uint32(unix.EPOLLIN | unix.EPOLLRDHUP)
-	if blocked {
-		events = unix.EPOLLOUT
-	}
-	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, lc.fd, &unix.EpollEvent{Events: events, Fd: int32(lc.fd)}); err != nil {
+	if err != nil {
 		l.close(lc, err)
+		return
 	}
+	lc.watched = want
 }
 
-// close closes a connection and counts it out.
+// close closes a connection and counts it out. A segment of it still in
+// flight lands later and is dropped.
 func (l *loop) close(lc *loopConn, err error) {
 	if lc.fd < 0 {
 		return
 	}
-	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, lc.fd, nil)
+	if lc.watched != 0 {
+		_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, lc.fd, nil)
+	}
 	unix.Close(lc.fd)
 	delete(l.conns, lc.fd)
 	lc.fd = -1
@@ -374,9 +514,13 @@ func (l *loop) close(lc *loopConn, err error) {
 	l.s.closed(lc.c, err)
 }
 
-func (l *loop) closeAll() {
+// closeIdle closes, once draining is over, every connection that owes
+// nothing; the others close as soon as their answers are out (turn).
+func (l *loop) closeIdle() {
 	for _, lc := range l.conns {
-		l.close(lc, nil)
+		if lc.c.idle() {
+			l.close(lc, nil)
+		}
 	}
 }
 
@@ -391,7 +535,9 @@ func (l *loop) end() {
 		unix.Close(lc.fd)
 		l.s.closed(lc.c, nil)
 	}
-	l.closeAll()
+	for _, lc := range l.conns {
+		l.close(lc, nil)
+	}
 	l.mu.Lock()
 	l.ended = true
 	unix.Close(l.ep)

@@ -183,10 +183,12 @@ func (p *parser) complete(end int) {
 	p.cur = len(p.spans)
 }
 
-// consumed forgets the complete commands, once run.
-func (p *parser) consumed() {
-	k := copy(p.spans, p.spans[p.cur:])
-	p.spans, p.cur, p.cmds = p.spans[:k], 0, p.cmds[:0]
+// consumed forgets the first n complete commands, once run, and their
+// args arguments.
+func (p *parser) consumed(n, args int) {
+	k := copy(p.spans, p.spans[args:])
+	p.spans, p.cur = p.spans[:k], p.cur-args
+	p.cmds = p.cmds[:copy(p.cmds, p.cmds[n:])]
 }
 
 // shift moves every offset back by n, for an input that dropped its first

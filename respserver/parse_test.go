@@ -73,7 +73,7 @@ func parseAll(in string, chunk int) ([][]string, string) {
 			k += c.args
 			cmds = append(cmds, args)
 		}
-		g.consumed()
+		g.consumed(len(g.cmds), k)
 		if msg != "" {
 			return cmds, msg
 		}

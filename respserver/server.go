@@ -219,7 +219,8 @@ func (s *Server) register(nc net.Conn, own bool) *client {
 }
 
 // serveConn serves a connection from a goroutine of its own: read, run
-// what the read completed, settle, write, until the client goes.
+// what the read completed, wait for its decisions, write, until the
+// client goes. Only this connection waits on Redis here.
 func (s *Server) serveConn(nc net.Conn, c *client) {
 	var err error
 	defer func() {
@@ -228,7 +229,7 @@ func (s *Server) serveConn(nc net.Conn, c *client) {
 	}()
 	for {
 		var n int
-		n, err = nc.Read(c.spare())
+		n, err = nc.Read(c.room())
 		if n > 0 {
 			c.serveRead(n)
 			if len(c.out) > 0 {
@@ -246,11 +247,35 @@ func (s *Server) serveConn(nc net.Conn, c *client) {
 	}
 }
 
-// serveRead runs and settles what a read of n bytes completed.
+// serveRead runs what a read of n bytes completed, and waits for it all.
 func (c *client) serveRead(n int) {
 	defer c.recoverPanic()
 	c.take(n)
 	c.settle()
+}
+
+// settle hands the queued decisions to the service and waits for them to
+// land, running the commands that waited for them, until nothing is owed.
+// Only a goroutine of a connection's own may wait so.
+func (c *client) settle() {
+	if c.signal == nil {
+		c.landed = make(chan struct{}, 1)
+		c.signal = func() { c.landed <- struct{}{} }
+	}
+	for {
+		if g := c.lift(); g != nil {
+			g.one[0] = g.batch
+			c.s.cfg.Service.Decide(g.one[:], c.signal)
+			<-c.landed
+			c.deliver(g)
+			continue
+		}
+		if !c.held {
+			c.count()
+			return
+		}
+		c.proceed()
+	}
 }
 
 // resetOut empties the reply buffer once it is written, dropping one a

@@ -560,3 +560,72 @@ func TestPipelineCountsEachOutcome(t *testing.T) {
 		t.Errorf("stats: %d commands; want 6", n)
 	}
 }
+
+// slowKeyStore holds every batch that has a key starting with "slow" until
+// release is closed, and decides the others at once.
+type slowKeyStore struct {
+	engine.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *slowKeyStore) Decide(ctx context.Context, reqs []engine.Request, res []engine.Result) error {
+	for _, r := range reqs {
+		if strings.HasPrefix(r.Key, "slow") {
+			s.entered <- struct{}{}
+			<-s.release
+			break
+		}
+	}
+	return s.Store.Decide(ctx, reqs, res)
+}
+
+// While one connection's decision is held at the store, the server goes
+// on: other connections get their PINGs, errors and decisions, and the
+// held connection's later commands are answered after it, in order.
+func TestNothingWaitsBehindAHeldBatch(t *testing.T) {
+	for _, loops := range []int{1, -1} {
+		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) {
+			slow := &slowKeyStore{Store: memStore(t), entered: make(chan struct{}, 1), release: make(chan struct{})}
+			b, err := engine.NewBatcher(engine.BatcherConfig{Store: slow, MaxInFlight: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(b.Close)
+			_, addr := startServer(t, Config{Service: testService(t, b, nil), Loops: loops})
+			held, other := dialTest(t, addr), dialTest(t, addr)
+			held.send(t, encodeCommand(bytesArgs("RL.FIXED", "slow", "5", "1m")))
+			select {
+			case <-slow.entered:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the slow decision never reached the store")
+			}
+			// Pipelined behind the held decision: a decision, a command
+			// that waits for it, and a reply that needs no store.
+			held.send(t, encodeCommand(bytesArgs("RL.FIXED", "fast-held", "5", "1m")))
+			held.send(t, encodeCommand(bytesArgs("RL.RESET", "fast-held")))
+			held.send(t, encodeCommand(bytesArgs("PING")))
+			for _, tc := range []struct{ cmd, want string }{
+				{"PING", "+PONG"},
+				{"NOSUCH", "-ERR unknown command 'NOSUCH', with args beginning with: "},
+				{"RL.FIXED fast 5 1m", "[1, 5, 4, 0, 60000]"}, // a batch that lands before the held one
+			} {
+				other.send(t, encodeCommand(bytesArgs(strings.Fields(tc.cmd)...)))
+				if got, err := other.reply(t); err != nil || got != tc.want {
+					t.Fatalf("%s on another connection while one is held: %q, %v; want %q", tc.cmd, got, err, tc.want)
+				}
+			}
+			_ = held.nc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			if b, err := held.rd.Peek(1); err == nil {
+				t.Fatalf("the held connection was answered (%q…) before its first decision landed", b)
+			}
+			close(slow.release)
+			held.rd = newReader(held.nc) // the timed-out reader keeps its error
+			for _, want := range []string{"[1, 5, 4, 0, 60000]", "[1, 5, 4, 0, 60000]", "1", "+PONG"} {
+				if got, err := held.reply(t); err != nil || got != want {
+					t.Fatalf("held connection: %q, %v; want %q, in the order sent", got, err, want)
+				}
+			}
+		})
+	}
+}

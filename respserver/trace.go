@@ -16,7 +16,7 @@ import (
 // otherwise.
 func runTrace(c *client, args [][]byte) {
 	if strings.EqualFold(str(args[1]), "off") {
-		c.batch.Trace = trace.SpanContext{}
+		c.trace = trace.SpanContext{}
 		c.out = redcon.AppendString(c.out, "OK")
 		return
 	}
@@ -30,6 +30,6 @@ func runTrace(c *client, args [][]byte) {
 		c.fail(invalidArg("traceparent", args[1], "must be a W3C traceparent such as 00-<32 hex>-<16 hex>-01, or OFF"))
 		return
 	}
-	c.batch.Trace = sc
+	c.trace = sc
 	c.out = redcon.AppendString(c.out, "OK")
 }

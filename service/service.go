@@ -54,7 +54,7 @@ type Service struct {
 
 	decisions decisions
 	errors    [numErrorKinds]atomicCount
-	scratch   sync.Pool // *joined
+	flights   sync.Pool // *flight
 }
 
 // New checks cfg and fills its defaults.
@@ -69,7 +69,11 @@ func New(cfg Config) (*Service, error) {
 		cfg.ResetTimeout = 2 * time.Second
 	}
 	s := &Service{store: cfg.Store, policies: cfg.Policies, tracer: cfg.Tracer, resetTimeout: cfg.ResetTimeout}
-	s.scratch.New = func() any { return new(joined) }
+	s.flights.New = func() any {
+		f := &flight{s: s}
+		f.landed = f.land
+		return f
+	}
 	return s, nil
 }
 
@@ -77,70 +81,76 @@ func New(cfg Config) (*Service, error) {
 // request for spans when it cannot.
 func (s *Service) Tracing() bool { return s.tracer != nil }
 
-// joined is the scratch that several batches are decided in as one.
-type joined struct {
-	reqs []engine.Request
-	res  []engine.Result
+// flight is one Decide on its way: the batches, the scratch they are
+// joined in, and the caller's done. Pooled, with its callback bound once,
+// so that a Decide allocates nothing.
+type flight struct {
+	s      *Service
+	bs     []*Batch
+	reqs   []engine.Request // the batches joined, when there are several
+	res    []engine.Result
+	start  time.Time // for spans, when a batch is traced
+	done   func()
+	landed func(error)
 }
 
 // Decide decides the batches' requests as one batch for the store, so
 // that the requests of many clients share one round trip, and calls done
-// once every result is in. done runs exactly once, on the goroutine that
-// completes the batches: before Decide returns when the store answers at
-// once, as every store does today (the chain bounds its own waits, see
-// engine.Store). The batches must not be touched until done runs.
+// once every result is in. It does not wait for the store: done runs
+// exactly once, before Decide returns when the store answers at once (the
+// in-memory store, the deny cache, an open breaker), else later on the
+// goroutine that completes the round trip. The batches must not be
+// touched until done runs; done must be quick and must not call Decide.
 func (s *Service) Decide(bs []*Batch, done func()) {
-	s.decide(bs)
-	done()
-}
-
-func (s *Service) decide(bs []*Batch) {
-	var start time.Time
+	f := s.flights.Get().(*flight)
+	f.bs, f.done = append(f.bs[:0], bs...), done
 	traced := false
 	for _, b := range bs {
 		b.res = sized(b.res, len(b.reqs))
 		traced = traced || b.traced()
 	}
 	if traced {
-		start = time.Now()
+		f.start = time.Now()
 	}
-	var err error
 	if len(bs) == 1 {
-		if b := bs[0]; len(b.reqs) > 0 {
-			err = s.store.Decide(context.Background(), b.reqs, b.res)
-		}
-	} else {
-		err = s.decideJoined(bs)
+		engine.Submit(s.store, bs[0].reqs, bs[0].res, f.landed)
+		return
 	}
 	for _, b := range bs {
+		f.reqs = append(f.reqs, b.reqs...)
+	}
+	f.res = sized(f.res, len(f.reqs))
+	engine.Submit(s.store, f.reqs, f.res, f.landed)
+}
+
+// land completes a flight: it hands each batch its results, applies
+// shadow mode, counts, traces, and tells the caller.
+func (f *flight) land(err error) {
+	s := f.s
+	if len(f.bs) > 1 && err == nil {
+		off := 0
+		for _, b := range f.bs {
+			off += copy(b.res, f.res[off:])
+		}
+	}
+	var end time.Time
+	for _, b := range f.bs {
 		b.err = err
 		s.settle(b)
 		if b.traced() {
-			s.trace(b, start, time.Now())
+			if end.IsZero() {
+				end = time.Now()
+			}
+			s.trace(b, f.start, end)
 		}
 	}
-}
-
-// decideJoined decides several batches as one.
-func (s *Service) decideJoined(bs []*Batch) error {
-	j := s.scratch.Get().(*joined)
-	defer s.scratch.Put(j)
-	for _, b := range bs {
-		j.reqs = append(j.reqs, b.reqs...)
-	}
-	if len(j.reqs) == 0 {
-		return nil
-	}
-	j.res = sized(j.res, len(j.reqs))
-	err := s.store.Decide(context.Background(), j.reqs, j.res)
-	off := 0
-	for _, b := range bs {
-		off += copy(b.res, j.res[off:])
-	}
-	clear(j.reqs) // drop the keys, which alias the doors' buffers
-	clear(j.res)
-	j.reqs, j.res = j.reqs[:0], j.res[:0]
-	return err
+	done := f.done
+	clear(f.bs)
+	clear(f.reqs) // drop the keys, which alias the doors' buffers
+	clear(f.res)
+	f.bs, f.reqs, f.res, f.done = f.bs[:0], f.reqs[:0], f.res[:0], nil
+	s.flights.Put(f)
+	done()
 }
 
 // settle applies shadow mode to a decided batch and counts its outcomes.

@@ -281,9 +281,12 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 			a, b := startSluice(t, args...), startSluice(t, args...)
 			ra, rb := client(t, a), client(t, b)
 			ctx := ctxT(t)
-			if !fromStore(ctx, ra, rb, "warm") {
-				t.Fatalf("the sidecars do not share a count before the outage\n%s", a.logs)
-			}
+			// The first round trip loads the scripts, which on a loaded
+			// machine may outlast the deadline once: the count is shared
+			// once a fresh key shows it.
+			within(t, 5*time.Second, "the sidecars share a count before the outage", func() bool {
+				return fromStore(ctx, ra, rb, fmt.Sprint("warm:", time.Now().UnixNano()))
+			})
 			precharge(t, ra)
 			l := startLoad(t, a.Addr, 50, 20*time.Second, func(c, n int) []any {
 				return []any{"RL.ALLOW", outageNames[n%3], fmt.Sprint("conn", c)}

@@ -1,0 +1,130 @@
+package tests
+
+import (
+	"bufio"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/redistest"
+)
+
+// respConn is a connection that sends RESP commands and reads replies one
+// line at a time: enough for the integer, status, error and flat array
+// replies asked for here.
+type respConn struct {
+	nc net.Conn
+	rd *bufio.Reader
+}
+
+func dialResp(t *testing.T, addr string) *respConn {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &respConn{nc: nc, rd: bufio.NewReader(nc)}
+}
+
+func (c *respConn) send(t *testing.T, cmds ...string) {
+	t.Helper()
+	var b strings.Builder
+	for _, cmd := range cmds {
+		args := strings.Fields(cmd)
+		b.WriteString("*" + itoa(len(args)) + "\r\n")
+		for _, a := range args {
+			b.WriteString("$" + itoa(len(a)) + "\r\n" + a + "\r\n")
+		}
+	}
+	if _, err := c.nc.Write([]byte(b.String())); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reply reads one reply, an array flattened onto one line.
+func (c *respConn) reply(t *testing.T, within time.Duration) string {
+	t.Helper()
+	_ = c.nc.SetReadDeadline(time.Now().Add(within))
+	line, err := c.rd.ReadString('\n')
+	if err != nil {
+		t.Fatalf("no reply within %v: %v", within, err)
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if !strings.HasPrefix(line, "*") {
+		return line
+	}
+	n := atoi(line[1:])
+	parts := []string{}
+	for range n {
+		parts = append(parts, c.reply(t, within))
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// pending tells whether a reply is waiting, without waiting for one.
+func (c *respConn) pending() bool {
+	_ = c.nc.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	_, err := c.rd.Peek(1)
+	_ = c.nc.SetReadDeadline(time.Time{})
+	return err == nil
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+// TestLoopServesOthersWhileRedisIsPaused: with Redis paused (SIGSTOP), one
+// connection's RL.RESET and another's decision wait at Redis; meanwhile
+// other connections get their PING, their errors and their deny-cache
+// refusals, before either held request is answered.
+func TestLoopServesOthersWhileRedisIsPaused(t *testing.T) {
+	r := redistest.Start(t)
+	s := startSluice(t, "--upstream", "redis://"+r.Addr, "--upstream-timeout", "2s", "--on-upstream-failure", "deny")
+	setup := dialResp(t, s.Addr)
+	setup.send(t, "RL.FIXED cached 1 1h", "RL.FIXED cached 1 1h")
+	if got := setup.reply(t, 5*time.Second); !strings.HasPrefix(got, "[:1 ") {
+		t.Fatalf("first request: %s", got)
+	}
+	if got := setup.reply(t, 5*time.Second); !strings.HasPrefix(got, "[:0 ") {
+		t.Fatalf("second request: %s; want the refusal the deny cache then remembers", got)
+	}
+	if err := r.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = r.Signal(syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+
+	reset, decision, other := dialResp(t, s.Addr), dialResp(t, s.Addr), dialResp(t, s.Addr)
+	reset.send(t, "RL.RESET somekey")
+	decision.send(t, "RL.FIXED fresh 5 1m")
+	time.Sleep(50 * time.Millisecond) // both are read and at Redis
+	other.send(t, "PING", "NOSUCH", "RL.FIXED cached 1 1h")
+	for _, want := range []string{"+PONG", "-ERR unknown command 'NOSUCH'", "[:0 :1 :0 "} {
+		if got := other.reply(t, time.Second); !strings.HasPrefix(got, want) {
+			t.Fatalf("another connection while Redis is paused: %q; want %q…", got, want)
+		}
+	}
+	if reset.pending() || decision.pending() {
+		t.Fatal("a request held at the paused Redis was answered before the other connection's")
+	}
+	resume()
+	if got := reset.reply(t, 5*time.Second); got != ":1" && !strings.HasPrefix(got, "-ERR") {
+		t.Errorf("RL.RESET after Redis resumed: %q", got)
+	}
+	if got := decision.reply(t, 5*time.Second); !strings.HasPrefix(got, "[:") {
+		t.Errorf("the held decision: %q", got)
+	}
+}
