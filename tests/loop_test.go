@@ -1,8 +1,6 @@
 package tests
 
 import (
-	"bufio"
-	"net"
 	"strconv"
 	"strings"
 	"syscall"
@@ -12,25 +10,8 @@ import (
 	"github.com/sluice-rl/sluice/internal/redistest"
 )
 
-// respConn is a connection that sends RESP commands and reads replies one
-// line at a time: enough for the integer, status, error and flat array
-// replies asked for here.
-type respConn struct {
-	nc net.Conn
-	rd *bufio.Reader
-}
-
-func dialResp(t *testing.T, addr string) *respConn {
-	t.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	return &respConn{nc: nc, rd: bufio.NewReader(nc)}
-}
-
-func (c *respConn) send(t *testing.T, cmds ...string) {
+// commands sends cmds, each a command with space-separated arguments.
+func (c *raw) commands(t *testing.T, cmds ...string) {
 	t.Helper()
 	var b strings.Builder
 	for _, cmd := range cmds {
@@ -40,13 +21,11 @@ func (c *respConn) send(t *testing.T, cmds ...string) {
 			b.WriteString("$" + itoa(len(a)) + "\r\n" + a + "\r\n")
 		}
 	}
-	if _, err := c.nc.Write([]byte(b.String())); err != nil {
-		t.Fatal(err)
-	}
+	c.send(t, []byte(b.String()))
 }
 
 // reply reads one reply, an array flattened onto one line.
-func (c *respConn) reply(t *testing.T, within time.Duration) string {
+func (c *raw) reply(t *testing.T, within time.Duration) string {
 	t.Helper()
 	_ = c.nc.SetReadDeadline(time.Now().Add(within))
 	line, err := c.rd.ReadString('\n')
@@ -66,7 +45,7 @@ func (c *respConn) reply(t *testing.T, within time.Duration) string {
 }
 
 // pending tells whether a reply is waiting, without waiting for one.
-func (c *respConn) pending() bool {
+func (c *raw) pending() bool {
 	_ = c.nc.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 	_, err := c.rd.Peek(1)
 	_ = c.nc.SetReadDeadline(time.Time{})
@@ -87,8 +66,8 @@ func atoi(s string) int {
 func TestLoopServesOthersWhileRedisIsPaused(t *testing.T) {
 	r := redistest.Start(t)
 	s := startSluice(t, "--upstream", "redis://"+r.Addr, "--upstream-timeout", "2s", "--on-upstream-failure", "deny")
-	setup := dialResp(t, s.Addr)
-	setup.send(t, "RL.FIXED cached 1 1h", "RL.FIXED cached 1 1h")
+	setup := dialRaw(t, s.Addr)
+	setup.commands(t, "RL.FIXED cached 1 1h", "RL.FIXED cached 1 1h")
 	if got := setup.reply(t, 5*time.Second); !strings.HasPrefix(got, "[:1 ") {
 		t.Fatalf("first request: %s", got)
 	}
@@ -107,11 +86,11 @@ func TestLoopServesOthersWhileRedisIsPaused(t *testing.T) {
 	}
 	t.Cleanup(resume)
 
-	reset, decision, other := dialResp(t, s.Addr), dialResp(t, s.Addr), dialResp(t, s.Addr)
-	reset.send(t, "RL.RESET somekey")
-	decision.send(t, "RL.FIXED fresh 5 1m")
+	reset, decision, other := dialRaw(t, s.Addr), dialRaw(t, s.Addr), dialRaw(t, s.Addr)
+	reset.commands(t, "RL.RESET somekey")
+	decision.commands(t, "RL.FIXED fresh 5 1m")
 	time.Sleep(50 * time.Millisecond) // both are read and at Redis
-	other.send(t, "PING", "NOSUCH", "RL.FIXED cached 1 1h")
+	other.commands(t, "PING", "NOSUCH", "RL.FIXED cached 1 1h")
 	for _, want := range []string{"+PONG", "-ERR unknown command 'NOSUCH'", "[:0 :1 :0 "} {
 		if got := other.reply(t, time.Second); !strings.HasPrefix(got, want) {
 			t.Fatalf("another connection while Redis is paused: %q; want %q…", got, want)
