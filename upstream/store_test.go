@@ -470,8 +470,9 @@ func TestTTL(t *testing.T) {
 	}
 }
 
-// TestLargeLogCost admits a sliding-log request of the largest cost, which
-// the script must add in chunks.
+// TestLargeLogCost: a sliding-log request of any weight is one entry, so
+// the largest cost takes Redis no longer than a cost of 1, and the log
+// holds one member per admitted request, not per unit.
 func TestLargeLogCost(t *testing.T) {
 	_, client := standalone(t)
 	clock := enginetest.NewClock(enginetest.Epoch)
@@ -490,8 +491,12 @@ func TestLargeLogCost(t *testing.T) {
 	if r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != 0 {
 		t.Fatalf("%+v", r)
 	}
-	if n, _ := client.ZCard(context.Background(), s.Key("big", engine.SlidingLog)).Result(); n != engine.MaxLogRate {
-		t.Fatalf("ZCARD %d; want %d", n, engine.MaxLogRate)
+	key := s.Key("big", engine.SlidingLog)
+	if n, _ := client.ZCard(context.Background(), key).Result(); n != 2 {
+		t.Fatalf("ZCARD %d; want 2, one member per admitted request", n)
+	}
+	if b, err := client.MemoryUsage(context.Background(), key).Result(); err != nil || b > 1024 {
+		t.Fatalf("MEMORY USAGE %d, %v; want at most 1 KiB for two entries", b, err)
 	}
 	noKeyWithoutTTL(t, client)
 }
