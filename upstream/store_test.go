@@ -716,3 +716,32 @@ func TestResetIsAnnounced(t *testing.T) {
 		}
 	})
 }
+
+// TestRateSweep runs the rate sweep on Redis, in each mode: the scripts
+// admit rate × time within one unit at every rate, as memory does.
+func TestRateSweep(t *testing.T) {
+	_, client := standalone(t)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			enginetest.Sweep(t, func(t *testing.T, now func() time.Time) engine.Store {
+				return newStore(t, upstream.Config{Client: client, Prefix: "sweep-" + m.name + ":", Mode: m.mode, Now: now})
+			})
+		})
+	}
+}
+
+// TestSlidingWorstCase: on Redis too, the sliding window counter's worst
+// case puts 2×limit-1 in a true sliding period, at every precision.
+func TestSlidingWorstCase(t *testing.T) {
+	_, client := standalone(t)
+	for _, m := range modes {
+		open := func(t *testing.T, now func() time.Time) engine.Store {
+			return newStore(t, upstream.Config{Client: client, Prefix: "worst-" + m.name + ":", Mode: m.mode, Now: now})
+		}
+		for _, n := range []int64{1, 4, 10} {
+			if got := enginetest.SlidingWorstCase(t, open, 50, time.Second, n); got != 99 {
+				t.Errorf("%s, precision %d: worst case admits %d in a true sliding second; want 99", m.name, n, got)
+			}
+		}
+	}
+}
