@@ -48,11 +48,33 @@ local function stored(a, f, d)
   return num(a) .. ' ' .. num(f) .. '/' .. num(d)
 end
 
-local function bucket(key, now, rate, period, capacity, cost, peek, leaky)
+-- legacyToken turns a token bucket that an earlier version kept as a hash
+-- {used, last}, its interval rounded down to q µs, into its z, which is
+-- last + used * q; a z already past leaves the key empty.
+local function legacyToken(key, now, q)
+  local st = redis.call('HMGET', key, 'used', 'last')
+  local z = int(st[2], key) + int(st[1], key) * q
+  redis.call('DEL', key)
+  if z > now then
+    redis.call('SET', key, z, px(now, z))
+  end
+end
+
+local function bucket(key, now, rate, period, capacity, cost, peek, leaky, token)
   local q, r, d = interval(rate, period)
   local writes = not peek and cost > 0
   local ca, cf = times(cost, q, r, d)
-  local old, claimed = claim(key, now, stored(now + ca, cf, d), up(now + ca, cf), writes and cost <= capacity)
+  local fresh, ends, admit = stored(now + ca, cf, d), up(now + ca, cf), writes and cost <= capacity
+  local ok, old, claimed = pcall(claim, key, now, fresh, ends, admit)
+  if not ok then
+    -- redis.call raises {err = message} or, in some versions, the message.
+    local msg = type(old) == 'table' and old.err or old
+    if not (token and string.find(tostring(msg), 'WRONGTYPE', 1, true)) then
+      error(old, 0)
+    end
+    legacyToken(key, now, q)
+    old, claimed = claim(key, now, fresh, ends, admit)
+  end
   local sa, sf = instant(old, key, d)
   if sa < now then
     sa, sf = now, 0

@@ -1,7 +1,7 @@
 -- Sliding window log: exact, one entry per admitted request whatever its
 -- cost, so that any request costs O(log n) (engine's slidingLog says how).
 -- State: a sorted set, score = the request's time (µs), member =
--- 'before:cost', the running total of the costs admitted before it (modulo
+-- 'before/cost', the running total of the costs admitted before it (modulo
 -- 2^52, where differences are taken too; 16 digits, zero-padded, since
 -- members of one score sort as strings) and its own cost, so the newest
 -- member holds the running total: one key, as every algorithm keeps.
@@ -20,11 +20,31 @@ end
 
 -- logEntry reads a member: the running total before it, and its cost.
 local function logEntry(member, key)
-  local before, cost = string.match(member or '', '^(%d+):(%d+)$')
+  local before, cost = string.match(member or '', '^(%d+)/(%d+)$')
   if not before then
-    fail('key ' .. key .. ' holds the entry ' .. string.format('%q', tostring(member)) .. ', not before:cost')
+    fail('key ' .. key .. ' holds the entry ' .. string.format('%q', tostring(member)) .. ', not before/cost')
   end
   return tonumber(before), tonumber(cost)
+end
+
+-- legacyLog rewrites, once, a log that an earlier version kept with one
+-- member 'time:seq' per unit: one entry per time, carrying its units.
+local function legacyLog(key)
+  local all = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  local ttl = redis.call('PEXPIRETIME', key)
+  redis.call('DEL', key)
+  local total, i = 0, 1
+  while i < #all do
+    local at, units = all[i + 1], 0
+    while i < #all and all[i + 1] == at do
+      units, i = units + 1, i + 2
+    end
+    redis.call('ZADD', key, at, string.format('%016.0f/%.0f', total, units))
+    total = total + units
+  end
+  if ttl > 0 then
+    redis.call('PEXPIREAT', key, ttl)
+  end
 end
 
 local function log(key, now, rate, period, burst, cost, peek)
@@ -32,6 +52,10 @@ local function log(key, now, rate, period, burst, cost, peek)
   local cut = now - p
   local live = '(' .. num(cut)
   local first = redis.call('ZRANGEBYSCORE', key, live, '+inf', 'LIMIT', 0, 1)[1]
+  if first and string.find(first, ':', 1, true) then
+    legacyLog(key)
+    first = redis.call('ZRANGEBYSCORE', key, live, '+inf', 'LIMIT', 0, 1)[1]
+  end
   local n, newest, base, total, wrapped = 0, 0, 0, 0, false
   if first then
     base = logEntry(first, key)
@@ -77,7 +101,7 @@ local function log(key, now, rate, period, burst, cost, peek)
   if allowed and not peek and cost > 0 then
     -- With nothing live, the running total starts afresh at 0.
     redis.call('ZREMRANGEBYSCORE', key, '-inf', num(cut))
-    redis.call('ZADD', key, newest, string.format('%016.0f:%.0f', total, cost))
+    redis.call('ZADD', key, newest, string.format('%016.0f/%.0f', total, cost))
     expire(key, now, newest + p)
   end
   return allowed, limit, remaining, retry, reset, 0

@@ -3,5 +3,5 @@
 -- ceil((z - now) / interval), so that a request fits when z, moved cost
 -- intervals on, stays within capacity intervals of now.
 local function token(key, now, rate, period, burst, cost, peek)
-  return bucket(key, now, rate, period, burst, cost, peek, false)
+  return bucket(key, now, rate, period, burst, cost, peek, false, true)
 end

@@ -745,3 +745,55 @@ func TestSlidingWorstCase(t *testing.T) {
 		}
 	}
 }
+
+// TestLegacyState: keys that the previous version wrote keep working. A
+// token bucket it kept as a hash {used, last} and a sliding log it kept
+// with one member per unit are read as what they meant, and rewritten in
+// today's form.
+func TestLegacyState(t *testing.T) {
+	_, client := standalone(t)
+	ctx := context.Background()
+	clock := enginetest.NewClock(enginetest.Epoch)
+	now := enginetest.Epoch.UnixMicro()
+	for _, m := range modes {
+		s := newStore(t, upstream.Config{Client: client, Prefix: "legacy-" + m.name + ":", Mode: m.mode, Now: clock.Now})
+		// On a pinned clock an expire time carries the state's end plus
+		// 2^52 (see prelude.lua).
+		pinnedEnd := func(us int64) time.Time { return time.UnixMilli(us + 1<<52) }
+
+		// 2 of 3 tokens used at 1 a second, the last refill at now.
+		token := s.Key("t", engine.TokenBucket)
+		client.HSet(ctx, token, "used", 2, "last", now)
+		client.ExpireAt(ctx, token, pinnedEnd(now+2_000_000))
+		tl := engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 3}
+		r := decide(t, s, engine.Request{Key: "t", Limit: tl, Cost: 1})[0]
+		if r.Err != nil || r.Decision != (engine.Decision{Allowed: true, Limit: 3, Remaining: 0, ResetAfter: 3 * time.Second}) {
+			t.Fatalf("%s: legacy token bucket: %s %v", m.name, enginetest.Format(r.Decision), r.Err)
+		}
+		if typ := client.Type(ctx, token).Val(); typ != "string" {
+			t.Errorf("%s: legacy token bucket still a %s", m.name, typ)
+		}
+
+		// Three units at now, one 100 ms later: a limit of 5 a minute.
+		log := s.Key("l", engine.SlidingLog)
+		for i, at := range []int64{now, now, now, now + 100_000} {
+			client.ZAdd(ctx, log, redis.Z{Score: float64(at), Member: fmt.Sprintf("%d:%d", at, i+1)})
+		}
+		client.ExpireAt(ctx, log, pinnedEnd(now+100_000+60_000_000))
+		ll := engine.Limit{Algorithm: engine.SlidingLog, Rate: 5, Period: time.Minute}
+		clock.Advance(200 * time.Millisecond)
+		r = decide(t, s, engine.Request{Key: "l", Limit: ll, Cost: 2})[0]
+		if r.Err != nil || r.Decision != (engine.Decision{Limit: 5, Remaining: 1, RetryAfter: time.Minute - 200*time.Millisecond, ResetAfter: time.Minute - 100*time.Millisecond}) {
+			t.Fatalf("%s: legacy log: %s %v", m.name, enginetest.Format(r.Decision), r.Err)
+		}
+		if n := client.ZCard(ctx, log).Val(); n != 2 {
+			t.Errorf("%s: the legacy log holds %d entries; want 2, one per time", m.name, n)
+		}
+		r = decide(t, s, engine.Request{Key: "l", Limit: ll, Cost: 1})[0]
+		if r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != 0 {
+			t.Fatalf("%s: after the legacy log: %s %v", m.name, enginetest.Format(r.Decision), r.Err)
+		}
+		noKeyWithoutTTL(t, client)
+		clock.Advance(-200 * time.Millisecond)
+	}
+}
