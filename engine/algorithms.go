@@ -1,7 +1,7 @@
 package engine
 
 import (
-	"math"
+	"sort"
 	"time"
 )
 
@@ -9,11 +9,17 @@ import (
 // never seen, and every algorithm reads it as full capacity. Field meanings:
 //
 //	fixed window:   a = window start, b = count in it
-//	sliding window: a = current window start, b = its count, c = previous window's count
-//	token bucket:   a = tokens used, b = time of the last whole-token refill
-//	leaky bucket:   a = time the queue drains (the next free slot)
-//	GCRA:           a = theoretical arrival time
-//	sliding log:    log = admitted units' timestamps, ascending
+//	sliding window: a = current sub-window start, b = precision (sub-windows
+//	                per period), log = the last precision+1 sub-windows'
+//	                counts, a ring indexed by sub-window number
+//	token bucket,
+//	leaky bucket,
+//	GCRA:           a + b/c = the theoretical time (µs and a remainder in
+//	                1/c µs, c the rate that wrote it): when the bucket is
+//	                full again, the queue drains, the next arrival is due
+//	sliding log:    a = running total of the costs admitted; log = one
+//	                (time, total before it) pair per admitted request,
+//	                ascending in both
 //
 // The Lua scripts in package lua keep the same values in Redis.
 type state struct {
@@ -38,12 +44,8 @@ func decide(st *state, now int64, r *Request) (Decision, outcome) {
 		return slidingLog(st, now, r)
 	case SlidingWindow:
 		return slidingWindow(st, now, r)
-	case TokenBucket:
-		return tokenBucket(st, now, r)
-	case LeakyBucket:
-		return leakyBucket(st, now, r)
 	default:
-		return gcra(st, now, r)
+		return bucket(st, now, r)
 	}
 }
 
@@ -70,7 +72,8 @@ func fixedWindow(st *state, now int64, r *Request) (Decision, outcome) {
 	} else {
 		d.RetryAfter = micros(end - now)
 	}
-	d.Remaining = limit - n
+	// A limit lowered on a live key can leave more counted than it allows.
+	d.Remaining = max(limit-n, 0)
 	if n > 0 {
 		d.ResetAfter = micros(end - now)
 	}
@@ -81,202 +84,226 @@ func fixedWindow(st *state, now int64, r *Request) (Decision, outcome) {
 	return d, outcome{write: true, expires: end}
 }
 
+// logModulus bounds the sliding log's running total: totals wrap at 2^52,
+// and differences are taken modulo it, so a key busy for years stays
+// exact in Lua's doubles. A log never holds more than a few limits' worth
+// of cost, far less than 2^52.
+const logModulus = 1 << 52
+
+func logSpan(from, to int64) int64 { return ((to-from)%logModulus + logModulus) % logModulus }
+
+// slidingLog keeps one entry per admitted request, not per unit, so that a
+// request of any weight costs one entry: its time and the running total of
+// the costs admitted before it. The units still live in the period are the
+// running total less the total before the oldest live entry, one binary
+// search away; entries are ordered by time and by total alike (a request
+// under a clock that stepped back is logged at the newest time), which is
+// what the search relies on. Redis keeps the entries in one sorted set,
+// each member carrying its cost, so the newest holds the running total
+// (see lua/log.lua).
+//
+// An entry counts while it is younger than the period: t > now-p. The
+// older ones are dropped only when st is written (as decide promises): a
+// clock that steps back sees them count again, in memory as in Redis,
+// where a peek or a refusal writes nothing.
 func slidingLog(st *state, now int64, r *Request) (Decision, outcome) {
 	p, limit := r.Limit.periodMicros(), r.Limit.Rate
-	// An entry counts while it is younger than the period: t > now-p.
-	// The older ones are dropped only when st is written (as decide
-	// promises): a clock that steps back would see them count again, in
-	// memory as in Redis, where a peek or a refusal writes nothing.
 	cut := now - p
-	i := 0
-	for i < len(st.log) && st.log[i] <= cut {
-		i++
+	entries := len(st.log) / 2
+	first := sort.Search(entries, func(i int) bool { return st.log[2*i] > cut })
+	var n, newest, base int64
+	wrapped := false
+	if first < entries {
+		base = st.log[2*first+1]
+		n = logSpan(base, st.a)
+		newest = st.log[2*entries-2]
+		wrapped = st.a < st.log[2*entries-1]
 	}
-	live := st.log[i:]
-	n := int64(len(live))
 	d := Decision{Limit: limit, Allowed: n+r.Cost <= limit}
-	newest := int64(0)
-	if n > 0 {
-		newest = live[n-1]
-	}
 	if !d.Allowed {
-		// The request fits once the oldest n+cost-limit entries age out.
-		d.RetryAfter = micros(live[n+r.Cost-limit-1] + p - now)
-		d.Remaining = limit - n
+		// The request fits once the oldest need units have aged out: with
+		// the entry that holds the need-th of them. Each entry holds at
+		// least one unit, so it is one of the need entries from first.
+		need := n + r.Cost - limit
+		span := int(min(need, int64(entries-first)))
+		last := first + sort.Search(span, func(k int) bool { return logSpan(base, st.log[2*(first+k)+1]) >= need }) - 1
+		d.RetryAfter = micros(st.log[2*last] + p - now)
+		d.Remaining = max(limit-n, 0)
 	} else {
 		d.Remaining = limit - n - r.Cost
 		if r.Cost > 0 {
+			if wrapped {
+				// Redis sorts entries of one time by their totals, as
+				// strings: one whose total wrapped takes the next µs.
+				newest++
+			}
 			newest = max(newest, now)
 		}
 	}
-	if d.Remaining < limit {
+	if n > 0 || d.Allowed && r.Cost > 0 {
 		d.ResetAfter = micros(newest + p - now)
 	}
 	if !d.Allowed || r.Peek || r.Cost == 0 {
 		return d, outcome{}
 	}
-	st.log = st.log[:copy(st.log, live)]
-	// Insert cost copies of now, keeping the log sorted even if the clock
-	// stepped back.
-	at := len(st.log)
-	for at > 0 && st.log[at-1] > now {
-		at--
+	if first == entries {
+		st.a = 0 // nothing live: start the running total afresh
 	}
-	for range r.Cost {
-		st.log = append(st.log, 0)
-	}
-	copy(st.log[at+int(r.Cost):], st.log[at:])
-	for j := range int(r.Cost) {
-		st.log[at+j] = now
-	}
+	st.log = append(st.log[2*first:], newest, st.a)
+	st.a = (st.a + r.Cost) % logModulus
 	return d, outcome{write: true, expires: newest + p}
 }
 
-// slidingWindow estimates the count over the last period as the current
-// window's count plus the previous window's, weighted by how much of the
-// previous window the sliding period still covers, rounded up so that the
-// estimate never undercounts an evenly spread previous window. The weighting
-// is done in float64 in exactly the order the Lua script does it, so both
-// stores round identically.
+// slidingWindow estimates the count over the last period from counts kept
+// per sub-window (the period split into precision equal parts, aligned to
+// the epoch): the sub-windows wholly inside the sliding period count in
+// full, and the oldest one, which the period covers only in part, by the
+// share it still covers, rounded up, as if its requests had been spread
+// evenly over it. With a precision of 1 that is the classic current window
+// plus the weighted previous one.
+//
+// The estimate undercounts when the oldest sub-window's requests came late
+// in it: in any true sliding period the counter can admit up to 2×limit-1
+// (a limit's worth at the very end of one sub-window, then limit-1 more
+// just before that sub-window leaves the period). In general the excess
+// over limit stays below the largest count one sub-window took; finer
+// sub-windows help exactly as far as traffic spreads over them. The README
+// gives measured figures.
 func slidingWindow(st *state, now int64, r *Request) (Decision, outcome) {
-	p, limit := r.Limit.periodMicros(), r.Limit.Rate
-	w := windowStart(now, p, st.a)
-	var curr, prev int64
-	switch st.a {
-	case w:
-		curr, prev = st.b, st.c
-	case w - p:
-		prev = st.b
+	limit, n := r.Limit.Rate, r.Limit.precision()
+	s := r.Limit.periodMicros() / n
+	var ring []int64
+	stored := st.b == n && int64(len(st.log)) == n+1
+	w := windowStart(now, s, 0)
+	if stored {
+		w = max(w, st.a)
+		ring = st.log
 	}
-	elapsed := max(now-w, 0)
-	used := curr + weigh(prev, p-elapsed, p)
-	d := Decision{Limit: limit, Allowed: used+r.Cost <= limit}
-	if d.Allowed {
-		curr += r.Cost
-		used += r.Cost
-	} else {
-		d.RetryAfter = micros(max(slidingRetry(w, now, p, limit, r.Cost, curr, prev), 1))
-	}
-	d.Remaining = max(limit-used, 0)
-	switch {
-	case curr > 0:
-		d.ResetAfter = micros(w + 2*p - now)
-	case prev > 0:
-		d.ResetAfter = micros(w + p - now)
-	}
-	if !d.Allowed || r.Peek || r.Cost == 0 {
-		return d, outcome{}
-	}
-	st.a, st.b, st.c = w, curr, prev
-	return d, outcome{write: true, expires: w + 2*p}
-}
-
-// weigh is ceil(count × left/p), the share of a previous window's count that
-// still falls inside the sliding period.
-func weigh(count, left, p int64) int64 {
-	return int64(math.Ceil(float64(count) * (float64(left) / float64(p))))
-}
-
-// slidingRetry is how long until a refused request would fit: later in this
-// window, as the previous window's weight falls, or in the next one, where
-// this window's count becomes the weighted one.
-func slidingRetry(w, now, p, limit, cost, curr, prev int64) int64 {
-	if room := limit - cost - curr; room >= 0 {
-		return w + p - shareLeft(room, p, prev) - now
-	}
-	room := limit - cost
-	if room >= curr {
-		return w + p - now
-	}
-	return w + 2*p - shareLeft(room, p, curr) - now
-}
-
-// shareLeft is the longest part of a window, in µs, over which count's
-// weight stays within room: floor(room × p / count).
-func shareLeft(room, p, count int64) int64 {
-	return int64(math.Floor(float64(room) * float64(p) / float64(count)))
-}
-
-func tokenBucket(st *state, now int64, r *Request) (Decision, outcome) {
-	t, capacity := r.Limit.interval(), r.Limit.Burst
-	used, last := st.a, st.b
-	if used > 0 && now > last {
-		// Refill whole tokens only, and keep the time of the last one, so
-		// no fraction of a token is ever lost or rounded.
-		if refilled := (now - last) / t; refilled >= used {
-			used = 0
-		} else {
-			used -= refilled
-			last += refilled * t
+	// counts[i] is the count of the i-th sub-window before the current one.
+	var counts [MaxPrecision + 1]int64
+	k := w / s
+	for i := range n + 1 {
+		if stored && w-i*s <= st.a {
+			counts[i] = ring[(k-i)%(n+1)]
 		}
 	}
-	if used == 0 {
-		last = now
+	full := int64(0)
+	for i := range n {
+		full += counts[i]
 	}
-	d := Decision{Limit: capacity, Allowed: used+r.Cost <= capacity}
+	elapsed := max(now-w, 0)
+	used := full + weigh(counts[n], s-elapsed, s)
+	d := Decision{Limit: limit, Allowed: used+r.Cost <= limit}
 	if d.Allowed {
+		counts[0] += r.Cost
 		used += r.Cost
 	} else {
-		d.RetryAfter = micros(last + (used+r.Cost-capacity)*t - now)
+		d.RetryAfter = micros(slidingRetry(counts[:n+1], w, now, s, limit-r.Cost))
 	}
-	d.Remaining = capacity - used
-	if used > 0 {
-		d.ResetAfter = micros(last + used*t - now)
+	d.Remaining = max(limit-used, 0)
+	for i := range n + 1 {
+		if counts[i] > 0 {
+			// It leaves the sliding period when sub-window n+1 after it begins.
+			d.ResetAfter = micros(w + (n+1-i)*s - now)
+			break
+		}
 	}
 	if !d.Allowed || r.Peek || r.Cost == 0 {
 		return d, outcome{}
 	}
-	st.a, st.b = used, last
-	return d, outcome{write: true, expires: last + used*t}
+	if !stored {
+		st.log = st.log[:0]
+		for range n + 1 {
+			st.log = append(st.log, 0)
+		}
+	}
+	for i := range n + 1 {
+		st.log[(k-i)%(n+1)] = counts[i]
+	}
+	st.a, st.b, st.c = w, n, 0
+	return d, outcome{write: true, expires: w + (n+1)*s}
 }
 
-// leakyBucket is a queue drained one unit per interval. A request joins the
-// queue if, counting itself, the queue drains within capacity intervals; it
-// then waits Delay for its turn.
-func leakyBucket(st *state, now int64, r *Request) (Decision, outcome) {
-	t, capacity := r.Limit.interval(), r.Limit.Burst
-	start := max(st.a, now)
-	end := start + r.Cost*t
-	d := Decision{Limit: capacity, Allowed: end-now <= capacity*t}
+// weigh is ceil(count × left/s), the share of a sub-window's count that
+// still falls inside the sliding period, exactly.
+func weigh(count, left, s int64) int64 {
+	q, r := mulDiv(count, left, s)
+	if r > 0 {
+		q++
+	}
+	return q
+}
+
+// slidingRetry is how long after now a request that leaves room for more
+// fits: in the j-th sub-window from the current one (w is its start), the
+// sub-windows still inside count in full and the oldest, counts[n-j], by
+// its share. The first j with room decides; past n of them every count has
+// left, and room >= 0 always fits.
+func slidingRetry(counts []int64, w, now, s, room int64) int64 {
+	n := int64(len(counts)) - 1
+	for j := int64(0); j <= n; j++ {
+		full := int64(0)
+		for i := int64(0); i < n-j; i++ {
+			full += counts[i]
+		}
+		left, oldest := room-full, counts[n-j]
+		switch {
+		case left < 0:
+		case left >= oldest:
+			return max(w+j*s-now, 1)
+		default:
+			// The oldest weighs at most left once at most
+			// floor(left × s / oldest) µs of it remain in the period.
+			share, _ := mulDiv(left, s, oldest)
+			return w + (j+1)*s - share - now
+		}
+	}
+	return w + (n+1)*s - now
+}
+
+// bucket is the token bucket, the leaky bucket and GCRA, which are one
+// algorithm: a theoretical time z, when the bucket is full again, the queue
+// has drained, the next unit is due. A request of cost units moves it cost
+// intervals past max(z, now) and is admitted if that stays within capacity
+// intervals of now. For the token bucket that is its tokens used,
+// ceil((z-now)/interval), plus cost fitting in capacity; for the leaky
+// bucket a queue that drains within capacity intervals, the request
+// waiting until max(z, now) for its turn; for GCRA exactly redis-cell's
+// CL.THROTTLE, with limit = burst+1 and a delay variation tolerance of
+// limit intervals.
+//
+// The interval is exact (see emission): z carries the remainder of
+// period/rate as a fraction of a µs, and durations are rounded up to whole
+// µs, so that no wait is ever too short.
+func bucket(st *state, now int64, r *Request) (Decision, outcome) {
+	e, capacity := r.Limit.emission(), r.Limit.Capacity()
+	z := e.rescale(instant{st.a, st.b}, st.c)
+	start := z
+	if z.us < now {
+		start = instant{now, 0}
+	}
+	end := e.add(start, e.times(r.Cost))
+	span := instant{end.us - now, end.f}
+	tolerance := e.times(capacity)
+	d := Decision{Limit: capacity, Allowed: !less(tolerance, span)}
 	drains := start
 	if d.Allowed {
 		drains = end
-		d.Delay = micros(start - now)
+		if r.Limit.Algorithm == LeakyBucket {
+			d.Delay = micros(start.us - now + instant{0, start.f}.ceil())
+		}
 	} else {
-		d.RetryAfter = micros(end - capacity*t - now)
+		d.RetryAfter = micros(e.sub(span, tolerance).ceil())
 	}
-	d.Remaining = max(capacity*t-(drains-now), 0) / t
-	d.ResetAfter = micros(drains - now)
+	left := instant{drains.us - now, drains.f}
+	// A limit lowered on a live key can leave more in use than it allows.
+	if !less(tolerance, left) {
+		d.Remaining = e.fit(e.sub(tolerance, left))
+	}
+	d.ResetAfter = micros(left.ceil())
 	if !d.Allowed || r.Peek || r.Cost == 0 {
 		return d, outcome{}
 	}
-	st.a = end
-	return d, outcome{write: true, expires: end}
-}
-
-// gcra is the generic cell rate algorithm exactly as redis-cell's
-// CL.THROTTLE computes it, in microseconds: limit = burst+1, the delay
-// variation tolerance is limit emission intervals.
-func gcra(st *state, now int64, r *Request) (Decision, outcome) {
-	t, limit := r.Limit.interval(), r.Limit.Burst+1
-	tolerance := t * limit
-	tat := max(st.a, now)
-	newTat := tat + r.Cost*t
-	d := Decision{Limit: limit}
-	ttl := newTat - now
-	if diff := now - (newTat - tolerance); diff < 0 {
-		d.RetryAfter = micros(-diff)
-		ttl = tat - now
-	} else {
-		d.Allowed = true
-	}
-	if next := tolerance - ttl; next > 0 {
-		d.Remaining = next / t
-	}
-	d.ResetAfter = micros(ttl)
-	if !d.Allowed || r.Peek || r.Cost == 0 {
-		return d, outcome{}
-	}
-	st.a = newTat
-	return d, outcome{write: true, expires: newTat}
+	st.a, st.b, st.c = end.us, end.f, e.d
+	return d, outcome{write: true, expires: end.ceil()}
 }

@@ -71,8 +71,11 @@ const (
 	MinPeriod  = time.Millisecond
 	MaxPeriod  = 3650 * 24 * time.Hour // about ten years
 	MaxRate    = 1_000_000_000_000     // per period, and the largest capacity or burst
-	MaxLogRate = 100_000               // sliding log: one stored entry per admitted unit
+	MaxLogRate = 100_000               // sliding log: the most units one period admits
 	MaxKeyLen  = 1024                  // bytes
+	// MaxPrecision is the most sub-windows a sliding window counter splits
+	// its period into: each decision reads all of their counts.
+	MaxPrecision = 100
 )
 
 // Limit is an algorithm and its parameters: what a policy or an inline
@@ -91,6 +94,13 @@ type Limit struct {
 	// GCRA's max_burst (GCRA then admits Burst+1 at once). The window
 	// algorithms take no burst: it must be zero.
 	Burst int64
+	// Precision is how many sub-windows the sliding window counter splits
+	// Period into; it must divide Period in whole microseconds. Zero means
+	// 1: the current window and the previous one. Finer sub-windows make
+	// the estimate closer to a true sliding window (see slidingWindow).
+	// A state kept under one precision reads as empty under another. The
+	// other algorithms take no precision: it must be zero.
+	Precision int64
 }
 
 // Capacity is the most one request may cost, and the Limit a Decision reports.
@@ -108,9 +118,19 @@ func (l Limit) Capacity() int64 {
 // periodMicros is the Period in the algorithms' unit.
 func (l Limit) periodMicros() int64 { return int64(l.Period / time.Microsecond) }
 
-// interval is the time one unit takes to refill or drain, in microseconds,
-// for the bucket algorithms and GCRA.
+// interval is the whole microseconds of the time one unit takes to refill
+// or drain, for the bucket algorithms and GCRA: the bound Validate puts on
+// a capacity is in these. The algorithms use the exact interval, emission.
 func (l Limit) interval() int64 { return l.periodMicros() / l.Rate }
+
+// emission is the exact time one unit takes to refill or drain.
+func (l Limit) emission() emission {
+	p := l.periodMicros()
+	return emission{p: p, d: l.Rate, q: p / l.Rate, r: p % l.Rate}
+}
+
+// precision is the sliding window counter's number of sub-windows.
+func (l Limit) precision() int64 { return max(l.Precision, 1) }
 
 // rateName and burstName are the names a user knows the parameters by.
 func (l Limit) rateName() string {
@@ -146,6 +166,18 @@ func (l Limit) Validate() error {
 	if l.Rate < 1 || l.Rate > maxRate {
 		return &ParamError{Param: l.rateName(), Value: strconv.FormatInt(l.Rate, 10),
 			Reason: "must be between 1 and " + strconv.FormatInt(maxRate, 10)}
+	}
+	if l.Precision != 0 && l.Algorithm != SlidingWindow {
+		return &ParamError{Param: "precision", Value: strconv.FormatInt(l.Precision, 10),
+			Reason: "the " + l.Algorithm.String() + " algorithm takes no precision"}
+	}
+	if l.Precision < 0 || l.Precision > MaxPrecision {
+		return &ParamError{Param: "precision", Value: strconv.FormatInt(l.Precision, 10),
+			Reason: "must be between 1 and " + strconv.Itoa(MaxPrecision)}
+	}
+	if l.Precision > 1 && l.periodMicros()%l.Precision != 0 {
+		return &ParamError{Param: "precision", Value: strconv.FormatInt(l.Precision, 10),
+			Reason: "must split period " + l.Period.String() + " into sub-windows of whole microseconds"}
 	}
 	switch l.Algorithm {
 	case FixedWindow, SlidingLog, SlidingWindow:

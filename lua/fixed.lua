@@ -26,5 +26,6 @@ local function fixed(key, now, rate, period, burst, cost, peek)
     redis.call('HSET', key, 'w', w, 'n', n)
     expire(key, now, e)
   end
-  return allowed, limit, limit - n, retry, reset, 0
+  -- A limit lowered on a live key can leave more counted than it allows.
+  return allowed, limit, max(limit - n, 0), retry, reset, 0
 end

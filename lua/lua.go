@@ -43,7 +43,9 @@ const (
 
 var (
 	//go:embed prelude.lua
-	prelude string
+	preludeSrc string
+	//go:embed bucket.lua
+	bucketSrc string
 	//go:embed single.lua
 	singleMain string
 	//go:embed batch.lua
@@ -75,6 +77,10 @@ var algorithms = []struct{ name, src string }{
 }
 
 // The scripts, composed once.
+// prelude is what every script starts with: the shared helpers, and the
+// bucket algorithm that three of the six are.
+var prelude = preludeSrc + "\n" + bucketSrc
+
 var (
 	// Batch decides many requests, each with its own algorithm.
 	Batch *Script

@@ -9,7 +9,8 @@
 -- wants an integer (PX) or a number goes into a string, num() prints it:
 -- tostring and '..' print "%.14g" and would round a time in microseconds,
 -- and the shortest form may have an exponent.
-local floor, ceil, max = math.floor, math.ceil, math.max
+local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
+local two53 = 9007199254740992
 
 local function num(n)
   return string.format('%.0f', n)
@@ -61,17 +62,17 @@ local function expire(key, now, ends)
   redis.call(pinned and 'PEXPIREAT' or 'PEXPIRE', key, at)
 end
 
--- claim reads the number stored at key, for a request that, were key empty,
--- would be admitted and store fresh (µs, also when its state ends). Most
+-- claim reads the value stored at key, for a request that, were key empty,
+-- would be admitted and store fresh, a state that ends at ends (µs). Most
 -- keys are idle past their state's end, so when admit says the request
 -- would be, SET NX GET stores fresh if key is empty and otherwise returns
 -- what it holds without writing: an idle key costs one command, not a GET
 -- and a SET. The second result says whether fresh was stored.
-local function claim(key, now, fresh, admit)
+local function claim(key, now, fresh, ends, admit)
   if not admit then
     return redis.call('GET', key), false
   end
-  local old = redis.call('SET', key, fresh, 'NX', 'GET', px(now, fresh))
+  local old = redis.call('SET', key, fresh, 'NX', 'GET', px(now, ends))
   return old, not old
 end
 
@@ -118,11 +119,91 @@ local function limit(i)
   return rate, period, param(ARGV[i + 2], 'burst')
 end
 
--- interval is the µs one unit takes to refill or drain.
+-- muldiv returns floor(a * b / c) and a * b mod c, exactly, for integers
+-- 0 <= a, b < 2^53 and 1 <= c < 2^53 whose quotient is below 2^53, as
+-- engine's mulDiv does with a 128-bit product. When a * b is below 2^53
+-- the double holds it exactly (and when it is not, the rounded double is
+-- not below 2^53 either). Past that, the product is built a bit of b at a
+-- time as q * c + r with r < c: doubling r stays exact below 2^54, and
+-- every difference taken is exact, being an integer below 2^53.
+local function muldiv(a, b, c)
+  local p = a * b
+  if p < two53 then
+    local q = floor(p / c)
+    return q, p - q * c
+  end
+  local qa = floor(a / c)
+  local ra = a - qa * c
+  local bit = 1
+  while bit * 2 <= b do
+    bit = bit * 2
+  end
+  local q, r = 0, 0
+  while bit >= 1 do
+    q, r = q * 2, r * 2
+    if r >= c then
+      q, r = q + 1, r - c
+    end
+    if b >= bit then
+      b = b - bit
+      q = q + qa
+      if r >= c - ra then
+        q, r = q + 1, r - (c - ra)
+      else
+        r = r + ra
+      end
+    end
+    bit = bit / 2
+  end
+  return q, r
+end
+
+-- Exact intervals (engine/fraction.go says why). A limit's interval is
+-- period / rate = q + r / d µs, d = rate; a time or span is a pair: µs and
+-- a remainder f in units of 1/d µs, 0 <= f < d.
+
+-- interval returns q, r and d for a limit.
 local function interval(rate, period)
-  local t = floor(period / rate)
-  if t < 1 then
+  local q = floor(period / rate)
+  if q < 1 then
     fail('rate is more than one per microsecond')
   end
-  return t
+  return q, period - q * rate, rate
+end
+
+-- times is k intervals.
+local function times(k, q, r, d)
+  local c, f = muldiv(k, r, d)
+  return k * q + c, f
+end
+
+local function add(a, f, b, g, d)
+  if f >= d - g then
+    return a + b + 1, f - (d - g)
+  end
+  return a + b, f + g
+end
+
+local function sub(a, f, b, g, d)
+  if f < g then
+    return a - b - 1, f + (d - g)
+  end
+  return a - b, f - g
+end
+
+-- up is a time or span rounded up to whole µs: a wait never too short.
+local function up(a, f)
+  if f > 0 then
+    return a + 1
+  end
+  return a
+end
+
+-- fit is how many whole intervals, of period / d µs, fit in a span.
+local function fit(a, f, period, d)
+  local q, r = muldiv(a, d, period)
+  if f >= period - r then
+    q = q + 1
+  end
+  return q
 end

@@ -91,7 +91,7 @@ func (e *Error) Error() string {
 // fields a policy may have. rate and limit are one field under two names
 // (limit reads better for the window algorithms), as are burst and
 // capacity (capacity reads better for the buckets).
-var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity", "prefix", "on_failure", "shadow"}
+var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity", "precision", "prefix", "on_failure", "shadow"}
 
 // Parse parses a policies file's contents; file names it in errors.
 //
@@ -101,6 +101,7 @@ var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity
 //	    rate: 100            # or limit
 //	    period: 1m           # 500ms, 1s, 1m, 1h, 1d, 1h30m
 //	    burst: 20            # or capacity
+//	    precision: 10        # sliding_window only: sub-windows per period; default 1
 //	    prefix: "api:"       # default: the name and a colon
 //	    on_failure: local    # allow, deny or local; default: the sidecar's
 //	    shadow: true         # decide and count, but always allow; default false
@@ -214,7 +215,7 @@ func parsePolicy(file, name string, key, node *yaml.Node) (engine.Policy, error)
 		return p, fail(alg.Line, "algorithm", reason(err))
 	}
 	p.Limit.Algorithm = a
-	for _, f := range []string{"rate", "limit", "burst", "capacity"} {
+	for _, f := range []string{"rate", "limit", "burst", "capacity", "precision"} {
 		v := seen[f]
 		if v == nil {
 			continue
@@ -223,9 +224,15 @@ func parsePolicy(file, name string, key, node *yaml.Node) (engine.Policy, error)
 		if err != nil || (v.Tag != "!!int" && v.Tag != "!!str") {
 			return p, fail(v.Line, f, fmt.Sprintf("%q is not a whole number", v.Value))
 		}
-		if f == "rate" || f == "limit" {
+		switch f {
+		case "rate", "limit":
 			p.Limit.Rate = n
-		} else {
+		case "precision":
+			if n < 1 {
+				return p, fail(v.Line, f, fmt.Sprintf("%d must be between 1 and %d", n, engine.MaxPrecision))
+			}
+			p.Limit.Precision = n
+		default:
 			p.Limit.Burst = n
 		}
 	}

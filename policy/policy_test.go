@@ -53,12 +53,12 @@ func TestParseErrors(t *testing.T) {
 		{"top level is a list", "- a\n", `p.yaml:1: expected a mapping with the key "policies"`},
 		{"unknown top-level key", "policy:\n  a: {}\n", `p.yaml:1: unknown key "policy": expected "policies"`},
 		{"policies is a list", "policies:\n  - api\n", `p.yaml:2: "policies" must map policy names to policies`},
-		{"policy is a string", "policies:\n  api: gcra\n", `p.yaml:2: policy "api": expected a mapping of fields (algorithm, rate, limit, period, burst, capacity, prefix, on_failure, shadow)`},
+		{"policy is a string", "policies:\n  api: gcra\n", `p.yaml:2: policy "api": expected a mapping of fields (algorithm, rate, limit, period, burst, capacity, precision, prefix, on_failure, shadow)`},
 		{"bad name", "policies:\n  \"a b\":\n    algorithm: gcra\n", `p.yaml:2: policy "a b": a name must be 1 to 128 letters, digits or _ - . :`},
 		{"defined twice", "policies:\n  a: {algorithm: fixed, limit: 1, period: 1s}\n  a: {algorithm: fixed, limit: 1, period: 1s}\n",
 			`p.yaml:3: policy "a": defined twice`},
 		{"unknown field", "policies:\n  api:\n    algorithm: gcra\n    rate: 10\n    period: 1s\n    burts: 5\n",
-			`p.yaml:6: policy "api": field burts: unknown field: expected one of algorithm, rate, limit, period, burst, capacity, prefix, on_failure, shadow`},
+			`p.yaml:6: policy "api": field burts: unknown field: expected one of algorithm, rate, limit, period, burst, capacity, precision, prefix, on_failure, shadow`},
 		{"field twice", "policies:\n  api:\n    rate: 10\n    rate: 11\n", `p.yaml:4: policy "api": field rate: given twice`},
 		{"field is a list", "policies:\n  api:\n    rate: [1]\n", `p.yaml:3: policy "api": field rate: expected a single value`},
 		{"rate and limit", "policies:\n  api:\n    algorithm: fixed\n    rate: 10\n    limit: 10\n    period: 1s\n",
@@ -87,6 +87,14 @@ func TestParseErrors(t *testing.T) {
 			`p.yaml:6: policy "api": field on_failure: "maybe" must be allow, deny or local`},
 		{"rate too fast", "policies:\n  api:\n    algorithm: gcra\n    rate: 2000000\n    period: 1s\n",
 			`p.yaml:4: policy "api": field rate: 2000000 more than one per microsecond over period 1s`},
+		{"precision zero", "policies:\n  s:\n    algorithm: sliding\n    limit: 5\n    period: 1s\n    precision: 0\n",
+			`p.yaml:6: policy "s": field precision: 0 must be between 1 and 100`},
+		{"precision too fine", "policies:\n  s:\n    algorithm: sliding\n    limit: 5\n    period: 1s\n    precision: 101\n",
+			`p.yaml:6: policy "s": field precision: 101 must be between 1 and 100`},
+		{"precision not dividing the period", "policies:\n  s:\n    algorithm: sliding\n    limit: 5\n    period: 1s\n    precision: 3\n",
+			`p.yaml:6: policy "s": field precision: 3 must split period 1s into sub-windows of whole microseconds`},
+		{"precision on a bucket", "policies:\n  t:\n    algorithm: token\n    rate: 5\n    capacity: 5\n    period: 1s\n    precision: 4\n",
+			`p.yaml:7: policy "t": field precision: 4 the token_bucket algorithm takes no precision`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse("p.yaml", []byte(tc.yaml))
@@ -97,6 +105,19 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("got  %s\nwant %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// precision: n splits a sliding window policy into n sub-windows.
+func TestParsePrecision(t *testing.T) {
+	set, err := Parse("p.yaml", []byte("policies:\n  s:\n    algorithm: sliding_window\n    limit: 50\n    period: 1s\n    precision: 10\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := set.Lookup("s")
+	want := engine.Limit{Algorithm: engine.SlidingWindow, Rate: 50, Period: time.Second, Precision: 10}
+	if p.Limit != want {
+		t.Errorf("limit %+v; want %+v", p.Limit, want)
 	}
 }
 

@@ -111,7 +111,7 @@ type inline struct {
 func decisionCommands() []*command {
 	inlines := []inline{
 		{"rl.fixed", engine.FixedWindow, []string{"limit"}, "Fixed window: at most limit units per aligned window of period."},
-		{"rl.sliding", engine.SlidingWindow, []string{"limit"}, "Sliding window counter: at most limit units per period, estimated from the current and previous windows."},
+		{"rl.sliding", engine.SlidingWindow, []string{"limit"}, "Sliding window counter: at most limit units per period, estimated from the current and previous windows (or n sub-windows with PRECISION n)."},
 		{"rl.log", engine.SlidingLog, []string{"limit"}, "Sliding window log: at most limit units in any period, exactly."},
 		{"rl.token", engine.TokenBucket, []string{"capacity", "rate"}, "Token bucket: bursts up to capacity, refilled at rate units per period."},
 		{"rl.leaky", engine.LeakyBucket, []string{"capacity", "rate"}, "Leaky bucket: a queue of capacity drained at rate units per period; replies the delay to wait."},
@@ -125,9 +125,13 @@ func decisionCommands() []*command {
 		}
 		docs = append(docs, argDoc{name: "period", typ: "string"})
 		docs = append(docs, costPeekDocs...)
-		n := 3 + len(in.params)
+		n, options := 3+len(in.params), 2
+		if in.alg == engine.SlidingWindow {
+			docs = append(docs, argDoc{name: "precision", typ: "integer", optional: true})
+			options += 2
+		}
 		cmds = append(cmds, &command{
-			name: in.name, minArgs: n, maxArgs: n + 2, flags: decideFlags,
+			name: in.name, minArgs: n, maxArgs: n + options, flags: decideFlags,
 			firstKey: 1, lastKey: 1, keyStep: 1, group: "sluice", summary: in.summary,
 			args: docs, parse: in.parse,
 		})
@@ -187,9 +191,39 @@ func (in inline) parse(cmd *command, args [][]byte) (service.Request, shape, str
 		return req, 0, invalidArg("period", args[at], why)
 	}
 	req.Limit.Period = period
-	cost, peek, msg := parseCostPeek(args[at+1:])
+	tail := args[at+1:]
+	if in.alg == engine.SlidingWindow {
+		var msg string
+		if tail, req.Limit.Precision, msg = parsePrecision(tail); msg != "" {
+			return req, 0, msg
+		}
+	}
+	cost, peek, msg := parseCostPeek(tail)
 	req.Cost, req.Peek = cost, peek
 	return req, shapeRL, msg
+}
+
+// parsePrecision takes RL.SLIDING's option PRECISION n out of the tail
+// [cost] [PRECISION n] [PEEK], in whichever place it comes, and returns the
+// rest; 0 when it is not given.
+func parsePrecision(tail [][]byte) ([][]byte, int64, string) {
+	for i, a := range tail {
+		if !named(a, "precision") {
+			continue
+		}
+		if i+1 == len(tail) {
+			return nil, 0, "ERR option PRECISION needs a number of sub-windows"
+		}
+		n, why := parseInt(tail[i+1])
+		if why == "" && (n < 1 || n > engine.MaxPrecision) {
+			why = "must be between 1 and " + strconv.Itoa(engine.MaxPrecision)
+		}
+		if why != "" {
+			return nil, 0, invalidArg("precision", tail[i+1], why)
+		}
+		return append(tail[:i:i], tail[i+2:]...), n, ""
+	}
+	return tail, 0, ""
 }
 
 // parseAllow reads RL.ALLOW policy key [cost] [PEEK]; the service finds

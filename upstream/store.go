@@ -319,8 +319,17 @@ const maxNumsPerRequest = 8
 // them.
 func appendParams(args []any, nums []int64, r *engine.Request) ([]any, []int64) {
 	k := len(nums)
-	nums = append(nums, r.Limit.Rate, r.Limit.Period.Microseconds(), r.Limit.Burst, r.Cost)
+	nums = append(nums, r.Limit.Rate, r.Limit.Period.Microseconds(), burstArg(r.Limit), r.Cost)
 	return append(args, &nums[k], &nums[k+1], &nums[k+2], &nums[k+3], peekArg(r.Peek)), nums
+}
+
+// burstArg is what a limit sends as the scripts' burst: the sliding window,
+// which takes no burst, sends its precision there (see lua/sliding.lua).
+func burstArg(l engine.Limit) int64 {
+	if l.Algorithm == engine.SlidingWindow {
+		return l.Precision
+	}
+	return l.Burst
 }
 
 func peekArg(peek bool) any {
@@ -364,7 +373,7 @@ func (b *buffers) appendBatchArgs(reqs []engine.Request, idx []int) ([]any, []in
 	for _, lk := range b.limits {
 		l := lk.limit
 		k := len(nums)
-		nums = append(nums, l.Rate, l.Period.Microseconds(), l.Burst)
+		nums = append(nums, l.Rate, l.Period.Microseconds(), burstArg(l))
 		args = append(args, algArgs[l.Algorithm], &nums[k], &nums[k+1], &nums[k+2], peekArg(lk.peek))
 	}
 	// A run ends where the next request has another limit or cost.

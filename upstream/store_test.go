@@ -470,8 +470,9 @@ func TestTTL(t *testing.T) {
 	}
 }
 
-// TestLargeLogCost admits a sliding-log request of the largest cost, which
-// the script must add in chunks.
+// TestLargeLogCost: a sliding-log request of any weight is one entry, so
+// the largest cost takes Redis no longer than a cost of 1, and the log
+// holds one member per admitted request, not per unit.
 func TestLargeLogCost(t *testing.T) {
 	_, client := standalone(t)
 	clock := enginetest.NewClock(enginetest.Epoch)
@@ -490,8 +491,12 @@ func TestLargeLogCost(t *testing.T) {
 	if r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != 0 {
 		t.Fatalf("%+v", r)
 	}
-	if n, _ := client.ZCard(context.Background(), s.Key("big", engine.SlidingLog)).Result(); n != engine.MaxLogRate {
-		t.Fatalf("ZCARD %d; want %d", n, engine.MaxLogRate)
+	key := s.Key("big", engine.SlidingLog)
+	if n, _ := client.ZCard(context.Background(), key).Result(); n != 2 {
+		t.Fatalf("ZCARD %d; want 2, one member per admitted request", n)
+	}
+	if b, err := client.MemoryUsage(context.Background(), key).Result(); err != nil || b > 1024 {
+		t.Fatalf("MEMORY USAGE %d, %v; want at most 1 KiB for two entries", b, err)
 	}
 	noKeyWithoutTTL(t, client)
 }
@@ -710,4 +715,85 @@ func TestResetIsAnnounced(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRateSweep runs the rate sweep on Redis, in each mode: the scripts
+// admit rate × time within one unit at every rate, as memory does.
+func TestRateSweep(t *testing.T) {
+	_, client := standalone(t)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			enginetest.Sweep(t, func(t *testing.T, now func() time.Time) engine.Store {
+				return newStore(t, upstream.Config{Client: client, Prefix: "sweep-" + m.name + ":", Mode: m.mode, Now: now})
+			})
+		})
+	}
+}
+
+// TestSlidingWorstCase: on Redis too, the sliding window counter's worst
+// case puts 2×limit-1 in a true sliding period, at every precision.
+func TestSlidingWorstCase(t *testing.T) {
+	_, client := standalone(t)
+	for _, m := range modes {
+		open := func(t *testing.T, now func() time.Time) engine.Store {
+			return newStore(t, upstream.Config{Client: client, Prefix: "worst-" + m.name + ":", Mode: m.mode, Now: now})
+		}
+		for _, n := range []int64{1, 4, 10} {
+			if got := enginetest.SlidingWorstCase(t, open, 50, time.Second, n); got != 99 {
+				t.Errorf("%s, precision %d: worst case admits %d in a true sliding second; want 99", m.name, n, got)
+			}
+		}
+	}
+}
+
+// TestLegacyState: keys that the previous version wrote keep working. A
+// token bucket it kept as a hash {used, last} and a sliding log it kept
+// with one member per unit are read as what they meant, and rewritten in
+// today's form.
+func TestLegacyState(t *testing.T) {
+	_, client := standalone(t)
+	ctx := context.Background()
+	clock := enginetest.NewClock(enginetest.Epoch)
+	now := enginetest.Epoch.UnixMicro()
+	for _, m := range modes {
+		s := newStore(t, upstream.Config{Client: client, Prefix: "legacy-" + m.name + ":", Mode: m.mode, Now: clock.Now})
+		// On a pinned clock an expire time carries the state's end plus
+		// 2^52 (see prelude.lua).
+		pinnedEnd := func(us int64) time.Time { return time.UnixMilli(us + 1<<52) }
+
+		// 2 of 3 tokens used at 1 a second, the last refill at now.
+		token := s.Key("t", engine.TokenBucket)
+		client.HSet(ctx, token, "used", 2, "last", now)
+		client.ExpireAt(ctx, token, pinnedEnd(now+2_000_000))
+		tl := engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 3}
+		r := decide(t, s, engine.Request{Key: "t", Limit: tl, Cost: 1})[0]
+		if r.Err != nil || r.Decision != (engine.Decision{Allowed: true, Limit: 3, Remaining: 0, ResetAfter: 3 * time.Second}) {
+			t.Fatalf("%s: legacy token bucket: %s %v", m.name, enginetest.Format(r.Decision), r.Err)
+		}
+		if typ := client.Type(ctx, token).Val(); typ != "string" {
+			t.Errorf("%s: legacy token bucket still a %s", m.name, typ)
+		}
+
+		// Three units at now, one 100 ms later: a limit of 5 a minute.
+		log := s.Key("l", engine.SlidingLog)
+		for i, at := range []int64{now, now, now, now + 100_000} {
+			client.ZAdd(ctx, log, redis.Z{Score: float64(at), Member: fmt.Sprintf("%d:%d", at, i+1)})
+		}
+		client.ExpireAt(ctx, log, pinnedEnd(now+100_000+60_000_000))
+		ll := engine.Limit{Algorithm: engine.SlidingLog, Rate: 5, Period: time.Minute}
+		clock.Advance(200 * time.Millisecond)
+		r = decide(t, s, engine.Request{Key: "l", Limit: ll, Cost: 2})[0]
+		if r.Err != nil || r.Decision != (engine.Decision{Limit: 5, Remaining: 1, RetryAfter: time.Minute - 200*time.Millisecond, ResetAfter: time.Minute - 100*time.Millisecond}) {
+			t.Fatalf("%s: legacy log: %s %v", m.name, enginetest.Format(r.Decision), r.Err)
+		}
+		if n := client.ZCard(ctx, log).Val(); n != 2 {
+			t.Errorf("%s: the legacy log holds %d entries; want 2, one per time", m.name, n)
+		}
+		r = decide(t, s, engine.Request{Key: "l", Limit: ll, Cost: 1})[0]
+		if r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != 0 {
+			t.Fatalf("%s: after the legacy log: %s %v", m.name, enginetest.Format(r.Decision), r.Err)
+		}
+		noKeyWithoutTTL(t, client)
+		clock.Advance(-200 * time.Millisecond)
+	}
 }

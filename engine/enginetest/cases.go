@@ -6,7 +6,10 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 )
 
-const ms = time.Millisecond
+const (
+	ms = time.Millisecond
+	us = time.Microsecond
+)
 
 // allow and refuse build expected decisions.
 func allow(limit, remaining int64, reset time.Duration) engine.Decision {
@@ -148,6 +151,144 @@ var Cases = []Case{
 			{Advance: 850 * ms, Cost: 2, Want: allow(2, 0, 200*ms)},
 			{Cost: 3, WantErr: "cost"},
 		},
+	},
+	{
+		// 3 a second is one token every 333333⅓ µs: three of them take
+		// exactly a second, and the next is due a third of a µs after
+		// 1333333 µs, so 1 µs late rather than early.
+		Name:  "token_bucket/fractional-interval",
+		Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 3, Period: time.Second, Burst: 3},
+		Steps: []Step{
+			{Cost: 3, Want: allow(3, 0, time.Second)},
+			{Advance: 333333 * us, Cost: 1, Want: refuse(3, 0, 1*us, 666667*us)},
+			{Advance: 1 * us, Cost: 1, Want: allow(3, 0, 1000000*us)},
+			{Advance: 999999 * us, Cost: 0, Want: allow(3, 2, 1*us)},
+			{Advance: 1 * us, Cost: 0, Want: allow(3, 3, 0)},
+		},
+	},
+	{
+		// GCRA at 7 a second, burst 6: one arrival every 142857⅐ µs, so
+		// seven take exactly a second, and the next is due ⅐ µs after
+		// 142857 µs: 1 µs late rather than early.
+		Name:  "gcra/fractional-interval",
+		Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 7, Period: time.Second, Burst: 6},
+		Steps: []Step{
+			{Cost: 7, Want: allow(7, 0, time.Second)},
+			{Advance: 142857 * us, Cost: 1, Want: refuse(7, 0, 1*us, 857143*us)},
+			{Advance: 1 * us, Cost: 1, Want: allow(7, 0, 1000000*us)},
+			// 857142⁶⁄₇ µs is exactly six intervals.
+			{Advance: 857142 * us, Cost: 0, Want: allow(7, 6, 142858*us)},
+		},
+	},
+	{
+		// 600 a ms drains one unit every 1⅔ µs: a full queue of 1000
+		// takes 1666⅔ µs, and 50 µs drain 30 units, not 50.
+		Name:  "leaky_bucket/fractional-interval",
+		Limit: engine.Limit{Algorithm: engine.LeakyBucket, Rate: 600, Period: ms, Burst: 1000},
+		Steps: []Step{
+			{Cost: 1000, Want: allow(1000, 0, 1667*us)},
+			{Advance: 50 * us, Cost: 0, Want: delayed(allow(1000, 30, 1617*us), 1617*us)},
+			{Cost: 31, Want: refuse(1000, 30, 2*us, 1617*us)},
+			{Cost: 30, Want: delayed(allow(1000, 0, 1667*us), 1617*us)},
+		},
+	},
+	// Lowering a live key's limit below what it holds answers remaining 0,
+	// never less; raising it again gives the room back.
+	{
+		Name:  "fixed_window/limit-changes",
+		Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 10, Period: time.Hour},
+		Steps: []Step{
+			{Cost: 10, Want: allow(10, 0, time.Hour)},
+			{Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 2, Period: time.Hour}, Cost: 1, Want: refuse(2, 0, time.Hour, time.Hour)},
+			{Cost: 0, Peek: true, Want: refuse(2, 0, time.Hour, time.Hour)},
+			{Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 20, Period: time.Hour}, Cost: 1, Want: allow(20, 9, time.Hour)},
+		},
+	},
+	{
+		Name:  "sliding_log/limit-changes",
+		Limit: engine.Limit{Algorithm: engine.SlidingLog, Rate: 10, Period: time.Minute},
+		Steps: []Step{
+			{Cost: 10, Want: allow(10, 0, time.Minute)},
+			// 8 of the 10 units must age out: all ten go at once.
+			{Advance: 10 * time.Second, Limit: engine.Limit{Algorithm: engine.SlidingLog, Rate: 3, Period: time.Minute},
+				Cost: 1, Want: refuse(3, 0, 50*time.Second, 50*time.Second)},
+			{Cost: 0, Peek: true, Want: refuse(3, 0, 50*time.Second, 50*time.Second)},
+			{Limit: engine.Limit{Algorithm: engine.SlidingLog, Rate: 20, Period: time.Minute}, Cost: 5, Want: allow(20, 5, time.Minute)},
+		},
+	},
+	{
+		Name:  "sliding_window/limit-changes",
+		Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 10, Period: time.Second},
+		Steps: []Step{
+			{Cost: 10, Want: allow(10, 0, 2*time.Second)},
+			// 3 fit once the 10 weigh 3: 300 ms before the next window ends.
+			{Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 4, Period: time.Second}, Cost: 1, Want: refuse(4, 0, 1700*ms, 2*time.Second)},
+			{Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 30, Period: time.Second}, Cost: 1, Want: allow(30, 19, 2*time.Second)},
+		},
+	},
+	{
+		Name:  "token_bucket/limit-changes",
+		Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 10},
+		Steps: []Step{
+			{Cost: 10, Want: allow(10, 0, 10*time.Second)},
+			{Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 3}, Cost: 1, Want: refuse(3, 0, 8*time.Second, 10*time.Second)},
+			{Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 20}, Cost: 1, Want: allow(20, 9, 11*time.Second)},
+		},
+	},
+	{
+		Name:  "leaky_bucket/limit-changes",
+		Limit: engine.Limit{Algorithm: engine.LeakyBucket, Rate: 1, Period: time.Second, Burst: 10},
+		Steps: []Step{
+			{Cost: 10, Want: allow(10, 0, 10*time.Second)},
+			{Limit: engine.Limit{Algorithm: engine.LeakyBucket, Rate: 1, Period: time.Second, Burst: 3}, Cost: 1, Want: refuse(3, 0, 8*time.Second, 10*time.Second)},
+			{Limit: engine.Limit{Algorithm: engine.LeakyBucket, Rate: 1, Period: time.Second, Burst: 20}, Cost: 1, Want: delayed(allow(20, 9, 11*time.Second), 10*time.Second)},
+		},
+	},
+	{
+		Name:  "gcra/limit-changes",
+		Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Second, Burst: 9},
+		Steps: []Step{
+			{Cost: 10, Want: allow(10, 0, 10*time.Second)},
+			{Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Second, Burst: 2}, Cost: 1, Want: refuse(3, 0, 8*time.Second, 10*time.Second)},
+			{Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Second, Burst: 19}, Cost: 1, Want: allow(20, 9, 11*time.Second)},
+		},
+	},
+	{
+		// A token bucket's rate changes too: the state written at 3 a
+		// second (a remainder in thirds of a µs) is read at 7 a second,
+		// rounded up, never younger than it was.
+		Name:  "token_bucket/rate-changes",
+		Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 3, Period: time.Second, Burst: 3},
+		Steps: []Step{
+			{Cost: 1, Want: allow(3, 2, 333334*us)},
+			{Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 7, Period: time.Second, Burst: 7}, Cost: 0,
+				Want: allow(7, 4, 333334*us)},
+			{Cost: 1, Want: allow(7, 3, 476191*us)},
+		},
+	},
+	{
+		Name:  "sliding_window/precision",
+		Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 10, Period: time.Second, Precision: 4},
+		Steps: []Step{
+			// Sub-windows of 250 ms: 10 late in the first.
+			{Advance: 240 * ms, Cost: 10, Want: allow(10, 0, 1010*ms)},
+			// Inside the period in full until 1 s; then they weigh less as
+			// the fifth sub-window goes on: room for 4 at 40% of it.
+			{Advance: 760 * ms, Cost: 4, Want: refuse(10, 0, 100*ms, 250*ms)},
+			{Advance: 100 * ms, Cost: 4, Want: allow(10, 0, 1150*ms)},
+			// Another precision is another state: it starts fresh.
+			{Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 10, Period: time.Second, Precision: 10}, Cost: 1, Want: allow(10, 9, 1100*ms)},
+		},
+	},
+	{
+		Name:  "invalid/precision",
+		Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 10, Period: time.Second, Precision: 3},
+		Steps: []Step{{Cost: 1, WantErr: "precision"}},
+	},
+	{
+		Name:  "invalid/precision-elsewhere",
+		Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 10, Period: time.Second, Precision: 2},
+		Steps: []Step{{Cost: 1, WantErr: "precision"}},
 	},
 	{
 		Name:  "invalid/zero-rate",

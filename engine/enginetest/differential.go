@@ -56,6 +56,32 @@ func NewScenario(seed []byte) Scenario {
 	case engine.GCRA:
 		l.Burst = rng.Int64N(10)
 	}
+	if rng.IntN(6) == 0 {
+		// Large numbers: rates whose interval is a fraction of a µs or
+		// close to one, long periods, capacities and costs in the millions,
+		// so that products pass 2^53 and the scripts' exact paths run.
+		large := []struct {
+			rate   int64
+			period time.Duration
+		}{{700_000, time.Second}, {600, time.Millisecond}, {999_983, time.Hour}, {7, time.Second},
+			{1_000_000, time.Second}, {86_399_999, 24 * time.Hour}, {123_457, time.Minute}}
+		x := large[rng.IntN(len(large))]
+		l.Rate, l.Period = x.rate, x.period
+		switch l.Algorithm {
+		case engine.TokenBucket, engine.LeakyBucket, engine.GCRA:
+			l.Burst = 1 + rng.Int64N(100*x.rate)
+		case engine.SlidingLog:
+			l.Rate = min(l.Rate, engine.MaxLogRate)
+		}
+	}
+	if l.Algorithm == engine.SlidingWindow && rng.IntN(2) == 0 {
+		for _, n := range rng.Perm(100) {
+			if us := int64(l.Period / time.Microsecond); n > 1 && us%int64(n) == 0 {
+				l.Precision = int64(n)
+				break
+			}
+		}
+	}
 	if rng.IntN(40) == 0 {
 		l.Rate = 0 // invalid now and then
 	}

@@ -58,7 +58,10 @@ type Step struct {
 	Cost    int64
 	Peek    bool
 	Reset   bool // reset the key instead of deciding
-	Want    engine.Decision
+	// Limit, when set, replaces the case's limit from this step on: the
+	// same key under a lowered or raised limit.
+	Limit engine.Limit
+	Want  engine.Decision
 	// WantErr, when set, is the parameter that the request's *ParamError
 	// must name; Want is then ignored.
 	WantErr string
@@ -93,6 +96,14 @@ func Run(t *testing.T, open Opener) {
 
 func runCase(t *testing.T, s engine.Store, clock *Clock, key string, c Case, batched bool) {
 	ctx := context.Background()
+	limits := make([]engine.Limit, len(c.Steps))
+	l := c.Limit
+	for i, st := range c.Steps {
+		if st.Limit.Algorithm != 0 {
+			l = st.Limit
+		}
+		limits[i] = l
+	}
 	for i := 0; i < len(c.Steps); {
 		clock.Advance(c.Steps[i].Advance)
 		if c.Steps[i].Reset {
@@ -110,7 +121,7 @@ func runCase(t *testing.T, s engine.Store, clock *Clock, key string, c Case, bat
 		reqs := make([]engine.Request, j-i)
 		for k := range reqs {
 			st := c.Steps[i+k]
-			reqs[k] = engine.Request{Key: key, Limit: c.Limit, Cost: st.Cost, Peek: st.Peek}
+			reqs[k] = engine.Request{Key: key, Limit: limits[i+k], Cost: st.Cost, Peek: st.Peek}
 		}
 		res := make([]engine.Result, len(reqs))
 		if err := s.Decide(ctx, reqs, res); err != nil {
