@@ -10,6 +10,7 @@
 package policy
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -25,6 +26,7 @@ import (
 // Set is an immutable set of policies, safe for concurrent use.
 type Set struct {
 	byName map[string]engine.Policy
+	digest [sha256.Size]byte // of the file it was parsed from: what Watch compares
 }
 
 var _ engine.Policies = (*Set)(nil)
@@ -110,7 +112,7 @@ func Parse(file string, data []byte) (*Set, error) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, yamlError(file, err)
 	}
-	set := &Set{byName: map[string]engine.Policy{}}
+	set := &Set{byName: map[string]engine.Policy{}, digest: sha256.Sum256(data)}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		return nil, &Error{File: file, Line: 1, Msg: "empty file: expected a top-level key \"policies\""}
 	}

@@ -1,8 +1,8 @@
 package policy
 
 import (
-	"bytes"
 	"context"
+	"crypto/sha256"
 	"log/slog"
 	"os"
 	"time"
@@ -23,7 +23,8 @@ type WatchConfig struct {
 }
 
 // Watch reloads l from cfg.Path until ctx ends: on Reload, and whenever
-// the file's content differs from the content last loaded. Content, not
+// the file's content differs from the content the policies in use were
+// parsed from (so a change made before Watch started is seen too). Content, not
 // size and modification time: a replacement file with the same size and
 // time (touch -r, then mv) is still noticed, and a Kubernetes ConfigMap
 // update, which swaps a symlink in the file's directory, is read through
@@ -34,7 +35,7 @@ func (l *Live) Watch(ctx context.Context, cfg WatchConfig) {
 	if log == nil {
 		log = slog.Default()
 	}
-	last, _ := os.ReadFile(cfg.Path)
+	var refused [sha256.Size]byte // the broken content last logged: logged once, not every tick
 	var tick <-chan time.Time
 	if cfg.Every > 0 {
 		t := time.NewTicker(cfg.Every)
@@ -51,12 +52,13 @@ func (l *Live) Watch(ctx context.Context, cfg WatchConfig) {
 		case <-tick:
 		}
 		data, err := os.ReadFile(cfg.Path)
-		if err == nil && !forced && bytes.Equal(data, last) {
+		sum := sha256.Sum256(data)
+		if err == nil && !forced && (sum == l.Current().digest || sum == refused) {
 			continue
 		}
-		last = data
 		set, err := parseRead(cfg.Path, data, err)
 		if err != nil {
+			refused = sum
 			log.Error("policies not reloaded: keeping the ones in use", "err", err)
 			continue
 		}
