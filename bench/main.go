@@ -1,6 +1,7 @@
-// Command bench measures Sluice against Redis running the same GCRA script
-// directly, as an application without Sluice would, with redis-benchmark
-// driving both under the same load in one run. Each scenario runs the two
+// Command bench measures Sluice against an application calling Redis
+// directly with the minimal script it would write (bench/baseline: GCRA as
+// redis-cell answers it, and a token bucket in a hash), never Sluice's own
+// scripts, with redis-benchmark driving both under the same load in one run. Each scenario runs the two
 // sides in turn, several times; it prints the median of each side and the
 // median of the ratios of the runs made side by side.
 //
@@ -29,7 +30,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-rl/sluice/lua"
+	"github.com/sluice-rl/sluice/bench/baseline"
 )
 
 // stopAll ends the processes the benchmark started; fatalf calls it, since
@@ -42,7 +43,7 @@ func fatalf(format string, args ...any) {
 }
 
 var (
-	runs     = flag.Int("runs", 3, "runs of each scenario; the median is reported")
+	runs     = flag.Int("runs", 5, "runs of each scenario; the median is reported")
 	requests = flag.Int("n", 200_000, "requests per run")
 	clients  = flag.Int("c", 50, "concurrent connections")
 )
@@ -96,54 +97,65 @@ func main() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + redisPort})
 	defer rdb.Close()
 	ctx := context.Background()
-	gcra := lua.Single("gcra")
-	if err := rdb.ScriptLoad(ctx, gcra.Source).Err(); err != nil {
-		fatalf("SCRIPT LOAD: %v", err)
+	for _, sc := range []baseline.Script{baseline.GCRA, baseline.Token} {
+		if err := rdb.ScriptLoad(ctx, sc.Source).Err(); err != nil {
+			fatalf("SCRIPT LOAD: %v", err)
+		}
 	}
 
-	fmt.Printf("Sluice vs Redis running the same GCRA script (EVALSHA), redis-benchmark -c %d, -n %d, median of %d\n",
+	fmt.Printf("Sluice vs an application calling Redis with a minimal script (bench/baseline), redis-benchmark -c %d, -n %d, median of %d\n",
 		*clients, *requests, *runs)
 	fmt.Printf("machine: %s/%s, %d CPUs, %s\n\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel())
 
-	// Many keys, all allowed: burst 1000 at 1000/s, keys drawn from 100,000.
-	direct := []string{"EVALSHA", gcra.SHA, "1", "k:__rand_int__", "1000", "1000000", "1000", "1", "0"}
-	sidecar := []string{"RL.GCRA", "k:__rand_int__", "1000", "1000", "1s"}
-	for _, p := range []int{1, 16} {
-		c := compare(rdb, *requests, *clients, p, target{redisPort, direct, 0, 0}, target{sluicePort, sidecar, 0, sluicePID})
-		report(fmt.Sprintf("many keys allowed, -P %d", p), c)
+	// Many keys, all allowed: GCRA through CL.THROTTLE (burst 1000 at
+	// 1000/s), and a token bucket through RL.TOKEN, against the baselines.
+	gcraDirect := []string{"EVALSHA", baseline.GCRA.SHA, "1", "k:__rand_int__", "1000", "1000", "1", "1"}
+	gcraSidecar := []string{"CL.THROTTLE", "k:__rand_int__", "1000", "1000", "1", "1"}
+	tokenDirect := []string{"EVALSHA", baseline.Token.SHA, "1", "t:__rand_int__", "1000", "1000", "1000", "1"}
+	tokenSidecar := []string{"RL.TOKEN", "t:__rand_int__", "1000", "1000", "1s"}
+	for _, k := range []int{1_000_000, 100_000} {
+		for _, p := range []int{16, 1} {
+			c := compare(rdb, *requests, *clients, p, target{redisPort, gcraDirect, k, 0}, target{sluicePort, gcraSidecar, k, sluicePID})
+			report(fmt.Sprintf("GCRA, keys from %d, -P %d", k, p), c)
+		}
+		c := compare(rdb, *requests, *clients, 16, target{redisPort, tokenDirect, k, 0}, target{sluicePort, tokenSidecar, k, sluicePID})
+		report(fmt.Sprintf("token bucket, keys from %d, -P 16", k), c)
 	}
 
-	// One hot key, refused: burst 0 at 1 per hour.
-	hotDirect := []string{"EVALSHA", gcra.SHA, "1", "hot", "1", "3600000000", "0", "1", "0"}
-	hotSidecar := []string{"RL.GCRA", "hot", "0", "1", "1h"}
+	// One hot key allowed: a limit high enough to admit everything.
+	hotDirect := []string{"EVALSHA", baseline.GCRA.SHA, "1", "hot-open", "1000000000", "1000000", "1", "1"}
+	hotSidecar := []string{"CL.THROTTLE", "hot-open", "1000000000", "1000000", "1", "1"}
 	c := compare(rdb, *requests, *clients, 16, target{redisPort, hotDirect, 0, 0}, target{sluicePort, hotSidecar, 0, sluicePID})
+	report("one hot key allowed, -P 16", c)
+
+	// One hot key refused: burst 0 at 1 per hour.
+	coldDirect := []string{"EVALSHA", baseline.GCRA.SHA, "1", "hot", "0", "1", "3600", "1"}
+	coldSidecar := []string{"CL.THROTTLE", "hot", "0", "1", "3600", "1"}
+	c = compare(rdb, *requests, *clients, 16, target{redisPort, coldDirect, 0, 0}, target{sluicePort, coldSidecar, 0, sluicePID})
 	report("one hot key refused, -P 16", c)
 	fmt.Printf("    round trips reaching Redis through Sluice: %.2f%% of requests\n", 100*c.b.evalshaPerRequest)
 
 	// One client, one request at a time: latency.
 	// A tenth of the requests: plenty for a median, and ten times faster.
-	c = compare(rdb, *requests/10, 1, 1, target{redisPort, direct, 0, 0}, target{sluicePort, sidecar, 0, sluicePID})
-	fmt.Printf("%-34s p50 direct %.3f ms, Sluice %.3f ms, difference %+.3f ms\n", "-c 1 latency", c.a.p50, c.b.p50, c.b.p50-c.a.p50)
+	c = compare(rdb, *requests/10, 1, 1, target{redisPort, gcraDirect, 0, 0}, target{sluicePort, gcraSidecar, 0, sluicePID})
+	fmt.Printf("%-40s p50 direct %.3f ms, Sluice %.3f ms, difference %+.3f ms\n", "-c 1 latency", c.a.p50, c.b.p50, c.b.p50-c.a.p50)
 
-	// The in-memory store against a server that answers from nothing: with
-	// keys drawn from 100,000, most lookups miss the CPU's caches; with
-	// 1,000 the store's state stays in them, which isolates the cost of
-	// the misses from the rest of the server.
-	for _, k := range []struct{ p, keys int }{{1, 0}, {16, 0}, {16, 1000}} {
+	// The in-memory store against a server that answers from nothing, and
+	// Redis answering PING beside them: the ceiling of any RESP server on
+	// this machine. Keys from 100,000, the default --max-keys.
+	ping := []string{"PING"}
+	for _, p := range []int{1, 16} {
 		n := *requests
-		if k.p > 1 {
+		if p > 1 {
 			// Five times the requests: at over 500,000 a second, a run of
 			// the usual count lasts a third of a second, too short to
 			// average out the machine's hiccups.
 			n *= 5
 		}
-		c := compare(nil, n, *clients, k.p, target{constPort, sidecar, k.keys, constPID}, target{memPort, sidecar, k.keys, memPID})
-		name := fmt.Sprintf("in-memory store, -P %d", k.p)
-		if k.keys != 0 {
-			name += fmt.Sprintf(", %d keys", k.keys)
-		}
-		fmt.Printf("%-34s constant reply %9.0f/s, Sluice in-memory %9.0f/s, ratio %.2f; CPU µs per request: constant %.2f, Sluice %.2f\n",
-			name, c.a.rps, c.b.rps, c.ratio, c.a.serverCPU, c.b.serverCPU)
+		c := compare(nil, n, *clients, p, target{constPort, gcraSidecar, 0, constPID}, target{memPort, gcraSidecar, 0, memPID})
+		pc := compare(nil, n, *clients, p, target{redisPort, ping, 0, 0}, target{memPort, gcraSidecar, 0, memPID})
+		fmt.Printf("%-40s constant reply %9.0f/s, Sluice in-memory %9.0f/s, ratio %.2f; to Redis answering PING %.2f; CPU µs per request: constant %.2f, Sluice %.2f\n",
+			fmt.Sprintf("in-memory store, -P %d", p), c.a.rps, c.b.rps, c.ratio, pc.ratio, c.a.serverCPU, c.b.serverCPU)
 	}
 }
 
@@ -221,7 +233,7 @@ func medianSample(ss []sample) sample {
 // process's CPU per request, redis-benchmark's included: where they all
 // share the machine's CPUs, as here, that sum is what bounds throughput.
 func report(name string, c comparison) {
-	fmt.Printf("%-34s direct %9.0f/s, Sluice %9.0f/s, ratio %.2f; Redis CPU µs per request: direct %.2f, Sluice %.2f (%.0f%%); Sluice's own %.2f; all processes: direct %.2f, Sluice %.2f\n",
+	fmt.Printf("%-40s direct %9.0f/s, Sluice %9.0f/s, ratio %.2f; Redis CPU µs per request: direct %.2f, Sluice %.2f (%.0f%%); Sluice's own %.2f; all processes: direct %.2f, Sluice %.2f\n",
 		name, c.a.rps, c.b.rps, c.ratio, c.a.redisCPU, c.b.redisCPU, 100*c.cpuRatio, c.b.serverCPU,
 		c.a.redisCPU+c.a.clientCPU, c.b.redisCPU+c.b.serverCPU+c.b.clientCPU)
 }
