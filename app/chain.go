@@ -38,6 +38,7 @@ func newChain(cfg Config, mem *engine.MemoryStore, tel *telemetry.Telemetry, log
 			return nil, fmt.Errorf("invalid --upstream-tls-ca: %w", err)
 		}
 	}
+	upstream.LogTo(log)
 	client, kind, err := upstream.NewClient(cfg.Upstream, roots)
 	if err != nil {
 		return nil, fmt.Errorf("invalid --upstream: %w", err)
@@ -93,7 +94,7 @@ func newChain(cfg Config, mem *engine.MemoryStore, tel *telemetry.Telemetry, log
 	closers = append(closers, func() { stopSub(); <-subDone })
 	log.Info("using the upstream Redis", "kind", string(kind), "addrs", upstream.Redact(cfg.Upstream),
 		"key_prefix", cfg.KeyPrefix, "on_upstream_failure", cfg.OnFailure.String(),
-		"upstream_timeout", cfg.UpstreamTimeout.String(), "batch_max", cfg.BatchMax, "batch_inflight", cfg.BatchInFlight,
+		"upstream_timeout", cfg.UpstreamTimeout, "batch_max", cfg.BatchMax, "batch_inflight", cfg.BatchInFlight,
 		"deny_cache_size", cfg.DenyCacheSize)
 	return c, nil
 }

@@ -198,9 +198,15 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// NewLogger is the logger the settings ask for, writing to w.
+// NewLogger is the logger the settings ask for, writing to w. Durations
+// are written as Go writes them ("100ms"), not as nanoseconds.
 func (c *Config) NewLogger(w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: c.LogLevel}
+	opts := &slog.HandlerOptions{Level: c.LogLevel, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Value.Kind() == slog.KindDuration {
+			a.Value = slog.StringValue(a.Value.Duration().String())
+		}
+		return a
+	}}
 	if c.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}

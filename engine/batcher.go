@@ -25,8 +25,10 @@ type BatcherConfig struct {
 	// OnBatch, if set, is called after each round trip with its start, its
 	// size and its error: the hook for metrics and traces.
 	OnBatch func(start time.Time, size int, err error)
-	// Timeout bounds each round trip. Zero means 100ms: a healthy Redis
-	// answers in well under a millisecond, so a slow one is a failed one.
+	// Timeout bounds each call, from when it is queued to when its round
+	// trip returns: a call that waits for a round trip in flight has only
+	// what is left for its own. Zero means 100ms: a healthy Redis answers
+	// in well under a millisecond, so a slow one is a failed one.
 	Timeout time.Duration
 	// Now is the clock OnBatch's start is read from; nil means time.Now.
 	// (The round trip's deadline is the context's, on the real clock.)
@@ -72,7 +74,10 @@ type call struct {
 	// done, for a call that does not wait (Submit), is told when its
 	// results are in; a call that waits (Decide) is woken instead.
 	done  func(error)
-	asked bool // handed the lead, not yet taken; guarded by Batcher.mu
+	// deadline is when the call's answer is due: Timeout after it was
+	// queued, however long it waited for a round trip to be free.
+	deadline time.Time
+	asked    bool // handed the lead, not yet taken; guarded by Batcher.mu
 	// wake tells the caller false when its results are in, true when it
 	// must lead a round trip. Two slots: a call asked to lead can be
 	// decided by another leader before it wakes.
@@ -88,6 +93,10 @@ type batchScratch struct {
 
 // ErrClosed is returned by a Batcher's Decide after Close.
 var ErrClosed = errors.New("engine: batcher closed")
+
+// ErrQueuedTooLong fails a batch whose calls spent their whole Timeout
+// waiting for a round trip to be free: it is not sent.
+var ErrQueuedTooLong = errors.New("engine: the round trip's deadline passed while it waited for the one in flight")
 
 var _ Submitter = (*Batcher)(nil)
 
@@ -130,7 +139,7 @@ func (b *Batcher) Decide(ctx context.Context, reqs []Request, res []Result) erro
 		return err
 	}
 	c := b.calls.Get().(*call)
-	c.reqs, c.res, c.err = reqs, res, nil
+	c.reqs, c.res, c.err, c.deadline = reqs, res, nil, time.Now().Add(b.timeout)
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -169,7 +178,7 @@ func (b *Batcher) Submit(reqs []Request, res []Result, done func(error)) {
 		return
 	}
 	c := b.calls.Get().(*call)
-	c.reqs, c.res, c.err, c.done = reqs, res, nil, done
+	c.reqs, c.res, c.err, c.done, c.deadline = reqs, res, nil, done, time.Now().Add(b.timeout)
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -274,9 +283,23 @@ func (b *Batcher) run(sc *batchScratch) {
 	if b.onBatch != nil {
 		start = b.now()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-	err := b.store.Decide(ctx, sc.reqs, sc.res)
-	cancel()
+	// The round trip is due when its oldest call is: a call that queued
+	// behind a slow round trip has only what is left of its own Timeout,
+	// so that no answer waits more than Timeout in all.
+	deadline := sc.batch[0].deadline
+	for _, c := range sc.batch[1:] {
+		if c.deadline.Before(deadline) {
+			deadline = c.deadline
+		}
+	}
+	var err error
+	if time.Until(deadline) <= 0 {
+		err = ErrQueuedTooLong
+	} else {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err = b.store.Decide(ctx, sc.reqs, sc.res)
+		cancel()
+	}
 	if b.onBatch != nil {
 		b.onBatch(start, len(sc.reqs), err)
 	}

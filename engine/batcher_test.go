@@ -318,3 +318,43 @@ func TestBatcherNeverStrandsACall(t *testing.T) {
 		}
 	}
 }
+
+// stalledStore answers nothing until its caller's deadline: a paused Redis.
+type stalledStore struct{ engine.Store }
+
+func (stalledStore) Decide(ctx context.Context, _ []engine.Request, _ []engine.Result) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A call queued behind a stalled round trip is answered within its own
+// Timeout, counted from when it was queued, not a Timeout after the round
+// trip ahead of it gave up.
+func TestBatcherTimeoutCountsTheQueue(t *testing.T) {
+	const timeout = 400 * time.Millisecond
+	b, err := engine.NewBatcher(engine.BatcherConfig{Store: stalledStore{}, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	req := []engine.Request{{Key: "k", Limit: perHour, Cost: 1}}
+	first := make(chan error, 1)
+	b.Submit(req, make([]engine.Result, 1), func(err error) { first <- err })
+	time.Sleep(timeout / 2) // the first round trip is stalled at the store
+	queued := time.Now()
+	second := make(chan error, 1)
+	b.Submit(req, make([]engine.Result, 1), func(err error) { second <- err })
+	if err := <-first; err == nil {
+		t.Fatal("the stalled round trip succeeded")
+	}
+	err = <-second
+	waited := time.Since(queued)
+	if err == nil {
+		t.Fatal("the queued call succeeded against a stalled store")
+	}
+	// Without the queue counted it would wait about 1.5 × timeout from
+	// being queued; allow scheduling slack well below that.
+	if waited > timeout+timeout/4 {
+		t.Errorf("the queued call was answered %v after it was queued; want at most about %v", waited, timeout)
+	}
+}

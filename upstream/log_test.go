@@ -1,0 +1,46 @@
+package upstream_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/upstream"
+)
+
+// go-redis's own complaints come out as the process's structured log
+// lines. A pool dial that fails makes go-redis log; here a client is
+// pointed at a port nothing listens on.
+func TestGoRedisLogsThroughSlog(t *testing.T) {
+	var buf bytes.Buffer
+	upstream.LogTo(slog.New(slog.NewJSONHandler(&buf, nil)))
+	t.Cleanup(func() { upstream.LogTo(slog.Default()) })
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)), MaxRetries: -1,
+		DialTimeout: 100 * time.Millisecond, MinIdleConns: 1})
+	defer c.Close()
+	_ = c.Ping(context.Background()).Err()
+	deadline := time.Now().Add(3 * time.Second)
+	for buf.Len() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if buf.Len() == 0 {
+		t.Fatal("go-redis logged nothing for a pool that cannot dial")
+	}
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("a go-redis line is not JSON: %q", line)
+		}
+		if rec["source"] != "go-redis" || rec["level"] != "WARN" {
+			t.Errorf("go-redis line %q: want level WARN and source go-redis", line)
+		}
+	}
+}
