@@ -107,3 +107,47 @@ func TestLoopServesOthersWhileRedisIsPaused(t *testing.T) {
 		t.Errorf("the held decision: %q", got)
 	}
 }
+
+// TestSIGTERMAnswersWhatWasSent: with Redis paused and one connection's
+// RL.RESET waiting at it, a decision sent just before SIGTERM, and one
+// still in the socket when draining starts, are answered before the
+// connections close, and the process exits cleanly.
+func TestSIGTERMAnswersWhatWasSent(t *testing.T) {
+	r := redistest.Start(t)
+	s := startSluice(t, "--upstream", "redis://"+r.Addr, "--upstream-timeout", "500ms", "--on-upstream-failure", "deny")
+	warm := dialRaw(t, s.Addr)
+	warm.commands(t, "RL.FIXED warm 5 1m")
+	if got := warm.reply(t, 5*time.Second); !strings.HasPrefix(got, "[:1 ") {
+		t.Fatalf("warm-up: %s", got)
+	}
+	if err := r.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Signal(syscall.SIGCONT) })
+	reset, before, during := dialRaw(t, s.Addr), dialRaw(t, s.Addr), dialRaw(t, s.Addr)
+	reset.commands(t, "RL.RESET somekey")
+	before.commands(t, "RL.FIXED k1 5 1m")
+	time.Sleep(100 * time.Millisecond)
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	during.commands(t, "RL.FIXED k2 5 1m")
+	for name, c := range map[string]*raw{"sent before SIGTERM": before, "sent as draining began": during} {
+		// Redis is paused: the failure mode (deny) answers at the deadline.
+		if got := c.reply(t, 5*time.Second); !strings.HasPrefix(got, "[:0 ") {
+			t.Errorf("the decision %s: %q; want the deny failure mode's refusal", name, got)
+		}
+	}
+	if got := reset.reply(t, 5*time.Second); !strings.HasPrefix(got, "-ERR") {
+		t.Errorf("RL.RESET against a paused Redis during shutdown: %q; want an error", got)
+	}
+	select {
+	case err := <-s.done:
+		s.done <- err
+		if err != nil {
+			t.Fatalf("sluice exited with %v after SIGTERM:\n%s", err, s.logs)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("sluice did not exit within 10s of SIGTERM:\n%s", s.logs)
+	}
+}
