@@ -3,10 +3,12 @@ package app
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/respserver"
@@ -24,7 +26,6 @@ import (
 //	upstream  the Redis store: the batch script, one call per batch
 type chain struct {
 	kind    upstream.Kind
-	ping    func(context.Context) error
 	batcher *engine.Batcher
 	deny    *engine.DenyCache
 	guard   *engine.Guard
@@ -43,7 +44,7 @@ func newChain(cfg Config, mem *engine.MemoryStore, tel *telemetry.Telemetry, log
 	if err != nil {
 		return nil, fmt.Errorf("invalid --upstream: %w", err)
 	}
-	c = &chain{kind: kind, ping: func(ctx context.Context) error { return client.Ping(ctx).Err() }}
+	c = &chain{kind: kind}
 	var closers []func()
 	c.close = func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -80,6 +81,22 @@ func newChain(cfg Config, mem *engine.MemoryStore, tel *telemetry.Telemetry, log
 	}); err != nil {
 		return nil, err
 	}
+	// Know from the start whether Redis can decide, and keep knowing while
+	// no request asks: readiness and the breaker follow the check.
+	startCtx, cancel := context.WithTimeout(context.Background(), max(cfg.UpstreamTimeout, time.Second))
+	if err := up.Check(startCtx); err != nil {
+		log.Warn("the upstream Redis cannot decide: deciding by each request's failure mode until it can", "err", err)
+		c.guard.Health(err)
+	}
+	cancel()
+	healthCtx, stopHealth := context.WithCancel(context.Background())
+	healthDone := make(chan struct{})
+	go func() {
+		defer close(healthDone)
+		checkWhileIdle(healthCtx, up, c.guard, cfg.UpstreamTimeout)
+	}()
+	closers = append(closers, func() { stopHealth(); <-healthDone })
+
 	// Resets made through any sidecar reach this one: drop what it
 	// remembers of the key, the refusal and the fallback's local count.
 	subCtx, stopSub := context.WithCancel(context.Background())
@@ -99,22 +116,44 @@ func newChain(cfg Config, mem *engine.MemoryStore, tel *telemetry.Telemetry, log
 	return c, nil
 }
 
+// healthEvery is how often the upstream is checked while no decision
+// has reached it.
+const healthEvery = time.Second
+
+// checkWhileIdle checks the upstream every healthEvery unless a round
+// trip has answered meanwhile (decisions tell the breaker themselves), so
+// that a sidecar sent no traffic, such as a pod out of service, still
+// knows when Redis fails and when it is back.
+func checkWhileIdle(ctx context.Context, up *upstream.Store, g *engine.Guard, timeout time.Duration) {
+	t := time.NewTicker(healthEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if time.Since(g.Stats().LastOutcome) < healthEvery {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		err := up.Check(cctx)
+		cancel()
+		if ctx.Err() == nil {
+			g.Health(err)
+		}
+	}
+}
+
 // ready is /readyz: the sidecar can decide unless the upstream is failing
-// and the default failure mode refuses everything. While the breaker is
-// open it asks Redis itself, so that a pod taken out of service (and so
-// sent no requests that would probe) still becomes ready when Redis is
-// back.
+// (the breaker, which the idle checks keep current) and the default
+// failure mode refuses everything.
 func (s *Sidecar) ready() error {
 	c := s.chain
 	if c == nil || s.cfg.OnFailure != engine.FailClosed || !c.guard.Stats().BreakerOpen {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.UpstreamTimeout)
-	defer cancel()
-	if err := c.ping(ctx); err != nil {
-		return fmt.Errorf("the upstream Redis is not answering (%v) and --on-upstream-failure is deny", err)
-	}
-	return nil
+	return errors.New("the upstream Redis cannot decide and --on-upstream-failure is deny")
 }
 
 // infoSections are INFO's Sluice sections, read from the parts that hold

@@ -52,8 +52,9 @@ type Guard struct {
 	openUntil time.Time   // zero while closed; guarded by mu
 	probing   bool        // a probe is in flight; guarded by mu
 
-	open     atomic.Bool
-	fallback atomic.Uint64
+	open      atomic.Bool
+	fallback  atomic.Uint64
+	lastRound atomic.Int64 // UnixNano of the last outcome from the store
 	flights  sync.Pool // *guardFlight
 }
 
@@ -161,6 +162,7 @@ func (g *Guard) admit() (probe, ok bool) {
 }
 
 func (g *Guard) record(err error, probe bool) {
+	g.lastRound.Store(g.now().UnixNano())
 	if err == nil && !probe && !g.failing.Load() {
 		return // the common case, a healthy store: nothing to change, no lock
 	}
@@ -251,13 +253,31 @@ func (g *Guard) Reset(ctx context.Context, key string) error {
 	return g.store.Reset(ctx, key)
 }
 
+// Health records the outcome of a check made outside any batch, a call
+// that decides nothing: a failure opens the breaker at once, so that
+// readiness and the first requests know before a request has to find out;
+// a success closes it.
+func (g *Guard) Health(err error) {
+	if err != nil {
+		g.mu.Lock()
+		g.failures = max(g.failures, g.threshold-1)
+		g.mu.Unlock()
+	}
+	g.record(err, false)
+}
+
 // GuardStats counts what the guard did, for INFO, metrics and readiness.
 type GuardStats struct {
 	BreakerOpen bool
-	Fallbacks   uint64 // requests decided by a failure mode
+	Fallbacks   uint64    // requests decided by a failure mode
+	LastOutcome time.Time // when the store last answered or failed; zero: never
 }
 
 // Stats returns the breaker state and the counts so far.
 func (g *Guard) Stats() GuardStats {
-	return GuardStats{BreakerOpen: g.open.Load(), Fallbacks: g.fallback.Load()}
+	s := GuardStats{BreakerOpen: g.open.Load(), Fallbacks: g.fallback.Load()}
+	if ns := g.lastRound.Load(); ns != 0 {
+		s.LastOutcome = time.Unix(0, ns)
+	}
+	return s
 }

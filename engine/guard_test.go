@@ -237,3 +237,20 @@ func TestGuardResetWhileOpen(t *testing.T) {
 		t.Errorf("after Reset, the local fallback answered %+v; want the key fresh", r)
 	}
 }
+
+// A failed health check opens the breaker at once; a passing one closes it.
+func TestGuardHealth(t *testing.T) {
+	clock := enginetest.NewClock(enginetest.Epoch)
+	g, _, events := newGuard(t, clock)
+	g.Health(errDown)
+	if !g.Stats().BreakerOpen {
+		t.Fatal("a failed check left the breaker closed")
+	}
+	g.Health(nil)
+	if st := g.Stats(); st.BreakerOpen || !st.LastOutcome.Equal(clock.Now()) {
+		t.Fatalf("after a passing check: %+v", st)
+	}
+	if len(*events) != 2 || !(*events)[0].open || (*events)[1].open {
+		t.Errorf("breaker events %+v; want open, then closed", *events)
+	}
+}

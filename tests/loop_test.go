@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"net/http"
 	"strconv"
 	"strings"
 	"syscall"
@@ -150,4 +151,35 @@ func TestSIGTERMAnswersWhatWasSent(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("sluice did not exit within 10s of SIGTERM:\n%s", s.logs)
 	}
+}
+
+// TestReadinessFollowsRedisWithoutTraffic: /readyz and breaker_open follow
+// the upstream with no request sent: not ready while nothing answers at
+// the upstream's address (deny mode), ready once a Redis is there, and not
+// ready again once it is killed; the start-up log warns.
+func TestReadinessFollowsRedisWithoutTraffic(t *testing.T) {
+	port := redistest.FreePort(t)
+	s := startSluice(t, "--upstream", "redis://127.0.0.1:"+strconv.Itoa(port), "--on-upstream-failure", "deny")
+	readyz := func() int {
+		resp, err := http.Get("http://" + s.Admin + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := readyz(); got != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz = %d with nothing at the upstream's address; want 503", got)
+	}
+	if !strings.Contains(s.logs.String(), "the upstream Redis cannot decide") {
+		t.Errorf("no start-up warning in the log:\n%s", s.logs)
+	}
+	r := redistest.StartAt(t, port)
+	within(t, 5*time.Second, "/readyz 200 once Redis answers, with no traffic", func() bool { return readyz() == http.StatusOK })
+	rdb := client(t, s)
+	if open := info(t, rdb, "upstream")["breaker_open"]; open != 0 {
+		t.Errorf("breaker_open %d once Redis answers", open)
+	}
+	r.Kill()
+	within(t, 5*time.Second, "/readyz 503 once Redis is killed, with no traffic", func() bool { return readyz() == http.StatusServiceUnavailable })
 }

@@ -1,0 +1,21 @@
+package upstream
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sluice-rl/sluice/lua"
+)
+
+// Check makes the call that decisions make, with nothing to decide: the
+// batch script over an empty batch. It fails wherever decisions would,
+// also where a PING succeeds: a wrong password, an ACL user without
+// EVALSHA, a read-only replica that refuses scripts.
+func (s *Store) Check(ctx context.Context) error {
+	calls := []call{{script: lua.Batch, args: []any{"0", "0"}}}
+	s.run(ctx, calls)
+	if err := calls[0].cmd.Err(); err != nil {
+		return fmt.Errorf("upstream: %w", err)
+	}
+	return nil
+}
