@@ -36,6 +36,7 @@ type Config struct {
 	MaxKeys         int                // the in-memory store's size, in keys
 	DenyCacheSize   int                // most refusals remembered
 	MaxClients      int                // most client connections
+	MaxInputMemory  byteSize           // input all clients may buffer together
 	IOLoops         int                // event loops; 0: a goroutine per connection
 }
 
@@ -56,6 +57,7 @@ func DefaultConfig() Config {
 		MaxKeys:         100_000,
 		DenyCacheSize:   50_000,
 		MaxClients:      10_000,
+		MaxInputMemory:  256 << 20,
 		IOLoops:         1,
 	}
 }
@@ -95,6 +97,8 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most keys the in-memory store keeps, about 300 bytes each (`n`)")
 	fs.IntVar(&c.DenyCacheSize, "deny-cache-size", c.DenyCacheSize, "most refusals remembered locally, about 350 bytes each (`n`)")
 	fs.IntVar(&c.MaxClients, "max-clients", c.MaxClients, "most client connections at once (`n`)")
+	fs.Var(&c.MaxInputMemory, "max-input-memory",
+		"most input all clients may have sent and not finished, together (`size`: 256mb, 1gb); past it the client holding the most is closed, as Redis's maxmemory-clients does")
 	fs.IntVar(&c.IOLoops, "io-loops", c.IOLoops,
 		"event loops serving client connections, a thread each (`n`); 0: a goroutine per connection, as on systems other than Linux")
 }
@@ -165,6 +169,9 @@ func (c *Config) Validate() error {
 		if n.n < 0 || n.n == 0 && !n.zeroOK {
 			return fmt.Errorf("invalid --%s %q: must be a positive integer%s", n.name, strconv.Itoa(n.n), orZero(n.zeroOK))
 		}
+	}
+	if c.MaxInputMemory <= 0 {
+		return fmt.Errorf("invalid --max-input-memory %q: must be a positive size such as 256mb", c.MaxInputMemory.String())
 	}
 	return checkListen(c.Listen, c.RequirePass)
 }

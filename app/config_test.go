@@ -25,3 +25,22 @@ func TestLoggerWritesDurations(t *testing.T) {
 		t.Errorf("durations logged as %q and %q; want 100ms and 2s", rec.Timeout, rec.G["d"])
 	}
 }
+
+func TestByteSize(t *testing.T) {
+	for in, want := range map[string]int64{"256mb": 256 << 20, "1gb": 1 << 30, "1k": 1000, "1KB": 1024, "500000": 500000, "2m": 2_000_000} {
+		var b byteSize
+		if err := b.Set(in); err != nil || int64(b) != want {
+			t.Errorf("Set(%q) = %d, %v; want %d", in, b, err, want)
+		}
+	}
+	for _, bad := range []string{"", "mb", "-1mb", "1.5gb", "1tb", "99999999999999gb"} {
+		var b byteSize
+		if err := b.Set(bad); err == nil {
+			t.Errorf("Set(%q) accepted: %d", bad, b)
+		}
+	}
+	b := byteSize(256 << 20)
+	if b.String() != "256mb" {
+		t.Errorf("String() = %q", b.String())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"runtime/debug"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/tidwall/redcon"
@@ -38,7 +39,12 @@ type client struct {
 	loop *loop
 	lc   *loopConn // its connection on the loop
 
-	in input
+	in        input
+	inputHeld atomic.Int64 // bytes of in.buf counted in the server's input total; written by its own goroutine
+
+	// evict is set when the input budget closes this connection; the
+	// goroutine serving it answers with an error and closes it.
+	evict atomic.Bool
 
 	proto   int // 2 or 3
 	authed  bool

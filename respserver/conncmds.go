@@ -442,6 +442,7 @@ func runInfo(c *client, args [][]byte) {
 		b.WriteString("# Stats\r\n")
 		line("total_connections_received", strconv.FormatInt(s.stats.connsTotal.Load(), 10))
 		line("rejected_connections", strconv.FormatInt(s.stats.rejectedConn.Load(), 10))
+		line("evicted_clients", strconv.FormatInt(s.stats.evicted.Load(), 10))
 		line("total_commands_processed", strconv.FormatInt(s.stats.commands.Load(), 10))
 		t := s.cfg.Service.Totals()
 		line("total_error_replies", strconv.FormatUint(t.Errors, 10))

@@ -32,6 +32,7 @@ func (c *client) room() []byte {
 		copy(grown, in.buf[in.parsed:])
 		in.p.shift(in.parsed)
 		in.buf, in.parsed = grown, 0
+		c.account(cap(grown))
 	}
 	room := in.buf[len(in.buf):cap(in.buf)]
 	if left := c.s.cfg.MaxRequestBytes - (len(in.buf) - in.parsed); len(room) > left {
@@ -106,5 +107,19 @@ func (c *client) compact() {
 	in.buf, in.parsed = in.buf[:n], 0
 	if n == 0 && cap(in.buf) > keepInput {
 		in.buf = nil
+		c.account(0)
+	}
+}
+
+// account sets the input bytes this connection holds in the server's
+// total, and asks for evictions when the total is over the budget.
+func (c *client) account(held int) {
+	d := int64(held) - c.inputHeld.Load()
+	if d == 0 {
+		return
+	}
+	c.inputHeld.Store(int64(held))
+	if total := c.s.stats.input.Add(d); d > 0 && total > c.s.cfg.MaxInputMemory {
+		c.s.overBudget()
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tidwall/redcon"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluice-rl/sluice/service"
@@ -44,6 +45,7 @@ type loop struct {
 	mu       sync.Mutex
 	incoming []*loopConn // guarded by mu: adopted, not yet seen by the loop
 	landed   []*segment  // guarded by mu: segments whose results are in
+	evicts   []*client   // guarded by mu: connections the input budget closes
 	deciding bool        // guarded by mu: the loop is inside Service.Decide; it takes landings itself after
 	stopped  bool        // guarded by mu: adopts no more connections
 	ended    bool        // guarded by mu: the loop has closed its descriptors
@@ -202,6 +204,14 @@ func (r *round) land() {
 	l.rounds.Put(r)
 }
 
+// evictLater has the loop close c for the input budget.
+func (l *loop) evictLater(c *client) {
+	l.mu.Lock()
+	l.evicts = append(l.evicts, c)
+	l.signalLocked()
+	l.mu.Unlock()
+}
+
 // drainUntil has the loop close every connection at t, or once its
 // answers are out if some are still in flight then; until t they are
 // served as before.
@@ -272,9 +282,16 @@ func (l *loop) welcome() {
 	var buf [8]byte
 	_, _ = unix.Read(l.wake, buf[:])
 	l.mu.Lock()
-	in := l.incoming
-	l.incoming = nil
+	in, evicts := l.incoming, l.evicts
+	l.incoming, l.evicts = nil, nil
 	l.mu.Unlock()
+	for _, c := range evicts {
+		if lc := c.lc; lc != nil && lc.fd >= 0 {
+			c.out = redcon.AppendError(c.out, errInputBudget)
+			l.write(lc)
+			l.close(lc, nil)
+		}
+	}
 	for _, lc := range in {
 		l.conns[lc.fd] = lc
 		if l.watch(lc); lc.fd < 0 {

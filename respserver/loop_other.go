@@ -24,3 +24,4 @@ func (*loop) adopt(net.Conn, *client) error { return errors.New("no event loops 
 func (*loop) drainUntil(time.Time)          {}
 func (*loop) stop()                         {}
 func (*loop) land(...*segment)              {}
+func (*loop) evictLater(*client)            {}

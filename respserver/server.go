@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidwall/redcon"
+
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -38,6 +40,12 @@ type Config struct {
 	// MaxConns bounds concurrent connections; more are refused with an
 	// error and closed. Zero means 10,000.
 	MaxConns int
+	// MaxInputMemory bounds the input buffered by all connections together
+	// (commands read and not yet run, and unfinished ones), as Redis 7's
+	// maxmemory-clients does: past it, the connection holding the most is
+	// closed with an error, and the next, until the total is back under.
+	// Zero means 256 MiB.
+	MaxInputMemory int64
 	// Info adds sections to INFO after the server's own; INFO sluice shows
 	// them all.
 	Info []InfoSection
@@ -78,6 +86,8 @@ type stats struct {
 	connsTotal   atomic.Int64
 	commands     atomic.Int64
 	rejectedConn atomic.Int64
+	input        atomic.Int64 // bytes of input buffers held by all connections
+	evicted      atomic.Int64 // connections closed for the input budget
 }
 
 // New checks cfg and fills its defaults.
@@ -88,7 +98,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.MaxRequestBytes < 0 || cfg.MaxConns < 0 || cfg.MaxArgs < 0 || cfg.Loops < -1 {
+	if cfg.MaxRequestBytes < 0 || cfg.MaxInputMemory < 0 || cfg.MaxConns < 0 || cfg.MaxArgs < 0 || cfg.Loops < -1 {
 		return nil, errors.New("respserver: negative limit in Config")
 	}
 	if cfg.MaxRequestBytes == 0 {
@@ -99,6 +109,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = 10_000
+	}
+	if cfg.MaxInputMemory == 0 {
+		cfg.MaxInputMemory = 256 << 20
 	}
 	if cfg.Loops == 0 {
 		cfg.Loops = 1
@@ -230,6 +243,10 @@ func (s *Server) serveConn(nc net.Conn, c *client) {
 	for {
 		var n int
 		n, err = nc.Read(c.room())
+		if c.evict.Load() {
+			_, _ = nc.Write(redcon.AppendError(c.out, errInputBudget))
+			return
+		}
 		if n > 0 {
 			c.serveRead(n)
 			if len(c.out) > 0 {
@@ -374,6 +391,7 @@ func (s *Server) Addr() net.Addr {
 
 // closed counts a connection out.
 func (s *Server) closed(c *client, err error) {
+	c.account(0)
 	s.mu.Lock()
 	delete(s.conns, c)
 	if s.closing && len(s.conns) == 0 && s.idle != nil {

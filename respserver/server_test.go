@@ -629,3 +629,35 @@ func TestNothingWaitsBehindAHeldBatch(t *testing.T) {
 		})
 	}
 }
+
+// Past the total input budget, the connection holding the most unfinished
+// input is closed with an error, and the others go on.
+func TestInputBudgetClosesTheLargest(t *testing.T) {
+	for _, loops := range []int{1, -1} {
+		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) {
+			srv, addr := startServer(t, Config{Service: testService(t, memStore(t), nil), Loops: loops, MaxInputMemory: 1 << 20})
+			small, big := dialTest(t, addr), dialTest(t, addr)
+			header := []byte("*2\r\n$4\r\nECHO\r\n$200000\r\n")
+			small.send(t, append(header, bytes.Repeat([]byte("s"), 100<<10)...))
+			big.send(t, []byte("*2\r\n$4\r\nECHO\r\n$4000000\r\n"))
+			big.send(t, bytes.Repeat([]byte("b"), 300<<10))
+			time.Sleep(50 * time.Millisecond) // both are read in
+			big.send(t, bytes.Repeat([]byte("b"), 900<<10))
+			got, err := big.reply(t)
+			if err != nil || !strings.HasPrefix(got, "-ERR closing the connection: the input all clients have sent") {
+				t.Fatalf("the largest client got %q, %v; want the budget's error", got, err)
+			}
+			if _, err := big.reply(t); err == nil {
+				t.Fatal("the largest client stayed open")
+			}
+			// The small one is untouched: it finishes its command.
+			small.send(t, append(bytes.Repeat([]byte("s"), 200000-100<<10), "\r\n"...))
+			if got, err := small.reply(t); err != nil || len(got) != 200000+2 {
+				t.Fatalf("the small client's ECHO: %d bytes, %v", len(got), err)
+			}
+			if n := srv.stats.evicted.Load(); n != 1 {
+				t.Errorf("%d clients evicted; want 1", n)
+			}
+		})
+	}
+}
