@@ -73,7 +73,7 @@ type call struct {
 	err  error
 	// done, for a call that does not wait (Submit), is told when its
 	// results are in; a call that waits (Decide) is woken instead.
-	done  func(error)
+	done func(error)
 	// deadline is when the call's answer is due: Timeout after it was
 	// queued, however long it waited for a round trip to be free.
 	deadline time.Time

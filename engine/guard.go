@@ -55,7 +55,7 @@ type Guard struct {
 	open      atomic.Bool
 	fallback  atomic.Uint64
 	lastRound atomic.Int64 // UnixNano of the last outcome from the store
-	flights  sync.Pool // *guardFlight
+	flights   sync.Pool    // *guardFlight
 }
 
 var _ Submitter = (*Guard)(nil)
