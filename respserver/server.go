@@ -43,8 +43,13 @@ type Config struct {
 	// error and closed. Zero means 10,000.
 	MaxConns int
 	// Info adds sections to INFO after the server's own; INFO sluice shows
-	// them all.
+	// them all. A section named as one of the server's own (Memory) adds
+	// its fields to it.
 	Info []InfoSection
+	// Keys counts the keys this server holds, for DBSIZE and INFO
+	// keyspace; it is called on the connection's loop, so it must be
+	// quick. Nil means none.
+	Keys func() int
 	// Loops is how many event loops serve connections, each on one thread
 	// (Linux only). A loop reads every connection that has sent something,
 	// decides all they sent as one batch and writes every reply, so
