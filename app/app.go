@@ -109,7 +109,7 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 		loops = -1 // respserver's "a goroutine per connection"
 	}
 	if s.resp, err = respserver.New(respserver.Config{Service: s.svc, RequirePass: cfg.RequirePass, Logger: log,
-		MaxConns: cfg.MaxClients, MaxInputMemory: int64(cfg.MaxInputMemory), Info: s.infoSections(), Loops: loops}); err != nil {
+		MaxConns: cfg.MaxClients, MaxInputMemory: int64(cfg.MaxInputMemory), Info: s.infoSections(), Keys: s.mem.Len, Loops: loops}); err != nil {
 		return err
 	}
 	s.tel.SetSources(s.sources())

@@ -126,6 +126,9 @@ func Parse(file string, data []byte) (*Set, error) {
 		if k.Value != "policies" {
 			return nil, &Error{File: file, Line: k.Line, Msg: fmt.Sprintf("unknown key %q: expected \"policies\"", k.Value)}
 		}
+		if list != nil { // YAML's decoder into a Node keeps both; the last would win
+			return nil, &Error{File: file, Line: k.Line, Msg: "key \"policies\" given twice: the second would silently replace the first"}
+		}
 		list = v
 	}
 	if list == nil {
@@ -137,6 +140,10 @@ func Parse(file string, data []byte) (*Set, error) {
 	if list.Kind != yaml.MappingNode {
 		return nil, &Error{File: file, Line: list.Line, Msg: "\"policies\" must map policy names to policies"}
 	}
+	// A prefix is where a policy's state lives: two policies (or a policy
+	// and the inline commands, with an empty prefix) on one prefix would
+	// count each other's requests.
+	owner := map[string]prefixOwner{}
 	for i := 0; i+1 < len(list.Content); i += 2 {
 		k, v := list.Content[i], list.Content[i+1]
 		name := k.Value
@@ -151,9 +158,37 @@ func Parse(file string, data []byte) (*Set, error) {
 		if err != nil {
 			return nil, err
 		}
+		line := fieldLine(v, "prefix", k.Line)
+		if p.Prefix == "" {
+			return nil, &Error{File: file, Line: line, Policy: name, Field: "prefix",
+				Msg: "must not be empty: the policy's keys would be the keys of inline commands (RL.GCRA key …)"}
+		}
+		if o, dup := owner[p.Prefix]; dup {
+			return nil, &Error{File: file, Line: line, Policy: name, Field: "prefix",
+				Msg: fmt.Sprintf("%q is also the prefix of policy %q (line %d): the two would share state", p.Prefix, o.name, o.line)}
+		}
+		owner[p.Prefix] = prefixOwner{name, line}
 		set.byName[name] = p
 	}
 	return set, nil
+}
+
+// prefixOwner is the policy that claimed a prefix, and the line that gave
+// it (the policy's own line when the prefix is its default).
+type prefixOwner struct {
+	name string
+	line int
+}
+
+// fieldLine is the line of field in the mapping node, or def when the
+// field is not there.
+func fieldLine(node *yaml.Node, field string, def int) int {
+	for i := 0; i+1 < len(node.Content); i += 2 {
+		if node.Content[i].Value == field {
+			return node.Content[i+1].Line
+		}
+	}
+	return def
 }
 
 func validName(s string) bool {

@@ -18,15 +18,27 @@ const (
 // watching starts Watch on a file holding first; it stops with the test.
 func watching(t *testing.T, first string, every time.Duration, reload chan struct{}) (*Live, string) {
 	t.Helper()
+	live, path := loaded(t, first)
+	watch(t, live, path, every, reload)
+	return live, path
+}
+
+// loaded writes content to a file and loads it.
+func loaded(t *testing.T, content string) (*Live, string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "policies.yaml")
-	if err := os.WriteFile(path, []byte(first), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	set, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	live := NewLive(set)
+	return NewLive(set), path
+}
+
+// watch runs live.Watch on path until the test ends.
+func watch(t *testing.T, live *Live, path string, every time.Duration, reload chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -34,7 +46,6 @@ func watching(t *testing.T, first string, every time.Duration, reload chan struc
 		live.Watch(ctx, WatchConfig{Path: path, Every: every, Reload: reload, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	return live, path
 }
 
 func limitOf(l *Live) int64 {
@@ -129,5 +140,20 @@ func TestWatchFollowsASymlinkSwap(t *testing.T) {
 	must(os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")))
 	if !eventually(t, func() bool { return limitOf(live) == 3 }) {
 		t.Fatalf("limit still %d after the ConfigMap-style swap", limitOf(live))
+	}
+}
+
+// TestWatchComparesWithTheLoadedFile: a change made between Load and the
+// watcher's start (a busy machine starts the goroutine late) is a change
+// too: the watcher compares with what the set in use was parsed from,
+// not with what it happens to read when it starts.
+func TestWatchComparesWithTheLoadedFile(t *testing.T) {
+	live, path := loaded(t, nine)
+	if err := os.WriteFile(path, []byte(three), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	watch(t, live, path, 5*time.Millisecond, nil)
+	if !eventually(t, func() bool { return limitOf(live) == 3 }) {
+		t.Fatalf("limit still %d: the file changed before Watch started and was never reloaded", limitOf(live))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"time"
@@ -43,6 +44,12 @@ func connectionCommands() []*command {
 		{name: "info", minArgs: 1, flags: []string{"fast"}, group: "server",
 			summary: "Server, clients, persistence and stats sections, as Redis's INFO.",
 			args:    []argDoc{{name: "section", typ: "string", optional: true, multiple: true}}, run: runInfo},
+		{name: "dbsize", minArgs: 1, maxArgs: 1, flags: []string{"readonly", "fast"}, group: "server",
+			summary: "Counts the keys this sidecar holds in its in-memory store: all of them without --upstream; with one, those of local fallback decisions only (the central Redis holds the rest).",
+			run:     runDBSize},
+		{name: "scan", minArgs: 2, flags: []string{"readonly"}, group: "generic",
+			summary: "Refused: Sluice's keys are rate-limit states, not data to browse (so redis-cli --bigkeys and --memkeys stop with this error); DBSIZE and INFO keyspace count them.",
+			args:    []argDoc{{name: "cursor", typ: "integer"}, {name: "arg", typ: "string", optional: true, multiple: true}}, run: runScan},
 		{name: "quit", minArgs: 1, maxArgs: 1, flags: []string{"noauth", "fast"}, group: "connection", noAuth: true,
 			summary: "Replies OK and closes the connection.", run: runQuit},
 		{name: "reset", minArgs: 1, maxArgs: 1, flags: []string{"noauth", "fast"}, group: "connection", noAuth: true,
@@ -392,6 +399,10 @@ func appendCommandDocs(dst []byte, cmd *command, proto int) []byte {
 	return dst
 }
 
+// runInfo writes Redis's sections, with the fields redis-cli's modes read
+// (--stat reads used_memory, blocked_clients, db0:keys and the
+// persistence flags), then the sections of Config.Info; a section there
+// named as one of Redis's (Memory) adds its fields to it.
 func runInfo(c *client, args [][]byte) {
 	want := func(section string) bool {
 		if len(args) == 1 {
@@ -406,11 +417,34 @@ func runInfo(c *client, args [][]byte) {
 		return false
 	}
 	s := c.s
+	extra := func(name string) *InfoSection {
+		for i := range s.cfg.Info {
+			if strings.EqualFold(s.cfg.Info[i].Name, name) {
+				return &s.cfg.Info[i]
+			}
+		}
+		return nil
+	}
 	var b strings.Builder
 	line := func(k, v string) { b.WriteString(k + ":" + v + "\r\n") }
-	if want("server") {
+	section := func(name string, fields func()) {
+		more := extra(name)
+		if !want(name) && !(more != nil && want("sluice")) {
+			return
+		}
+		b.WriteString("# " + name + "\r\n")
+		if fields != nil {
+			fields()
+		}
+		if more != nil {
+			for _, f := range more.Fields() {
+				line(f[0], f[1])
+			}
+		}
+		b.WriteString("\r\n")
+	}
+	section("Server", func() {
 		up := time.Since(s.started)
-		b.WriteString("# Server\r\n")
 		// redis_version is what clients read to pick features; Sluice
 		// answers as the Redis 7 its surface follows.
 		line("redis_version", "7.0.0")
@@ -425,21 +459,27 @@ func runInfo(c *client, args [][]byte) {
 		}
 		line("uptime_in_seconds", strconv.FormatInt(int64(up/time.Second), 10))
 		line("uptime_in_days", strconv.FormatInt(int64(up/(24*time.Hour)), 10))
-		b.WriteString("\r\n")
-	}
-	if want("clients") {
-		b.WriteString("# Clients\r\n")
+	})
+	section("Clients", func() {
 		line("connected_clients", strconv.FormatInt(s.Clients(), 10))
 		line("maxclients", strconv.Itoa(s.cfg.MaxConns))
-		b.WriteString("\r\n")
-	}
-	if want("persistence") {
-		b.WriteString("# Persistence\r\n")
+		line("blocked_clients", "0") // no command blocks
+	})
+	section("Memory", func() {
+		// used_memory is Go's heap in use, what the allocator holds for
+		// live and not yet collected objects: Redis's used_memory is its
+		// allocator's figure too.
+		heap := heapInUse()
+		line("used_memory", strconv.FormatUint(heap, 10))
+		line("used_memory_human", bytesToHuman(heap))
+		line("mem_allocator", "go")
+	})
+	section("Persistence", func() {
 		line("loading", "0")
-		b.WriteString("\r\n")
-	}
-	if want("stats") {
-		b.WriteString("# Stats\r\n")
+		line("rdb_bgsave_in_progress", "0")
+		line("aof_rewrite_in_progress", "0")
+	})
+	section("Stats", func() {
 		line("total_connections_received", strconv.FormatInt(s.stats.connsTotal.Load(), 10))
 		line("rejected_connections", strconv.FormatInt(s.stats.rejectedConn.Load(), 10))
 		line("evicted_clients", strconv.FormatInt(s.stats.evicted.Load(), 10))
@@ -452,20 +492,74 @@ func runInfo(c *client, args [][]byte) {
 		for _, path := range engine.Paths {
 			line("decided_by_"+path.String(), strconv.FormatUint(t.Paths[path], 10))
 		}
-		b.WriteString("\r\n")
-	}
+	})
 	for _, sec := range s.cfg.Info {
-		if !want(sec.Name) && !want("sluice") {
-			continue
+		switch strings.ToLower(sec.Name) {
+		case "server", "clients", "memory", "persistence", "stats", "keyspace":
+			continue // written above
 		}
-		b.WriteString("# " + sec.Name + "\r\n")
-		for _, f := range sec.Fields() {
-			line(f[0], f[1])
-		}
-		b.WriteString("\r\n")
+		section(sec.Name, nil)
 	}
+	section("Keyspace", func() {
+		// As in Redis, a database without keys has no line. Every state
+		// expires, once its limit would be whole again.
+		if n := s.keys(); n > 0 {
+			k := strconv.Itoa(n)
+			line("db0", "keys="+k+",expires="+k+",avg_ttl=0")
+		}
+	})
 	c.out = redcon.AppendBulkString(c.out, strings.TrimSuffix(b.String(), "\r\n"))
 }
+
+// heapInUse is Go's heap in use: the bytes of heap objects and the unused
+// room in their spans (runtime.MemStats.HeapInuse), read without stopping
+// the world.
+func heapInUse() uint64 {
+	m := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}}
+	metrics.Read(m)
+	var n uint64
+	for _, v := range m {
+		if v.Value.Kind() == metrics.KindUint64 {
+			n += v.Value.Uint64()
+		}
+	}
+	return n
+}
+
+// bytesToHuman writes n as Redis writes used_memory_human: 1003B, 4.03K,
+// 100.00M, 2.32G.
+func bytesToHuman(n uint64) string {
+	f := float64(n)
+	switch {
+	case n < 1<<10:
+		return strconv.FormatUint(n, 10) + "B"
+	case n < 1<<20:
+		return strconv.FormatFloat(f/(1<<10), 'f', 2, 64) + "K"
+	case n < 1<<30:
+		return strconv.FormatFloat(f/(1<<20), 'f', 2, 64) + "M"
+	default:
+		return strconv.FormatFloat(f/(1<<30), 'f', 2, 64) + "G"
+	}
+}
+
+// keys is how many keys this server holds (Config.Keys), for DBSIZE and
+// INFO keyspace.
+func (s *Server) keys() int {
+	if s.cfg.Keys == nil {
+		return 0
+	}
+	return s.cfg.Keys()
+}
+
+func runDBSize(c *client, _ [][]byte) { c.out = redcon.AppendInt(c.out, int64(c.s.keys())) }
+
+// errScan is SCAN's one reply.
+const errScan = "ERR SCAN is not supported: Sluice's keys are rate-limit states, not data to browse; DBSIZE and INFO keyspace count them"
+
+// runScan refuses, in words redis-cli --bigkeys and --memkeys print: the
+// states are not data a user stores, and listing them would walk the
+// store under its locks.
+func runScan(c *client, _ [][]byte) { c.fail(errScan) }
 
 // appendLines writes a HELP reply: an array of status lines.
 func appendLines(dst []byte, lines []string) []byte {

@@ -1,5 +1,7 @@
 package respserver
 
+import "math"
+
 // Limits on what one client may send, checked as the bytes arrive and
 // before anything is buffered whole: a parser that trusts a multibulk
 // count loops over it whether or not the arguments have arrived, so
@@ -7,7 +9,7 @@ package respserver
 // inline line of any length would be buffered whole. Redis has the same
 // limits, with the same errors.
 const (
-	// DefaultMaxArgs bounds the arguments of one command (Redis: 1M). No
+	// DefaultMaxArgs bounds the arguments of one command (Redis: 2^31-1). No
 	// Sluice command needs more than a few; RL.RESET takes up to 4095 keys.
 	DefaultMaxArgs = 4096
 	// maxInline bounds an inline (telnet-style) command line, as Redis does.
@@ -21,12 +23,17 @@ const (
 // first byte that breaks a limit or the framing, with Redis's error.
 type parser struct {
 	state   parseState
-	n       int64 // the header number being read
-	sign    bool  // a sign was read before its digits
+	n       int64 // the header number being read; a count with a minus is kept negative
+	neg     bool  // the count being read has a minus
+	seen    bool  // the header number being read has a digit
 	left    int64 // bulks left in the current command
 	skip    int64 // bytes left in the current bulk's data
 	at      int   // where the current bulk's data, or inline line, starts
+	start   int   // where the multibulk command being read starts
 	maxArgs int64
+	// maxBulk bounds a multibulk command as sent, framing included
+	// (Config.MaxRequestBytes). A bulk header is checked against it at
+	// once, before the client sends the bulk (see room).
 	maxBulk int64
 
 	// spans are the arguments of the complete commands in cmds, in order,
@@ -75,7 +82,7 @@ const (
 // local copies of the fields, which the compiler keeps in registers, and
 // stores them back once.
 func (p *parser) scan(buf []byte, from int) (int, string) {
-	state, n, sign, left, skip, at := p.state, p.n, p.sign, p.left, p.skip, p.at
+	state, n, neg, seen, left, skip, at := p.state, p.n, p.neg, p.seen, p.left, p.skip, p.at
 	end, msg := len(buf), ""
 follow:
 	for i := from; i < len(buf); i++ {
@@ -83,7 +90,7 @@ follow:
 		switch state {
 		case pStart:
 			if c == '*' {
-				state, n, sign = pCount, 0, false
+				state, n, neg, seen, p.start = pCount, 0, false, false, i
 			} else if c != '\n' {
 				state, at = pInline, i
 				i-- // the line starts here: read this byte as part of it
@@ -100,25 +107,47 @@ follow:
 				break follow
 			}
 		case pCount, pBulkLen:
+			// Header numbers as Redis's string2ll reads them: a minus
+			// (counts only: a bulk is never negative), then 0 alone or
+			// digits without a leading zero, within 64 bits; no plus.
+			d := int64(c - '0')
 			switch {
 			case c >= '0' && c <= '9':
-				n = n*10 + int64(c-'0')
+				if seen && n == 0 || neg && !seen && d == 0 {
+					end, msg = i, headerError(state)
+					break follow
+				}
+				seen = true
+				if neg {
+					if n < (math.MinInt64+d)/10 {
+						end, msg = i, headerError(state)
+						break follow
+					}
+					n = n*10 - d
+					break
+				}
+				n = n*10 + d
 				if state == pCount && n > p.maxArgs || state == pBulkLen && n > p.maxBulk {
 					end, msg = i, headerError(state)
 					break follow
 				}
-			case c == '+' && n == 0 && !sign: // Redis's string2ll takes a plus
-				sign = true
-			case c == '\r':
+			case c == '-' && state == pCount && !neg && !seen:
+				neg = true
+			case c == '\r' && seen:
 				state++ // to pCountLF or pBulkLenLF
-			default: // a minus (no command is empty) or any other byte
+			default:
 				end, msg = i, headerError(state)
 				break follow
 			}
 		case pCountLF:
-			if c != '\n' || n <= 0 {
+			if c != '\n' {
 				end, msg = i, errMultibulkLength
 				break follow
+			}
+			if n <= 0 { // Redis runs no command and reads on (protocol.tcl: "Negative multibulk length")
+				p.complete(i + 1)
+				state = pStart
+				break
 			}
 			left, state = n, pBulkHeader
 		case pBulkHeader:
@@ -129,6 +158,10 @@ follow:
 			// A whole header in buf, as is usual, is read in one go; any
 			// other goes byte by byte.
 			if next, length, ok := bulkHeader(buf[i+1:], p.maxBulk); ok {
+				if m := p.room(i+next+1, length); m != "" {
+					end, msg = i, m
+					break follow
+				}
 				i += next
 				skip, at, state = length, i+1, pBulkBody
 				if length == 0 {
@@ -136,10 +169,14 @@ follow:
 				}
 				continue
 			}
-			state, n, sign = pBulkLen, 0, false
+			state, n, neg, seen = pBulkLen, 0, false, false
 		case pBulkLenLF:
 			if c != '\n' {
 				end, msg = i, errBulkLength
+				break follow
+			}
+			if m := p.room(i+1, n); m != "" {
+				end, msg = i, m
 				break follow
 			}
 			skip, at, state = n, i+1, pBulkBody
@@ -173,8 +210,27 @@ follow:
 			}
 		}
 	}
-	p.state, p.n, p.sign, p.left, p.skip, p.at = state, n, sign, left, skip, at
+	p.state, p.n, p.neg, p.seen, p.left, p.skip, p.at = state, n, neg, seen, left, skip, at
 	return end - from, msg
+}
+
+// room checks a bulk of n bytes whose header ends at hdrEnd: a bulk that
+// no command within maxBulk could hold gets Redis's error for a bulk past
+// its proto-max-bulk-len; one that the command being read has no room
+// left for, the error for a request too large.
+func (p *parser) room(hdrEnd int, n int64) string {
+	frame := n + 5 // $, CRLF, the data, CRLF
+	for d := n; d >= 10; d /= 10 {
+		frame++
+	}
+	frame++ // the first digit
+	switch {
+	case frame > p.maxBulk:
+		return errBulkLength
+	case int64(hdrEnd-p.start)+n+2 > p.maxBulk:
+		return errRequestTooBig
+	}
+	return ""
 }
 
 // complete ends the command being read at end.
@@ -195,6 +251,7 @@ func (p *parser) consumed(n, args int) {
 // n bytes (all of them before the command being read).
 func (p *parser) shift(n int) {
 	p.at -= n
+	p.start -= n
 	for i := range p.spans {
 		p.spans[i].at -= n
 	}
@@ -288,9 +345,10 @@ func unhex(c byte) byte {
 }
 
 // bulkHeader reads the length and CRLF of a bulk header from the start of
-// b: plain digits, at most maxBulk. It returns how many bytes they take,
-// and false for anything else (a sign, a limit broken, a header cut off
-// by the end of b), which scan then follows byte by byte.
+// b: plain digits without a leading zero, at most maxBulk. It returns how
+// many bytes they take, and false for anything else (a sign, a leading
+// zero, a limit broken, a header cut off by the end of b), which scan then
+// follows byte by byte.
 func bulkHeader(b []byte, maxBulk int64) (int, int64, bool) {
 	var n int64
 	i := 0
@@ -299,7 +357,7 @@ func bulkHeader(b []byte, maxBulk int64) (int, int64, bool) {
 			return 0, 0, false
 		}
 	}
-	if i == 0 || i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
+	if i == 0 || i > 1 && b[0] == '0' || i+1 >= len(b) || b[i] != '\r' || b[i+1] != '\n' {
 		return 0, 0, false
 	}
 	return i + 2, n, true

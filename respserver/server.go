@@ -30,9 +30,13 @@ type Config struct {
 	// Logger receives connection-level events at debug level and internal
 	// errors at error level. Nil means slog.Default().
 	Logger *slog.Logger
-	// MaxRequestBytes bounds how many bytes a connection may send without
-	// completing a command; past it the connection gets a protocol error and
-	// is closed. Zero means 16 MiB.
+	// MaxRequestBytes bounds a command as sent, its framing included, and
+	// so each of its arguments: a command of exactly this size is run, a
+	// bulk header announcing more than its command has room for is
+	// refused at once ("invalid bulk length", as Redis refuses a bulk past
+	// its proto-max-bulk-len), and so is a connection that sends more
+	// without completing a command; the connection is then closed. Zero
+	// means 16 MiB.
 	MaxRequestBytes int
 	// MaxArgs bounds the arguments of one command; more get a protocol
 	// error. Zero means DefaultMaxArgs.
@@ -47,8 +51,13 @@ type Config struct {
 	// Zero means 256 MiB.
 	MaxInputMemory int64
 	// Info adds sections to INFO after the server's own; INFO sluice shows
-	// them all.
+	// them all. A section named as one of the server's own (Memory) adds
+	// its fields to it.
 	Info []InfoSection
+	// Keys counts the keys this server holds, for DBSIZE and INFO
+	// keyspace; it is called on the connection's loop, so it must be
+	// quick. Nil means none.
+	Keys func() int
 	// Loops is how many event loops serve connections, each on one thread
 	// (Linux only). A loop reads every connection that has sent something,
 	// decides all they sent as one batch and writes every reply, so

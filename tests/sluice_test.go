@@ -79,11 +79,19 @@ type sluice struct {
 // the test if it then does not exit cleanly.
 func startSluice(t *testing.T, args ...string) *sluice {
 	t.Helper()
+	return startSluiceIn(t, "", args...)
+}
+
+// startSluiceIn is startSluice run in dir, for paths given as a user in
+// that directory gives them ("" is this one).
+func startSluiceIn(t *testing.T, dir string, args ...string) *sluice {
+	t.Helper()
 	s := &sluice{Port: redistest.FreePort(t), logs: &syncBuffer{}, done: make(chan error, 1)}
 	s.Addr = fmt.Sprintf("127.0.0.1:%d", s.Port)
 	s.Admin = fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
 	s.cmd = exec.Command(sluiceBin, append([]string{"--listen", s.Addr, "--admin-listen", s.Admin, "--log-level", "debug"}, args...)...)
 	s.cmd.Env = cleanEnv()
+	s.cmd.Dir = dir
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-// Command goexample is the README's Go example: go-redis against sluice.
+// Command goredis is the README's Go example: go-redis asking Sluice for decisions.
 package main
 
 import (
