@@ -16,9 +16,9 @@ type Certificate struct {
 	certFile, keyFile string
 	log               *slog.Logger
 
-	mu             sync.Mutex
+	mu              sync.Mutex
 	certPEM, keyPEM []byte           // guarded by mu: the files' contents when last loaded
-	cert           *tls.Certificate // guarded by mu
+	cert            *tls.Certificate // guarded by mu
 }
 
 // LoadCertificate reads the pair once, failing if it is not valid.
