@@ -72,11 +72,30 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: f.LogLevel}))
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := Serve(ctx, f, s, log); err != nil {
+	if err := listenAndServe(ctx, f, s, log); err != nil {
 		log.Error("sluice webhook stopped", "err", err)
 		return 1
 	}
 	return 0
+}
+
+func listenAndServe(ctx context.Context, f Flags, s inject.Settings, log *slog.Logger) error {
+	cert, err := LoadCertificate(f.TLSCert, f.TLSKey, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", f.Listen)
+	if err != nil {
+		return err
+	}
+	var aln net.Listener
+	if f.AdminListen != "off" && f.AdminListen != "" {
+		if aln, err = net.Listen("tcp", f.AdminListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("admin listener: %w", err)
+		}
+	}
+	return Serve(ctx, ln, aln, cert, s, log)
 }
 
 const webhookUsage = `Usage: sluice webhook --tls-cert FILE --tls-key FILE [flags]
@@ -90,20 +109,18 @@ override them for that pod.
 Flags:
 `
 
-// Serve runs the webhook until ctx ends, then stops within five seconds.
-func Serve(ctx context.Context, f Flags, s inject.Settings, log *slog.Logger) error {
-	cert, err := LoadCertificate(f.TLSCert, f.TLSKey, log)
-	if err != nil {
-		return err
-	}
+// Serve answers reviews over TLS on ln with cert, and serves /metrics and
+// /healthz on adminLn (nil: none), until ctx ends; then it stops within
+// five seconds. It closes both listeners.
+func Serve(ctx context.Context, ln, adminLn net.Listener, cert *Certificate, s inject.Settings, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h, err := New(Config{Settings: s, Logger: log, Registry: reg})
 	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", f.Listen)
-	if err != nil {
+		ln.Close()
+		if adminLn != nil {
+			adminLn.Close()
+		}
 		return err
 	}
 	srv := &http.Server{Handler: h.Mux(), ReadHeaderTimeout: 5 * time.Second,
@@ -112,16 +129,11 @@ func Serve(ctx context.Context, f Flags, s inject.Settings, log *slog.Logger) er
 	errc := make(chan error, 2)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
 	log.Info("sluice webhook: serving admission reviews", "addr", ln.Addr().String(), "path", "/inject")
-	if f.AdminListen != "off" && f.AdminListen != "" {
-		aln, err := net.Listen("tcp", f.AdminListen)
-		if err != nil {
-			_ = srv.Close()
-			return fmt.Errorf("admin listener: %w", err)
-		}
+	if adminLn != nil {
 		admin := &http.Server{Handler: AdminMux(reg), ReadHeaderTimeout: 5 * time.Second}
 		servers = append(servers, admin)
-		go func() { errc <- admin.Serve(aln) }()
-		log.Info("sluice webhook: admin endpoints", "addr", aln.Addr().String(), "paths", "/metrics /healthz")
+		go func() { errc <- admin.Serve(adminLn) }()
+		log.Info("sluice webhook: admin endpoints", "addr", adminLn.Addr().String(), "paths", "/metrics /healthz")
 	}
 	select {
 	case err = <-errc:
