@@ -14,6 +14,10 @@ import (
 	"github.com/sluice-rl/sluice/internal/version"
 )
 
+// defaultContainerKey names the container kubectl logs and exec use
+// when none is given; without it, the first.
+const defaultContainerKey = "kubectl.kubernetes.io/default-container"
+
 // Operation is one JSON patch (RFC 6902) operation. The injector only adds.
 type Operation struct {
 	Op    string `json:"op"`
@@ -89,6 +93,11 @@ func (s Settings) Pod(meta metav1.ObjectMeta, spec corev1.PodSpec) (Result, erro
 		annotations["prometheus.io/path"] = "/metrics"
 	}
 
+	if _, ok := meta.Annotations[defaultContainerKey]; !ps.Native && !ok && len(spec.Containers) > 0 {
+		// kubectl logs and exec keep going to the application.
+		annotations[defaultContainerKey] = spec.Containers[0].Name
+	}
+
 	var p []Operation
 	p = addToMap(p, "/metadata/annotations", meta.Annotations == nil, annotations)
 	if ps.Native {
@@ -99,8 +108,13 @@ func (s Settings) Pod(meta metav1.ObjectMeta, spec corev1.PodSpec) (Result, erro
 		} else {
 			p = append(p, Operation{"add", "/spec/initContainers/0", c})
 		}
+	} else if len(spec.Containers) == 0 { // only a skeleton has none
+		p = append(p, Operation{"add", "/spec/containers", []corev1.Container{c}})
 	} else {
-		p = append(p, Operation{"add", "/spec/containers/-", c})
+		// First too: the kubelet starts a pod's containers in order, so
+		// the sidecar gets a head start on the application (though no
+		// guarantee, which only a native sidecar has).
+		p = append(p, Operation{"add", "/spec/containers/0", c})
 	}
 	if len(volumes) > 0 {
 		if len(spec.Volumes) == 0 {

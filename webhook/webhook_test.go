@@ -3,18 +3,12 @@ package webhook_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -29,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-rl/sluice/inject"
+	"github.com/sluice-rl/sluice/inject/injecttest"
 	"github.com/sluice-rl/sluice/webhook"
 )
 
@@ -71,37 +66,11 @@ func start(t *testing.T) *server {
 	return s
 }
 
-// writeCert writes a fresh self-signed certificate with the given serial
-// number for 127.0.0.1, trusted by the server's client pool from then on.
+// writeCert writes a new certificate with the given serial number over
+// the server's files, trusted by the client pool from then on.
 func (s *server) writeCert(t *testing.T, serial int64) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "sluice-webhook"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	s.pool.AddCert(c)
-	// As the kubelet does: new files, renamed into place.
-	for path, block := range map[string]*pem.Block{s.certFile: {Type: "CERTIFICATE", Bytes: der}, s.keyFile: {Type: "EC PRIVATE KEY", Bytes: kder}} {
-		tmp := path + ".new"
-		if err := os.WriteFile(tmp, pem.EncodeToMemory(block), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-	}
+	injecttest.WriteCert(t, s.certFile, s.keyFile, serial, s.pool)
 }
 
 // client makes a fresh connection each time, so each request is a new
