@@ -166,7 +166,7 @@ var listenArg = regexp.MustCompile(`^(--[a-z-]+=)[0-9.]*:([0-9]+)$`)
 func run(t *testing.T, objs []injecttest.Object, spec corev1.PodSpec, c corev1.Container, extra []string,
 	env func(map[string]string), given ...map[string]map[string][]byte) *process {
 	t.Helper()
-	p := &process{c: c, ports: map[string]string{}, out: &syncBuffer{}, exited: make(chan struct{})}
+	p := &process{c: c, ports: map[string]string{}}
 	mounts := mountedFiles(t, objs, spec, c, t.TempDir(), given...)
 	vars := resolveEnv(t, objs, c)
 	if env != nil {
@@ -187,17 +187,54 @@ func run(t *testing.T, objs []injecttest.Object, spec corev1.PodSpec, c corev1.C
 	if len(c.Command) != 0 {
 		t.Fatalf("the container sets command %v; the image's entrypoint is the binary", c.Command)
 	}
-	p.cmd = exec.Command(sluiceBin, args...)
+	cmd := exec.Command(sluiceBin, args...)
+	cmd.Env = []string{} // nothing but what the manifest gives
 	for k, v := range vars {
-		p.cmd.Env = append(p.cmd.Env, k+"="+v)
+		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
+	p.start(t, cmd)
+	return p
+}
+
+// startProcess runs cmd until the test ends, collecting its output.
+func startProcess(t *testing.T, cmd *exec.Cmd) *process {
+	t.Helper()
+	p := &process{}
+	p.start(t, cmd)
+	return p
+}
+
+func (p *process) start(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	p.cmd, p.out, p.exited = cmd, &syncBuffer{}, make(chan struct{})
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
+	go func() { p.err = cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() { p.stop(t) })
-	return p
+}
+
+// listening waits up to 15 seconds for addr to accept a connection, and
+// returns it.
+func (p *process) listening(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			return conn
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("exited (%v) before listening on %s; output:\n%s", p.err, addr, p.out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not listening on %s after 15s; output:\n%s", addr, p.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // stop sends SIGTERM, as the kubelet does, and expects a clean exit.
@@ -397,46 +434,32 @@ func runWebhook(t *testing.T, dep *appsv1.Deployment) {
 // --shutdown-delay: after SIGTERM the sidecar still answers new
 // connections for the delay, then drains and exits.
 func TestShutdownDelay(t *testing.T) {
-	port := freePort(t)
-	cmd := exec.Command(sluiceBin, "--listen=127.0.0.1:"+port, "--admin-listen=off", "--shutdown-delay=1s")
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	addr := "127.0.0.1:" + freePort(t)
+	p := startProcess(t, exec.Command(sluiceBin, "--listen="+addr, "--admin-listen=off", "--shutdown-delay=1s"))
+	p.listening(t, addr).Close()
 	ping := func() error {
-		rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, MaxRetries: -1, DialTimeout: time.Second})
+		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
 		defer rdb.Close()
 		return rdb.Ping(context.Background()).Err()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for ping() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("never answered; output:\n%s", out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	term := time.Now()
-	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	time.Sleep(300 * time.Millisecond)
 	if err := ping(); err != nil {
 		t.Errorf("a new connection 300ms after SIGTERM, within the delay: %v", err)
 	}
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("exit: %v; output:\n%s", err, out.String())
+	case <-p.exited:
+		if p.err != nil {
+			t.Errorf("exit: %v; output:\n%s", p.err, p.out.String())
 		}
 		if d := time.Since(term); d < time.Second {
 			t.Errorf("exited %v after SIGTERM, before the 1s delay", d)
 		}
 	case <-time.After(15 * time.Second):
-		t.Fatalf("no exit; output:\n%s", out.String())
+		t.Fatalf("no exit; output:\n%s", p.out.String())
 	}
-	if !strings.Contains(out.String(), "serving on until the delay ends") {
-		t.Errorf("output:\n%s", out.String())
+	if !strings.Contains(p.out.String(), "serving on until the delay ends") {
+		t.Errorf("output:\n%s", p.out.String())
 	}
 }
