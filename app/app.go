@@ -212,8 +212,8 @@ func (s *Sidecar) ReloadPolicies() {
 }
 
 // Run serves until ctx ends, then for ShutdownDelay more, then drains:
-// every request already read is answered, for at most ShutdownTimeout. It closes everything before it
-// returns.
+// every request already read is answered, for at most ShutdownTimeout.
+// It closes everything before it returns.
 func (s *Sidecar) Run(ctx context.Context) error {
 	defer s.close()
 	errc := make(chan error, 1)
