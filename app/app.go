@@ -211,9 +211,9 @@ func (s *Sidecar) ReloadPolicies() {
 	}
 }
 
-// Run serves until ctx ends, then drains: every request already read is
-// answered, for at most ShutdownTimeout. It closes everything before it
-// returns.
+// Run serves until ctx ends, then for ShutdownDelay more, then drains:
+// every request already read is answered, for at most ShutdownTimeout.
+// It closes everything before it returns.
 func (s *Sidecar) Run(ctx context.Context) error {
 	defer s.close()
 	errc := make(chan error, 1)
@@ -222,6 +222,18 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
+	}
+	if d := s.cfg.ShutdownDelay; d > 0 {
+		// A plain sidecar container gets its SIGTERM together with the
+		// application; the application's last requests still need answers.
+		s.log.Info("shutting down: serving on until the delay ends", "delay", d)
+		t := time.NewTimer(d)
+		select {
+		case err := <-errc:
+			t.Stop()
+			return err
+		case <-t.C:
+		}
 	}
 	s.log.Info("shutting down: draining connections", "timeout", s.cfg.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)

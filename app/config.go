@@ -30,6 +30,7 @@ type Config struct {
 	UpstreamTimeout time.Duration      // deadline of one round trip to the upstream
 	UpstreamTLSCA   string             // PEM file of the upstream's CA; empty: the system's roots
 	ShutdownTimeout time.Duration      // how long a shutdown waits for requests being answered
+	ShutdownDelay   time.Duration      // how long to keep serving after the signal, before draining; 0: none
 	AdminListen     string             // admin HTTP address; "off" or empty: none
 	BatchMax        int                // most decisions in one round trip
 	BatchInFlight   int                // most round trips in flight
@@ -90,6 +91,9 @@ func (c *Config) Register(fs *flag.FlagSet) {
 		"PEM `file` of the CA that rediss:// upstream certificates must chain to; empty: the system's roots")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout,
 		"on SIGTERM or SIGINT, how long to wait for requests being answered (`duration`)")
+	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", c.ShutdownDelay,
+		"on SIGTERM or SIGINT, keep serving for this long before draining (`duration`): for a plain sidecar "+
+			"container, stopped at the same time as the application it serves")
 	fs.StringVar(&c.AdminListen, "admin-listen", c.AdminListen,
 		"`address` of the admin HTTP server: /metrics (Prometheus), /healthz, /readyz; \"off\" disables it")
 	fs.IntVar(&c.BatchMax, "batch-max", c.BatchMax, "most decisions sent to the upstream in one round trip (`n`)")
@@ -146,6 +150,7 @@ func (c *Config) Validate() error {
 	}{
 		{"policies-poll", c.PoliciesPoll, true},
 		{"shutdown-timeout", c.ShutdownTimeout, true},
+		{"shutdown-delay", c.ShutdownDelay, true},
 		{"upstream-timeout", c.UpstreamTimeout, false},
 	}
 	for _, d := range durations {

@@ -4,7 +4,8 @@
 //
 // This is the composition root and nothing more: flags and SLUICE_*
 // variables become an app.Config, signals become a draining shutdown and
-// policy reloads. package app builds the sidecar.
+// policy reloads. package app builds the sidecar. The subcommands
+// `sluice inject` and `sluice webhook` are packages inject and webhook.
 package main
 
 import (
@@ -13,19 +14,34 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"strings"
 	"syscall"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
+
 	"github.com/sluice-rl/sluice/app"
+	"github.com/sluice-rl/sluice/inject"
 	"github.com/sluice-rl/sluice/internal/version"
+	"github.com/sluice-rl/sluice/webhook"
 )
 
 func main() {
+	args := os.Args[1:]
+	if len(args) > 0 {
+		switch args[0] {
+		case "inject":
+			os.Exit(inject.Main(args[1:], os.Stdin, os.Stdout, os.Stderr))
+		case "webhook":
+			os.Exit(webhook.Main(context.Background(), args[1:], os.Stdout, os.Stderr))
+		}
+	}
 	tuneGC(os.Getenv)
-	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+	os.Exit(run(context.Background(), args, os.Getenv, os.Stdout, os.Stderr))
 }
 
 // defaultGCPercent is the collector's target unless GOGC says otherwise.
@@ -44,6 +60,20 @@ func tuneGC(getenv func(string) string) {
 	}
 }
 
+// memoryRatio is the share of the container's memory limit (its cgroup's
+// memory.max) that Go's memory limit is set to: the collector works
+// harder as the heap nears it, well before the kernel's OOM killer would
+// act, and the rest is left for what Go does not count (stacks, buffers).
+// GOMEMLIMIT, if set, wins.
+const memoryRatio = 0.85
+
+func limitMemory(log *slog.Logger) {
+	limit, err := memlimit.Set(memlimit.WithRatio(memoryRatio), memlimit.WithProvider(memlimit.FromCgroup))
+	if err == nil && limit > 0 && limit < math.MaxInt64 {
+		log.Info("go memory limit", "bytes", limit, "of_cgroup_limit", memoryRatio)
+	}
+}
+
 // run is the whole program, with its process-wide inputs passed in; its
 // result is the exit status: 2 for a bad setting, 1 for a failure.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -59,6 +89,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 2
 	}
 	log := cfg.NewLogger(stderr)
+	limitMemory(log)
 	// Catch SIGTERM before anything listens: a signal that arrives once a
 	// client can connect must drain, not kill.
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)

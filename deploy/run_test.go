@@ -1,0 +1,465 @@
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sluice-rl/sluice/inject/injecttest"
+	"github.com/sluice-rl/sluice/internal/redistest"
+)
+
+var sluiceBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-deploy-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	sluiceBin = filepath.Join(dir, "sluice")
+	build := exec.Command("go", "build", "-o", sluiceBin, "../cmd/sluice")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "deploy: building the sluice binary:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func itoa(n int32) string { return strconv.Itoa(int(n)) }
+
+// resolveEnv is the container's environment as the kubelet makes it:
+// values, and references to the rendered Secrets and ConfigMaps.
+func resolveEnv(t *testing.T, objs []injecttest.Object, c corev1.Container) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.SecretKeyRef != nil:
+			ref := e.ValueFrom.SecretKeyRef
+			s := injecttest.Find[*corev1.Secret](objs, "v1/Secret", ref.Name)
+			if s == nil {
+				t.Fatalf("env %s: no Secret %s in the rendering", e.Name, ref.Name)
+			}
+			v, ok := s.Data[ref.Key]
+			if !ok {
+				t.Fatalf("env %s: Secret %s has no key %s", e.Name, ref.Name, ref.Key)
+			}
+			env[e.Name] = string(v)
+		default:
+			t.Fatalf("env %s: an unexpected source %+v", e.Name, e.ValueFrom)
+		}
+	}
+	return env
+}
+
+// mountedFiles writes the files of each volume the container mounts into
+// dir, from the rendered ConfigMaps or from given (volume name → file →
+// content, for a Secret made outside the rendering), and returns each
+// mount path's directory here.
+func mountedFiles(t *testing.T, objs []injecttest.Object, spec corev1.PodSpec, c corev1.Container, dir string,
+	given ...map[string]map[string][]byte) map[string]string {
+	t.Helper()
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		var files map[string][]byte
+		for _, v := range spec.Volumes {
+			if v.Name != m.Name {
+				continue
+			}
+			if v.ConfigMap != nil {
+				cm := injecttest.Find[*corev1.ConfigMap](objs, "v1/ConfigMap", v.ConfigMap.Name)
+				if cm == nil {
+					t.Fatalf("volume %s: no ConfigMap %s in the rendering", v.Name, v.ConfigMap.Name)
+				}
+				files = map[string][]byte{}
+				for k, s := range cm.Data {
+					files[k] = []byte(s)
+				}
+			}
+			for _, g := range given {
+				if f, ok := g[v.Name]; ok {
+					files = f
+				}
+			}
+		}
+		if files == nil {
+			t.Fatalf("mount %s: no volume with content", m.Name)
+		}
+		d := filepath.Join(dir, m.Name)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for k, b := range files {
+			if err := os.WriteFile(filepath.Join(d, k), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mounts[m.MountPath] = d
+	}
+	return mounts
+}
+
+// process is a rendered container run here as a process of the built
+// binary.
+type process struct {
+	c     corev1.Container
+	ports map[string]string // the manifest's port number → the free port here
+	cmd   *exec.Cmd
+	out   *syncBuffer
+	// exited is closed once the process has been waited for; err is then
+	// Wait's result.
+	exited chan struct{}
+	err    error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer // guarded by mu
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+var listenArg = regexp.MustCompile(`^(--[a-z-]+=)[0-9.]*:([0-9]+)$`)
+
+// run starts container c of spec as the kubelet would, with two changes
+// that a machine shared with other tests needs: every listening address
+// in the args (--name=host:port) becomes 127.0.0.1 on a free port, and
+// each mount path becomes a temporary directory holding the volume's
+// files. extra args come last; env edits the environment first.
+func run(t *testing.T, objs []injecttest.Object, spec corev1.PodSpec, c corev1.Container, extra []string,
+	env func(map[string]string), given ...map[string]map[string][]byte) *process {
+	t.Helper()
+	p := &process{c: c, ports: map[string]string{}}
+	mounts := mountedFiles(t, objs, spec, c, t.TempDir(), given...)
+	vars := resolveEnv(t, objs, c)
+	if env != nil {
+		env(vars)
+	}
+	var args []string
+	for _, a := range append(append([]string{}, c.Args...), extra...) {
+		if m := listenArg.FindStringSubmatch(a); m != nil {
+			free := freePort(t)
+			p.ports[m[2]] = free
+			a = m[1] + "127.0.0.1:" + free
+		}
+		for path, dir := range mounts {
+			a = strings.ReplaceAll(a, path+"/", dir+"/")
+		}
+		args = append(args, a)
+	}
+	if len(c.Command) != 0 {
+		t.Fatalf("the container sets command %v; the image's entrypoint is the binary", c.Command)
+	}
+	cmd := exec.Command(sluiceBin, args...)
+	cmd.Env = []string{} // nothing but what the manifest gives
+	for k, v := range vars {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	p.start(t, cmd)
+	return p
+}
+
+// startProcess runs cmd until the test ends, collecting its output.
+func startProcess(t *testing.T, cmd *exec.Cmd) *process {
+	t.Helper()
+	p := &process{}
+	p.start(t, cmd)
+	return p
+}
+
+func (p *process) start(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	p.cmd, p.out, p.exited = cmd, &syncBuffer{}, make(chan struct{})
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() { p.stop(t) })
+}
+
+// listening waits up to 15 seconds for addr to accept a connection, and
+// returns it.
+func (p *process) listening(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			return conn
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("exited (%v) before listening on %s; output:\n%s", p.err, addr, p.out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not listening on %s after 15s; output:\n%s", addr, p.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM, as the kubelet does, and expects a clean exit.
+func (p *process) stop(t *testing.T) {
+	select {
+	case <-p.exited:
+		return // started has said why
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		if p.err != nil {
+			t.Errorf("exit after SIGTERM: %v; output:\n%s", p.err, p.out.String())
+		}
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		t.Errorf("no exit 20s after SIGTERM; output:\n%s", p.out.String())
+	}
+}
+
+// probe does what the kubelet does with one probe, once the process is
+// up: GET at the probe's scheme, port and path, on the port it was moved
+// to. It returns the status code.
+func (p *process) probe(t *testing.T, pr *corev1.Probe, client *http.Client) int {
+	t.Helper()
+	port := containerPort(p.c, pr.HTTPGet.Port.String())
+	free, ok := p.ports[port]
+	if !ok {
+		t.Fatalf("probe port %s (%s) is none the container listens on: %v", pr.HTTPGet.Port.String(), port, p.c.Args)
+	}
+	scheme := strings.ToLower(string(pr.HTTPGet.Scheme))
+	if scheme == "" {
+		scheme = "http"
+	}
+	if client == nil {
+		client = &http.Client{Timeout: 2 * time.Second}
+	}
+	resp, err := client.Get(scheme + "://127.0.0.1:" + free + pr.HTTPGet.Path)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// started waits, as the kubelet does, for the startup probe to pass
+// (or, with none, the liveness probe), within 15 seconds.
+func (p *process) started(t *testing.T, client *http.Client) {
+	t.Helper()
+	pr := p.c.StartupProbe
+	if pr == nil {
+		pr = p.c.LivenessProbe
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for p.probe(t, pr, client) != http.StatusOK {
+		select {
+		case <-p.exited:
+			t.Fatalf("exited (%v) before its startup probe passed; output:\n%s", p.err, p.out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("startup probe %s never passed; output:\n%s", pr.HTTPGet.Path, p.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+// The demo's sidecar, exactly as kustomize renders it, run as the binary:
+// its probes answer at its ports and paths, it decides by the policies of
+// the mounted ConfigMap, and it keeps its state in the Redis its Secret
+// names, password included.
+func TestRenderedSidecarRuns(t *testing.T) {
+	objs, _ := render(t, "sidecar/examples/demo")
+	web := injecttest.Find[*appsv1.Deployment](objs, "apps/v1/Deployment", "web")
+	spec := web.Spec.Template.Spec
+	c, _ := sidecarOf(t, spec)
+	secret := injecttest.Find[*corev1.Secret](objs, "v1/Secret", "sluice-upstream")
+	password := string(secret.Data["redis-password"])
+
+	tests := []struct {
+		name  string
+		redis bool // a real redis-server, started with the Secret's password
+		down  bool // the Secret's address, pointed where nothing listens
+		none  bool // no upstream variable: the in-memory store
+	}{
+		{name: "redis upstream", redis: true},
+		{name: "upstream down", down: true},
+		{name: "no upstream", none: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var srv *redistest.Server
+			if tt.redis {
+				// The password is set once the server is up: redistest's
+				// readiness PING has none to give.
+				srv = redistest.Start(t)
+				if _, err := srv.Do("CONFIG", "SET", "requirepass", password); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := run(t, objs, spec, c, []string{"--listen=127.0.0.1:6380"}, func(env map[string]string) {
+				switch {
+				case tt.none:
+					delete(env, "SLUICE_UPSTREAM")
+				case tt.redis:
+					env["SLUICE_UPSTREAM"] = moveHost(t, env["SLUICE_UPSTREAM"], srv.Addr)
+				case tt.down:
+					env["SLUICE_UPSTREAM"] = moveHost(t, env["SLUICE_UPSTREAM"], "127.0.0.1:"+freePort(t))
+				}
+			})
+			p.started(t, nil)
+			for _, pr := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+				if code := p.probe(t, pr, nil); code != http.StatusOK {
+					t.Errorf("probe %s: %d; output:\n%s", pr.HTTPGet.Path, code, p.out.String())
+				}
+			}
+			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + p.ports["6380"], MaxRetries: -1, Protocol: 2})
+			defer rdb.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if pong, err := rdb.Ping(ctx).Result(); err != nil || pong != "PONG" {
+				t.Fatalf("PING: %q, %v", pong, err)
+			}
+			// "api" is a policy only the mounted ConfigMap defines.
+			reply, err := rdb.Do(ctx, "RL.ALLOW", "api", "user:42").Slice()
+			if err != nil || len(reply) < 5 || reply[0] != int64(1) {
+				t.Fatalf("RL.ALLOW api: %v, %v; output:\n%s", reply, err, p.out.String())
+			}
+			if tt.redis {
+				up := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: password, Protocol: 2})
+				defer up.Close()
+				if n, err := up.DBSize(ctx).Result(); err != nil || n == 0 {
+					t.Errorf("the decision left no key in the upstream Redis: %d, %v", n, err)
+				}
+			}
+		})
+	}
+}
+
+// moveHost is the redis:// URL u, password kept, pointed at addr.
+func moveHost(t *testing.T, u, addr string) string {
+	t.Helper()
+	pu, err := url.Parse(u)
+	if err != nil || pu.User == nil {
+		t.Fatalf("upstream %q: %v", u, err)
+	}
+	pu.Host = addr
+	return pu.String()
+}
+
+// The webhook's Deployment, as rendered, run as the binary with a
+// certificate in the mounted Secret's place: its probes pass, and it
+// injects a review sent over TLS.
+func runWebhook(t *testing.T, dep *appsv1.Deployment) {
+	t.Helper()
+	spec := dep.Spec.Template.Spec
+	c := spec.Containers[0]
+	dir := t.TempDir()
+	pool := x509.NewCertPool()
+	injecttest.WriteCert(t, filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), 1, pool)
+	crt, _ := os.ReadFile(filepath.Join(dir, "tls.crt"))
+	key, _ := os.ReadFile(filepath.Join(dir, "tls.key"))
+	p := run(t, nil, spec, c, nil, nil, map[string]map[string][]byte{"tls": {"tls.crt": crt, "tls.key": key}})
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	p.started(t, client)
+	if code := p.probe(t, c.ReadinessProbe, client); code != http.StatusOK {
+		t.Errorf("readiness probe: %d", code)
+	}
+	review, err := os.ReadFile("../webhook/testdata/review-deployment-pod.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Post("https://127.0.0.1:"+p.ports["8443"]+"/inject", "application/json", bytes.NewReader(review))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !bytes.Contains(body, []byte(`"allowed":true`)) || !bytes.Contains(body, []byte(`"patchType":"JSONPatch"`)) {
+		t.Errorf("review: %d %s", resp.StatusCode, body)
+	}
+}
+
+// --shutdown-delay: after SIGTERM the sidecar still answers new
+// connections for the delay, then drains and exits.
+func TestShutdownDelay(t *testing.T) {
+	addr := "127.0.0.1:" + freePort(t)
+	p := startProcess(t, exec.Command(sluiceBin, "--listen="+addr, "--admin-listen=off", "--shutdown-delay=1s"))
+	p.listening(t, addr).Close()
+	ping := func() error {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+		defer rdb.Close()
+		return rdb.Ping(context.Background()).Err()
+	}
+	term := time.Now()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	time.Sleep(300 * time.Millisecond)
+	if err := ping(); err != nil {
+		t.Errorf("a new connection 300ms after SIGTERM, within the delay: %v", err)
+	}
+	select {
+	case <-p.exited:
+		if p.err != nil {
+			t.Errorf("exit: %v; output:\n%s", p.err, p.out.String())
+		}
+		if d := time.Since(term); d < time.Second {
+			t.Errorf("exited %v after SIGTERM, before the 1s delay", d)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no exit; output:\n%s", p.out.String())
+	}
+	if !strings.Contains(p.out.String(), "serving on until the delay ends") {
+		t.Errorf("output:\n%s", p.out.String())
+	}
+}
