@@ -83,6 +83,7 @@ type rule struct {
 	metadata        map[string]any
 	file            string
 	line            int
+	source          string // file:line, made once: Lookup runs per request
 }
 
 // Domains lists the configured domains, sorted.
@@ -234,6 +235,7 @@ func newRule(file string, yd *yDescriptor) (*rule, error) {
 	r := &rule{
 		requestsPerUnit: rl.requestsPerUnit, unlimited: rl.unlimited, shadow: yd.shadow, quota: yd.quota,
 		detailed: yd.detailed, name: rl.name, metadata: yd.metadata, file: file, line: rl.line,
+		source: file + ":" + strconv.Itoa(rl.line),
 	}
 	unit, validUnit := ParseUnit(rl.unit)
 	if rl.unlimited {
