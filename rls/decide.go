@@ -34,6 +34,7 @@ type call struct {
 	over    []rlsconfig.Override
 	hits    []int64
 	slot    []int // per descriptor: its index in b, or one of the no* values
+	peeked  bool  // the answer is the peek pass's: nothing was charged
 	done    chan struct{}
 	signal  func()
 }
@@ -56,6 +57,7 @@ func (c *call) reset() {
 	clear(c.entries) // drop the request's strings
 	clear(c.ds)
 	c.ds, c.entries, c.over, c.hits, c.slot = c.ds[:0], c.entries[:0], c.over[:0], c.hits[:0], c.slot[:0]
+	c.peeked = false
 }
 
 // decide hands the batch to the service and waits for its completion.
@@ -96,6 +98,7 @@ func (s *Server) ShouldRateLimit(_ context.Context, req *pb.RateLimitRequest) (*
 	if peek {
 		s.decide(c)
 		if s.anyOver(c) {
+			c.peeked = true
 			return s.answer(c, req, matches)
 		}
 		c.b.Clear()
@@ -224,7 +227,14 @@ func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match)
 			}
 			over = !d.Allowed || c.b.Shadowed(k)
 			if !over {
-				st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+				left := d.Remaining
+				if c.peeked {
+					// A peek reports what would be left after the charge
+					// that was not made; the peer reports the count as it
+					// stands.
+					left = min(left+c.hits[i], d.Limit)
+				}
+				st.LimitRemaining = uint32(min(max(left, 0), math.MaxUint32))
 			}
 			// The store's clock (Redis's) says when the window ends; a key
 			// with nothing counted has no reset of its own, and a fixed
