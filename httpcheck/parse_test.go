@@ -29,7 +29,7 @@ func TestParse(t *testing.T) {
 			want: Check{Policy: "api", Key: "k1", Cost: 3, DenyStatus: 403}},
 		{name: "cost 0 looks", path: Path, q: "policy=api&key=k&cost=0", want: Check{Policy: "api", Key: "k", Cost: 0, DenyStatus: 429}},
 		{name: "query form ignores X-Sluice headers", path: Path, q: "policy=api&key=k1",
-			h: hdr(HeaderPolicy, "free", HeaderKey, "other", HeaderCost, "0", HeaderDenyStatus, "401"),
+			h:    hdr(HeaderPolicy, "free", HeaderKey, "other", HeaderCost, "0", HeaderDenyStatus, "401"),
 			want: Check{Policy: "api", Key: "k1", Cost: 1, DenyStatus: 429}},
 		{name: "query form, key from the operator's header", path: Path, q: "policy=api", keyHeader: "X-Forwarded-For",
 			h: hdr("X-Forwarded-For", "198.51.100.7, 203.0.113.5"), want: Check{Policy: "api", Key: "203.0.113.5", Cost: 1, DenyStatus: 429}},

@@ -197,11 +197,13 @@ func (s *Server) anyOver(c *call) bool {
 func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match) (*pb.RateLimitResponse, error) {
 	now := time.Now()
 	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(ms))}
-	statuses := make([]pb.RateLimitResponse_DescriptorStatus, len(ms))
+	// One allocation for every status and what it points to.
+	boxes := make([]statusBox, len(ms))
 	var h headerPick
 	failedRate, failedQuota, totalQuota := 0, 0, 0
 	for i := range ms {
-		m, st := &ms[i], &statuses[i]
+		m, box := &ms[i], &boxes[i]
+		st := &box.st
 		resp.Statuses[i] = st
 		r := &m.Rule
 		k := c.slot[i]
@@ -212,8 +214,9 @@ func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match)
 			}
 			continue
 		}
-		st.CurrentLimit = &pb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit,
+		box.limit = pb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit,
 			Unit: pb.RateLimitResponse_RateLimit_Unit(r.Unit)}
+		st.CurrentLimit = &box.limit
 		over := true
 		var retry time.Duration
 		reset := windowLeft(r.Limit.Period, now)
@@ -245,7 +248,8 @@ func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match)
 			}
 			retry = d.RetryAfter
 		}
-		st.DurationUntilReset = &durationpb.Duration{Seconds: ratefields.Seconds(reset)}
+		box.reset.Seconds = ratefields.Seconds(reset)
+		st.DurationUntilReset = &box.reset
 		if k == noneAllowed {
 			retry = reset
 		}
@@ -276,6 +280,13 @@ func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match)
 		resp.ResponseHeadersToAdd = s.responseHeaders(&h, resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT)
 	}
 	return resp, nil
+}
+
+// statusBox holds a descriptor status and the messages it points to.
+type statusBox struct {
+	st    pb.RateLimitResponse_DescriptorStatus
+	limit pb.RateLimitResponse_RateLimit
+	reset durationpb.Duration
 }
 
 // windowLeft is what is left of the current window of period, counted

@@ -353,3 +353,15 @@ func formatPeriod(d time.Duration) string {
 	}
 	return d.String()
 }
+
+// appendPeriod writes formatPeriod(d) to b, without a string of its own
+// for the common whole seconds: it runs once per request.
+func appendPeriod(b *strings.Builder, d time.Duration) {
+	if d%time.Second != 0 {
+		b.WriteString(d.String())
+		return
+	}
+	var buf [20]byte
+	b.Write(strconv.AppendInt(buf[:0], int64(d/time.Second), 10))
+	b.WriteByte('s')
+}

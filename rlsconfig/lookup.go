@@ -95,6 +95,11 @@ func (c *Config) Lookup(domain string, entries []Entry) (Rule, bool) {
 		shared []string // per entry: the wildcard pattern counted under, or ""
 		vtm    strings.Builder
 	)
+	n := len(domain)
+	for _, e := range entries {
+		n += len(e.Key) + len(e.Value) + 2
+	}
+	vtm.Grow(n)
 	vtm.WriteString(domain)
 	for i, e := range entries {
 		// The peer joins key and value with '_' and matches on the result,
@@ -322,6 +327,11 @@ func globMatch(parts []string, s string) bool {
 // separators, so that no two different descriptors share a key.
 func stateKey(domain string, entries []Entry, shared []string, period time.Duration) string {
 	var b strings.Builder
+	n := len(domain) + 24 // the period, and a few escapes
+	for _, e := range entries {
+		n += len(e.Key) + len(e.Value) + 2
+	}
+	b.Grow(n)
 	escape(&b, domain)
 	for i, e := range entries {
 		b.WriteByte('|')
@@ -335,7 +345,7 @@ func stateKey(domain string, entries []Entry, shared []string, period time.Durat
 		}
 	}
 	b.WriteByte('@')
-	b.WriteString(formatPeriod(period))
+	appendPeriod(&b, period)
 	k := b.String()
 	if len(k) <= MaxKeyLen {
 		return k
