@@ -119,7 +119,10 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{svc: cfg.Service, rules: cfg.Rules, stop: cfg.StopWhenOverLimit, headers: cfg.Headers,
 		ready: cfg.Ready, log: cfg.Logger}
 	s.calls.New = func() any { return newCall(s.svc) }
-	var opts []grpc.ServerOption
+	// A call waits for its batch's round trip to Redis in its handler, so
+	// a worker per call in flight: calls then reuse goroutines whose stacks
+	// have grown, instead of a new goroutine growing its stack each time.
+	opts := []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(newVTCodec())}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
@@ -129,6 +132,10 @@ func New(cfg Config) (*Server, error) {
 	reflection.Register(s.g)
 	return s, nil
 }
+
+// streamWorkers is how many calls in flight are served by reused
+// goroutines; more get a goroutine each, as without workers.
+const streamWorkers = 256
 
 // ErrServerClosed is what Serve returns after Shutdown.
 var ErrServerClosed = errors.New("rls: server closed")
