@@ -7,20 +7,27 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"sync"
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/httpcheck"
 	"github.com/sluice-rl/sluice/internal/version"
 	"github.com/sluice-rl/sluice/policy"
 	"github.com/sluice-rl/sluice/respserver"
+	"github.com/sluice-rl/sluice/rls"
+	"github.com/sluice-rl/sluice/rlsconfig"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/telemetry"
 	"github.com/sluice-rl/sluice/upstream"
@@ -39,6 +46,11 @@ type Sidecar struct {
 	ln      net.Listener
 	admin   *http.Server
 	adminLn net.Listener
+	rules   *rlsconfig.Watcher // nil without --rls-config
+	grpc    *rls.Server        // nil without --grpc-listen
+	grpcLn  net.Listener
+	check   *httpcheck.Server // nil without --http-listen
+	checkLn net.Listener
 	reload  chan struct{}
 	closers []func() // run in reverse by close
 }
@@ -117,11 +129,116 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 		return err
 	}
 	log.Info("listening", "addr", s.ln.Addr().String(), "version", version.String(), "auth", cfg.RequirePass != "")
+	s.closers = append(s.closers, func() { s.ln.Close() }) // a no-op once Serve has closed it
 	if err := s.listenAdmin(); err != nil {
-		s.ln.Close()
 		return err
 	}
+	if err := s.listenGRPC(); err != nil {
+		return err
+	}
+	return s.listenHTTPCheck()
+}
+
+// listenGRPC loads --rls-config, starts watching it, and listens for
+// Envoy's rate limit service.
+func (s *Sidecar) listenGRPC() (err error) {
+	cfg := s.cfg
+	if cfg.RLSConfig != "" {
+		if s.rules, err = rlsconfig.NewWatcher(rlsconfig.WatchConfig{Dir: cfg.RLSConfig, Logger: s.log, Poll: cfg.RLSConfigPoll}); err != nil {
+			return fmt.Errorf("invalid --rls-config: %w", err)
+		}
+		s.log.Info("rls config loaded", "dir", cfg.RLSConfig, "domains", s.rules.Current().Domains())
+		wctx, stop := context.WithCancel(context.Background())
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			_ = s.rules.Run(wctx)
+		}()
+		s.closers = append(s.closers, func() { stop(); <-watched })
+	}
+	if cfg.GRPCListen == "" {
+		return nil
+	}
+	tlsCfg, err := serverTLS(cfg.GRPCTLSCert, cfg.GRPCTLSKey, cfg.GRPCTLSClientCA)
+	if err != nil {
+		return fmt.Errorf("invalid --grpc-tls-*: %w", err)
+	}
+	if s.grpc, err = rls.New(rls.Config{Service: s.svc, Rules: s.rules.Current, StopWhenOverLimit: cfg.RLSStopOverLimit,
+		Headers: cfg.RLSHeaders, Ready: s.ready, TLS: tlsCfg, Logger: s.log}); err != nil {
+		return err
+	}
+	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
+		return fmt.Errorf("grpc listener: %w", err)
+	}
+	s.closers = append(s.closers, func() { s.grpcLn.Close() })
+	s.log.Info("serving Envoy's rate limit service (gRPC)", "addr", s.grpcLn.Addr().String(), "tls", tlsCfg != nil,
+		"client_certs", cfg.GRPCTLSClientCA != "", "headers", cfg.RLSHeaders.String(), "stop_charging_when_over_limit", cfg.RLSStopOverLimit)
 	return nil
+}
+
+// listenHTTPCheck listens for the HTTP check.
+func (s *Sidecar) listenHTTPCheck() (err error) {
+	cfg := s.cfg
+	if cfg.HTTPListen == "" {
+		return nil
+	}
+	tlsCfg, err := serverTLS(cfg.HTTPTLSCert, cfg.HTTPTLSKey, "")
+	if err != nil {
+		return fmt.Errorf("invalid --http-tls-*: %w", err)
+	}
+	if s.check, err = httpcheck.New(httpcheck.Config{Service: s.svc, KeyHeader: cfg.HTTPKeyHeader, Token: cfg.HTTPToken,
+		TLS: tlsCfg, Logger: s.log}); err != nil {
+		return err
+	}
+	if s.checkLn, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
+		return fmt.Errorf("http check listener: %w", err)
+	}
+	s.closers = append(s.closers, func() { s.checkLn.Close() })
+	s.log.Info("serving the HTTP check", "addr", s.checkLn.Addr().String(), "path", httpcheck.Path, "tls", tlsCfg != nil,
+		"token", cfg.HTTPToken != "", "key_header", cfg.HTTPKeyHeader)
+	return nil
+}
+
+// serverTLS is a door's TLS configuration from PEM files: nil without a
+// certificate; with a client CA, every client must present a certificate
+// that chains to it.
+func serverTLS(certFile, keyFile, clientCA string) (*tls.Config, error) {
+	if certFile == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if clientCA != "" {
+		pem, err := os.ReadFile(clientCA)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s holds no PEM certificate", clientCA)
+		}
+		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return c, nil
+}
+
+// GRPCAddr is the gRPC listener's address, or nil when it is off.
+func (s *Sidecar) GRPCAddr() net.Addr {
+	if s.grpcLn == nil {
+		return nil
+	}
+	return s.grpcLn.Addr()
+}
+
+// HTTPCheckAddr is the HTTP check's address, or nil when it is off.
+func (s *Sidecar) HTTPCheckAddr() net.Addr {
+	if s.checkLn == nil {
+		return nil
+	}
+	return s.checkLn.Addr()
 }
 
 // telemetry sets up metrics (Prometheus, and OTLP when configured) and
@@ -205,6 +322,9 @@ func (s *Sidecar) AdminAddr() net.Addr {
 // ReloadPolicies rereads the policies file now (SIGHUP), whatever its
 // content; without a policies file it does nothing.
 func (s *Sidecar) ReloadPolicies() {
+	if s.rules != nil {
+		go func() { _ = s.rules.Reload() }() // logs its own failure
+	}
 	select {
 	case s.reload <- struct{}{}:
 	default: // a reload is already asked for
@@ -216,11 +336,41 @@ func (s *Sidecar) ReloadPolicies() {
 // It closes everything before it returns.
 func (s *Sidecar) Run(ctx context.Context) error {
 	defer s.close()
-	errc := make(chan error, 1)
-	go func() { errc <- s.resp.Serve(s.ln) }()
+	// Every door serves until one fails or ctx ends; then all drain at
+	// once, within one ShutdownTimeout.
+	type door struct {
+		name     string
+		serve    func() error
+		shutdown func(context.Context) error
+		closed   error
+	}
+	doors := []door{{"resp", func() error { return s.resp.Serve(s.ln) }, s.resp.Shutdown, respserver.ErrServerClosed}}
+	if s.grpc != nil {
+		doors = append(doors, door{"grpc", func() error { return s.grpc.Serve(s.grpcLn) }, s.grpc.Shutdown, rls.ErrServerClosed})
+	}
+	if s.check != nil {
+		doors = append(doors, door{"http check", func() error { return s.check.Serve(s.checkLn) }, s.check.Shutdown, httpcheck.ErrServerClosed})
+	}
+	errc := make(chan error, len(doors))
+	for _, d := range doors {
+		go func() {
+			err := d.serve()
+			if errors.Is(err, d.closed) {
+				err = nil
+			} else if err != nil {
+				err = fmt.Errorf("%s: %w", d.name, err)
+			}
+			errc <- err
+		}()
+	}
+	var first error
+	pending := len(doors)
 	select {
-	case err := <-errc:
-		return err
+	case first = <-errc:
+		pending--
+		if first == nil {
+			first = errors.New("a door stopped serving")
+		}
 	case <-ctx.Done():
 	}
 	if d := s.cfg.ShutdownDelay; d > 0 {
@@ -238,11 +388,22 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	s.log.Info("shutting down: draining connections", "timeout", s.cfg.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := s.resp.Shutdown(sctx); err != nil {
-		s.log.Warn("shutdown did not drain in time", "err", err)
+	var wg sync.WaitGroup
+	for _, d := range doors {
+		wg.Go(func() {
+			if err := d.shutdown(sctx); err != nil {
+				s.log.Warn("shutdown did not drain in time", "door", d.name, "err", err)
+			}
+		})
 	}
-	if err := <-errc; err != nil && !errors.Is(err, respserver.ErrServerClosed) {
-		return err
+	wg.Wait()
+	for ; pending > 0; pending-- {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return first
 	}
 	s.log.Info("stopped")
 	return nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/rls"
 	"github.com/sluice-rl/sluice/upstream"
 )
 
@@ -39,6 +40,25 @@ type Config struct {
 	MaxClients      int                // most client connections
 	MaxInputMemory  byteSize           // input all clients may buffer together
 	IOLoops         int                // event loops; 0: a goroutine per connection
+
+	// Envoy's rate limit service (gRPC).
+	GRPCListen       string        // address; empty: off
+	GRPCTLSCert      string        // PEM certificate chain; with GRPCTLSKey, serve TLS
+	GRPCTLSKey       string        // PEM private key
+	GRPCTLSClientCA  string        // PEM CA that client certificates must chain to; empty: none asked
+	GRPCInsecure     bool          // allow a non-loopback address without client certificates
+	RLSConfig        string        // directory of envoyproxy/ratelimit YAML files
+	RLSConfigPoll    time.Duration // how often to re-read RLSConfig besides file events; 0: events only
+	RLSStopOverLimit bool          // charge no descriptor of a call when any is over its limit
+	RLSHeaders       rls.Headers   // response headers Envoy is asked to add
+
+	// The HTTP check endpoint.
+	HTTPListen    string // address; empty: off
+	HTTPKeyHeader string // request header whose value is the key when none is given
+	HTTPToken     string // bearer token callers must send; empty: none
+	HTTPTLSCert   string // PEM certificate chain; with HTTPTLSKey, serve HTTPS
+	HTTPTLSKey    string // PEM private key
+	HTTPInsecure  bool   // allow a non-loopback address without TLS or a token
 }
 
 // DefaultConfig is the configuration of a sidecar started with no flags.
@@ -105,6 +125,37 @@ func (c *Config) Register(fs *flag.FlagSet) {
 		"most input all clients may have sent and not finished, together (`size`: 256mb, 1gb); past it the client holding the most is closed, as Redis's maxmemory-clients does")
 	fs.IntVar(&c.IOLoops, "io-loops", c.IOLoops,
 		"event loops serving client connections, a thread each (`n`); 0: a goroutine per connection, as on systems other than Linux")
+
+	fs.StringVar(&c.GRPCListen, "grpc-listen", c.GRPCListen,
+		"`address` to serve Envoy's rate limit service on (gRPC, envoyproxy/ratelimit's port is 8081); empty: off. Needs --rls-config. "+
+			"A non-loopback address needs --grpc-tls-client-ca or --grpc-insecure")
+	fs.StringVar(&c.GRPCTLSCert, "grpc-tls-cert", c.GRPCTLSCert, "PEM `file` of the gRPC server's certificate chain; with --grpc-tls-key, serve TLS")
+	fs.StringVar(&c.GRPCTLSKey, "grpc-tls-key", c.GRPCTLSKey, "PEM `file` of the gRPC server's private key")
+	fs.StringVar(&c.GRPCTLSClientCA, "grpc-tls-client-ca", c.GRPCTLSClientCA,
+		"PEM `file` of the CA that gRPC clients' certificates must chain to; every client must then present one")
+	fs.BoolVar(&c.GRPCInsecure, "grpc-insecure", c.GRPCInsecure,
+		"allow --grpc-listen on a non-loopback address without client certificates (a pod-local listener)")
+	fs.StringVar(&c.RLSConfig, "rls-config", c.RLSConfig,
+		"`directory` of envoyproxy/ratelimit's YAML configuration (every *.yaml, one domain each), watched and reloaded")
+	fs.DurationVar(&c.RLSConfigPoll, "rls-config-poll", c.RLSConfigPoll,
+		"also re-read --rls-config this often, where the file system reports no changes (`duration`; 0: on changes and SIGHUP only)")
+	fs.BoolVar(&c.RLSStopOverLimit, "rls-stop-charging-when-over-limit", c.RLSStopOverLimit,
+		"charge no descriptor of a call when any of them is over its limit (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); "+
+			"costs a look before the charge, and is not atomic across sidecars")
+	fs.TextVar(&c.RLSHeaders, "rls-response-headers", c.RLSHeaders,
+		"headers Envoy is asked to add to responses (`set`): off; peer (RateLimit-Limit, -Remaining, -Reset, as LIMIT_RESPONSE_HEADERS_ENABLED); "+
+			"draft (the IETF RateLimit-Policy and RateLimit fields, Retry-After when over); both")
+
+	fs.StringVar(&c.HTTPListen, "http-listen", c.HTTPListen,
+		"`address` to serve the HTTP check (/v1/check) on for nginx auth_request, Traefik forwardAuth, Envoy ext_authz; empty: off. "+
+			"A non-loopback address needs --http-token, --http-tls-cert or --http-insecure")
+	fs.StringVar(&c.HTTPKeyHeader, "http-key-header", c.HTTPKeyHeader,
+		"request `header` whose value is the key when the check names none, such as X-Forwarded-For (its last address is used)")
+	fs.StringVar(&c.HTTPToken, "http-token", c.HTTPToken, "bearer `token` every HTTP check must carry (Authorization: Bearer ...)")
+	fs.StringVar(&c.HTTPTLSCert, "http-tls-cert", c.HTTPTLSCert, "PEM `file` of the HTTP check's certificate chain; with --http-tls-key, serve HTTPS")
+	fs.StringVar(&c.HTTPTLSKey, "http-tls-key", c.HTTPTLSKey, "PEM `file` of the HTTP check's private key")
+	fs.BoolVar(&c.HTTPInsecure, "http-insecure", c.HTTPInsecure,
+		"allow --http-listen on a non-loopback address without TLS or a token (a pod-local listener)")
 }
 
 // EnvName is the environment variable that sets flag name:
@@ -149,6 +200,7 @@ func (c *Config) Validate() error {
 		zeroOK bool
 	}{
 		{"policies-poll", c.PoliciesPoll, true},
+		{"rls-config-poll", c.RLSConfigPoll, true},
 		{"shutdown-timeout", c.ShutdownTimeout, true},
 		{"shutdown-delay", c.ShutdownDelay, true},
 		{"upstream-timeout", c.UpstreamTimeout, false},
@@ -178,7 +230,69 @@ func (c *Config) Validate() error {
 	if c.MaxInputMemory <= 0 {
 		return fmt.Errorf("invalid --max-input-memory %q: must be a positive size such as 256mb", c.MaxInputMemory.String())
 	}
-	return checkListen(c.Listen, c.RequirePass)
+	if err := checkListen(c.Listen, c.RequirePass); err != nil {
+		return err
+	}
+	if err := c.validateGRPC(); err != nil {
+		return err
+	}
+	return c.validateHTTP()
+}
+
+// validateGRPC is the gRPC door's protected mode. A password is not a gRPC
+// thing: beyond loopback, clients prove themselves with certificates, or
+// the operator says the address is reachable only from the pod.
+func (c *Config) validateGRPC() error {
+	if err := pairedFiles("grpc", c.GRPCTLSCert, c.GRPCTLSKey); err != nil {
+		return err
+	}
+	if c.GRPCTLSClientCA != "" && c.GRPCTLSCert == "" {
+		return errors.New("invalid --grpc-tls-client-ca: it needs --grpc-tls-cert and --grpc-tls-key, as client certificates are asked for over TLS")
+	}
+	if c.GRPCListen == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(c.GRPCListen)
+	if err != nil {
+		return fmt.Errorf("invalid --grpc-listen %q: %v", c.GRPCListen, err)
+	}
+	if c.RLSConfig == "" {
+		return errors.New("--grpc-listen needs --rls-config DIR: the rate limit service answers from envoyproxy/ratelimit's YAML files")
+	}
+	if isLoopback(host) || c.GRPCTLSClientCA != "" || c.GRPCInsecure {
+		return nil
+	}
+	return fmt.Errorf("refusing to serve gRPC on %q without client certificates: it is reachable from other machines. "+
+		"Set --grpc-tls-cert, --grpc-tls-key and --grpc-tls-client-ca, listen on 127.0.0.1, "+
+		"or set --grpc-insecure if only this pod can reach the address", c.GRPCListen)
+}
+
+// validateHTTP is the HTTP check's protected mode: TLS, a bearer token, or
+// the operator's word that the address is pod-local.
+func (c *Config) validateHTTP() error {
+	if err := pairedFiles("http", c.HTTPTLSCert, c.HTTPTLSKey); err != nil {
+		return err
+	}
+	if c.HTTPListen == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(c.HTTPListen)
+	if err != nil {
+		return fmt.Errorf("invalid --http-listen %q: %v", c.HTTPListen, err)
+	}
+	if isLoopback(host) || c.HTTPToken != "" || c.HTTPTLSCert != "" || c.HTTPInsecure {
+		return nil
+	}
+	return fmt.Errorf("refusing to serve the HTTP check on %q unprotected: it is reachable from other machines. "+
+		"Set --http-token (SLUICE_HTTP_TOKEN) or --http-tls-cert and --http-tls-key, listen on 127.0.0.1, "+
+		"or set --http-insecure if only this pod can reach the address", c.HTTPListen)
+}
+
+func pairedFiles(door, cert, key string) error {
+	if (cert == "") != (key == "") {
+		return fmt.Errorf("invalid --%s-tls-cert and --%s-tls-key: give both or neither", door, door)
+	}
+	return nil
 }
 
 func orZero(ok bool) string {

@@ -83,6 +83,7 @@ type rule struct {
 	metadata        map[string]any
 	file            string
 	line            int
+	source          string // file:line, made once: Lookup runs per request
 }
 
 // Domains lists the configured domains, sorted.
@@ -234,6 +235,7 @@ func newRule(file string, yd *yDescriptor) (*rule, error) {
 	r := &rule{
 		requestsPerUnit: rl.requestsPerUnit, unlimited: rl.unlimited, shadow: yd.shadow, quota: yd.quota,
 		detailed: yd.detailed, name: rl.name, metadata: yd.metadata, file: file, line: rl.line,
+		source: file + ":" + strconv.Itoa(rl.line),
 	}
 	unit, validUnit := ParseUnit(rl.unit)
 	if rl.unlimited {
@@ -350,4 +352,16 @@ func formatPeriod(d time.Duration) string {
 		return itoa(int64(d/time.Second)) + "s"
 	}
 	return d.String()
+}
+
+// appendPeriod writes formatPeriod(d) to b, without a string of its own
+// for the common whole seconds: it runs once per request.
+func appendPeriod(b *strings.Builder, d time.Duration) {
+	if d%time.Second != 0 {
+		b.WriteString(d.String())
+		return
+	}
+	var buf [20]byte
+	b.Write(strconv.AppendInt(buf[:0], int64(d/time.Second), 10))
+	b.WriteByte('s')
 }

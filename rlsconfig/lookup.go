@@ -50,10 +50,21 @@ type Rule struct {
 	// (domain.key_value.key …), shaped by detailed_metric, value_to_metric
 	// and share_threshold as there.
 	StatsKey string
+	// Label names the rule in Sluice's metrics: the peer's statistics name
+	// of the configured descriptor (domain and each composite key on the
+	// way to it), which, unlike StatsKey, never holds a request's value,
+	// so that the number of series is bounded by the configuration. A
+	// limit Envoy sent is labelled domain + OverrideLabel.
+	Label string
 	// Source is where the rule is defined, as file:line; empty for a limit
 	// Envoy sent.
 	Source string
 }
+
+// OverrideLabel ends the Label of every limit Envoy sent with a
+// descriptor: their keys come from requests, so they share one series per
+// domain.
+const OverrideLabel = ".envoy_limit"
 
 // RefusesAll reports whether every request is over the limit without
 // asking the store: requests_per_unit 0.
@@ -84,6 +95,11 @@ func (c *Config) Lookup(domain string, entries []Entry) (Rule, bool) {
 		shared []string // per entry: the wildcard pattern counted under, or ""
 		vtm    strings.Builder
 	)
+	n := len(domain)
+	for _, e := range entries {
+		n += len(e.Key) + len(e.Value) + 2
+	}
+	vtm.Grow(n)
 	vtm.WriteString(domain)
 	for i, e := range entries {
 		// The peer joins key and value with '_' and matches on the result,
@@ -144,7 +160,7 @@ func (c *Config) Lookup(domain string, entries []Entry) (Rule, bool) {
 	rule := Rule{
 		Limit: r.limit, RequestsPerUnit: r.requestsPerUnit, Unit: r.unit, Name: r.name,
 		Unlimited: r.unlimited, Shadow: r.shadow, Quota: r.quota, Replaces: r.replaces,
-		OnFailure: r.onFailure, Metadata: r.metadata, Source: fmt.Sprintf("%s:%d", r.file, r.line),
+		OnFailure: r.onFailure, Metadata: r.metadata, Label: found.path, Source: r.source,
 	}
 	if !r.unlimited {
 		rule.Key = stateKey(domain, entries, shared, r.limit.Period)
@@ -215,6 +231,7 @@ func (c *Config) Override(domain string, entries []Entry, requestsPerUnit uint32
 		RequestsPerUnit: requestsPerUnit,
 		Unit:            unit,
 		StatsKey:        b.String(),
+		Label:           domain + OverrideLabel,
 	}, true, nil
 }
 
@@ -310,6 +327,11 @@ func globMatch(parts []string, s string) bool {
 // separators, so that no two different descriptors share a key.
 func stateKey(domain string, entries []Entry, shared []string, period time.Duration) string {
 	var b strings.Builder
+	n := len(domain) + 24 // the period, and a few escapes
+	for _, e := range entries {
+		n += len(e.Key) + len(e.Value) + 2
+	}
+	b.Grow(n)
 	escape(&b, domain)
 	for i, e := range entries {
 		b.WriteByte('|')
@@ -323,7 +345,7 @@ func stateKey(domain string, entries []Entry, shared []string, period time.Durat
 		}
 	}
 	b.WriteByte('@')
-	b.WriteString(formatPeriod(period))
+	appendPeriod(&b, period)
 	k := b.String()
 	if len(k) <= MaxKeyLen {
 		return k

@@ -41,7 +41,7 @@ func TestLookup(t *testing.T) {
 		domain  string
 		entries []Entry
 		found   bool
-		want    Rule // compared except Metadata, Replaces and Source
+		want    Rule // compared except Metadata, Replaces, Source and Label (TestLabel)
 	}{
 		// Matching order: exact value, then wildcard, then the key alone.
 		{name: "key alone: each value its own count", domain: "shop", entries: e("client_ip", "192.0.2.1"), found: true,
@@ -113,7 +113,7 @@ func TestLookup(t *testing.T) {
 			if ok != tc.found {
 				t.Fatalf("found %v, want %v (%+v)", ok, tc.found, r)
 			}
-			r.Metadata, r.Replaces, r.Source = nil, nil, ""
+			r.Metadata, r.Replaces, r.Source, r.Label = nil, nil, "", ""
 			if !reflect.DeepEqual(r, tc.want) {
 				t.Fatalf("rule\n got %+v\nwant %+v", r, tc.want)
 			}
@@ -230,7 +230,7 @@ func TestOverride(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	want := Rule{Key: "shop|client_ip=192.0.2.1@1s", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 7, Period: time.Second},
-		RequestsPerUnit: 7, Unit: UnitSecond, StatsKey: "shop.client_ip_192.0.2.1"}
+		RequestsPerUnit: 7, Unit: UnitSecond, StatsKey: "shop.client_ip_192.0.2.1", Label: "shop" + OverrideLabel}
 	if !reflect.DeepEqual(r, want) {
 		t.Fatalf("rule\n got %+v\nwant %+v", r, want)
 	}
@@ -311,5 +311,32 @@ func TestParseUnit(t *testing.T) {
 		if u := unitCovering(d); u != want {
 			t.Errorf("covering %v: %v, want %v", d, u, want)
 		}
+	}
+}
+
+// TestLabel: a rule's metric label is the configured descriptor's name,
+// never a request's value, whatever value_to_metric, detailed_metric or a
+// key alone would put into the peer's statistics name.
+func TestLabel(t *testing.T) {
+	c := loadExamples(t)
+	for _, tc := range []struct {
+		domain  string
+		entries []Entry
+		want    string
+	}{
+		{"shop", e("client_ip", "192.0.2.1"), "shop.client_ip"},
+		{"shop", e("client_ip", "203.0.113.9"), "shop.client_ip_203.0.113.9"},
+		{"media", e("path", "/img/a.png"), "media.path_/img/*"},
+		{"stats", e("route", "api", "method", "GET"), "stats.route.method"},
+		{"stats", e("caller", "bob"), "stats.caller"},
+	} {
+		r, ok := c.Lookup(tc.domain, tc.entries)
+		if !ok || r.Label != tc.want {
+			t.Errorf("%s %v: label %q (found %v), want %q", tc.domain, tc.entries, r.Label, ok, tc.want)
+		}
+	}
+	r, ok, err := c.Override("shop", e("client_ip", "192.0.2.1"), 5, UnitMinute)
+	if err != nil || !ok || r.Label != "shop"+OverrideLabel {
+		t.Errorf("override label %q, %v, %v", r.Label, ok, err)
 	}
 }

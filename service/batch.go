@@ -57,8 +57,9 @@ type Batch struct {
 
 // meta is what the service keeps of a request's policy.
 type meta struct {
-	policy string // Inline for the inline requests
-	shadow bool
+	policy   string // Inline for the inline requests
+	shadow   bool
+	shadowed bool // refused by the store, answered as allowed (shadow mode)
 }
 
 // NewBatch returns an empty batch for s.
@@ -121,6 +122,12 @@ func (b *Batch) Result(i int) (*engine.Decision, error) {
 	}
 	return &b.res[i].Decision, nil
 }
+
+// Shadowed reports whether request i was refused and is answered as
+// allowed only because it runs in shadow mode: a door whose protocol
+// reports the refusal beside the admission (Envoy's limit_remaining 0)
+// needs to know.
+func (b *Batch) Shadowed(i int) bool { return b.meta[i].shadowed }
 
 // Clear empties the batch for reuse, keeping its Trace.
 func (b *Batch) Clear() {

@@ -178,6 +178,7 @@ func (s *Service) settle(b *Batch) {
 			// admission.
 			if m.shadow {
 				outcome, d.Allowed, d.RetryAfter = Shadow, true, 0
+				m.shadowed = true
 			}
 		}
 		t.add(&s.decisions, decided{policy: m.policy, alg: b.reqs[i].Limit.Algorithm, outcome: outcome, path: r.Path})

@@ -150,6 +150,9 @@ func TestShadowMode(t *testing.T) {
 		if err != nil || !d.Allowed || d.RetryAfter != 0 {
 			t.Errorf("shadow request %d: %+v, %v; want allowed with no retry-after", i, d, err)
 		}
+		if want := i > 0; b.Shadowed(i) != want {
+			t.Errorf("shadow request %d: Shadowed %v, want %v", i, b.Shadowed(i), want)
+		}
 	}
 	tot := svc.Totals()
 	if tot.Outcomes[service.Allowed] != 1 || tot.Outcomes[service.Shadow] != 2 || tot.Outcomes[service.Refused] != 0 {

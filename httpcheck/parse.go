@@ -1,0 +1,140 @@
+package httpcheck
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// Path is the check's address. Any path under it (Path + "/...") is a
+// check too, read from headers only: Envoy's ext_authz puts the original
+// request's path, and its query, after a configured prefix.
+const Path = "/v1/check"
+
+// The headers a gateway may set instead of query parameters.
+const (
+	HeaderPolicy     = "X-Sluice-Policy"
+	HeaderKey        = "X-Sluice-Key"
+	HeaderCost       = "X-Sluice-Cost"
+	HeaderDenyStatus = "X-Sluice-Deny-Status"
+	HeaderToken      = "X-Sluice-Token"
+)
+
+// Check is one parsed check.
+type Check struct {
+	Policy     string
+	Key        string
+	Cost       int64
+	DenyStatus int // the status of a refusal: 429, or 401 or 403 for nginx's auth_request
+}
+
+// BadRequest is a check that cannot be decided; its text is the one-line
+// reason the 400 carries.
+type BadRequest struct{ Reason string }
+
+func (e *BadRequest) Error() string { return e.Reason }
+
+func bad(format string, args ...any) error {
+	return &BadRequest{Reason: fmt.Sprintf(format, args...)}
+}
+
+// Parse reads a check from a request's path, raw query and headers. There
+// are two forms, so that no recipe lets a client choose its own policy,
+// key or cost:
+//
+//   - the query form, Path?policy=NAME&key=KEY[&cost=N][&deny_status=403],
+//     read from the query alone (every X-Sluice-* header is ignored); the
+//     key may instead come from keyHeader, a header the operator names.
+//     nginx's subrequest and Traefik's fixed address use it.
+//   - the header form, Path with no query or any path under Path/: the
+//     X-Sluice-* headers, and the key from keyHeader when the operator
+//     names one (X-Sluice-Key is then ignored). Envoy's ext_authz uses it.
+//
+// A parameter given twice, an unknown parameter, or a bad value is a
+// *BadRequest; so is a path that is neither form (its reason says so).
+func Parse(path, rawQuery string, h http.Header, keyHeader string) (Check, error) {
+	c := Check{Cost: 1, DenyStatus: http.StatusTooManyRequests}
+	var cost, deny string
+	switch {
+	case path == Path && rawQuery != "":
+		q, err := url.ParseQuery(rawQuery)
+		if err != nil {
+			return c, bad("invalid query: %s", err.Error())
+		}
+		for name, vs := range q {
+			if len(vs) > 1 {
+				return c, bad("parameter %s given more than once", name)
+			}
+			switch name {
+			case "policy":
+				c.Policy = vs[0]
+			case "key":
+				c.Key = vs[0]
+			case "cost":
+				cost = vs[0]
+			case "deny_status":
+				deny = vs[0]
+			default:
+				return c, bad("unknown parameter %q: expected policy, key, cost or deny_status", name)
+			}
+		}
+		if c.Key == "" && keyHeader != "" {
+			c.Key = headerKey(h, keyHeader)
+		}
+	case path == Path || strings.HasPrefix(path, Path+"/"):
+		c.Policy = h.Get(HeaderPolicy)
+		if keyHeader != "" {
+			c.Key = headerKey(h, keyHeader)
+		} else {
+			c.Key = h.Get(HeaderKey)
+		}
+		cost, deny = h.Get(HeaderCost), h.Get(HeaderDenyStatus)
+	default:
+		return c, bad("no check at %q: the check is %s", path, Path)
+	}
+	if c.Policy == "" {
+		return c, bad("missing policy: give ?policy=NAME or the %s header", HeaderPolicy)
+	}
+	if c.Key == "" {
+		if keyHeader != "" {
+			return c, bad("missing key: give ?key=KEY or the %s header", keyHeader)
+		}
+		return c, bad("missing key: give ?key=KEY or the %s header", HeaderKey)
+	}
+	if cost != "" {
+		n, err := strconv.ParseInt(cost, 10, 64)
+		if err != nil || n < 0 {
+			return c, bad("invalid cost %q: must be a non-negative integer", cost)
+		}
+		c.Cost = n
+	}
+	if deny != "" {
+		switch deny {
+		case "401", "403", "429":
+			c.DenyStatus, _ = strconv.Atoi(deny)
+		default:
+			return c, bad("invalid deny_status %q: must be 401, 403 or 429", deny)
+		}
+	}
+	return c, nil
+}
+
+// headerKey is the key from the operator's header. X-Forwarded-For is a
+// list to which each proxy appends the address it saw: the last entry is
+// the one the nearest proxy (the operator's gateway) wrote, and the only
+// one a client cannot choose.
+func headerKey(h http.Header, name string) string {
+	vs := h.Values(name)
+	if len(vs) == 0 {
+		return ""
+	}
+	v := vs[len(vs)-1]
+	if strings.EqualFold(name, "X-Forwarded-For") {
+		if i := strings.LastIndexByte(v, ','); i >= 0 {
+			v = v[i+1:]
+		}
+	}
+	return strings.TrimSpace(v)
+}

@@ -1,0 +1,206 @@
+// Package httpcheck is the HTTP check endpoint that API gateways call on
+// every request before forwarding it: nginx's auth_request, Traefik's
+// forwardAuth, Envoy's ext_authz (HTTP). It decides by a named policy, as
+// RL.ALLOW does over RESP, and answers in HTTP's terms: 200 when allowed,
+// 429 (or the 401/403 nginx's auth_request needs) with Retry-After when
+// refused, the X-RateLimit-* headers and the IETF draft's RateLimit-Policy
+// and RateLimit fields on every answer, and a 400 with a one-line reason,
+// never a decision, for a check it cannot read.
+//
+// Like every door it is a thin codec over the service layer: the decision,
+// the failure mode during an outage, the deny cache and the metrics are
+// the same as RESP's, and concurrent checks share the batcher's round
+// trips. The parser (Parse) is a pure function, fuzzed, and shaped so that
+// each gateway's recipe leaves a client no header to choose its own policy,
+// key or cost with (see Parse and docs/gateways.md).
+package httpcheck
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/ratefields"
+	"github.com/sluice-rl/sluice/service"
+)
+
+// Config configures a Server. Zero values mean the documented defaults.
+type Config struct {
+	// Service decides. Required.
+	Service *service.Service
+	// KeyHeader names the request header the key comes from when a check
+	// gives none (see Parse); empty: none.
+	KeyHeader string
+	// Token, when set, must come with every check as
+	// "Authorization: Bearer TOKEN" or in the X-Sluice-Token header (for
+	// ext_authz, which forwards the client's own Authorization).
+	Token string
+	// TLS, when set, serves HTTPS with it.
+	TLS *tls.Config
+	// Logger logs what goes wrong beyond one check. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Server serves the check.
+type Server struct {
+	svc       *service.Service
+	keyHeader string
+	token     []byte
+	tls       *tls.Config
+	log       *slog.Logger
+	http      *http.Server
+	checks    sync.Pool // *check
+}
+
+// New checks cfg and builds the server; Serve serves.
+func New(cfg Config) (*Server, error) {
+	if cfg.Service == nil {
+		return nil, errors.New("httpcheck: Config.Service is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{svc: cfg.Service, keyHeader: cfg.KeyHeader, tls: cfg.TLS, log: cfg.Logger}
+	if cfg.Token != "" {
+		s.token = []byte(cfg.Token)
+	}
+	s.checks.New = func() any {
+		c := &check{b: s.svc.NewBatch(), done: make(chan struct{}, 1)}
+		c.bs = []*service.Batch{c.b}
+		c.signal = func() { c.done <- struct{}{} }
+		return c
+	}
+	s.http = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
+		TLSConfig: cfg.TLS, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+	return s, nil
+}
+
+// ErrServerClosed is what Serve returns after Shutdown.
+var ErrServerClosed = http.ErrServerClosed
+
+// Serve answers on ln until Shutdown; it then returns ErrServerClosed.
+func (s *Server) Serve(ln net.Listener) error {
+	if s.tls != nil {
+		return s.http.ServeTLS(ln, "", "")
+	}
+	return s.http.Serve(ln)
+}
+
+// Shutdown drains: no new check is taken, every check already read is
+// answered, until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error { return s.http.Shutdown(ctx) }
+
+// check is one request's scratch, pooled.
+type check struct {
+	b      *service.Batch
+	bs     []*service.Batch
+	done   chan struct{}
+	signal func()
+	buf    []byte
+}
+
+// ServeHTTP answers one check, whatever its method: a gateway may forward
+// the original one.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.token != nil && !s.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+		plain(w, http.StatusUnauthorized, "missing or wrong token: send Authorization: Bearer TOKEN or "+HeaderToken)
+		return
+	}
+	ck, err := Parse(r.URL.Path, r.URL.RawQuery, r.Header, s.keyHeader)
+	if err != nil {
+		status := http.StatusBadRequest
+		if !strings.HasPrefix(r.URL.Path, Path) {
+			status = http.StatusNotFound
+		}
+		plain(w, status, err.Error())
+		return
+	}
+	c := s.checks.Get().(*check)
+	defer func() {
+		c.b.Clear()
+		s.checks.Put(c)
+	}()
+	i, err := c.b.Add(service.Request{Policy: ck.Policy, Key: ck.Key, Cost: ck.Cost})
+	if err != nil {
+		plain(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	s.svc.Decide(c.bs, c.signal)
+	<-c.done
+	d, err := c.b.Result(i)
+	if err != nil {
+		if errors.Is(err, engine.ErrInvalid) {
+			plain(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		s.log.Debug("http check: no decision", "policy", ck.Policy, "err", err)
+		plain(w, http.StatusServiceUnavailable, "no decision: "+err.Error())
+		return
+	}
+	s.answer(w, c, ck, d, c.b.Limit(i))
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	got := r.Header.Get(HeaderToken)
+	if got == "" {
+		a := r.Header.Get("Authorization")
+		if len(a) < 7 || !strings.EqualFold(a[:7], "bearer ") {
+			return false
+		}
+		got = a[7:]
+	}
+	return subtle.ConstantTimeCompare([]byte(got), s.token) == 1
+}
+
+// answer writes the decision's headers and status.
+func (s *Server) answer(w http.ResponseWriter, c *check, ck Check, d *engine.Decision, l engine.Limit) {
+	h := w.Header()
+	reset := ratefields.Seconds(d.ResetAfter)
+	remaining := max(d.Remaining, 0)
+	h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(d.Limit, 10)}
+	h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(remaining, 10)}
+	h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(reset, 10)}
+	h["Ratelimit-Policy"] = []string{string(ratefields.AppendPolicy(c.buf[:0], ck.Policy, d.Limit, ratefields.Seconds(l.Period)))}
+	h["Ratelimit"] = []string{string(ratefields.AppendRateLimit(c.buf[:0], ck.Policy, remaining, reset))}
+	if d.Allowed {
+		if d.Delay > 0 {
+			// The leaky bucket admits with a wait: the gateway (or the
+			// client) should hold the request that long.
+			h["X-Ratelimit-Delay-Ms"] = []string{strconv.FormatInt(d.Delay.Milliseconds(), 10)}
+		}
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	retry := max(ratefields.Seconds(d.RetryAfter), 1)
+	h["Retry-After"] = []string{strconv.FormatInt(retry, 10)}
+	h["Content-Type"] = []string{"application/problem+json"}
+	w.WriteHeader(ck.DenyStatus)
+	b := append(c.buf[:0], `{"type":"about:blank","title":"Too Many Requests","status":`...)
+	b = strconv.AppendInt(b, int64(ck.DenyStatus), 10)
+	b = append(b, `,"detail":"rate limit exceeded; retry after `...)
+	b = strconv.AppendInt(b, retry, 10)
+	b = append(b, ` s","retry_after":`...)
+	b = strconv.AppendInt(b, retry, 10)
+	b = append(b, "}\n"...)
+	_, _ = w.Write(b)
+	c.buf = b
+}
+
+// plain writes a one-line text answer.
+func plain(w http.ResponseWriter, status int, msg string) {
+	h := w.Header()
+	h["Content-Type"] = []string{"text/plain; charset=utf-8"}
+	h["X-Content-Type-Options"] = []string{"nosniff"}
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(strings.ReplaceAll(msg, "\n", " ") + "\n"))
+}

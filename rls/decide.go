@@ -1,0 +1,325 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/ratefields"
+	"github.com/sluice-rl/sluice/rlsconfig"
+	"github.com/sluice-rl/sluice/service"
+)
+
+// The peer's texts for a call it cannot decide.
+const (
+	errEmptyDomain      = "rate limit domain must not be empty"
+	errEmptyDescriptors = "rate limit descriptor list must not be empty"
+)
+
+// call is one ShouldRateLimit's scratch, pooled: the batch, the
+// descriptors as rlsconfig reads them, and where each descriptor's
+// decision went.
+type call struct {
+	b       *service.Batch
+	bs      []*service.Batch
+	ds      []rlsconfig.Descriptor
+	entries []rlsconfig.Entry
+	over    []rlsconfig.Override
+	hits    []int64
+	slot    []int // per descriptor: its index in b, or one of the no* values
+	peeked  bool  // the answer is the peek pass's: nothing was charged
+	done    chan struct{}
+	signal  func()
+}
+
+// What a descriptor gets when it does not go to the store.
+const (
+	noRule      = -1 // no rule, replaced, or unlimited: OK
+	noneAllowed = -2 // requests_per_unit 0, or more hits than the rule could ever admit: over
+)
+
+func newCall(svc *service.Service) *call {
+	c := &call{b: svc.NewBatch(), done: make(chan struct{}, 1)}
+	c.bs = []*service.Batch{c.b}
+	c.signal = func() { c.done <- struct{}{} }
+	return c
+}
+
+func (c *call) reset() {
+	c.b.Clear()
+	clear(c.entries) // drop the request's strings
+	clear(c.ds)
+	c.ds, c.entries, c.over, c.hits, c.slot = c.ds[:0], c.entries[:0], c.over[:0], c.hits[:0], c.slot[:0]
+	c.peeked = false
+}
+
+// decide hands the batch to the service and waits for its completion.
+func (s *Server) decide(c *call) {
+	s.svc.Decide(c.bs, c.signal)
+	<-c.done
+}
+
+// ShouldRateLimit answers as envoyproxy/ratelimit does. Every descriptor
+// that has a rule to count is decided in one batch; unknown domains and
+// descriptors are OK without a current_limit; unlimited ones are OK with
+// limit_remaining 4294967295 and never reach the store.
+//
+// With StopWhenOverLimit, the descriptors are first looked at without
+// taking (one batch of peeks) and charged (a second batch) only when none
+// is over. Between the two passes another call, on this sidecar or
+// another, may take what was looked at: the second pass may then refuse
+// one descriptor while charging the others. The peer's own GET then INCRBY
+// has the same window. A caller that needs all-or-nothing across several
+// limits should put them in one Sluice policy, decided in one script.
+func (s *Server) ShouldRateLimit(_ context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, errEmptyDomain)
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, errEmptyDescriptors)
+	}
+	c := s.calls.Get().(*call)
+	defer func() {
+		c.reset()
+		s.calls.Put(c)
+	}()
+	matches, err := s.resolve(c, req)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	peek := s.stop && s.queue(c, matches, true)
+	if peek {
+		s.decide(c)
+		if s.anyOver(c) {
+			c.peeked = true
+			return s.answer(c, req, matches)
+		}
+		c.b.Clear()
+	}
+	if s.queue(c, matches, false) {
+		s.decide(c)
+	}
+	return s.answer(c, req, matches)
+}
+
+// resolve reads the request's descriptors and finds their rules.
+func (s *Server) resolve(c *call, req *pb.RateLimitRequest) ([]rlsconfig.Match, error) {
+	n := 0
+	for _, d := range req.Descriptors {
+		n += len(d.GetEntries())
+	}
+	if cap(c.entries) < n {
+		c.entries = make([]rlsconfig.Entry, 0, n)
+	}
+	if cap(c.over) < len(req.Descriptors) {
+		c.over = make([]rlsconfig.Override, 0, len(req.Descriptors))
+	}
+	// The request's own hits_addend is a plain integer that Envoy leaves
+	// at 0, meaning 1; a descriptor's wrapper overrides it, 0 included
+	// (look without taking).
+	reqHits := max(int64(req.HitsAddend), 1)
+	for _, d := range req.Descriptors {
+		start := len(c.entries)
+		for _, e := range d.GetEntries() {
+			c.entries = append(c.entries, rlsconfig.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		rd := rlsconfig.Descriptor{Entries: c.entries[start:len(c.entries):len(c.entries)]}
+		if l := d.GetLimit(); l != nil {
+			c.over = append(c.over, rlsconfig.Override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: rlsconfig.Unit(l.GetUnit())})
+			rd.Override = &c.over[len(c.over)-1]
+		}
+		c.ds = append(c.ds, rd)
+		hits := reqHits
+		if h := d.GetHitsAddend(); h != nil {
+			hits = int64(min(h.GetValue(), math.MaxInt64))
+		}
+		c.hits = append(c.hits, hits)
+	}
+	return s.rules().Resolve(req.Domain, c.ds)
+}
+
+// queue adds to the batch every descriptor that the store decides, as
+// peeks or as charges, noting where each went; it reports whether any
+// was added.
+func (s *Server) queue(c *call, ms []rlsconfig.Match, peek bool) bool {
+	c.slot = c.slot[:0]
+	for i := range ms {
+		m := &ms[i]
+		r := &m.Rule
+		slot := noRule
+		switch {
+		case !m.Found || r.Unlimited:
+		case r.RefusesAll() || c.hits[i] > r.Limit.Capacity():
+			// The peer counts these and finds them over; the store would
+			// refuse them as invalid, and they can never be admitted.
+			slot = noneAllowed
+		default:
+			k, err := c.b.Add(service.Request{Key: r.Key, Cost: c.hits[i], Peek: peek, Limit: r.Limit,
+				OnFailure: r.OnFailure, Shadow: r.Shadow, Label: r.Label})
+			if err != nil {
+				// Rules are checked at load; nothing else can fail here.
+				s.log.Error("rls: a configured rule was refused by the service", "rule", r.Source, "err", err)
+				slot = noneAllowed
+			} else {
+				slot = k
+			}
+		}
+		c.slot = append(c.slot, slot)
+	}
+	return c.b.Len() > 0
+}
+
+// anyOver reports whether any descriptor of the peek pass is over its
+// limit, shadowed or not, as the peer's check before it increments is.
+func (s *Server) anyOver(c *call) bool {
+	for _, k := range c.slot {
+		switch {
+		case k == noneAllowed:
+			return true
+		case k >= 0:
+			d, err := c.b.Result(k)
+			if err == nil && (!d.Allowed || c.b.Shadowed(k)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// answer builds the response from the decided batch, as the peer does.
+func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match) (*pb.RateLimitResponse, error) {
+	now := time.Now()
+	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(ms))}
+	// One allocation for every status and what it points to.
+	boxes := make([]statusBox, len(ms))
+	var h headerPick
+	failedRate, failedQuota, totalQuota := 0, 0, 0
+	for i := range ms {
+		m, box := &ms[i], &boxes[i]
+		st := &box.st
+		resp.Statuses[i] = st
+		r := &m.Rule
+		k := c.slot[i]
+		if k == noRule {
+			st.Code = pb.RateLimitResponse_OK
+			if m.Found && r.Unlimited {
+				st.LimitRemaining = math.MaxUint32
+			}
+			continue
+		}
+		box.limit = pb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit,
+			Unit: pb.RateLimitResponse_RateLimit_Unit(r.Unit)}
+		st.CurrentLimit = &box.limit
+		over := true
+		var retry time.Duration
+		reset := windowLeft(r.Limit.Period, now)
+		if k >= 0 {
+			d, err := c.b.Result(k)
+			if err != nil {
+				if errors.Is(err, engine.ErrInvalid) {
+					return nil, status.Error(codes.InvalidArgument, err.Error())
+				}
+				return nil, status.Error(codes.Unavailable, "rate limit store: "+err.Error())
+			}
+			over = !d.Allowed || c.b.Shadowed(k)
+			if !over {
+				left := d.Remaining
+				if c.peeked {
+					// A peek reports what would be left after the charge
+					// that was not made; the peer reports the count as it
+					// stands.
+					left = min(left+c.hits[i], d.Limit)
+				}
+				st.LimitRemaining = uint32(min(max(left, 0), math.MaxUint32))
+			}
+			// The store's clock (Redis's) says when the window ends; a key
+			// with nothing counted has no reset of its own, and a fixed
+			// window then reports the rest of the current window, as the
+			// peer always does.
+			if d.ResetAfter > 0 || r.Limit.Algorithm != engine.FixedWindow {
+				reset = d.ResetAfter
+			}
+			retry = d.RetryAfter
+		}
+		box.reset.Seconds = ratefields.Seconds(reset)
+		st.DurationUntilReset = &box.reset
+		if k == noneAllowed {
+			retry = reset
+		}
+		// Shadow mode: over its limit, and answered OK with what an
+		// over-limit status carries, as the peer's.
+		st.Code = pb.RateLimitResponse_OK
+		if over && !r.Shadow {
+			st.Code = pb.RateLimitResponse_OVER_LIMIT
+		}
+		h.consider(i, st, r, retry, reset)
+		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
+			if r.Quota {
+				failedQuota++
+			} else {
+				failedRate++
+				h.force(i, st, r, retry, reset)
+			}
+		}
+		if r.Quota {
+			totalQuota++
+		}
+	}
+	resp.OverallCode = pb.RateLimitResponse_OK
+	if failedRate > 0 || totalQuota > 0 && totalQuota == failedQuota {
+		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+	}
+	if s.headers != HeadersOff && h.found {
+		resp.ResponseHeadersToAdd = s.responseHeaders(&h, resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT)
+	}
+	return resp, nil
+}
+
+// statusBox holds a descriptor status and the messages it points to.
+type statusBox struct {
+	st    pb.RateLimitResponse_DescriptorStatus
+	limit pb.RateLimitResponse_RateLimit
+	reset durationpb.Duration
+}
+
+// windowLeft is what is left of the current window of period, counted
+// from the Unix epoch as the peer counts it.
+func windowLeft(period time.Duration, now time.Time) time.Duration {
+	if period <= 0 {
+		return 0
+	}
+	return period - time.Duration(now.UnixNano())%period
+}
+
+// headerPick is the descriptor whose numbers the headers carry: the peer's
+// "closest to its limit", and the last over its limit (outside quota mode)
+// when any is.
+type headerPick struct {
+	found     bool
+	remaining uint32
+	st        *pb.RateLimitResponse_DescriptorStatus
+	rule      *rlsconfig.Rule
+	retry     time.Duration
+	reset     time.Duration
+}
+
+func (h *headerPick) consider(i int, st *pb.RateLimitResponse_DescriptorStatus, r *rlsconfig.Rule, retry, reset time.Duration) {
+	if !h.found || st.LimitRemaining < h.remaining {
+		h.force(i, st, r, retry, reset)
+		h.remaining = st.LimitRemaining
+	}
+}
+
+func (h *headerPick) force(_ int, st *pb.RateLimitResponse_DescriptorStatus, r *rlsconfig.Rule, retry, reset time.Duration) {
+	h.found, h.st, h.rule, h.retry, h.reset, h.remaining = true, st, r, retry, reset, 0
+	if st.Code != pb.RateLimitResponse_OVER_LIMIT {
+		h.remaining = st.LimitRemaining
+	}
+}

@@ -1,0 +1,20 @@
+// Package rls is Envoy's rate limit service over gRPC
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit), answering
+// as envoyproxy/ratelimit does, from that service's own YAML configuration
+// (package rlsconfig), so that Envoy, Istio or Envoy Gateway move to Sluice
+// by changing an address.
+//
+// It is a thin codec, as every door is: a request's descriptors are
+// resolved to rules by rlsconfig, each rule that needs the store becomes a
+// service.Request, and the whole call goes to the service as one batch, so
+// that concurrent calls share the batcher's round trips with RESP's
+// decisions, and the failure modes, deny cache and metrics are the same as
+// everywhere else. What only this protocol has lives here: the peer's
+// statuses, its overall code with quota mode, unlimited and unknown
+// descriptors, hits_addend, the response headers, and the option to charge
+// no descriptor of a call when any is over its limit.
+//
+// The server also serves the standard gRPC health service, reflecting the
+// sidecar's readiness, and server reflection, so grpcurl works without a
+// proto file.
+package rls

@@ -1,0 +1,170 @@
+package rls
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/sluice-rl/sluice/rlsconfig"
+	"github.com/sluice-rl/sluice/service"
+)
+
+// Headers says which response headers a call's answer asks Envoy to add
+// (response_headers_to_add). Envoy writes them on the response to the
+// client, allowed or refused.
+type Headers uint8
+
+// The header sets. HeadersOff is the zero value and the peer's default.
+const (
+	HeadersOff   Headers = iota
+	HeadersPeer          // RateLimit-Limit, -Remaining, -Reset: the peer's LIMIT_RESPONSE_HEADERS_ENABLED
+	HeadersDraft         // the IETF httpapi draft's RateLimit-Policy and RateLimit (-09 and later), Retry-After when over
+	HeadersBoth          // both sets
+)
+
+var headerNames = [...]string{HeadersOff: "off", HeadersPeer: "peer", HeadersDraft: "draft", HeadersBoth: "both"}
+
+func (h Headers) String() string {
+	if int(h) < len(headerNames) {
+		return headerNames[h]
+	}
+	return "headers(?)"
+}
+
+// MarshalText writes the set as UnmarshalText reads it, so a Headers is a
+// flag (flag.TextVar).
+func (h Headers) MarshalText() ([]byte, error) { return []byte(h.String()), nil }
+
+// UnmarshalText reads off, peer, draft or both.
+func (h *Headers) UnmarshalText(b []byte) error {
+	for i, n := range headerNames {
+		if string(b) == n {
+			*h = Headers(i)
+			return nil
+		}
+	}
+	return errors.New("must be off, peer, draft or both")
+}
+
+// Config configures a Server. Zero values mean the documented defaults.
+type Config struct {
+	// Service decides. Required.
+	Service *service.Service
+	// Rules returns the configuration in use; it is called once per call,
+	// so that a reload applies to the next call whole. Required; a nil
+	// configuration knows no domain, and every descriptor is then OK.
+	Rules func() *rlsconfig.Config
+	// StopWhenOverLimit charges no descriptor of a call when any of them
+	// is over its limit, as the peer's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
+	// does. It costs a second pass (see ShouldRateLimit). False, the peer's
+	// default: every descriptor is charged whatever the others decide.
+	StopWhenOverLimit bool
+	// Headers picks the response headers; zero: none, as the peer.
+	Headers Headers
+	// Ready reports whether the sidecar can decide: the health service
+	// answers NOT_SERVING while it returns an error. Nil: always ready.
+	Ready func() error
+	// TLS, when set, serves gRPC over TLS with it (client certificates are
+	// its ClientAuth's business).
+	TLS *tls.Config
+	// Logger logs what goes wrong beyond one call. Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Server serves Envoy's rate limit service, the health service and server
+// reflection on one gRPC server.
+type Server struct {
+	svc      *service.Service
+	rules    func() *rlsconfig.Config
+	stop     bool
+	headers  Headers
+	ready    func() error
+	log      *slog.Logger
+	g        *grpc.Server
+	draining atomic.Bool
+	calls    sync.Pool // *call
+
+	pb.UnimplementedRateLimitServiceServer
+}
+
+var _ pb.RateLimitServiceServer = (*Server)(nil)
+
+// New checks cfg and builds the server; Serve serves.
+func New(cfg Config) (*Server, error) {
+	if cfg.Service == nil {
+		return nil, errors.New("rls: Config.Service is required")
+	}
+	if cfg.Rules == nil {
+		return nil, errors.New("rls: Config.Rules is required")
+	}
+	if cfg.Headers > HeadersBoth {
+		return nil, errors.New("rls: unknown Config.Headers")
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = func() error { return nil }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{svc: cfg.Service, rules: cfg.Rules, stop: cfg.StopWhenOverLimit, headers: cfg.Headers,
+		ready: cfg.Ready, log: cfg.Logger}
+	s.calls.New = func() any { return newCall(s.svc) }
+	// A call waits for its batch's round trip to Redis in its handler, so
+	// a worker per call in flight: calls then reuse goroutines whose stacks
+	// have grown, instead of a new goroutine growing its stack each time.
+	opts := []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(newVTCodec())}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	s.g = grpc.NewServer(opts...)
+	pb.RegisterRateLimitServiceServer(s.g, s)
+	healthpb.RegisterHealthServer(s.g, &health{s: s})
+	reflection.Register(s.g)
+	return s, nil
+}
+
+// streamWorkers is how many calls in flight are served by reused
+// goroutines; more get a goroutine each, as without workers.
+const streamWorkers = 256
+
+// ErrServerClosed is what Serve returns after Shutdown.
+var ErrServerClosed = errors.New("rls: server closed")
+
+// Serve answers on ln until Shutdown; it then returns ErrServerClosed.
+func (s *Server) Serve(ln net.Listener) error {
+	err := s.g.Serve(ln)
+	if err == nil || errors.Is(err, grpc.ErrServerStopped) || s.draining.Load() {
+		return ErrServerClosed
+	}
+	return err
+}
+
+// Shutdown drains: the health service turns NOT_SERVING, no new call is
+// taken, and every call already received is answered, until ctx ends;
+// then the remaining connections are closed and ctx's error returned.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	done := make(chan struct{})
+	go func() {
+		s.g.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.g.Stop()
+		<-done
+		return ctx.Err()
+	}
+}
