@@ -32,7 +32,11 @@ func TestImportsPointDown(t *testing.T) {
 		"policy":     append([]string{"service", "upstream", "telemetry", "app", "cmd/", "lua"}, doors...),
 		"upstream":   append([]string{"service", "policy", "telemetry", "app", "cmd/"}, doors...),
 		"lua":        append([]string{"engine", "service", "upstream", "policy", "app", "cmd/"}, doors...),
-		"app":        {"cmd/"},
+		"app":        {"cmd/", "inject", "webhook"},
+		// The injector renders the sidecar from app's settings table; it
+		// decides nothing, so it reaches no store, door or policy.
+		"inject":     append([]string{"engine", "service", "upstream", "policy", "telemetry", "lua", "rlsconfig", "webhook", "cmd/"}, doors...),
+		"webhook":    append([]string{"engine", "service", "upstream", "policy", "telemetry", "lua", "rlsconfig", "cmd/"}, doors...),
 		"cmd/sluice": append([]string{"engine", "service", "upstream", "policy", "telemetry", "lua", "rlsconfig"}, doors...),
 	}
 	seen := 0
