@@ -259,7 +259,7 @@ func parsePolicy(file, name string, key, node *yaml.Node) (engine.Policy, error)
 	}
 	a, err := engine.ParseAlgorithm(alg.Value)
 	if err != nil {
-		return p, fail(alg.Line, "algorithm", reason(err))
+		return p, fail(alg.Line, "algorithm", reason(err)+", concurrency")
 	}
 	p.Limit.Algorithm = a
 	for _, f := range []string{"rate", "limit", "burst", "capacity", "precision"} {
