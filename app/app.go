@@ -278,7 +278,7 @@ func (s *Sidecar) telemetry(ctx context.Context, getenv func(string) string) (tr
 // sources are what the metrics read when scraped.
 func (s *Sidecar) sources() telemetry.Sources {
 	src := telemetry.Sources{Decisions: s.svc.EachDecision, Errors: s.svc.EachError,
-		Clients: s.resp.Clients, Memory: s.mem.Len}
+		Clients: s.resp.Clients, Memory: s.mem.Len, Leases: s.svc.EachLeasePolicy}
 	if c := s.chain; c != nil {
 		src.DenyCache, src.Guard, src.Batcher = c.deny.Stats, c.guard.Stats, c.batcher.Stats
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/respserver"
+	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/telemetry"
 	"github.com/sluice-rl/sluice/upstream"
 )
@@ -24,6 +25,8 @@ import (
 //	deny      a refused key is refused locally until its retry-after
 //	batcher   all connections' decisions share round trips
 //	upstream  the Redis store: the batch script, one call per batch
+//
+// Leases (RL.ACQUIRE, RL.RELEASE) go from the guard straight to upstream.
 type chain struct {
 	kind    upstream.Kind
 	batcher *engine.Batcher
@@ -71,6 +74,9 @@ func newChain(cfg Config, mem *engine.MemoryStore, tel *telemetry.Telemetry, log
 	}
 	if c.guard, err = engine.NewGuard(engine.GuardConfig{
 		Store: c.deny, Local: mem, Default: cfg.OnFailure,
+		// Leases go to Redis past the deny cache and the batcher: a
+		// concurrency refusal is never remembered.
+		Leaser: up, LeaseTimeout: cfg.UpstreamTimeout,
 		OnBreaker: func(open bool, cause error) {
 			if open {
 				log.Warn("upstream Redis failing: deciding by each request's failure mode", "err", cause, "default", cfg.OnFailure.String())
@@ -165,6 +171,7 @@ func (s *Sidecar) infoSections() []respserver.InfoSection {
 		{Name: "Memory", Fields: func() [][2]string {
 			return [][2]string{{"memory_store_keys", strconv.Itoa(s.mem.Len())}, {"memory_store_max_keys", strconv.Itoa(cfg.MaxKeys)}}
 		}},
+		{Name: "Leases", Fields: s.leaseInfo},
 		{Name: "Policies", Fields: func() [][2]string {
 			if s.live == nil {
 				return [][2]string{{"policies", "0"}, {"policies_file", ""}}
@@ -207,4 +214,15 @@ func (s *Sidecar) infoSections() []respserver.InfoSection {
 				{"deny_cache_evictions", u(d.Evictions)}, {"deny_cache_entries", strconv.Itoa(d.Entries)},
 				{"deny_cache_size", strconv.Itoa(cfg.DenyCacheSize)}}
 		}})
+}
+
+// leaseInfo is INFO's Leases section: the concurrency limiter's counts,
+// summed over policies (the metrics have them per policy).
+func (s *Sidecar) leaseInfo() [][2]string {
+	t := s.svc.LeaseTotals()
+	f := [][2]string{{"leases_held", strconv.FormatInt(t.Held, 10)}}
+	for e, n := range t.Events {
+		f = append(f, [2]string{"leases_" + service.LeaseEvent(e).String(), strconv.FormatUint(n, 10)})
+	}
+	return append(f, [2]string{"memory_store_leases", strconv.Itoa(s.mem.Leases())})
 }

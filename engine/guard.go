@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -30,6 +31,16 @@ type GuardConfig struct {
 	OnBreaker func(open bool, cause error)
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	// Leaser holds the shared store's leases (guardlease.go); nil means
+	// Store's own if it is a Leaser, else the guard holds no leases.
+	// Local's leases, if it is a Leaser, answer FailLocal.
+	Leaser Leaser
+	// LeaseTimeout bounds each call to Leaser. Zero means 100ms.
+	LeaseTimeout time.Duration
+	// MaxLocalLeases bounds how many leases granted by Local the guard
+	// remembers, to release them there. Zero means 10,000.
+	MaxLocalLeases int
 }
 
 // Guard is a Store that keeps deciding when the shared store fails. Each
@@ -56,6 +67,8 @@ type Guard struct {
 	fallback  atomic.Uint64
 	lastRound atomic.Int64 // UnixNano of the last outcome from the store
 	flights   sync.Pool    // *guardFlight
+
+	leases guardLeases
 }
 
 var _ Submitter = (*Guard)(nil)
@@ -65,8 +78,8 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("engine: guard needs a store")
 	}
-	if cfg.Threshold < 0 || cfg.ProbeEvery < 0 {
-		return nil, errors.New("engine: guard threshold and probe interval must not be negative")
+	if cfg.Threshold < 0 || cfg.ProbeEvery < 0 || cfg.LeaseTimeout < 0 || cfg.MaxLocalLeases < 0 {
+		return nil, errors.New("engine: guard threshold, probe interval, lease timeout and local leases must not be negative")
 	}
 	if cfg.Default == FailDefault {
 		cfg.Default = FailOpen
@@ -85,6 +98,12 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 	}
 	g := &Guard{store: cfg.Store, local: cfg.Local, def: cfg.Default, threshold: cfg.Threshold,
 		probeEvery: cfg.ProbeEvery, onBreaker: cfg.OnBreaker, now: cfg.Now}
+	g.leases = guardLeases{shared: cfg.Leaser, timeout: cmp.Or(cfg.LeaseTimeout, 100*time.Millisecond),
+		max: cmp.Or(cfg.MaxLocalLeases, 10_000)}
+	if g.leases.shared == nil {
+		g.leases.shared, _ = cfg.Store.(Leaser)
+	}
+	g.leases.local, _ = cfg.Local.(Leaser)
 	g.flights.New = func() any {
 		f := &guardFlight{g: g}
 		f.landed = f.land

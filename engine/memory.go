@@ -48,6 +48,7 @@ type MemoryStore struct {
 	now    func() time.Time
 	seed   maphash.Seed
 	shards [memoryShards]memoryShard
+	leases memLeases // the concurrency limiter's (memlease.go)
 }
 
 type memoryShard struct {
@@ -368,8 +369,9 @@ func (s *memoryShard) remove(i int32) {
 	s.free = append(s.free, i)
 }
 
-// Reset implements Store.
+// Reset implements Store. It forgets the key's leases too.
 func (m *MemoryStore) Reset(_ context.Context, key string) error {
+	m.resetLeases(key)
 	for _, a := range Algorithms {
 		h := m.hash(a, key)
 		s := m.shard(h)

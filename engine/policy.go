@@ -14,6 +14,10 @@ type Policy struct {
 	// Shadow decides and counts as usual but always allows: a new limit can
 	// be watched against real traffic before it is enforced.
 	Shadow bool
+	// Concurrency, when its Limit is set, makes this a concurrency policy
+	// (lease.go): leases are acquired and released under it, and Limit is
+	// unused.
+	Concurrency Concurrency
 }
 
 // Policies finds policies by name. Implementations are safe for concurrent

@@ -1,7 +1,8 @@
 // Package lua holds Sluice's Redis scripts: the six rate-limiting algorithms
 // in Lua, each a local function that decides one request against one key,
 // composed into a script per algorithm and one batch script that decides a
-// whole batch of requests with any algorithms in one call.
+// whole batch of requests with any algorithms in one call; and the
+// concurrency limiter's lease script.
 //
 // The scripts reproduce engine/algorithms.go decision by decision, in the
 // same integer microseconds and with the same state (each file says how it
@@ -63,6 +64,9 @@ var (
 	leakySrc string
 	//go:embed gcra.lua
 	gcraSrc string
+
+	//go:embed lease.lua
+	leaseMain string
 )
 
 // algorithms lists each algorithm's short name (also the name of its Lua
@@ -84,6 +88,9 @@ var prelude = preludeSrc + "\n" + bucketSrc
 var (
 	// Batch decides many requests, each with its own algorithm.
 	Batch *Script
+	// Lease acquires and releases the concurrency limiter's leases of one
+	// key (see lease.lua for its arguments and replies).
+	Lease *Script
 	// singles holds the single-request scripts by short name.
 	singles = map[string]*Script{}
 	// all is every script: the singles in engine's order, then Batch.
@@ -107,6 +114,9 @@ func init() {
 	}
 	Batch = newScript("batch", batch+"\n"+batchMain)
 	all = append(all, Batch)
+	// The lease script needs the shared helpers, not the algorithms.
+	Lease = newScript("lease", shebang+preludeSrc+"\n"+leaseMain)
+	all = append(all, Lease)
 }
 
 func newScript(name, src string) *Script {
@@ -119,5 +129,6 @@ func newScript(name, src string) *Script {
 // nil for any other name.
 func Single(name string) *Script { return singles[name] }
 
-// All returns every script: the six single-request scripts, then Batch.
+// All returns every script: the six single-request scripts, Batch, then
+// Lease.
 func All() []*Script { return append([]*Script(nil), all...) }

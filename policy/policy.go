@@ -93,7 +93,7 @@ func (e *Error) Error() string {
 // fields a policy may have. rate and limit are one field under two names
 // (limit reads better for the window algorithms), as are burst and
 // capacity (capacity reads better for the buckets).
-var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity", "precision", "prefix", "on_failure", "shadow"}
+var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity", "precision", "prefix", "on_failure", "shadow", "lease_ttl"}
 
 // Parse parses a policies file's contents; file names it in errors.
 //
@@ -107,6 +107,10 @@ var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity
 //	    prefix: "api:"       # default: the name and a colon
 //	    on_failure: local    # allow, deny or local; default: the sidecar's
 //	    shadow: true         # decide and count, but always allow; default false
+//	  uploads:
+//	    algorithm: concurrency # at most limit leases held at once (concurrency.go)
+//	    limit: 10
+//	    lease_ttl: 30s
 func Parse(file string, data []byte) (*Set, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -232,6 +236,12 @@ func parsePolicy(file, name string, key, node *yaml.Node) (engine.Policy, error)
 			return p, fail(v.Line, f, "expected a single value")
 		}
 	}
+	if a := seen["algorithm"]; a != nil && isConcurrency(a.Value) {
+		return parseConcurrency(p, key, seen, fail)
+	}
+	if v := seen["lease_ttl"]; v != nil {
+		return p, fail(v.Line, "lease_ttl", "only a concurrency policy (algorithm: concurrency) takes a lease_ttl")
+	}
 	for _, pair := range [][2]string{{"rate", "limit"}, {"burst", "capacity"}} {
 		if seen[pair[0]] != nil && seen[pair[1]] != nil {
 			return p, fail(seen[pair[1]].Line, pair[1], "is another name for "+pair[0]+": give one of them")
@@ -245,11 +255,11 @@ func parsePolicy(file, name string, key, node *yaml.Node) (engine.Policy, error)
 	}
 	alg := seen["algorithm"]
 	if alg == nil {
-		return p, fail(key.Line, "algorithm", "missing: give one of fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket, gcra")
+		return p, fail(key.Line, "algorithm", "missing: give one of fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket, gcra, concurrency")
 	}
 	a, err := engine.ParseAlgorithm(alg.Value)
 	if err != nil {
-		return p, fail(alg.Line, "algorithm", reason(err))
+		return p, fail(alg.Line, "algorithm", reason(err)+", concurrency")
 	}
 	p.Limit.Algorithm = a
 	for _, f := range []string{"rate", "limit", "burst", "capacity", "precision"} {

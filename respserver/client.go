@@ -87,6 +87,9 @@ type segment struct {
 	// An RL.RESET under way, off the loop: its keys, then its outcome.
 	reset    []string
 	resetErr error
+	// Another command run off the loop (offLoop: RL.ACQUIRE, RL.RELEASE):
+	// appends its reply once it has landed.
+	answer func([]byte) []byte
 }
 
 // pending is a reply owed in pipeline order: a queued decision, or an error
@@ -120,7 +123,7 @@ func (c *client) newSegment() *segment {
 }
 
 // empty tells whether the segment owes nothing.
-func (g *segment) empty() bool { return len(g.pend) == 0 && g.reset == nil }
+func (g *segment) empty() bool { return len(g.pend) == 0 && g.reset == nil && g.answer == nil }
 
 // exec runs one command, or reports that it must wait (held) for what is
 // in flight or queued before it: then nothing of it has run, and the
@@ -231,6 +234,9 @@ func (c *client) deliver(g *segment) {
 			c.out = redcon.AppendInt(c.out, int64(len(g.reset)))
 		}
 	}
+	if g.answer != nil {
+		c.out = g.answer(c.out)
+	}
 	for i := range g.pend {
 		p := &g.pend[i]
 		if p.req < 0 {
@@ -251,7 +257,7 @@ func (c *client) deliver(g *segment) {
 func (g *segment) clear() {
 	g.batch.Clear()
 	clear(g.pend)
-	g.pend, g.reset, g.resetErr = g.pend[:0], nil, nil
+	g.pend, g.reset, g.resetErr, g.answer = g.pend[:0], nil, nil, nil
 }
 
 // idle tells whether nothing is owed: no segment queued or in flight.

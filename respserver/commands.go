@@ -55,7 +55,7 @@ var commandTable map[string]*command
 var commandList []*command
 
 func init() {
-	commandList = append(decisionCommands(), connectionCommands()...)
+	commandList = append(append(decisionCommands(), leaseCommands()...), connectionCommands()...)
 	commandTable = make(map[string]*command, len(commandList))
 	for _, cmd := range commandList {
 		commandTable[cmd.name] = cmd

@@ -106,9 +106,14 @@ func unknownSubcommand(sub []byte, cmd string) string {
 func requestError(err error, cmd *command) string {
 	var pe *engine.ParamError
 	var unknown *service.UnknownPolicyError
+	var kind *service.PolicyKindError
 	switch {
 	case errors.As(err, &unknown):
 		return invalidArg("policy", []byte(unknown.Name), "no such policy")
+	case errors.As(err, &kind) && kind.Concurrency:
+		return invalidArg("policy", []byte(kind.Name), "a concurrency policy: use RL.ACQUIRE and RL.RELEASE")
+	case errors.As(err, &kind):
+		return invalidArg("policy", []byte(kind.Name), "not a concurrency policy: use RL.ALLOW")
 	case errors.As(err, &pe):
 		param := pe.Param
 		if cmd != nil {

@@ -67,8 +67,9 @@ func (s *Service) NewBatch() *Batch { return &Batch{s: s} }
 
 // Add resolves r and queues it, returning its index for Result. A request
 // that cannot be decided is not queued: its error is returned for the door
-// to answer in its place (ErrNoPolicies, *UnknownPolicyError, or a
-// *engine.ParamError naming the parameter). Either way the error is counted.
+// to answer in its place (ErrNoPolicies, *UnknownPolicyError, a
+// *PolicyKindError for a concurrency policy, or a *engine.ParamError
+// naming the parameter). Either way the error is counted.
 func (b *Batch) Add(r Request) (int, error) {
 	req := engine.Request{Key: r.Key, Limit: r.Limit, Cost: r.Cost, Peek: r.Peek, OnFailure: r.OnFailure}
 	m := meta{policy: cmp.Or(r.Label, Inline), shadow: r.Shadow}
@@ -77,6 +78,10 @@ func (b *Batch) Add(r Request) (int, error) {
 		if err != nil {
 			b.s.CountError(ErrRequest)
 			return -1, err
+		}
+		if p.Concurrency.Limit > 0 {
+			b.s.CountError(ErrRequest)
+			return -1, &PolicyKindError{Name: p.Name, Concurrency: true}
 		}
 		if r.Key == "" {
 			b.s.CountError(ErrRequest)

@@ -39,7 +39,12 @@ type Config struct {
 	// Tracer, when set, records a span for each decision of a batch whose
 	// Trace is set. Nil turns tracing off.
 	Tracer trace.Tracer
-	// ResetTimeout bounds one Reset. Zero means 2s. Decisions get no
+	// Leaser holds the concurrency limiter's leases (lease.go); nil means
+	// Store's own if it is an engine.Leaser, else none: a lease request
+	// then gets ErrNoLeases.
+	Leaser engine.Leaser
+	// ResetTimeout bounds one Reset, and one Acquire or Release. Zero
+	// means 2s. Decisions get no
 	// deadline here: the store bounds its own waits (engine.Store).
 	ResetTimeout time.Duration
 }
@@ -52,7 +57,10 @@ type Service struct {
 	tracer       trace.Tracer
 	resetTimeout time.Duration
 
+	leaser engine.Leaser
+
 	decisions decisions
+	leases    leaseBook
 	errors    [numErrorKinds]atomicCount
 	flights   sync.Pool // *flight
 }
@@ -68,7 +76,10 @@ func New(cfg Config) (*Service, error) {
 	if cfg.ResetTimeout == 0 {
 		cfg.ResetTimeout = 2 * time.Second
 	}
-	s := &Service{store: cfg.Store, policies: cfg.Policies, tracer: cfg.Tracer, resetTimeout: cfg.ResetTimeout}
+	s := &Service{store: cfg.Store, policies: cfg.Policies, tracer: cfg.Tracer, resetTimeout: cfg.ResetTimeout, leaser: cfg.Leaser}
+	if s.leaser == nil {
+		s.leaser, _ = cfg.Store.(engine.Leaser)
+	}
 	s.flights.New = func() any {
 		f := &flight{s: s}
 		f.landed = f.land

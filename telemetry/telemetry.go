@@ -41,6 +41,9 @@ type Sources struct {
 	Memory    func() int                   // in-memory store size, in keys
 	Guard     func() engine.GuardStats     // breaker state
 	Batcher   func() engine.BatcherStats   // batches and their decisions
+	// Leases walks the lease counts per policy
+	// (service.Service.EachLeasePolicy).
+	Leases func(func(policy string, st service.LeaseStats))
 }
 
 // Config configures Telemetry.
@@ -90,7 +93,8 @@ func New(cfg Config) (*Telemetry, error) {
 		opts = append(opts, sdkmetric.WithReader(r))
 	}
 	t.provider = sdkmetric.NewMeterProvider(opts...)
-	if err := t.instruments(t.provider.Meter("github.com/sluice-rl/sluice")); err != nil {
+	meter := t.provider.Meter("github.com/sluice-rl/sluice")
+	if err := errors.Join(t.instruments(meter), t.leaseInstruments(meter)); err != nil {
 		return nil, fmt.Errorf("telemetry: instruments: %w", err)
 	}
 	t.okAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "ok")))

@@ -541,14 +541,15 @@ func scriptError(reply []any, integers int, k int64) error {
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
 // Reset implements engine.Store: it deletes key's state under every
-// algorithm in one command, then announces the reset on the channel
+// algorithm, and its leases, in one command, then announces the reset on the channel
 // ResetChannel, so that every sidecar drops what it remembers of the key
 // (see Subscribe).
 func (s *Store) Reset(ctx context.Context, key string) error {
-	keys := make([]string, len(engine.Algorithms))
+	keys := make([]string, len(engine.Algorithms), len(engine.Algorithms)+1)
 	for k, a := range engine.Algorithms {
 		keys[k] = s.Key(key, a)
 	}
+	keys = append(keys, s.LeaseKey(key))
 	if s.cluster && !sameSlot(keys) {
 		// Only a key whose hash tag is empty (it starts with '}') spreads
 		// its algorithms over slots; delete them one by one.

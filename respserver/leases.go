@@ -1,0 +1,174 @@
+package respserver
+
+import (
+	"context"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/service"
+)
+
+// The concurrency limiter's commands:
+//
+//	RL.ACQUIRE key limit lease_ttl [id]      RL.ACQUIRE POLICY name key [id]
+//	RL.RELEASE key lease_id                  RL.RELEASE POLICY name key lease_id
+//
+// They wait on Redis and are not batched, so they run as RL.RESET does: on
+// an event loop, off the loop in a goroutine that lands its reply through
+// the loop; the connection's later commands wait for it, and every other
+// connection is served meanwhile. A first argument POLICY (in any case)
+// starts the policy form, so an inline key cannot be named "policy".
+
+// Field names of the lease reply (RESP3 map), in the order of the RESP2
+// array.
+var leaseFields = [...]string{"allowed", "limit", "remaining", "retry_after_ms", "lease_id"}
+
+func leaseCommands() []*command {
+	return []*command{
+		{
+			name: "rl.acquire", minArgs: 4, maxArgs: 5, flags: []string{"write"},
+			firstKey: 1, lastKey: 1, keyStep: 1, group: "sluice",
+			summary: "Concurrency limiter: take one of limit leases of key, held for lease_ttl unless released; an id that is held is renewed. Or POLICY name key [id].",
+			args: []argDoc{{name: "key", typ: "key"}, {name: "limit", typ: "integer"}, {name: "lease_ttl", typ: "string"},
+				{name: "id", typ: "string", optional: true}},
+			run: runAcquire,
+		},
+		{
+			name: "rl.release", minArgs: 3, maxArgs: 5, flags: []string{"write", "fast"},
+			firstKey: 1, lastKey: 1, keyStep: 1, group: "sluice",
+			summary: "Free a lease taken by RL.ACQUIRE: 1 if it was held, 0 if not (released already, or expired). Or POLICY name key lease_id.",
+			args:    []argDoc{{name: "key", typ: "key"}, {name: "lease_id", typ: "string"}},
+			run:     runRelease,
+		},
+	}
+}
+
+// parseAcquire reads RL.ACQUIRE's arguments, copied: they outlive the
+// read buffer when the command runs off the loop.
+func parseAcquire(args [][]byte) (service.LeaseRequest, string) {
+	var r service.LeaseRequest
+	if named(args[1], "policy") {
+		r.Policy, r.Key = string(args[2]), string(args[3])
+		if len(args) > 4 {
+			r.ID = string(args[4])
+			if r.ID == "" {
+				return r, invalidArg("id", args[4], "must not be empty")
+			}
+		}
+		return r, ""
+	}
+	r.Key = string(args[1])
+	n, why := parseInt(args[2])
+	if why != "" {
+		return r, invalidArg("limit", args[2], why)
+	}
+	r.Limit = n
+	ttl, why := engine.ParsePeriod(str(args[3]))
+	if why != "" {
+		return r, invalidArg("lease_ttl", args[3], why)
+	}
+	r.TTL = ttl
+	if len(args) > 4 {
+		r.ID = string(args[4])
+		if r.ID == "" {
+			return r, invalidArg("id", args[4], "must not be empty")
+		}
+	}
+	return r, ""
+}
+
+// parseRelease reads RL.RELEASE's arguments, copied.
+func parseRelease(args [][]byte) (policy, key, id, msg string) {
+	switch {
+	case len(args) == 3:
+		return "", string(args[1]), string(args[2]), ""
+	case len(args) == 5 && named(args[1], "policy"):
+		return string(args[2]), string(args[3]), string(args[4]), ""
+	case named(args[1], "policy"):
+		return "", "", "", "ERR syntax error: RL.RELEASE POLICY name key lease_id"
+	}
+	return "", "", "", "ERR syntax error: RL.RELEASE key lease_id, or RL.RELEASE POLICY name key lease_id"
+}
+
+func runAcquire(c *client, args [][]byte) {
+	r, msg := parseAcquire(args)
+	if msg != "" {
+		c.fail(msg)
+		return
+	}
+	svc, proto := c.s.cfg.Service, c.proto
+	var d engine.LeaseDecision
+	var err error
+	answer := func(out []byte) []byte {
+		if err != nil {
+			return redcon.AppendError(out, requestError(err, nil)) // the service counted it
+		}
+		return appendLease(out, &d, proto)
+	}
+	c.offLoop(answer, func() { d, err = svc.Acquire(context.Background(), r) })
+}
+
+func runRelease(c *client, args [][]byte) {
+	policy, key, id, msg := parseRelease(args)
+	if msg != "" {
+		c.fail(msg)
+		return
+	}
+	svc := c.s.cfg.Service
+	var held bool
+	var err error
+	answer := func(out []byte) []byte {
+		switch {
+		case err != nil:
+			return redcon.AppendError(out, requestError(err, nil))
+		case held:
+			return redcon.AppendInt(out, 1)
+		}
+		return redcon.AppendInt(out, 0)
+	}
+	c.offLoop(answer, func() { held, err = svc.Release(context.Background(), policy, key, id) })
+}
+
+// offLoop runs work, which may wait on Redis, and then owes answer's
+// reply: at once on a connection's own goroutine; on an event loop, in a
+// goroutine, landing through the loop as RL.RESET does. work must not
+// touch the client; answer runs on the connection's goroutine or loop.
+func (c *client) offLoop(answer func([]byte) []byte, work func()) {
+	if c.loop == nil {
+		work()
+		c.out = answer(c.out)
+		return
+	}
+	g := c.newSegment()
+	g.answer = answer
+	c.flying = g
+	go func() {
+		work()
+		c.loop.land(g)
+	}()
+}
+
+// appendLease encodes a lease decision: a map of leaseFields after HELLO 3,
+// else an array in their order.
+func appendLease(dst []byte, d *engine.LeaseDecision, proto int) []byte {
+	vals := [4]int64{0, d.Limit, d.Remaining, ceilMillis(d.RetryAfter)}
+	if d.Allowed {
+		vals[0] = 1
+	}
+	if proto == 3 {
+		dst = appendMapLen(dst, len(leaseFields), proto)
+	} else {
+		dst = redcon.AppendArray(dst, len(leaseFields))
+	}
+	for i, v := range vals {
+		if proto == 3 {
+			dst = redcon.AppendBulkString(dst, leaseFields[i])
+		}
+		dst = redcon.AppendInt(dst, v)
+	}
+	if proto == 3 {
+		dst = redcon.AppendBulkString(dst, leaseFields[4])
+	}
+	return redcon.AppendBulkString(dst, d.ID)
+}
