@@ -60,15 +60,8 @@ func parseConcurrency(p engine.Policy, key *yaml.Node, seen map[string]*yaml.Nod
 		return p, fail(t.Line, "lease_ttl", fmt.Sprintf("%q %s", t.Value, why))
 	}
 	p.Concurrency = engine.Concurrency{Limit: n, TTL: ttl}
-	if v := seen["prefix"]; v != nil {
-		p.Prefix = v.Value
-	}
-	if v := seen["on_failure"]; v != nil {
-		m, err := engine.ParseFailureMode(v.Value)
-		if err != nil {
-			return p, fail(v.Line, "on_failure", fmt.Sprintf("%q must be allow, deny or local", v.Value))
-		}
-		p.OnFailure = m
+	if err := sharedFields(&p, seen, fail); err != nil {
+		return p, err
 	}
 	return p, nil
 }

@@ -295,15 +295,8 @@ func parsePolicy(file, name string, key, node *yaml.Node) (engine.Policy, error)
 		return p, fail(per.Line, "period", fmt.Sprintf("%q %s", per.Value, why))
 	}
 	p.Limit.Period = d
-	if v := seen["prefix"]; v != nil {
-		p.Prefix = v.Value
-	}
-	if v := seen["on_failure"]; v != nil {
-		m, err := engine.ParseFailureMode(v.Value)
-		if err != nil {
-			return p, fail(v.Line, "on_failure", fmt.Sprintf("%q must be allow, deny or local", v.Value))
-		}
-		p.OnFailure = m
+	if err := sharedFields(&p, seen, fail); err != nil {
+		return p, err
 	}
 	if v := seen["shadow"]; v != nil {
 		switch v.Value {
@@ -358,4 +351,20 @@ func yamlError(file string, err error) error {
 		}
 	}
 	return &Error{File: file, Line: line, Msg: msg}
+}
+
+// sharedFields reads the fields every kind of policy takes: prefix and
+// on_failure.
+func sharedFields(p *engine.Policy, seen map[string]*yaml.Node, fail func(line int, field, msg string) error) error {
+	if v := seen["prefix"]; v != nil {
+		p.Prefix = v.Value
+	}
+	if v := seen["on_failure"]; v != nil {
+		m, err := engine.ParseFailureMode(v.Value)
+		if err != nil {
+			return fail(v.Line, "on_failure", fmt.Sprintf("%q must be allow, deny or local", v.Value))
+		}
+		p.OnFailure = m
+	}
+	return nil
 }
