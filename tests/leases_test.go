@@ -37,7 +37,10 @@ func TestLeasesAcrossSidecars(t *testing.T) {
 	pol := leasePolicies(t)
 	var cars []*sluice
 	for range 3 {
-		cars = append(cars, startSluice(t, "--upstream", "redis://"+r.Addr, "--policies", pol))
+		// The test counts leases, not latency: a CI machine running the
+		// race detector beside it can stall a lease call past the default
+		// 100ms, and a release that times out is an error to its client.
+		cars = append(cars, startSluice(t, "--upstream", "redis://"+r.Addr, "--policies", pol, "--upstream-timeout", "2s"))
 	}
 	const clients, limit = 50, 10
 	var granted, released, abandoned, refused, lost atomic.Int64
