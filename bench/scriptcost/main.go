@@ -3,7 +3,11 @@
 // EVALSHA divided by the batch size), not throughput, which on a shared
 // machine is mostly noise. It starts its own redis-server on a free
 // loopback port, sends batches through the real upstream.Store, and prints
-// the median of several runs for each scenario and batch size:
+// for each scenario and batch size the median and the least of several
+// runs, and beside them the median of Redis's main thread CPU time per
+// decision over the same runs (/proc/<pid>/schedstat: not inflated when
+// the machine preempts Redis mid-call, as usec_per_call, a wall time, is;
+// it also counts reading and answering the calls):
 //
 //	fresh  every request on a key never seen: one claim (SET NX GET) each
 //	hot    every request of a batch on one key, with a limit that admits
@@ -92,7 +96,7 @@ func main() {
 		as = append(as, a)
 	}
 
-	stop, addr, err := startRedis()
+	stop, addr, pid, err := startRedis()
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -104,12 +108,12 @@ func main() {
 		stop()
 		log.Fatal(err)
 	}
-	m := &meter{ctx: context.Background(), client: client, store: store}
+	m := &meter{ctx: context.Background(), client: client, store: store, pid: pid}
 
-	fmt.Printf("Redis µs per decision (commandstats usec_per_call of EVALSHA / batch size), median of %d runs of %d decisions\n", *runs, *decisions)
+	fmt.Printf("Redis µs per decision, %d runs of %d decisions: usec_per_call of EVALSHA / N, median (least); main thread CPU / decision, median\n", *runs, *decisions)
 	fmt.Printf("%-8s %-8s", "scenario", "alg")
 	for _, n := range ns {
-		fmt.Printf(" %9s", "N="+strconv.Itoa(n))
+		fmt.Printf(" %22s", "N="+strconv.Itoa(n))
 	}
 	fmt.Println()
 	for sc := range strings.SplitSeq(*scenarios, ",") {
@@ -132,23 +136,50 @@ type meter struct {
 	client *redis.Client
 	store  *upstream.Store
 	serial int // makes every fresh key new
+	pid    int // the redis-server's
+	// decided counts the decisions of the last measurement, the first
+	// batch (which loads the script) included, as the CPU time does.
+	decided int
+}
+
+// cpu reads the nanoseconds Redis's main thread has spent on a CPU.
+func (m *meter) cpu() (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(m.pid) + "/schedstat")
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("empty schedstat")
+	}
+	return strconv.ParseInt(f[0], 10, 64)
 }
 
 // row prints one scenario's medians, one per batch size.
 func (m *meter) row(scenario, alg string, ns []int, measure func(n int) (float64, error)) {
 	fmt.Printf("%-8s %-8s", scenario, alg)
 	for _, n := range ns {
-		var got []float64
+		var got, cpu []float64
 		for range *runs {
+			before, err := m.cpu()
+			if err != nil {
+				log.Fatal(err)
+			}
 			us, err := measure(n)
 			if err != nil {
 				fmt.Println()
 				log.Fatalf("%s %s N=%d: %v", scenario, alg, n, err)
 			}
+			after, err := m.cpu()
+			if err != nil {
+				log.Fatal(err)
+			}
 			got = append(got, us)
+			cpu = append(cpu, float64(after-before)/1000/float64(m.decided))
 		}
 		slices.Sort(got)
-		fmt.Printf(" %9.3f", got[len(got)/2])
+		slices.Sort(cpu)
+		fmt.Printf(" %6.3f (%5.3f) %6.3f", got[len(got)/2], got[0], cpu[len(cpu)/2])
 	}
 	fmt.Println()
 }
@@ -163,6 +194,7 @@ func (m *meter) batches(scenario string, a engine.Algorithm, n int) (float64, er
 		l = hotLimit(a)
 	}
 	rounds := (*decisions + n - 1) / n
+	m.decided = (rounds + 1) * n
 	// One batch first, unmeasured: it loads the script.
 	for round := -1; round < rounds; round++ {
 		if round == 0 {
@@ -203,6 +235,7 @@ func (m *meter) floor(n int) (float64, error) {
 	}
 	keys := make([]string, n)
 	rounds := (*decisions + n - 1) / n
+	m.decided = rounds * n
 	if err := m.resetStats(); err != nil {
 		return 0, err
 	}
@@ -243,14 +276,14 @@ func (m *meter) usecPerCall(cmd string) (float64, error) {
 
 // startRedis runs a redis-server on a free loopback port, without
 // persistence, in a temporary directory, and returns how to stop it.
-func startRedis() (stop func(), addr string, err error) {
+func startRedis() (stop func(), addr string, pid int, err error) {
 	dir, err := os.MkdirTemp("", "sluice-scriptcost-")
 	if err != nil {
-		return nil, "", err
+		return nil, "", 0, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, "", err
+		return nil, "", 0, err
 	}
 	addr = ln.Addr().String()
 	_, port, _ := net.SplitHostPort(addr)
@@ -258,7 +291,7 @@ func startRedis() (stop func(), addr string, err error) {
 	cmd := exec.Command(*server, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
 	if err := cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, "", fmt.Errorf("start %s: %w", *server, err)
+		return nil, "", 0, fmt.Errorf("start %s: %w", *server, err)
 	}
 	stop = func() {
 		_ = cmd.Process.Kill() // the one process this command started
@@ -269,11 +302,11 @@ func startRedis() (stop func(), addr string, err error) {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			_ = c.Close()
-			return stop, addr, nil
+			return stop, addr, cmd.Process.Pid, nil
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return nil, "", fmt.Errorf("redis-server did not listen on %s: %w", addr, err)
+			return nil, "", 0, fmt.Errorf("redis-server did not listen on %s: %w", addr, err)
 		}
 	}
 }
