@@ -60,45 +60,94 @@ local function legacyToken(key, now, q)
   end
 end
 
-local function bucket(key, now, rate, period, capacity, cost, peek, leaky, token)
-  local q, r, d = interval(rate, period)
-  local writes = not peek and cost > 0
-  local ca, cf = times(cost, q, r, d)
-  local fresh, ends, admit = stored(now + ca, cf, d), up(now + ca, cf), writes and cost <= capacity
-  local ok, old, claimed = pcall(claim, key, now, fresh, ends, admit)
-  if not ok then
-    -- redis.call raises {err = message} or, in some versions, the message.
-    local msg = type(old) == 'table' and old.err or old
-    if not (token and string.find(tostring(msg), 'WRONGTYPE', 1, true)) then
-      error(old, 0)
+-- newBucket makes the algorithm: capacity is burst, plus one for GCRA
+-- (extra); a leaky bucket's admitted request waits its turn; a token
+-- bucket may still be kept in the legacy form.
+local function newBucket(extra, leaky, token)
+  -- s.a, s.f: z; s.claimed: the first step's outcome is already stored;
+  -- s.dirty: a later step changed z.
+  local s = {}
+
+  -- get runs a command on key, first turning a legacy token bucket, which
+  -- answers WRONGTYPE, into z.
+  local function get(key, now, L, ...)
+    local v = redis.pcall(...)
+    if type(v) == 'table' then
+      if not (token and string.find(tostring(v.err), 'WRONGTYPE', 1, true)) then
+        error(v, 0)
+      end
+      legacyToken(key, now, L.q)
+      v = redis.call(...)
     end
-    legacyToken(key, now, q)
-    old, claimed = claim(key, now, fresh, ends, admit)
+    return v
   end
-  local sa, sf = instant(old, key, d)
-  if sa < now then
-    sa, sf = now, 0
+
+  local function prepare(L)
+    L.q, L.r, L.d = interval(L.rate, L.period)
+    L.capacity = L.burst + extra
+    L.ta, L.tf = times(L.capacity, L.q, L.r, L.d)
   end
-  local ea, ef = add(sa, sf, ca, cf, d)
-  local ta, tf = times(capacity, q, r, d)
-  local allowed = ea - now < ta or (ea - now == ta and ef <= tf)
-  local la, lf, retry, delay = sa - now, sf, 0, 0
-  if allowed then
-    la, lf = ea - now, ef
-    if leaky then
-      delay = up(sa - now, sf)
+
+  -- Most keys are idle past their state's end, so when the first request
+  -- would be admitted on an empty key, SET NX GET stores its outcome if
+  -- the key is empty and otherwise returns what it holds without writing:
+  -- an idle key costs one command, not a GET and a SET.
+  local function read(key, now, L, cost, peek)
+    local old
+    s.claimed, s.dirty = false, false
+    if not peek and cost > 0 and cost <= L.capacity then
+      local ca, cf = times(cost, L.q, L.r, L.d)
+      local opt, at = px(now, up(now + ca, cf))
+      old = get(key, now, L, 'SET', key, stored(now + ca, cf, L.d), 'NX', 'GET', opt, at)
+      s.claimed = not old
+    else
+      old = get(key, now, L, 'GET', key)
     end
-  else
-    retry = up(sub(ea - now, ef, ta, tf, d))
+    s.a, s.f = instant(old, key, L.d)
+    return s
   end
-  -- A limit lowered on a live key can leave more in use than it allows.
-  local remaining = 0
-  if la < ta or (la == ta and lf <= tf) then
-    local xa, xf = sub(ta, tf, la, lf, d)
-    remaining = fit(xa, xf, period, d)
+
+  local function step(s, key, now, L, cost, peek)
+    local q, r, d, ta, tf = L.q, L.r, L.d, L.ta, L.tf
+    local sa, sf = s.a, s.f
+    if sa < now then
+      sa, sf = now, 0
+    end
+    local ca, cf = times(cost, q, r, d)
+    local ea, ef = add(sa, sf, ca, cf, d)
+    local allowed = ea - now < ta or (ea - now == ta and ef <= tf)
+    local la, lf, retry, delay = sa - now, sf, 0, 0
+    if allowed then
+      la, lf = ea - now, ef
+      if leaky then
+        delay = up(sa - now, sf)
+      end
+    else
+      retry = up(sub(ea - now, ef, ta, tf, d))
+    end
+    -- A limit lowered on a live key can leave more in use than it allows.
+    local remaining = 0
+    if la < ta or (la == ta and lf <= tf) then
+      local xa, xf = sub(ta, tf, la, lf, d)
+      remaining = fit(xa, xf, L.period, d)
+    end
+    if allowed and not peek and cost > 0 then
+      s.a, s.f = ea, ef
+      -- A claim stored the first request's outcome: it is this one.
+      if s.claimed then
+        s.claimed = false
+      else
+        s.dirty = true
+      end
+    end
+    return allowed, remaining, retry, up(la, lf), delay
   end
-  if allowed and writes and not claimed then
-    redis.call('SET', key, stored(ea, ef, d), px(now, up(ea, ef)))
+
+  local function write(key, now, s, L)
+    if s.dirty then
+      redis.call('SET', key, stored(s.a, s.f, L.d), px(now, up(s.a, s.f)))
+    end
   end
-  return allowed, capacity, remaining, retry, up(la, lf), delay
+
+  return {prepare = prepare, read = read, step = step, write = write}
 end

@@ -62,20 +62,6 @@ local function expire(key, now, ends)
   redis.call(pinned and 'PEXPIREAT' or 'PEXPIRE', key, at)
 end
 
--- claim reads the value stored at key, for a request that, were key empty,
--- would be admitted and store fresh, a state that ends at ends (µs). Most
--- keys are idle past their state's end, so when admit says the request
--- would be, SET NX GET stores fresh if key is empty and otherwise returns
--- what it holds without writing: an idle key costs one command, not a GET
--- and a SET. The second result says whether fresh was stored.
-local function claim(key, now, fresh, ends, admit)
-  if not admit then
-    return redis.call('GET', key), false
-  end
-  local old = redis.call('SET', key, fresh, 'NX', 'GET', px(now, ends))
-  return old, not old
-end
-
 -- forget deletes key, on a pinned clock, when its state has ended.
 local function forget(key, now)
   if pinned then
@@ -206,4 +192,38 @@ local function fit(a, f, period, d)
     q = q + 1
   end
   return q
+end
+
+-- Every algorithm is a table of four functions, so that the batch script
+-- decides all of a key's requests with one read and one write, each
+-- request with the same arithmetic as if it came alone:
+--
+--   prepare(L)  checks the limit L = {rate, period, burst} and computes,
+--               once, what every decision under it shares (L.capacity is
+--               the limit a decision reports); raises on a bad limit
+--   read(key, now, L, cost, peek) -> s
+--               reads key's state into s, the algorithm's one scratch
+--               table; cost and peek are the first request's, which a
+--               read may decide to store at once (a claim, bucket.lua)
+--   step(s, key, now, L, cost, peek) -> allowed, remaining, retry_after,
+--               reset_after, delay
+--               decides one request against s and changes s as storing
+--               its outcome would change the key; it raises before it
+--               changes anything, so s stays the state before the request
+--   write(key, now, s, L)
+--               stores s if a step changed it, with the TTL the last
+--               change sets
+--
+-- now is the same for every request of a call, and Redis's clock stands
+-- still for keys while a script runs, so no key expires between two of
+-- its steps: deciding them against s is deciding them one by one.
+
+-- one decides a single request with algorithm A.
+local function one(A, key, now, rate, period, burst, cost, peek)
+  local L = {rate = rate, period = period, burst = burst}
+  A.prepare(L)
+  local s = A.read(key, now, L, cost, peek)
+  local allowed, remaining, retry, reset, delay = A.step(s, key, now, L, cost, peek)
+  A.write(key, now, s, L)
+  return allowed, L.capacity, remaining, retry, reset, delay
 end

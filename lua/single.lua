@@ -12,5 +12,5 @@ local now = clock(ARGV[6])
 local rate, period, burst = limit(1)
 local cost, peek = param(ARGV[4], 'cost'), ARGV[5] == '1'
 forget(KEYS[1], now)
-local allowed, capacity, remaining, retry, reset, delay = decide(KEYS[1], now, rate, period, burst, cost, peek)
+local allowed, capacity, remaining, retry, reset, delay = one(decide, KEYS[1], now, rate, period, burst, cost, peek)
 return {allowed and 1 or 0, capacity, remaining, retry, reset, delay}
