@@ -155,14 +155,17 @@ local function decided()
       flush()
     end
     local key = KEYS[ki]
+    local allowed, remaining, retry, reset, delay
     if not s then
       if pinned then
         forget(key, now)
       end
-      s = run.A.read(key, now, run.L, run.cost, run.peek)
+      s, allowed, remaining, retry, reset, delay = run.A.read(key, now, run.L, run.cost, run.peek, run)
       A, L = run.A, run.L
     end
-    local allowed, remaining, retry, reset, delay = A.step(s, key, now, L, run.cost, run.peek)
+    if allowed == nil then
+      allowed, remaining, retry, reset, delay = A.step(s, key, now, L, run.cost, run.peek)
+    end
     local o = 5 * (i - 1)
     out[o + 1], out[o + 2], out[o + 3] = allowed and 1 or 0, remaining, retry
     out[o + 4], out[o + 5] = reset, delay

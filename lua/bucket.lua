@@ -64,8 +64,7 @@ end
 -- (extra); a leaky bucket's admitted request waits its turn; a token
 -- bucket may still be kept in the legacy form.
 local function newBucket(extra, leaky, token)
-  -- s.a, s.f: z; s.claimed: the first step's outcome is already stored;
-  -- s.dirty: a later step changed z.
+  -- s.a, s.f: z; s.dirty: a step changed z since it was read.
   local s = {}
 
   -- get runs a command on key, first turning a legacy token bucket, which
@@ -86,25 +85,6 @@ local function newBucket(extra, leaky, token)
     L.q, L.r, L.d = interval(L.rate, L.period)
     L.capacity = L.burst + extra
     L.ta, L.tf = times(L.capacity, L.q, L.r, L.d)
-  end
-
-  -- Most keys are idle past their state's end, so when the first request
-  -- would be admitted on an empty key, SET NX GET stores its outcome if
-  -- the key is empty and otherwise returns what it holds without writing:
-  -- an idle key costs one command, not a GET and a SET.
-  local function read(key, now, L, cost, peek)
-    local old
-    s.claimed, s.dirty = false, false
-    if not peek and cost > 0 and cost <= L.capacity then
-      local ca, cf = times(cost, L.q, L.r, L.d)
-      local opt, at = px(now, up(now + ca, cf))
-      old = get(key, now, L, 'SET', key, stored(now + ca, cf, L.d), 'NX', 'GET', opt, at)
-      s.claimed = not old
-    else
-      old = get(key, now, L, 'GET', key)
-    end
-    s.a, s.f = instant(old, key, L.d)
-    return s
   end
 
   local function step(s, key, now, L, cost, peek)
@@ -132,15 +112,45 @@ local function newBucket(extra, leaky, token)
       remaining = fit(xa, xf, L.period, d)
     end
     if allowed and not peek and cost > 0 then
-      s.a, s.f = ea, ef
-      -- A claim stored the first request's outcome: it is this one.
-      if s.claimed then
-        s.claimed = false
-      else
-        s.dirty = true
-      end
+      s.a, s.f, s.dirty = ea, ef, true
     end
     return allowed, remaining, retry, up(la, lf), delay
+  end
+
+  -- Most keys are idle past their state's end, so when the first request
+  -- would be admitted on an empty key, SET NX GET stores its outcome if
+  -- the key is empty and otherwise returns what it holds without writing:
+  -- an idle key costs one command, not a GET and a SET. What a claim
+  -- stores and replies is the same for every empty key of a run (one
+  -- limit, cost and now), so it is worked out once, into memo: the
+  -- value and expiry as strings, which Redis takes as they are, and the
+  -- first request's decision, which read then returns after s.
+  local function read(key, now, L, cost, peek, memo)
+    s.dirty = false
+    if peek or cost == 0 or cost > L.capacity then
+      s.a, s.f = instant(get(key, now, L, 'GET', key), key, L.d)
+      return s
+    end
+    local c = memo.claim
+    if not c then
+      s.a, s.f = 0, 0
+      c = {step(s, key, now, L, cost, false)}
+      c.a, c.f = s.a, s.f
+      c.value = num(s.a)
+      if s.f > 0 then
+        c.value = stored(s.a, s.f, L.d)
+      end
+      c.opt, c.at = px(now, up(s.a, s.f))
+      memo.claim = c
+    end
+    local old = get(key, now, L, 'SET', key, c.value, 'NX', 'GET', c.opt, c.at)
+    s.dirty = false
+    if not old then
+      s.a, s.f = c.a, c.f
+      return s, c[1], c[2], c[3], c[4], c[5]
+    end
+    s.a, s.f = instant(old, key, L.d)
+    return s
   end
 
   local function write(key, now, s, L)

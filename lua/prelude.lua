@@ -201,10 +201,15 @@ end
 --   prepare(L)  checks the limit L = {rate, period, burst} and computes,
 --               once, what every decision under it shares (L.capacity is
 --               the limit a decision reports); raises on a bad limit
---   read(key, now, L, cost, peek) -> s
+--   read(key, now, L, cost, peek, memo) -> s [, allowed, remaining,
+--               retry_after, reset_after, delay]
 --               reads key's state into s, the algorithm's one scratch
 --               table; cost and peek are the first request's, which a
---               read may decide to store at once (a claim, bucket.lua)
+--               read may decide and store at once (a claim, bucket.lua):
+--               it then returns that decision after s, and s is the state
+--               after it. memo is a table the caller keeps for a run of
+--               requests of one limit, cost and peek at one now, where a
+--               read keeps what it works out the same for every key
 --   step(s, key, now, L, cost, peek) -> allowed, remaining, retry_after,
 --               reset_after, delay
 --               decides one request against s and changes s as storing
@@ -222,8 +227,10 @@ end
 local function one(A, key, now, rate, period, burst, cost, peek)
   local L = {rate = rate, period = period, burst = burst}
   A.prepare(L)
-  local s = A.read(key, now, L, cost, peek)
-  local allowed, remaining, retry, reset, delay = A.step(s, key, now, L, cost, peek)
+  local s, allowed, remaining, retry, reset, delay = A.read(key, now, L, cost, peek, {})
+  if allowed == nil then
+    allowed, remaining, retry, reset, delay = A.step(s, key, now, L, cost, peek)
+  end
   A.write(key, now, s, L)
   return allowed, L.capacity, remaining, retry, reset, delay
 end
