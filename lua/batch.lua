@@ -33,7 +33,9 @@
 -- of its message. The limit a decision reports is not sent: it follows from
 -- the limit asked (engine's Limit.Capacity), and a smaller reply is less
 -- for Redis to encode and for the caller to parse.
-local algorithms = {fixed = fixed, log = log, sliding = sliding, token = token, leaky = leaky, gcra = gcra}
+-- Each algorithm is defined when a limit first names it (see lua.go).
+local loaders = {fixed = load_fixed, log = load_log, sliding = load_sliding, token = load_token, leaky = load_leaky, gcra = load_gcra}
+local algorithms = {}
 
 -- count reads a count field at j.
 local function count(j, what)
@@ -61,17 +63,22 @@ local now = clock(ARGV[gj + 2 * g + 1])
 
 -- Each limit is read and checked once; one that is bad fails the requests
 -- that name it.
+local function prepare(L, j)
+  L.rate, L.period, L.burst = limit(j + 1)
+  if L.alg then
+    L.alg.prepare(L)
+  end
+end
 local limits = {}
 for l = 1, m do
   local j = 2 + 4 * (l - 1)
   local A = algorithms[ARGV[j]]
+  if A == nil and loaders[ARGV[j]] then
+    A = loaders[ARGV[j]]()
+    algorithms[ARGV[j]] = A
+  end
   local L = {alg = A}
-  local ok, err = pcall(function()
-    L.rate, L.period, L.burst = limit(j + 1)
-    if A then
-      A.prepare(L)
-    end
-  end)
+  local ok, err = pcall(prepare, L, j)
   if not ok then
     L.err = err
   elseif not A then

@@ -11,59 +11,61 @@
 -- form every interval of whole µs keeps), else the string 'µs f/d', z
 -- being f/d µs past µs; engine's state a, b, c.
 
--- instant reads a stored z as µs and a remainder in 1/d µs; one written
--- under another rate is rescaled, rounded up, as engine's rescale does.
-local function instant(v, key, d)
-  if not v then
-    return 0, 0
-  end
-  local a = tonumber(v)
-  if a then
-    return a, 0
-  end
-  local x, y, z = string.match(v, '^(%d+) (%d+)/(%d+)$')
-  if not x then
-    fail('key ' .. key .. ' holds ' .. string.format('%q', v) .. ', not a number')
-  end
-  local f, e
-  a, f, e = tonumber(x), tonumber(y), tonumber(z)
-  if f == 0 or e == d then
-    return a, f
-  end
-  local q, r = muldiv(f, d, e)
-  if r > 0 then
-    q = q + 1
-  end
-  if q >= d then
-    return a + 1, q - d
-  end
-  return a, q
-end
-
--- stored is the value that keeps z.
-local function stored(a, f, d)
-  if f == 0 then
-    return a
-  end
-  return num(a) .. ' ' .. num(f) .. '/' .. num(d)
-end
-
--- legacyToken turns a token bucket that an earlier version kept as a hash
--- {used, last}, its interval rounded down to q µs, into its z, which is
--- last + used * q; a z already past leaves the key empty.
-local function legacyToken(key, now, q)
-  local st = redis.call('HMGET', key, 'used', 'last')
-  local z = int(st[2], key) + int(st[1], key) * q
-  redis.call('DEL', key)
-  if z > now then
-    redis.call('SET', key, z, px(now, z))
-  end
-end
-
 -- newBucket makes the algorithm: capacity is burst, plus one for GCRA
 -- (extra); a leaky bucket's admitted request waits its turn; a token
--- bucket may still be kept in the legacy form.
+-- bucket may still be kept in the legacy form. Everything is defined
+-- inside it, so that a script defines it only when a call asks for one
+-- of the three (see lua.go).
 local function newBucket(extra, leaky, token)
+  -- instant reads a stored z as µs and a remainder in 1/d µs; one written
+  -- under another rate is rescaled, rounded up, as engine's rescale does.
+  local function instant(v, key, d)
+    if not v then
+      return 0, 0
+    end
+    local a = tonumber(v)
+    if a then
+      return a, 0
+    end
+    local x, y, z = string.match(v, '^(%d+) (%d+)/(%d+)$')
+    if not x then
+      fail('key ' .. key .. ' holds ' .. string.format('%q', v) .. ', not a number')
+    end
+    local f, e
+    a, f, e = tonumber(x), tonumber(y), tonumber(z)
+    if f == 0 or e == d then
+      return a, f
+    end
+    local q, r = muldiv(f, d, e)
+    if r > 0 then
+      q = q + 1
+    end
+    if q >= d then
+      return a + 1, q - d
+    end
+    return a, q
+  end
+
+  -- stored is the value that keeps z.
+  local function stored(a, f, d)
+    if f == 0 then
+      return a
+    end
+    return num(a) .. ' ' .. num(f) .. '/' .. num(d)
+  end
+
+  -- legacyToken turns a token bucket that an earlier version kept as a hash
+  -- {used, last}, its interval rounded down to q µs, into its z, which is
+  -- last + used * q; a z already past leaves the key empty.
+  local function legacyToken(key, now, q)
+    local st = redis.call('HMGET', key, 'used', 'last')
+    local z = int(st[2], key) + int(st[1], key) * q
+    redis.call('DEL', key)
+    if z > now then
+      redis.call('SET', key, z, px(now, z))
+    end
+  end
+
   -- s.a, s.f: z; s.dirty: a step changed z since it was read.
   local s = {}
 
