@@ -28,9 +28,13 @@
 --          TIME, read once for the batch.
 --
 -- Reply: five integers per request, in order: allowed (1 or 0), remaining,
--- retry_after (µs), reset_after (µs), delay (µs); then the error messages,
--- each once. A request that failed has, as allowed, -k, k the 1-based index
--- of its message. The limit a decision reports is not sent: it follows from
+-- retry_after (µs), reset_after (µs), delay (µs); except that where
+-- requests in a row have the same five (the empty keys of a run, a hot
+-- key's refusals), one integer r >= 2 after the first says that its five
+-- stand for r - 1 more. Then the error messages, each once. A request
+-- that failed has, as allowed, -k, k the 1-based index of its message.
+-- Redis writes each integer of a reply on its own; a batch of empty keys
+-- replies five. The limit a decision reports is not sent: it follows from
 -- the limit asked (engine's Limit.Capacity), and a smaller reply is less
 -- for Redis to encode and for the caller to parse.
 -- Each algorithm is defined when a limit first names it (see lua.go).
@@ -121,6 +125,23 @@ if keys ~= #KEYS or held ~= n then
 end
 
 local out, errors, seen = {}, {}, {}
+-- out holds o values; p1 to p5 are the last reply written there, which
+-- repeats more times after it, not yet written.
+local o, repeats, p1, p2, p3, p4, p5 = 0, 0
+
+-- emit replies to the next request.
+local function emit(a, b, c, d, e)
+  if a == p1 and b == p2 and c == p3 and d == p4 and e == p5 then
+    repeats = repeats + 1
+    return
+  end
+  if repeats > 0 then
+    out[o + 1] = repeats + 1
+    o, repeats = o + 1, 0
+  end
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, b, c, d, e
+  o, p1, p2, p3, p4, p5 = o + 5, a, b, c, d, e
+end
 -- i is the request being decided, in request run k, which has left
 -- requests after it; it belongs to the key KEYS[ki], in key run kk, which
 -- has keysLeft keys after this one, and the key has reqsLeft requests
@@ -173,12 +194,10 @@ local function decided()
     if allowed == nil then
       allowed, remaining, retry, reset, delay = A.step(s, key, now, L, run.cost, run.peek)
     end
-    local o = 5 * (i - 1)
-    out[o + 1], out[o + 2], out[o + 3] = allowed and 1 or 0, remaining, retry
-    out[o + 4], out[o + 5] = reset, delay
     if reqsLeft == 0 then
       flush()
     end
+    emit(allowed and 1 or 0, remaining, retry, reset, delay)
     i = i + 1
   end
 end
@@ -196,8 +215,7 @@ while i <= n do
       e = #errors + 1
       errors[e], seen[msg] = msg, e
     end
-    local o = 5 * (i - 1)
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = -e, 0, 0, 0, 0
+    emit(-e, 0, 0, 0, 0)
     -- A step raises before it changes s, which stays the state before
     -- request i: the key's next request goes on from it, as it would
     -- after a request that failed alone.
@@ -207,7 +225,11 @@ while i <= n do
     i = i + 1
   end
 end
+if repeats > 0 then
+  out[o + 1] = repeats + 1
+  o = o + 1
+end
 for e = 1, #errors do
-  out[5 * n + e] = errors[e]
+  out[o + e] = errors[e]
 end
 return out

@@ -82,7 +82,7 @@ func TestCalls(t *testing.T) {
 		{"batch decides a key's requests in turn", lua.Batch, []string{"s1", "s2"},
 			// s1 twice at cost 1, then s2 at cost 2
 			[]string{"1", "gcra", "1", "1000000", "1", "2", "2", "1", "1", "0", "1", "1", "2", "0", "2", "1", "2", "1", "1", now},
-			"1\n1\n0\n1000000\n0\n1\n0\n0\n2000000\n0\n1\n0\n0\n2000000\n0", ""},
+			"1\n1\n0\n1000000\n0\n1\n0\n0\n2000000\n0\n2", ""}, // s2's reply repeats s1's second: 2
 		{"batch runs", lua.Batch, []string{"r1", "r2", "r3"},
 			// r1 at cost 1 then 2, r2 at cost 1, r3 at cost 0
 			[]string{"1", "gcra", "1", "1000000", "1", "4", "1", "1", "1", "0", "1", "1", "2", "0", "1", "1", "1", "0", "1", "1", "0", "0",
@@ -92,10 +92,13 @@ func TestCalls(t *testing.T) {
 			// a peek, an admission, a peek, a refusal: only the admission writes
 			[]string{"1", "gcra", "1", "1000000", "0", "4", "1", "1", "1", "1", "1", "1", "1", "0", "1", "1", "1", "1", "1", "1", "1", "0",
 				"1", "1", "4", now},
-			"1\n0\n0\n1000000\n0\n1\n0\n0\n1000000\n0\n0\n0\n1000000\n1000000\n0\n0\n0\n1000000\n1000000\n0", ""},
+			"1\n0\n0\n1000000\n0\n2\n0\n0\n1000000\n1000000\n0\n2", ""}, // each reply twice
+		{"batch of empty keys replies once", lua.Batch, []string{"e1", "e2", "e3", "e4"},
+			[]string{"1", "gcra", "1", "1000000", "1", "1", "4", "1", "1", "0", "1", "4", "1", now},
+			"1\n1\n0\n1000000\n0\n4", ""},
 		{"batch run with a bad cost", lua.Batch, []string{"c1", "c2", "c3"},
 			[]string{"1", "gcra", "1", "1000000", "1", "2", "1", "1", "1", "0", "2", "1", "-1", "0", "1", "3", "1", now},
-			"1\n1\n0\n1000000\n0\n-1\n0\n0\n0\n0\n-1\n0\n0\n0\n0\n" + // one message for both
+			"1\n1\n0\n1000000\n0\n-1\n0\n0\n0\n0\n2\n" + // one message for both, one reply twice
 				"ERR sluice: invalid cost \"-1\": want an integer in [0, 2^53)", ""},
 		{"batch runs short of the keys", lua.Batch, []string{"a", "b"},
 			[]string{"1", "gcra", "1", "1000000", "1", "1", "1", "1", "1", "0", "1", "1", "1"}, "",

@@ -137,6 +137,8 @@ type buffers struct {
 	limits     []engine.Limit
 	limitIndex map[engine.Limit]int64
 	reqLimit   []int64
+	// replies holds a batch reply's decisions, one per request.
+	replies [][lua.BatchFields]int64
 	// nums holds the integer arguments, which args points into: a pointer
 	// in an interface allocates nothing, an int64 above 255 would. Each
 	// element is written before its pointer is taken and never after, so
@@ -166,7 +168,7 @@ func (s *Store) release(b *buffers) {
 	b.keys, b.args, b.calls, b.nums = b.keys[:0], b.args[:0], b.calls[:0], b.nums[:0]
 	clear(b.group)
 	clear(b.limitIndex)
-	b.limits, b.reqLimit = b.limits[:0], b.reqLimit[:0]
+	b.limits, b.reqLimit, b.replies = b.limits[:0], b.reqLimit[:0], b.replies[:0]
 	clear(b.keyGroup)
 	b.grouped, b.groupSize, b.reqGroup, b.groupAt = b.grouped[:0], b.groupSize[:0], b.reqGroup[:0], b.groupAt[:0]
 	s.bufs.Put(b)
@@ -225,7 +227,7 @@ func (s *Store) Decide(ctx context.Context, reqs []engine.Request, res []engine.
 	s.plan(b, reqs, now)
 	s.run(ctx, b.calls)
 	for k := range b.calls {
-		if err := s.collect(&b.calls[k], reqs, res); err != nil {
+		if err := s.collect(b, &b.calls[k], reqs, res); err != nil {
 			s.reloadSlots(ctx)
 			return err
 		}
@@ -528,7 +530,7 @@ var unavailable = []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTER
 
 // collect turns one call's reply into results. It returns an error only
 // when the call failed as a whole in a way that fails the batch.
-func (s *Store) collect(c *call, reqs []engine.Request, res []engine.Result) error {
+func (s *Store) collect(b *buffers, c *call, reqs []engine.Request, res []engine.Result) error {
 	reply, err := c.cmd.Slice()
 	if err != nil {
 		var rerr redis.Error
@@ -547,38 +549,80 @@ func (s *Store) collect(c *call, reqs []engine.Request, res []engine.Result) err
 		}
 		return nil
 	}
-	fields := lua.SingleFields
 	if c.script == lua.Batch {
-		fields = lua.BatchFields
+		return s.collectBatch(b, c, reqs, res, reply)
 	}
 	n := len(c.reqs)
-	if len(reply) < fields*n {
-		return fmt.Errorf("upstream: eval %s: want %d integers in the reply, got %d values", c.script.Name, fields*n, len(reply))
+	if len(reply) < lua.SingleFields*n {
+		return fmt.Errorf("upstream: eval %s: want %d integers in the reply, got %d values", c.script.Name, lua.SingleFields*n, len(reply))
 	}
 	for k, i := range c.reqs {
-		f := reply[fields*k : fields*(k+1)]
 		var v [lua.SingleFields]int64
-		for j := range f {
-			var ok bool
-			if v[j], ok = f[j].(int64); !ok {
-				return fmt.Errorf("upstream: eval %s: reply field %d is %T, want an integer", c.script.Name, fields*k+j, f[j])
-			}
+		if err := ints(v[:], reply, lua.SingleFields*k, c.script.Name); err != nil {
+			return err
 		}
-		if fields == lua.SingleFields {
-			res[i] = engine.Result{Decision: engine.Decision{
-				Allowed:    v[0] == 1,
-				Limit:      v[1],
-				Remaining:  v[2],
-				RetryAfter: micros(v[3]),
-				ResetAfter: micros(v[4]),
-				Delay:      micros(v[5]),
-			}}
+		res[i] = engine.Result{Decision: engine.Decision{
+			Allowed:    v[0] == 1,
+			Limit:      v[1],
+			Remaining:  v[2],
+			RetryAfter: micros(v[3]),
+			ResetAfter: micros(v[4]),
+			Delay:      micros(v[5]),
+		}}
+	}
+	return nil
+}
+
+// ints reads len(v) integers of reply from at.
+func ints(v []int64, reply []any, at int, script string) error {
+	if at+len(v) > len(reply) {
+		return fmt.Errorf("upstream: eval %s: reply cut short at field %d of %d", script, at+len(v), len(reply))
+	}
+	for j := range v {
+		var ok bool
+		if v[j], ok = reply[at+j].(int64); !ok {
+			return fmt.Errorf("upstream: eval %s: reply field %d is %T, want an integer", script, at+j, reply[at+j])
+		}
+	}
+	return nil
+}
+
+// collectBatch reads the batch script's reply (see batch.lua): five
+// integers per request, each run of requests with the same five written
+// once and followed by a count, then the error messages.
+func (s *Store) collectBatch(b *buffers, c *call, reqs []engine.Request, res []engine.Result, reply []any) error {
+	b.replies = b.replies[:0]
+	at := 0
+	var v [lua.BatchFields]int64
+	for repeat := int64(0); len(b.replies) < len(c.reqs); {
+		if repeat > 0 {
+			b.replies = append(b.replies, v)
+			repeat--
 			continue
 		}
-		// See batch.lua: allowed (-k for the k-th error message),
-		// remaining, retry_after, reset_after, delay.
+		if err := ints(v[:1], reply, at, c.script.Name); err != nil {
+			return err
+		}
+		if v[0] >= 2 {
+			if len(b.replies) == 0 {
+				return fmt.Errorf("upstream: eval %s: the reply repeats before it replies", c.script.Name)
+			}
+			repeat, at = v[0]-1, at+1
+			v = b.replies[len(b.replies)-1]
+			continue
+		}
+		if err := ints(v[:], reply, at, c.script.Name); err != nil {
+			return err
+		}
+		b.replies = append(b.replies, v)
+		at += lua.BatchFields
+	}
+	for k, i := range c.reqs {
+		// allowed (-k for the k-th error message), remaining, retry_after,
+		// reset_after, delay.
+		v := &b.replies[k]
 		if v[0] < 0 {
-			res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.Key(reqs[i].Key, reqs[i].Limit.Algorithm), scriptError(reply, fields*n, -v[0]))}
+			res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.Key(reqs[i].Key, reqs[i].Limit.Algorithm), scriptError(reply, at, -v[0]))}
 			continue
 		}
 		res[i] = engine.Result{Decision: engine.Decision{
@@ -594,7 +638,7 @@ func (s *Store) collect(c *call, reqs []engine.Request, res []engine.Result) err
 }
 
 // scriptError is the k-th (1-based) error message of a batch reply, which
-// follow its first integers.
+// follow its integers.
 func scriptError(reply []any, integers int, k int64) error {
 	at := integers + int(k) - 1
 	if k < 1 || at >= len(reply) {
