@@ -152,11 +152,13 @@ local i, k, left = 1, 0, 0
 local ki, kk, keysLeft, reqsLeft = 0, 0, 0, 0
 local s, A, L
 
--- flush writes the key's state and lets it go.
+-- flush writes the key's state, if a step changed it, and lets it go.
 local function flush()
   local done = s
   s = nil
-  A.write(KEYS[ki], now, done, L)
+  if done.dirty then
+    A.write(KEYS[ki], now, done, L)
+  end
 end
 
 local function decided()
@@ -195,7 +197,11 @@ local function decided()
       allowed, remaining, retry, reset, delay = A.step(s, key, now, L, run.cost, run.peek)
     end
     if reqsLeft == 0 then
-      flush()
+      if s.dirty then
+        flush()
+      else
+        s = nil
+      end
     end
     emit(allowed and 1 or 0, remaining, retry, reset, delay)
     i = i + 1

@@ -69,18 +69,15 @@ local function newBucket(extra, leaky, token)
   -- s.a, s.f: z; s.dirty: a step changed z since it was read.
   local s = {}
 
-  -- get runs a command on key, first turning a legacy token bucket, which
-  -- answers WRONGTYPE, into z.
-  local function get(key, now, L, ...)
-    local v = redis.pcall(...)
-    if type(v) == 'table' then
-      if not (token and string.find(tostring(v.err), 'WRONGTYPE', 1, true)) then
-        error(v, 0)
-      end
-      legacyToken(key, now, L.q)
-      v = redis.call(...)
+  -- again runs a command on key that failed with err, once a legacy
+  -- token bucket, which answers WRONGTYPE, is turned into z; it raises
+  -- any other error.
+  local function again(err, key, now, L, ...)
+    if not (token and string.find(tostring(err.err), 'WRONGTYPE', 1, true)) then
+      error(err, 0)
     end
-    return v
+    legacyToken(key, now, L.q)
+    return redis.call(...)
   end
 
   local function prepare(L)
@@ -130,7 +127,11 @@ local function newBucket(extra, leaky, token)
   local function read(key, now, L, cost, peek, memo)
     s.dirty = false
     if peek or cost == 0 or cost > L.capacity then
-      s.a, s.f = instant(get(key, now, L, 'GET', key), key, L.d)
+      local v = redis.pcall('GET', key)
+      if type(v) == 'table' then
+        v = again(v, key, now, L, 'GET', key)
+      end
+      s.a, s.f = instant(v, key, L.d)
       return s
     end
     local c = memo.claim
@@ -145,7 +146,10 @@ local function newBucket(extra, leaky, token)
       c.opt, c.at = px(now, up(s.a, s.f))
       memo.claim = c
     end
-    local old = get(key, now, L, 'SET', key, c.value, 'NX', 'GET', c.opt, c.at)
+    local old = redis.pcall('SET', key, c.value, 'NX', 'GET', c.opt, c.at)
+    if type(old) == 'table' then
+      old = again(old, key, now, L, 'SET', key, c.value, 'NX', 'GET', c.opt, c.at)
+    end
     s.dirty = false
     if not old then
       s.a, s.f = c.a, c.f
@@ -156,9 +160,7 @@ local function newBucket(extra, leaky, token)
   end
 
   local function write(key, now, s, L)
-    if s.dirty then
-      redis.call('SET', key, stored(s.a, s.f, L.d), px(now, up(s.a, s.f)))
-    end
+    redis.call('SET', key, stored(s.a, s.f, L.d), px(now, up(s.a, s.f)))
   end
 
   return {prepare = prepare, read = read, step = step, write = write}

@@ -45,8 +45,6 @@ function fixed.step(s, key, now, L, cost, peek)
 end
 
 function fixed.write(key, now, s)
-  if s.dirty then
-    redis.call('HSET', key, 'w', s.a, 'n', s.b)
-    expire(key, now, s.ends)
-  end
+  redis.call('HSET', key, 'w', s.a, 'n', s.b)
+  expire(key, now, s.ends)
 end

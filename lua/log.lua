@@ -166,9 +166,6 @@ end
 local logChunk = 1000
 
 function log.write(key, now, s, L)
-  if not s.dirty then
-    return
-  end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', num(s.cut))
   for from = 1, s.added, logChunk do
     local args, m = {}, 0

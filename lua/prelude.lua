@@ -12,8 +12,17 @@
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 local two53 = 9007199254740992
 
+--
+-- A call prints the same few numbers again and again (a window's end, a
+-- run's expiry), so num keeps what it printed for the rest of the call.
+local printed = {}
 local function num(n)
-  return string.format('%.0f', n)
+  local s = printed[n]
+  if not s then
+    s = string.format('%.0f', n)
+    printed[n] = s
+  end
+  return s
 end
 
 -- fail raises an error that Redis replies with as is, and that the batch
@@ -216,8 +225,9 @@ end
 --               its outcome would change the key; it raises before it
 --               changes anything, so s stays the state before the request
 --   write(key, now, s, L)
---               stores s if a step changed it, with the TTL the last
---               change sets
+--               stores s, which a step changed (s.dirty is set: the
+--               caller writes nothing else), with the TTL the last change
+--               sets
 --
 -- now is the same for every request of a call, and Redis's clock stands
 -- still for keys while a script runs, so no key expires between two of

@@ -16,7 +16,9 @@ local function one(A, key, now, rate, period, burst, cost, peek)
   if allowed == nil then
     allowed, remaining, retry, reset, delay = A.step(s, key, now, L, cost, peek)
   end
-  A.write(key, now, s, L)
+  if s.dirty then
+    A.write(key, now, s, L)
+  end
   return allowed, L.capacity, remaining, retry, reset, delay
 end
 

@@ -127,9 +127,6 @@ function sliding.step(s, key, now, L, cost, peek)
 end
 
 function sliding.write(key, now, s, L)
-  if not s.dirty then
-    return
-  end
   local args, m = {'w', s.sw, 'n', L.n}, 4
   for j = 0, L.n do
     if s.changed[j] then
