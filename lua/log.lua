@@ -60,29 +60,42 @@ end
 -- (s.added of them) until write. A refusal looks for an entry by its rank
 -- among the live ones: the stored live ones (s.stale is how many older
 -- ones precede them, s.card all stored, read once), then the added ones;
--- s.seen keeps the stored ones already read.
+-- s.seen keeps the stored ones already read. s.drop is what write drops
+-- before it adds: 'all' entries, the 'stale' ones, or nothing (false) from
+-- a key that holds none.
 local logState = {times = {}, befores = {}, costs = {}}
 
 function log.read(key, now, L)
   local s = logState
   local cut = now - L.period
-  local live = '(' .. num(cut)
-  local first = redis.call('ZRANGEBYSCORE', key, live, '+inf', 'LIMIT', 0, 1)[1]
-  if first and string.find(first, ':', 1, true) then
-    legacyLog(key)
-    first = redis.call('ZRANGEBYSCORE', key, live, '+inf', 'LIMIT', 0, 1)[1]
-  end
   s.live, s.base, s.total, s.wrapped, s.newest = false, 0, 0, false, 0
   s.cut, s.added, s.stale, s.card, s.seen, s.dirty = cut, 0, nil, nil, nil, false
-  if first then
-    -- With nothing live, the running total starts afresh at 0.
-    s.live, s.base = true, logEntry(first, key)
-    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    local before, c = logEntry(last[1], key)
-    s.total = (before + c) % logModulus
-    s.wrapped = s.total < before
-    s.newest = int(last[2], key)
+  -- The newest entry first: on an empty key (most keys, idle past their
+  -- period) it is the only read, and with it stale, so is every entry,
+  -- which write then drops with the key.
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if not last[1] then
+    s.drop = false
+    return s
   end
+  if int(last[2], key) <= cut then
+    s.drop = 'all'
+    return s
+  end
+  s.drop = 'stale'
+  local live = '(' .. num(cut)
+  local first = redis.call('ZRANGEBYSCORE', key, live, '+inf', 'LIMIT', 0, 1)[1]
+  if string.find(first, ':', 1, true) or string.find(last[1], ':', 1, true) then
+    legacyLog(key)
+    first = redis.call('ZRANGEBYSCORE', key, live, '+inf', 'LIMIT', 0, 1)[1]
+    last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  end
+  -- With nothing live, the running total starts afresh at 0.
+  s.live, s.base = true, logEntry(first, key)
+  local before, c = logEntry(last[1], key)
+  s.total = (before + c) % logModulus
+  s.wrapped = s.total < before
+  s.newest = int(last[2], key)
   return s
 end
 
@@ -166,7 +179,11 @@ end
 local logChunk = 1000
 
 function log.write(key, now, s, L)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', num(s.cut))
+  if s.drop == 'all' then
+    redis.call('DEL', key)
+  elseif s.drop then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', num(s.cut))
+  end
   for from = 1, s.added, logChunk do
     local args, m = {}, 0
     for a = from, min(from + logChunk - 1, s.added) do
