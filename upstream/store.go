@@ -558,7 +558,7 @@ func (s *Store) collect(b *buffers, c *call, reqs []engine.Request, res []engine
 	}
 	for k, i := range c.reqs {
 		var v [lua.SingleFields]int64
-		if err := ints(v[:], reply, lua.SingleFields*k, c.script.Name); err != nil {
+		if err := replyInts(v[:], reply, lua.SingleFields*k, c.script.Name); err != nil {
 			return err
 		}
 		res[i] = engine.Result{Decision: engine.Decision{
@@ -573,8 +573,8 @@ func (s *Store) collect(b *buffers, c *call, reqs []engine.Request, res []engine
 	return nil
 }
 
-// ints reads len(v) integers of reply from at.
-func ints(v []int64, reply []any, at int, script string) error {
+// replyInts reads len(v) integers of reply from at.
+func replyInts(v []int64, reply []any, at int, script string) error {
 	if at+len(v) > len(reply) {
 		return fmt.Errorf("upstream: eval %s: reply cut short at field %d of %d", script, at+len(v), len(reply))
 	}
@@ -600,7 +600,7 @@ func (s *Store) collectBatch(b *buffers, c *call, reqs []engine.Request, res []e
 			repeat--
 			continue
 		}
-		if err := ints(v[:1], reply, at, c.script.Name); err != nil {
+		if err := replyInts(v[:1], reply, at, c.script.Name); err != nil {
 			return err
 		}
 		if v[0] >= 2 {
@@ -611,7 +611,7 @@ func (s *Store) collectBatch(b *buffers, c *call, reqs []engine.Request, res []e
 			v = b.replies[len(b.replies)-1]
 			continue
 		}
-		if err := ints(v[:], reply, at, c.script.Name); err != nil {
+		if err := replyInts(v[:], reply, at, c.script.Name); err != nil {
 			return err
 		}
 		b.replies = append(b.replies, v)
