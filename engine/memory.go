@@ -185,12 +185,21 @@ func (m *MemoryStore) Decide(_ context.Context, reqs []Request, res []Result) er
 			hs[i] = m.hash(reqs[i].Limit.Algorithm, reqs[i].Key)
 		}
 		m.warm(hs[:n])
-		for i := range n {
+		for i := 0; i < n; {
 			if err := reqs[i].Validate(); err != nil {
 				res[i] = Result{Err: err}
+				i++
 				continue
 			}
-			res[i] = Result{Decision: m.decide(now, &reqs[i], hs[i])}
+			// A run: the valid requests right after this one on its key
+			// (a tenant-wide limit under load), decided under one lock.
+			j := i + 1
+			for j < n && hs[j] == hs[i] && reqs[j].Key == reqs[i].Key &&
+				reqs[j].Limit.Algorithm == reqs[i].Limit.Algorithm && reqs[j].Validate() == nil {
+				j++
+			}
+			m.decide(now, reqs[i:j], res[i:j], hs[i])
+			i = j
 		}
 		reqs, res = reqs[n:], res[n:]
 	}
@@ -236,32 +245,42 @@ func (m *MemoryStore) warm(hs []uint64) {
 	}
 }
 
-func (m *MemoryStore) decide(now int64, r *Request, h uint64) Decision {
-	sk := stateKey{r.Limit.Algorithm, r.Key}
+// decide decides a run of requests on one key, each against the state the
+// ones before it left, with the shard locked once. now is the same for all
+// of them, and a state written at now ends after now, so the expiry check
+// once for the run is the one each request would have made.
+func (m *MemoryStore) decide(now int64, run []Request, res []Result, h uint64) {
+	sk := stateKey{run[0].Limit.Algorithm, run[0].Key}
 	s := m.shard(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	i := s.lookup(sk, h)
-	if i < 0 {
-		var st state
-		d, out := decide(&st, now, r)
-		if out.write {
-			e := s.insert(sk, h, now)
-			e.state, e.expires = st, out.expires
+	var e *memoryEntry
+	if i := s.lookup(sk, h); i >= 0 {
+		e = s.entry(i)
+		s.tick++
+		e.used = s.tick
+		if now >= e.expires {
+			e.state = state{log: e.log[:0]}
 		}
-		return d
 	}
-	e := s.entry(i)
-	s.tick++
-	e.used = s.tick
-	if now >= e.expires {
-		e.state = state{log: e.log[:0]}
+	for k := range run {
+		if e == nil {
+			// No state yet: one is stored only when a request writes.
+			var st state
+			d, out := decide(&st, now, &run[k])
+			if out.write {
+				e = s.insert(sk, h, now)
+				e.state, e.expires = st, out.expires
+			}
+			res[k] = Result{Decision: d}
+			continue
+		}
+		d, out := decide(&e.state, now, &run[k])
+		if out.write {
+			e.expires = out.expires
+		}
+		res[k] = Result{Decision: d}
 	}
-	d, out := decide(&e.state, now, r)
-	if out.write {
-		e.expires = out.expires
-	}
-	return d
 }
 
 func (s *memoryShard) entry(i int32) *memoryEntry {

@@ -101,7 +101,7 @@ func TestMemoryCopiesKeys(t *testing.T) {
 	buf := []byte("tenant-1")
 	r := Request{Key: string(buf), Limit: Limit{Algorithm: FixedWindow, Rate: 1, Period: time.Hour}, Cost: 1}
 	r.Key = unsafeString(buf)
-	m.decide(time.Now().UnixMicro(), &r, m.hash(FixedWindow, r.Key))
+	m.decide(time.Now().UnixMicro(), []Request{r}, make([]Result, 1), m.hash(FixedWindow, r.Key))
 	copy(buf, "XXXXXXXX") // the caller reuses its buffer
 	h := m.hash(FixedWindow, "tenant-1")
 	if i := m.shard(h).lookup(stateKey{FixedWindow, "tenant-1"}, h); i < 0 {
@@ -137,7 +137,9 @@ func TestMemoryKeyLengths(t *testing.T) {
 	now := time.Now().UnixMicro()
 	once := func(alg Algorithm, key string) bool {
 		r := Request{Key: key, Limit: Limit{Algorithm: alg, Rate: 1, Period: time.Hour}, Cost: 1}
-		return m.decide(now, &r, m.hash(alg, key)).Allowed
+		res := make([]Result, 1)
+		m.decide(now, []Request{r}, res, m.hash(alg, key))
+		return res[0].Decision.Allowed
 	}
 	long := strings.Repeat("k", 2*shortKey)
 	for n := 1; n <= 2*shortKey; n++ {

@@ -159,3 +159,17 @@ func TestMemoryConcurrentBatches(t *testing.T) {
 		t.Fatalf("Len = %d; want at most the cap %d", n, 64*16)
 	}
 }
+
+// TestMemoryHotRuns: a batch's run of requests on one key, decided under
+// one lock, replies and leaves the state exactly as the same requests one
+// by one.
+func TestMemoryHotRuns(t *testing.T) {
+	enginetest.HotRuns(t, openMemory, func(t *testing.T, a, b engine.Store, alg engine.Algorithm, keyA, keyB string, now time.Time) {
+		t.Helper()
+		sa := a.(*engine.MemoryStore).StateOf(alg, keyA, now.UnixMicro())
+		sb := b.(*engine.MemoryStore).StateOf(alg, keyB, now.UnixMicro())
+		if sa != sb {
+			t.Fatalf("%s: one by one the state is %q; in batches %q", keyA, sa, sb)
+		}
+	})
+}

@@ -2,110 +2,209 @@
 -- with its own limit. One request's error (a key of the wrong type, a bad
 -- argument) fails that request alone.
 --
--- A batch's requests mostly share a few limits (a policy's) and a cost of
--- 1, so neither comes per request: the limits come once, in a table, and
--- the requests in runs that share a limit and a cost. A batch of one
--- policy is one run, and Redis parses only its keys per request.
+-- A key's requests come together, each key once in KEYS, so that a key
+-- many requests share (a tenant-wide limit under load) is read once and
+-- written once for all of them, each decided in turn against the state
+-- the ones before it left (prelude.lua says how). Requests of different
+-- keys are independent, so the caller may bring a key's requests together
+-- from anywhere in its batch, keeping their order.
 --
--- KEYS[i]  request i's key
--- ARGV     the number of limits, m; five fields per limit: algorithm
+-- A batch's requests mostly share a few limits (a policy's), a cost of 1
+-- and one request per key, so none of these comes per request: the limits
+-- come once, in a table, and the requests and keys in runs that share
+-- them. A batch of one policy on distinct keys is a few arguments and its
+-- keys.
+--
+-- KEYS[i]  the i-th key
+-- ARGV     the number of limits, m; four fields per limit: algorithm
 --          (fixed, log, sliding, token, leaky or gcra), rate, period (µs),
---          burst, peek (1 or 0); the number of runs, r; three fields per
---          run: its number of requests, its limit's index (1-based) and
---          its cost; the runs' requests are the keys, in order. Then, for
---          tests only, an optional last field: now (µs), which pins the
---          clock, otherwise Redis's TIME, read once for the batch.
+--          burst. The number of request runs, r; four fields per run: its
+--          number of requests, its limit's index (1-based), its cost, and
+--          peek (1 or 0). The number of key runs, g; two fields per run:
+--          its number of keys and how many requests each key has. The
+--          requests, in the order of the request runs, belong to the keys
+--          in the order of the key runs. Then, for tests only, an optional
+--          last field: now (µs), which pins the clock, otherwise Redis's
+--          TIME, read once for the batch.
 --
 -- Reply: five integers per request, in order: allowed (1 or 0), remaining,
--- retry_after (µs), reset_after (µs), delay (µs); then the error messages,
--- each once. A request that failed has, as allowed, -k, k the 1-based index
--- of its message. The limit a decision reports is not sent: it follows from
+-- retry_after (µs), reset_after (µs), delay (µs); except that where
+-- requests in a row have the same five (the empty keys of a run, a hot
+-- key's refusals), one integer r >= 2 after the first says that its five
+-- stand for r - 1 more. Then the error messages, each once. A request
+-- that failed has, as allowed, -k, k the 1-based index of its message.
+-- Redis writes each integer of a reply on its own; a batch of empty keys
+-- replies five. The limit a decision reports is not sent: it follows from
 -- the limit asked (engine's Limit.Capacity), and a smaller reply is less
 -- for Redis to encode and for the caller to parse.
-local algorithms = {fixed = fixed, log = log, sliding = sliding, token = token, leaky = leaky, gcra = gcra}
-local n = #KEYS
-local m = tonumber(ARGV[1])
-if not m or m < 0 or m ~= floor(m) then
-  fail('invalid number of limits ' .. string.format('%q', tostring(ARGV[1])))
+-- Each algorithm is defined when a limit first names it (see lua.go).
+local loaders = {fixed = load_fixed, log = load_log, sliding = load_sliding, token = load_token, leaky = load_leaky, gcra = load_gcra}
+local algorithms = {}
+
+-- count reads a count field at j.
+local function count(j, what)
+  local c = tonumber(ARGV[j])
+  if not c or c < 0 or c ~= floor(c) then
+    fail('invalid ' .. what .. ' ' .. string.format('%q', tostring(ARGV[j])))
+  end
+  return c
 end
-if #ARGV < 2 + 5 * m then
-  fail('want ' .. m .. ' limits of 5 arguments and a number of runs, got ' .. #ARGV .. ' arguments')
+
+local m = count(1, 'number of limits')
+if #ARGV < 2 + 4 * m then
+  fail('want ' .. m .. ' limits of 4 arguments and a number of runs, got ' .. #ARGV .. ' arguments')
 end
-local r = tonumber(ARGV[2 + 5 * m])
-if not r or r < 0 or r ~= floor(r) then
-  fail('invalid number of runs ' .. string.format('%q', tostring(ARGV[2 + 5 * m])))
+local r = count(2 + 4 * m, 'number of runs')
+local gj = 3 + 4 * m + 4 * r -- the number of key runs' field
+if #ARGV < gj then
+  fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4 and a number of key runs, got ' .. #ARGV .. ' arguments')
 end
-local first = 3 + 5 * m -- the first run's field
-if #ARGV ~= first - 1 + 3 * r and #ARGV ~= first + 3 * r then
-  fail('want ' .. m .. ' limits of 5 arguments, ' .. r .. ' runs of 3 and an optional now, got ' .. #ARGV .. ' arguments')
+local g = count(gj, 'number of key runs')
+if #ARGV ~= gj + 2 * g and #ARGV ~= gj + 2 * g + 1 then
+  fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4, ' .. g .. ' key runs of 2 and an optional now, got ' .. #ARGV .. ' arguments')
 end
-local now = clock(ARGV[first + 3 * r])
+local now = clock(ARGV[gj + 2 * g + 1])
 
 -- Each limit is read and checked once; one that is bad fails the requests
 -- that name it.
+local function prepare(L, j)
+  L.rate, L.period, L.burst = limit(j + 1)
+  if L.alg then
+    L.alg.prepare(L)
+  end
+end
 local limits = {}
 for l = 1, m do
-  local j = 2 + 5 * (l - 1)
-  local ok, rate, period, burst = pcall(limit, j + 1)
-  local decide = algorithms[ARGV[j]]
-  if not ok then
-    limits[l] = {err = rate}
-  elseif not decide then
-    limits[l] = {err = {err = 'ERR sluice: unknown algorithm ' .. string.format('%q', ARGV[j])}}
-  else
-    limits[l] = {decide = decide, rate = rate, period = period, burst = burst, peek = ARGV[j + 4] == '1'}
+  local j = 2 + 4 * (l - 1)
+  local A = algorithms[ARGV[j]]
+  if A == nil and loaders[ARGV[j]] then
+    A = loaders[ARGV[j]]()
+    algorithms[ARGV[j]] = A
   end
+  local L = {alg = A}
+  local ok, err = pcall(prepare, L, j)
+  if not ok then
+    L.err = err
+  elseif not A then
+    L.err = {err = 'ERR sluice: unknown algorithm ' .. string.format('%q', ARGV[j])}
+  end
+  limits[l] = L
 end
 
 -- Each run is read and checked once too: its size, its limit, its cost.
 local sizes, runs, total = {}, {}, 0
 for k = 1, r do
-  local j = first + 3 * (k - 1)
-  local size = tonumber(ARGV[j])
-  if not size or size < 0 or size ~= floor(size) then
-    fail('invalid run size ' .. string.format('%q', ARGV[j]))
-  end
+  local j = 3 + 4 * m + 4 * (k - 1)
+  local size = count(j, 'run size')
   sizes[k], total = size, total + size
   local ok, cost = pcall(param, ARGV[j + 2], 'cost')
-  local l = limits[tonumber(ARGV[j + 1])]
-  if not l then
+  local L = limits[tonumber(ARGV[j + 1])]
+  if not L then
     runs[k] = {err = {err = 'ERR sluice: no limit ' .. string.format('%q', ARGV[j + 1])}}
-  elseif l.err then
-    runs[k] = l
+  elseif L.err then
+    runs[k] = {err = L.err}
   elseif not ok then
     runs[k] = {err = cost}
   else
-    runs[k] = {decide = l.decide, rate = l.rate, period = l.period, burst = l.burst, peek = l.peek, cost = cost}
+    runs[k] = {L = L, A = L.alg, cost = cost, peek = ARGV[j + 3] == '1'}
   end
 end
-if total ~= n then
-  fail('the runs hold ' .. total .. ' requests for ' .. n .. ' keys')
+local n = total
+
+local keyRuns, perKey, keys, held = {}, {}, 0, 0
+for k = 1, g do
+  local j = gj + 2 * (k - 1)
+  keyRuns[k], perKey[k] = count(j + 1, 'key run size'), count(j + 2, 'requests per key')
+  if perKey[k] < 1 then
+    fail('a key without requests')
+  end
+  keys, held = keys + keyRuns[k], held + keyRuns[k] * perKey[k]
+end
+if keys ~= #KEYS or held ~= n then
+  fail('the runs hold ' .. n .. ' requests and the key runs ' .. held .. ' requests of ' .. keys .. ' keys, for ' .. #KEYS .. ' keys')
 end
 
 local out, errors, seen = {}, {}, {}
--- i is the next request to decide, in run k, which has left requests
--- after it. decided decides from i on until the end or a request's error,
--- so that the batch pays for one pcall, not one per request.
+-- out holds o values; p1 to p5 are the last reply written there, which
+-- repeats more times after it, not yet written.
+local o, repeats, p1, p2, p3, p4, p5 = 0, 0
+
+-- emit replies to the next request.
+local function emit(a, b, c, d, e)
+  if a == p1 and b == p2 and c == p3 and d == p4 and e == p5 then
+    repeats = repeats + 1
+    return
+  end
+  if repeats > 0 then
+    out[o + 1] = repeats + 1
+    o, repeats = o + 1, 0
+  end
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, b, c, d, e
+  o, p1, p2, p3, p4, p5 = o + 5, a, b, c, d, e
+end
+-- i is the request being decided, in request run k, which has left
+-- requests after it; it belongs to the key KEYS[ki], in key run kk, which
+-- has keysLeft keys after this one, and the key has reqsLeft requests
+-- after it. s is the key's state while it is read, under the limit L of
+-- algorithm A. decided decides from i on until the end or a request's
+-- error, so that the batch pays for one pcall, not one per request.
 local i, k, left = 1, 0, 0
+local ki, kk, keysLeft, reqsLeft = 0, 0, 0, 0
+local s, A, L
+
+-- flush writes the key's state, if a step changed it, and lets it go.
+local function flush()
+  local done = s
+  s = nil
+  if done.dirty then
+    A.write(KEYS[ki], now, done, L)
+  end
+end
+
 local function decided()
   while i <= n do
     while left == 0 do
       k = k + 1
       left = sizes[k]
     end
+    if reqsLeft == 0 then
+      while keysLeft == 0 do
+        kk = kk + 1
+        keysLeft = keyRuns[kk]
+      end
+      ki, keysLeft, reqsLeft = ki + 1, keysLeft - 1, perKey[kk]
+    end
+    left, reqsLeft = left - 1, reqsLeft - 1
     local run = runs[k]
     if run.err then
       error(run.err, 0)
     end
-    local key = KEYS[i]
-    if pinned then
-      forget(key, now)
+    -- A key asked under another limit is written under the one before,
+    -- then read again under the new one.
+    if s and L ~= run.L then
+      flush()
     end
-    local allowed, _, remaining, retry, reset, delay = run.decide(key, now, run.rate, run.period, run.burst, run.cost, run.peek)
-    local o = 5 * (i - 1)
-    out[o + 1], out[o + 2], out[o + 3] = allowed and 1 or 0, remaining, retry
-    out[o + 4], out[o + 5] = reset, delay
-    i, left = i + 1, left - 1
+    local key = KEYS[ki]
+    local allowed, remaining, retry, reset, delay
+    if not s then
+      if pinned then
+        forget(key, now)
+      end
+      s, allowed, remaining, retry, reset, delay = run.A.read(key, now, run.L, run.cost, run.peek, run)
+      A, L = run.A, run.L
+    end
+    if allowed == nil then
+      allowed, remaining, retry, reset, delay = A.step(s, key, now, L, run.cost, run.peek)
+    end
+    if reqsLeft == 0 then
+      if s.dirty then
+        flush()
+      else
+        s = nil
+      end
+    end
+    emit(allowed and 1 or 0, remaining, retry, reset, delay)
+    i = i + 1
   end
 end
 while i <= n do
@@ -122,12 +221,21 @@ while i <= n do
       e = #errors + 1
       errors[e], seen[msg] = msg, e
     end
-    local o = 5 * (i - 1)
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = -e, 0, 0, 0, 0
-    i, left = i + 1, left - 1
+    emit(-e, 0, 0, 0, 0)
+    -- A step raises before it changes s, which stays the state before
+    -- request i: the key's next request goes on from it, as it would
+    -- after a request that failed alone.
+    if s and reqsLeft == 0 then
+      pcall(flush)
+    end
+    i = i + 1
   end
 end
+if repeats > 0 then
+  out[o + 1] = repeats + 1
+  o = o + 1
+end
 for e = 1, #errors do
-  out[5 * n + e] = errors[e]
+  out[o + e] = errors[e]
 end
 return out

@@ -11,94 +11,157 @@
 -- form every interval of whole µs keeps), else the string 'µs f/d', z
 -- being f/d µs past µs; engine's state a, b, c.
 
--- instant reads a stored z as µs and a remainder in 1/d µs; one written
--- under another rate is rescaled, rounded up, as engine's rescale does.
-local function instant(v, key, d)
-  if not v then
-    return 0, 0
-  end
-  local a = tonumber(v)
-  if a then
-    return a, 0
-  end
-  local x, y, z = string.match(v, '^(%d+) (%d+)/(%d+)$')
-  if not x then
-    fail('key ' .. key .. ' holds ' .. string.format('%q', v) .. ', not a number')
-  end
-  local f, e
-  a, f, e = tonumber(x), tonumber(y), tonumber(z)
-  if f == 0 or e == d then
-    return a, f
-  end
-  local q, r = muldiv(f, d, e)
-  if r > 0 then
-    q = q + 1
-  end
-  if q >= d then
-    return a + 1, q - d
-  end
-  return a, q
-end
-
--- stored is the value that keeps z.
-local function stored(a, f, d)
-  if f == 0 then
-    return a
-  end
-  return num(a) .. ' ' .. num(f) .. '/' .. num(d)
-end
-
--- legacyToken turns a token bucket that an earlier version kept as a hash
--- {used, last}, its interval rounded down to q µs, into its z, which is
--- last + used * q; a z already past leaves the key empty.
-local function legacyToken(key, now, q)
-  local st = redis.call('HMGET', key, 'used', 'last')
-  local z = int(st[2], key) + int(st[1], key) * q
-  redis.call('DEL', key)
-  if z > now then
-    redis.call('SET', key, z, px(now, z))
-  end
-end
-
-local function bucket(key, now, rate, period, capacity, cost, peek, leaky, token)
-  local q, r, d = interval(rate, period)
-  local writes = not peek and cost > 0
-  local ca, cf = times(cost, q, r, d)
-  local fresh, ends, admit = stored(now + ca, cf, d), up(now + ca, cf), writes and cost <= capacity
-  local ok, old, claimed = pcall(claim, key, now, fresh, ends, admit)
-  if not ok then
-    -- redis.call raises {err = message} or, in some versions, the message.
-    local msg = type(old) == 'table' and old.err or old
-    if not (token and string.find(tostring(msg), 'WRONGTYPE', 1, true)) then
-      error(old, 0)
+-- newBucket makes the algorithm: capacity is burst, plus one for GCRA
+-- (extra); a leaky bucket's admitted request waits its turn; a token
+-- bucket may still be kept in the legacy form. Everything is defined
+-- inside it, so that a script defines it only when a call asks for one
+-- of the three (see lua.go).
+local function newBucket(extra, leaky, token)
+  -- instant reads a stored z as µs and a remainder in 1/d µs; one written
+  -- under another rate is rescaled, rounded up, as engine's rescale does.
+  local function instant(v, key, d)
+    if not v then
+      return 0, 0
     end
-    legacyToken(key, now, q)
-    old, claimed = claim(key, now, fresh, ends, admit)
-  end
-  local sa, sf = instant(old, key, d)
-  if sa < now then
-    sa, sf = now, 0
-  end
-  local ea, ef = add(sa, sf, ca, cf, d)
-  local ta, tf = times(capacity, q, r, d)
-  local allowed = ea - now < ta or (ea - now == ta and ef <= tf)
-  local la, lf, retry, delay = sa - now, sf, 0, 0
-  if allowed then
-    la, lf = ea - now, ef
-    if leaky then
-      delay = up(sa - now, sf)
+    local a = tonumber(v)
+    if a then
+      return a, 0
     end
-  else
-    retry = up(sub(ea - now, ef, ta, tf, d))
+    local x, y, z = string.match(v, '^(%d+) (%d+)/(%d+)$')
+    if not x then
+      fail('key ' .. key .. ' holds ' .. string.format('%q', v) .. ', not a number')
+    end
+    local f, e
+    a, f, e = tonumber(x), tonumber(y), tonumber(z)
+    if f == 0 or e == d then
+      return a, f
+    end
+    local q, r = muldiv(f, d, e)
+    if r > 0 then
+      q = q + 1
+    end
+    if q >= d then
+      return a + 1, q - d
+    end
+    return a, q
   end
-  -- A limit lowered on a live key can leave more in use than it allows.
-  local remaining = 0
-  if la < ta or (la == ta and lf <= tf) then
-    local xa, xf = sub(ta, tf, la, lf, d)
-    remaining = fit(xa, xf, period, d)
+
+  -- stored is the value that keeps z.
+  local function stored(a, f, d)
+    if f == 0 then
+      return a
+    end
+    return num(a) .. ' ' .. num(f) .. '/' .. num(d)
   end
-  if allowed and writes and not claimed then
-    redis.call('SET', key, stored(ea, ef, d), px(now, up(ea, ef)))
+
+  -- legacyToken turns a token bucket that an earlier version kept as a hash
+  -- {used, last}, its interval rounded down to q µs, into its z, which is
+  -- last + used * q; a z already past leaves the key empty.
+  local function legacyToken(key, now, q)
+    local st = redis.call('HMGET', key, 'used', 'last')
+    local z = int(st[2], key) + int(st[1], key) * q
+    redis.call('DEL', key)
+    if z > now then
+      redis.call('SET', key, z, px(now, z))
+    end
   end
-  return allowed, capacity, remaining, retry, up(la, lf), delay
+
+  -- s.a, s.f: z; s.dirty: a step changed z since it was read.
+  local s = {}
+
+  -- again runs a command on key that failed with err, once a legacy
+  -- token bucket, which answers WRONGTYPE, is turned into z; it raises
+  -- any other error.
+  local function again(err, key, now, L, ...)
+    if not (token and string.find(tostring(err.err), 'WRONGTYPE', 1, true)) then
+      error(err, 0)
+    end
+    legacyToken(key, now, L.q)
+    return redis.call(...)
+  end
+
+  local function prepare(L)
+    L.q, L.r, L.d = interval(L.rate, L.period)
+    L.capacity = L.burst + extra
+    L.ta, L.tf = times(L.capacity, L.q, L.r, L.d)
+  end
+
+  local function step(s, key, now, L, cost, peek)
+    local q, r, d, ta, tf = L.q, L.r, L.d, L.ta, L.tf
+    local sa, sf = s.a, s.f
+    if sa < now then
+      sa, sf = now, 0
+    end
+    local ca, cf = times(cost, q, r, d)
+    local ea, ef = add(sa, sf, ca, cf, d)
+    local allowed = ea - now < ta or (ea - now == ta and ef <= tf)
+    local la, lf, retry, delay = sa - now, sf, 0, 0
+    if allowed then
+      la, lf = ea - now, ef
+      if leaky then
+        delay = up(sa - now, sf)
+      end
+    else
+      retry = up(sub(ea - now, ef, ta, tf, d))
+    end
+    -- A limit lowered on a live key can leave more in use than it allows.
+    local remaining = 0
+    if la < ta or (la == ta and lf <= tf) then
+      local xa, xf = sub(ta, tf, la, lf, d)
+      remaining = fit(xa, xf, L.period, d)
+    end
+    if allowed and not peek and cost > 0 then
+      s.a, s.f, s.dirty = ea, ef, true
+    end
+    return allowed, remaining, retry, up(la, lf), delay
+  end
+
+  -- Most keys are idle past their state's end, so when the first request
+  -- would be admitted on an empty key, SET NX GET stores its outcome if
+  -- the key is empty and otherwise returns what it holds without writing:
+  -- an idle key costs one command, not a GET and a SET. What a claim
+  -- stores and replies is the same for every empty key of a run (one
+  -- limit, cost and now), so it is worked out once, into memo: the
+  -- value and expiry as strings, which Redis takes as they are, and the
+  -- first request's decision, which read then returns after s.
+  local function read(key, now, L, cost, peek, memo)
+    s.dirty = false
+    if peek or cost == 0 or cost > L.capacity then
+      local v = redis.pcall('GET', key)
+      if type(v) == 'table' then
+        v = again(v, key, now, L, 'GET', key)
+      end
+      s.a, s.f = instant(v, key, L.d)
+      return s
+    end
+    local c = memo.claim
+    if not c then
+      s.a, s.f = 0, 0
+      c = {step(s, key, now, L, cost, false)}
+      c.a, c.f = s.a, s.f
+      c.value = num(s.a)
+      if s.f > 0 then
+        c.value = stored(s.a, s.f, L.d)
+      end
+      c.opt, c.at = px(now, up(s.a, s.f))
+      memo.claim = c
+    end
+    local old = redis.pcall('SET', key, c.value, 'NX', 'GET', c.opt, c.at)
+    if type(old) == 'table' then
+      old = again(old, key, now, L, 'SET', key, c.value, 'NX', 'GET', c.opt, c.at)
+    end
+    s.dirty = false
+    if not old then
+      s.a, s.f = c.a, c.f
+      return s, c[1], c[2], c[3], c[4], c[5]
+    end
+    s.a, s.f = instant(old, key, L.d)
+    return s
+  end
+
+  local function write(key, now, s, L)
+    redis.call('SET', key, stored(s.a, s.f, L.d), px(now, up(s.a, s.f)))
+  end
+
+  return {prepare = prepare, read = read, step = step, write = write}
 end

@@ -1,15 +1,30 @@
 -- Fixed window: one counter per window, windows aligned to the epoch.
 -- State: a hash {w = window start (µs), n = count in it}; engine's state a, b.
-local function fixed(key, now, rate, period, burst, cost, peek)
-  local p, limit = period, rate
+local fixed = {}
+
+function fixed.prepare(L)
+  L.capacity = L.rate
+end
+
+-- s.a, s.b: w and n; s.ends: when the last change stops mattering.
+local fixedState = {}
+
+function fixed.read(key, now, L)
   local st = redis.call('HMGET', key, 'w', 'n')
-  local a, b = int(st[1], key), int(st[2], key)
+  local s = fixedState
+  s.a, s.b, s.dirty = int(st[1], key), int(st[2], key), false
+  return s
+end
+
+function fixed.step(s, key, now, L, cost, peek)
+  local p, limit = L.period, L.rate
+  local a = s.a
   -- fmod truncates like Go's %, also for a time before the epoch. A state
   -- from a later window (the clock stepped back) keeps its window.
   local w = max(now - math.fmod(now, p), a)
   local n = 0
   if a == w then
-    n = b
+    n = s.b
   end
   local e = w + p
   local allowed = n + cost <= limit
@@ -23,9 +38,13 @@ local function fixed(key, now, rate, period, burst, cost, peek)
     reset = e - now
   end
   if allowed and not peek and cost > 0 then
-    redis.call('HSET', key, 'w', w, 'n', n)
-    expire(key, now, e)
+    s.a, s.b, s.ends, s.dirty = w, n, e, true
   end
   -- A limit lowered on a live key can leave more counted than it allows.
-  return allowed, limit, max(limit - n, 0), retry, reset, 0
+  return allowed, max(limit - n, 0), retry, reset, 0
+end
+
+function fixed.write(key, now, s)
+  redis.call('HSET', key, 'w', s.a, 'n', s.b)
+  expire(key, now, s.ends)
 end

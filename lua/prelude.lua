@@ -12,8 +12,17 @@
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 local two53 = 9007199254740992
 
+--
+-- A call prints the same few numbers again and again (a window's end, a
+-- run's expiry), so num keeps what it printed for the rest of the call.
+local printed = {}
 local function num(n)
-  return string.format('%.0f', n)
+  local s = printed[n]
+  if not s then
+    s = string.format('%.0f', n)
+    printed[n] = s
+  end
+  return s
 end
 
 -- fail raises an error that Redis replies with as is, and that the batch
@@ -60,20 +69,6 @@ end
 local function expire(key, now, ends)
   local _, at = px(now, ends)
   redis.call(pinned and 'PEXPIREAT' or 'PEXPIRE', key, at)
-end
-
--- claim reads the value stored at key, for a request that, were key empty,
--- would be admitted and store fresh, a state that ends at ends (µs). Most
--- keys are idle past their state's end, so when admit says the request
--- would be, SET NX GET stores fresh if key is empty and otherwise returns
--- what it holds without writing: an idle key costs one command, not a GET
--- and a SET. The second result says whether fresh was stored.
-local function claim(key, now, fresh, ends, admit)
-  if not admit then
-    return redis.call('GET', key), false
-  end
-  local old = redis.call('SET', key, fresh, 'NX', 'GET', px(now, ends))
-  return old, not old
 end
 
 -- forget deletes key, on a pinned clock, when its state has ended.
@@ -207,3 +202,33 @@ local function fit(a, f, period, d)
   end
   return q
 end
+
+-- Every algorithm is a table of four functions, so that the batch script
+-- decides all of a key's requests with one read and one write, each
+-- request with the same arithmetic as if it came alone:
+--
+--   prepare(L)  checks the limit L = {rate, period, burst} and computes,
+--               once, what every decision under it shares (L.capacity is
+--               the limit a decision reports); raises on a bad limit
+--   read(key, now, L, cost, peek, memo) -> s [, allowed, remaining,
+--               retry_after, reset_after, delay]
+--               reads key's state into s, the algorithm's one scratch
+--               table; cost and peek are the first request's, which a
+--               read may decide and store at once (a claim, bucket.lua):
+--               it then returns that decision after s, and s is the state
+--               after it. memo is a table the caller keeps for a run of
+--               requests of one limit, cost and peek at one now, where a
+--               read keeps what it works out the same for every key
+--   step(s, key, now, L, cost, peek) -> allowed, remaining, retry_after,
+--               reset_after, delay
+--               decides one request against s and changes s as storing
+--               its outcome would change the key; it raises before it
+--               changes anything, so s stays the state before the request
+--   write(key, now, s, L)
+--               stores s, which a step changed (s.dirty is set: the
+--               caller writes nothing else), with the TTL the last change
+--               sets
+--
+-- now is the same for every request of a call, and Redis's clock stands
+-- still for keys while a script runs, so no key expires between two of
+-- its steps: deciding them against s is deciding them one by one.

@@ -9,14 +9,16 @@
 --
 -- The precision comes in the burst argument, which the windows take no
 -- other use for; 0 means 1.
+local sliding = {}
+
+-- The HMGET field names for each precision.
 local slotNames = {}
 
-local function sliding(key, now, rate, period, precision, cost, peek)
-  local limit, n = rate, max(precision, 1)
-  if n > 100 or period % n ~= 0 then
+function sliding.prepare(L)
+  local n = max(L.burst, 1)
+  if n > 100 or L.period % n ~= 0 then
     fail('invalid precision ' .. num(n) .. ': want 1 to 100 sub-windows of whole microseconds')
   end
-  local s = period / n
   local names = slotNames[n]
   if not names then
     names = {'w', 'n'}
@@ -25,29 +27,54 @@ local function sliding(key, now, rate, period, precision, cost, peek)
     end
     slotNames[n] = names
   end
-  local st = redis.call('HMGET', key, unpack(names))
-  local sw = int(st[1], key)
-  local stored = int(st[2], key) == n
+  L.capacity, L.n, L.s, L.names = L.rate, n, L.period / n, names
+end
+
+-- s.sw: the stored sub-window start; s.stored: the state is kept under
+-- this precision; s.ring[j]: field j as read or since changed (read with
+-- int only where used, as a field out of the window is never looked at);
+-- s.changed[j]: field j must be written; s.ends: when the last change
+-- stops mattering. counts is each step's scratch.
+local slidingState = {ring = {}, changed = {}}
+local counts = {}
+
+function sliding.read(key, now, L)
+  local n = L.n
+  local st = redis.call('HMGET', key, unpack(L.names))
+  local s = slidingState
+  s.sw = int(st[1], key)
+  s.stored = int(st[2], key) == n
+  s.dirty = false
+  local ring, changed = s.ring, s.changed
+  for j = 0, n do
+    ring[j], changed[j] = st[3 + j], false
+  end
+  return s
+end
+
+function sliding.step(s, key, now, L, cost, peek)
+  local limit, n, sz = L.rate, L.n, L.s
+  local sw, stored, ring = s.sw, s.stored, s.ring
   -- fmod truncates like Go's %. A state from a later sub-window (the clock
   -- stepped back) keeps its sub-window.
-  local w = now - math.fmod(now, s)
+  local w = now - math.fmod(now, sz)
   if stored then
     w = max(w, sw)
   end
-  local k = floor(w / s)
+  local k = floor(w / sz)
   -- counts[i] is the count of the i-th sub-window before the current one.
-  local counts, full = {}, 0
+  local full = 0
   for i = 0, n do
     local c = 0
-    if stored and w - i * s <= sw then
-      c = int(st[3 + (k - i) % (n + 1)], key)
+    if stored and w - i * sz <= sw then
+      c = int(ring[(k - i) % (n + 1)], key)
     end
     counts[i] = c
     if i < n then
       full = full + c
     end
   end
-  local q, r = muldiv(counts[n], s - max(now - w, 0), s)
+  local q, r = muldiv(counts[n], sz - max(now - w, 0), sz)
   if r > 0 then
     q = q + 1
   end
@@ -61,42 +88,52 @@ local function sliding(key, now, rate, period, precision, cost, peek)
     -- When the request fits: in the j-th sub-window from now, the
     -- sub-windows still inside count in full and the oldest by its share.
     local room = limit - cost
-    retry = w + (n + 1) * s - now
+    retry = w + (n + 1) * sz - now
     for j = 0, n do
       local left, oldest = room, counts[n - j]
       for i = 0, n - j - 1 do
         left = left - counts[i]
       end
       if left >= oldest then
-        retry = max(w + j * s - now, 1)
+        retry = max(w + j * sz - now, 1)
         break
       elseif left >= 0 then
-        local share = muldiv(left, s, oldest)
-        retry = w + (j + 1) * s - share - now
+        local share = muldiv(left, sz, oldest)
+        retry = w + (j + 1) * sz - share - now
         break
       end
     end
   end
   for i = 0, n do
     if counts[i] > 0 then
-      reset = w + (n + 1 - i) * s - now
+      reset = w + (n + 1 - i) * sz - now
       break
     end
   end
   if allowed and not peek and cost > 0 then
-    local args, m = {'w', w, 'n', n}, 4
     -- The sub-windows since the stored one change: all of them when the
     -- state is fresh, at most n+1.
     local changed = n
     if stored then
-      changed = min(floor((w - sw) / s), n)
+      changed = min(floor((w - sw) / sz), n)
     end
     for i = 0, changed do
-      args[m + 1], args[m + 2] = (k - i) % (n + 1), counts[i]
+      local j = (k - i) % (n + 1)
+      ring[j], s.changed[j] = counts[i], true
+    end
+    s.sw, s.stored, s.ends, s.dirty = w, true, w + (n + 1) * sz, true
+  end
+  return allowed, max(limit - used, 0), retry, reset, 0
+end
+
+function sliding.write(key, now, s, L)
+  local args, m = {'w', s.sw, 'n', L.n}, 4
+  for j = 0, L.n do
+    if s.changed[j] then
+      args[m + 1], args[m + 2] = j, s.ring[j]
       m = m + 2
     end
-    redis.call('HSET', key, unpack(args))
-    expire(key, now, w + (n + 1) * s)
   end
-  return allowed, limit, max(limit - used, 0), retry, reset, 0
+  redis.call('HSET', key, unpack(args))
+  expire(key, now, s.ends)
 end

@@ -2,6 +2,4 @@
 -- interval (period / rate). It is bucket.lua's algorithm: tokens used are
 -- ceil((z - now) / interval), so that a request fits when z, moved cost
 -- intervals on, stays within capacity intervals of now.
-local function token(key, now, rate, period, burst, cost, peek)
-  return bucket(key, now, rate, period, burst, cost, peek, false, true)
-end
+local token = newBucket(0, false, true)

@@ -122,11 +122,23 @@ type buffers struct {
 	keys  []string
 	args  []any
 	calls []call
+	// Batch script only: each call's requests with a key's together
+	// (grouped; each call's reqs is a part of it), the distinct keys'
+	// group numbers (keyGroup) and their requests (groupSize), each
+	// request's group (reqGroup), and where each group starts in grouped
+	// (groupAt).
+	grouped   []int
+	keyGroup  map[string]int
+	groupSize []int
+	reqGroup  []int
+	groupAt   []int
 	// Batch script only: one call's distinct limits, and each request's
 	// (1-based) index among them.
-	limits     []limitKey
-	limitIndex map[limitKey]int64
+	limits     []engine.Limit
+	limitIndex map[engine.Limit]int64
 	reqLimit   []int64
+	// replies holds a batch reply's decisions, one per request.
+	replies [][lua.BatchFields]int64
 	// nums holds the integer arguments, which args points into: a pointer
 	// in an interface allocates nothing, an int64 above 255 would. Each
 	// element is written before its pointer is taken and never after, so
@@ -145,7 +157,7 @@ func (s *Store) buffers() *buffers {
 	if b, ok := s.bufs.Get().(*buffers); ok {
 		return b
 	}
-	return &buffers{group: map[uint16]int{}, limitIndex: map[limitKey]int64{}}
+	return &buffers{group: map[uint16]int{}, limitIndex: map[engine.Limit]int64{}, keyGroup: map[string]int{}}
 }
 
 func (s *Store) release(b *buffers) {
@@ -156,7 +168,9 @@ func (s *Store) release(b *buffers) {
 	b.keys, b.args, b.calls, b.nums = b.keys[:0], b.args[:0], b.calls[:0], b.nums[:0]
 	clear(b.group)
 	clear(b.limitIndex)
-	b.limits, b.reqLimit = b.limits[:0], b.reqLimit[:0]
+	b.limits, b.reqLimit, b.replies = b.limits[:0], b.reqLimit[:0], b.replies[:0]
+	clear(b.keyGroup)
+	b.grouped, b.groupSize, b.reqGroup, b.groupAt = b.grouped[:0], b.groupSize[:0], b.reqGroup[:0], b.groupAt[:0]
 	s.bufs.Put(b)
 }
 
@@ -213,7 +227,7 @@ func (s *Store) Decide(ctx context.Context, reqs []engine.Request, res []engine.
 	s.plan(b, reqs, now)
 	s.run(ctx, b.calls)
 	for k := range b.calls {
-		if err := s.collect(&b.calls[k], reqs, res); err != nil {
+		if err := s.collect(b, &b.calls[k], reqs, res); err != nil {
 			s.reloadSlots(ctx)
 			return err
 		}
@@ -266,12 +280,10 @@ func (s *Store) plan(b *buffers, reqs []engine.Request, now any) {
 				end++
 			}
 		}
-		k := len(b.keys)
-		for _, i := range order[start:end] {
-			b.keys = append(b.keys, s.Key(reqs[i].Key, reqs[i].Limit.Algorithm))
-		}
+		k, g := len(b.keys), len(b.grouped)
+		s.group(b, reqs, order[start:end])
 		a := len(b.args)
-		b.args, b.nums = b.appendBatchArgs(reqs, order[start:end])
+		b.args, b.nums = b.appendBatchArgs(reqs, b.grouped[g:])
 		if now != nil {
 			b.args = append(b.args, now)
 		}
@@ -279,7 +291,7 @@ func (s *Store) plan(b *buffers, reqs []engine.Request, now any) {
 			script: lua.Batch,
 			keys:   b.keys[k:len(b.keys):len(b.keys)],
 			args:   b.args[a:len(b.args):len(b.args)],
-			reqs:   order[start:end:end],
+			reqs:   b.grouped[g:len(b.grouped):len(b.grouped)],
 		})
 		start = end
 	}
@@ -308,11 +320,53 @@ func (s *Store) bySlot(b *buffers, reqs []engine.Request) []int {
 	return b.order
 }
 
+// group appends idx's requests to b.grouped with each key's requests
+// together, in the order of the keys' first requests and each key's in
+// its own order, and each distinct key to b.keys. Requests on different
+// keys are independent, so this decides the same as idx's order; a key
+// then costs the script one read and one write however many requests it
+// has. b.groupSize holds the keys' request counts, in that order.
+func (s *Store) group(b *buffers, reqs []engine.Request, idx []int) {
+	clear(b.keyGroup)
+	b.groupSize, b.reqGroup = b.groupSize[:0], b.reqGroup[:0]
+	k := len(b.keys)
+	for _, i := range idx {
+		key := s.Key(reqs[i].Key, reqs[i].Limit.Algorithm)
+		g, ok := b.keyGroup[key]
+		if !ok {
+			g = len(b.groupSize)
+			b.keyGroup[key] = g
+			b.keys = append(b.keys, key)
+			b.groupSize = append(b.groupSize, 0)
+		}
+		b.groupSize[g]++
+		b.reqGroup = append(b.reqGroup, g)
+	}
+	if len(b.keys)-k == len(idx) {
+		b.grouped = append(b.grouped, idx...) // no key twice: the order stands
+		return
+	}
+	// A counting sort by group, stable.
+	b.groupAt = b.groupAt[:0]
+	at := len(b.grouped)
+	for _, n := range b.groupSize {
+		b.groupAt = append(b.groupAt, at)
+		at += n
+	}
+	b.grouped = slices.Grow(b.grouped, len(idx))[:at]
+	for q, i := range idx {
+		g := b.reqGroup[q]
+		b.grouped[b.groupAt[g]] = i
+		b.groupAt[g]++
+	}
+}
+
 // maxNumsPerRequest bounds how many integers a request adds to nums: four
 // in a single-script call; in a batch-script call, at most three for a
-// limit of its own, three for a run of its own, and two for the counts of
-// limits and runs of a call of its own.
-const maxNumsPerRequest = 8
+// limit of its own, three for a run of its own, two for a key run of its
+// own, and three for the counts of limits, runs and key runs of a call of
+// its own.
+const maxNumsPerRequest = 11
 
 // appendParams appends a request's rate, period (µs), burst, cost and peek
 // to args, the integers by pointers into nums, which must have room for
@@ -339,30 +393,25 @@ func peekArg(peek bool) any {
 	return peekArgs[0]
 }
 
-// limitKey is what requests of a batch-script call may share: the limit
-// and whether they peek.
-type limitKey struct {
-	limit engine.Limit
-	peek  bool
-}
-
 // appendBatchArgs appends the batch script's arguments for the requests
-// idx of reqs (see batch.lua): the count of distinct limits, each limit,
-// the count of runs, then each run's size, limit index and cost, where a
-// run is consecutive requests that share a limit and a cost.
+// idx of reqs, each key's together, as group left them and b.groupSize
+// counts them (see batch.lua): the count of distinct limits, each limit;
+// the count of runs, then each run's size, limit index, cost and peek,
+// where a run is consecutive requests that share all three; the count of
+// key runs, then each one's count of keys and requests per key.
 func (b *buffers) appendBatchArgs(reqs []engine.Request, idx []int) ([]any, []int64) {
 	b.limits, b.reqLimit = b.limits[:0], b.reqLimit[:0]
 	clear(b.limitIndex)
 	for _, i := range idx {
-		lk := limitKey{reqs[i].Limit, reqs[i].Peek}
+		l := reqs[i].Limit
 		// Most batches share one limit: try the last one before the map.
 		n := int64(len(b.limits))
-		if n == 0 || b.limits[n-1] != lk {
+		if n == 0 || b.limits[n-1] != l {
 			var ok bool
-			if n, ok = b.limitIndex[lk]; !ok {
-				b.limits = append(b.limits, lk)
+			if n, ok = b.limitIndex[l]; !ok {
+				b.limits = append(b.limits, l)
 				n = int64(len(b.limits))
-				b.limitIndex[lk] = n
+				b.limitIndex[l] = n
 			}
 		}
 		b.reqLimit = append(b.reqLimit, n)
@@ -370,19 +419,19 @@ func (b *buffers) appendBatchArgs(reqs []engine.Request, idx []int) ([]any, []in
 	args, nums := b.args, b.nums
 	nums = append(nums, int64(len(b.limits)))
 	args = append(args, &nums[len(nums)-1])
-	for _, lk := range b.limits {
-		l := lk.limit
+	for _, l := range b.limits {
 		k := len(nums)
 		nums = append(nums, l.Rate, l.Period.Microseconds(), burstArg(l))
-		args = append(args, algArgs[l.Algorithm], &nums[k], &nums[k+1], &nums[k+2], peekArg(lk.peek))
+		args = append(args, algArgs[l.Algorithm], &nums[k], &nums[k+1], &nums[k+2])
 	}
-	// A run ends where the next request has another limit or cost.
+	// A run ends where the next request has another limit, cost or peek.
 	continues := func(q int) bool {
-		return q > 0 && b.reqLimit[q] == b.reqLimit[q-1] && reqs[idx[q]].Cost == reqs[idx[q-1]].Cost
+		r, p := &reqs[idx[q]], &reqs[idx[q-1]]
+		return b.reqLimit[q] == b.reqLimit[q-1] && r.Cost == p.Cost && r.Peek == p.Peek
 	}
 	runs := int64(0)
 	for q := range idx {
-		if !continues(q) {
+		if q == 0 || !continues(q) {
 			runs++
 		}
 	}
@@ -395,8 +444,27 @@ func (b *buffers) appendBatchArgs(reqs []engine.Request, idx []int) ([]any, []in
 		}
 		k := len(nums)
 		nums = append(nums, int64(end-q), b.reqLimit[q], reqs[idx[q]].Cost)
-		args = append(args, &nums[k], &nums[k+1], &nums[k+2])
+		args = append(args, &nums[k], &nums[k+1], &nums[k+2], peekArg(reqs[idx[q]].Peek))
 		q = end
+	}
+	// Key runs: consecutive keys with as many requests each.
+	keyRuns := int64(0)
+	for g, size := range b.groupSize {
+		if g == 0 || size != b.groupSize[g-1] {
+			keyRuns++
+		}
+	}
+	nums = append(nums, keyRuns)
+	args = append(args, &nums[len(nums)-1])
+	for g := 0; g < len(b.groupSize); {
+		end := g + 1
+		for end < len(b.groupSize) && b.groupSize[end] == b.groupSize[g] {
+			end++
+		}
+		k := len(nums)
+		nums = append(nums, int64(end-g), int64(b.groupSize[g]))
+		args = append(args, &nums[k], &nums[k+1])
+		g = end
 	}
 	return args, nums
 }
@@ -462,7 +530,7 @@ var unavailable = []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTER
 
 // collect turns one call's reply into results. It returns an error only
 // when the call failed as a whole in a way that fails the batch.
-func (s *Store) collect(c *call, reqs []engine.Request, res []engine.Result) error {
+func (s *Store) collect(b *buffers, c *call, reqs []engine.Request, res []engine.Result) error {
 	reply, err := c.cmd.Slice()
 	if err != nil {
 		var rerr redis.Error
@@ -476,43 +544,85 @@ func (s *Store) collect(c *call, reqs []engine.Request, res []engine.Result) err
 		}
 		// The server ran the script and it failed: every request of this
 		// call meets the error (in per-request mode, that is one).
-		for k, i := range c.reqs {
-			res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, c.keys[k], err)}
+		for _, i := range c.reqs {
+			res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.Key(reqs[i].Key, reqs[i].Limit.Algorithm), err)}
 		}
 		return nil
 	}
-	fields := lua.SingleFields
 	if c.script == lua.Batch {
-		fields = lua.BatchFields
+		return s.collectBatch(b, c, reqs, res, reply)
 	}
 	n := len(c.reqs)
-	if len(reply) < fields*n {
-		return fmt.Errorf("upstream: eval %s: want %d integers in the reply, got %d values", c.script.Name, fields*n, len(reply))
+	if len(reply) < lua.SingleFields*n {
+		return fmt.Errorf("upstream: eval %s: want %d integers in the reply, got %d values", c.script.Name, lua.SingleFields*n, len(reply))
 	}
 	for k, i := range c.reqs {
-		f := reply[fields*k : fields*(k+1)]
 		var v [lua.SingleFields]int64
-		for j := range f {
-			var ok bool
-			if v[j], ok = f[j].(int64); !ok {
-				return fmt.Errorf("upstream: eval %s: reply field %d is %T, want an integer", c.script.Name, fields*k+j, f[j])
-			}
+		if err := replyInts(v[:], reply, lua.SingleFields*k, c.script.Name); err != nil {
+			return err
 		}
-		if fields == lua.SingleFields {
-			res[i] = engine.Result{Decision: engine.Decision{
-				Allowed:    v[0] == 1,
-				Limit:      v[1],
-				Remaining:  v[2],
-				RetryAfter: micros(v[3]),
-				ResetAfter: micros(v[4]),
-				Delay:      micros(v[5]),
-			}}
+		res[i] = engine.Result{Decision: engine.Decision{
+			Allowed:    v[0] == 1,
+			Limit:      v[1],
+			Remaining:  v[2],
+			RetryAfter: micros(v[3]),
+			ResetAfter: micros(v[4]),
+			Delay:      micros(v[5]),
+		}}
+	}
+	return nil
+}
+
+// replyInts reads len(v) integers of reply from at.
+func replyInts(v []int64, reply []any, at int, script string) error {
+	if at+len(v) > len(reply) {
+		return fmt.Errorf("upstream: eval %s: reply cut short at field %d of %d", script, at+len(v), len(reply))
+	}
+	for j := range v {
+		var ok bool
+		if v[j], ok = reply[at+j].(int64); !ok {
+			return fmt.Errorf("upstream: eval %s: reply field %d is %T, want an integer", script, at+j, reply[at+j])
+		}
+	}
+	return nil
+}
+
+// collectBatch reads the batch script's reply (see batch.lua): five
+// integers per request, each run of requests with the same five written
+// once and followed by a count, then the error messages.
+func (s *Store) collectBatch(b *buffers, c *call, reqs []engine.Request, res []engine.Result, reply []any) error {
+	b.replies = b.replies[:0]
+	at := 0
+	var v [lua.BatchFields]int64
+	for repeat := int64(0); len(b.replies) < len(c.reqs); {
+		if repeat > 0 {
+			b.replies = append(b.replies, v)
+			repeat--
 			continue
 		}
-		// See batch.lua: allowed (-k for the k-th error message),
-		// remaining, retry_after, reset_after, delay.
+		if err := replyInts(v[:1], reply, at, c.script.Name); err != nil {
+			return err
+		}
+		if v[0] >= 2 {
+			if len(b.replies) == 0 {
+				return fmt.Errorf("upstream: eval %s: the reply repeats before it replies", c.script.Name)
+			}
+			repeat, at = v[0]-1, at+1
+			v = b.replies[len(b.replies)-1]
+			continue
+		}
+		if err := replyInts(v[:], reply, at, c.script.Name); err != nil {
+			return err
+		}
+		b.replies = append(b.replies, v)
+		at += lua.BatchFields
+	}
+	for k, i := range c.reqs {
+		// allowed (-k for the k-th error message), remaining, retry_after,
+		// reset_after, delay.
+		v := &b.replies[k]
 		if v[0] < 0 {
-			res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, c.keys[k], scriptError(reply, fields*n, -v[0]))}
+			res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.Key(reqs[i].Key, reqs[i].Limit.Algorithm), scriptError(reply, at, -v[0]))}
 			continue
 		}
 		res[i] = engine.Result{Decision: engine.Decision{
@@ -528,7 +638,7 @@ func (s *Store) collect(c *call, reqs []engine.Request, res []engine.Result) err
 }
 
 // scriptError is the k-th (1-based) error message of a batch reply, which
-// follow its first integers.
+// follow its integers.
 func scriptError(reply []any, integers int, k int64) error {
 	at := integers + int(k) - 1
 	if k < 1 || at >= len(reply) {

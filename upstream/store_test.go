@@ -797,3 +797,62 @@ func TestLegacyState(t *testing.T) {
 		clock.Advance(-200 * time.Millisecond)
 	}
 }
+
+// TestHotRuns: a batch's requests on one key, read once and written once
+// by the batch script, reply exactly as the same requests one by one, and
+// leave the key exactly as they would: the same type, value and expire
+// time, compared after every batch. Standalone and on Cluster.
+func TestHotRuns(t *testing.T) {
+	_, rc := standalone(t)
+	cc, _ := cluster(t)
+	for _, top := range []struct {
+		name   string
+		client redis.UniversalClient
+	}{{"standalone", rc}, {"cluster", cc}} {
+		t.Run(top.name, func(t *testing.T) {
+			enginetest.HotRuns(t, func(t *testing.T, now func() time.Time) engine.Store {
+				return newStore(t, upstream.Config{Client: top.client, Prefix: "hotruns:", Now: now})
+			}, func(t *testing.T, a, b engine.Store, alg engine.Algorithm, keyA, keyB string, _ time.Time) {
+				t.Helper()
+				da := dumpKey(t, top.client, a.(*upstream.Store).Key(keyA, alg))
+				db := dumpKey(t, top.client, b.(*upstream.Store).Key(keyB, alg))
+				if da != db {
+					t.Fatalf("%s: one by one Redis holds\n%s\nin batches\n%s", keyA, da, db)
+				}
+			})
+		})
+	}
+}
+
+// dumpKey prints a key's type, value and expire time.
+func dumpKey(tb testing.TB, c redis.UniversalClient, key string) string {
+	tb.Helper()
+	ctx := context.Background()
+	typ, err := c.Type(ctx, key).Result()
+	if err != nil {
+		tb.Fatalf("TYPE %s: %v", key, err)
+	}
+	var v any
+	switch typ {
+	case "none":
+		return "none"
+	case "string":
+		v, err = c.Get(ctx, key).Result()
+	case "hash":
+		var m map[string]string
+		m, err = c.HGetAll(ctx, key).Result()
+		v = fmt.Sprint(m) // fmt prints a map sorted by key
+	case "zset":
+		v, err = c.ZRangeWithScores(ctx, key, 0, -1).Result()
+	default:
+		tb.Fatalf("%s is a %s", key, typ)
+	}
+	if err != nil {
+		tb.Fatalf("read %s: %v", key, err)
+	}
+	at, err := c.Do(ctx, "PEXPIRETIME", key).Int64()
+	if err != nil {
+		tb.Fatalf("PEXPIRETIME %s: %v", key, err)
+	}
+	return fmt.Sprintf("%s %v expires %d", typ, v, at)
+}

@@ -25,6 +25,11 @@ type Op struct {
 	Cost    int64         // may exceed the capacity or be negative: bad input
 	Peek    bool
 	Reset   bool
+	// Batch joins the operation to the batch of the one before it: a
+	// request at the same instant (Advance is 0), decided in one Decide
+	// with it. Runs of them on one key are the hot runs a tenant-wide
+	// limit makes.
+	Batch bool
 }
 
 // NewScenario derives a scenario from seed bytes. Parameters stay small
@@ -112,18 +117,52 @@ func NewScenario(seed []byte) Scenario {
 		}
 		sc.Ops = append(sc.Ops, op)
 	}
+	// Hot runs, from a stream of their own so that the operations above
+	// stay what each seed made before: now and then a burst of requests
+	// at one instant, mostly on one key, with mixed costs and peeks, sent
+	// as one batch; and now and then a request at the same instant joins
+	// the batch before it.
+	hot := rand.New(rand.NewPCG(rng.Uint64(), extra+1))
+	ops := make([]Op, 0, len(sc.Ops))
+	for _, op := range sc.Ops {
+		if op.Advance == 0 && !op.Reset && len(ops) > 0 && !ops[len(ops)-1].Reset && hot.IntN(3) == 0 {
+			op.Batch = true
+		}
+		ops = append(ops, op)
+		if op.Reset || hot.IntN(6) != 0 {
+			continue
+		}
+		for range 2 + hot.IntN(30) {
+			b := Op{Key: op.Key, Cost: 1, Peek: hot.IntN(5) == 0, Batch: true}
+			if hot.IntN(4) == 0 {
+				b.Key = hot.IntN(3)
+			}
+			if hot.IntN(3) == 0 {
+				b.Cost = hot.Int64N(l.Capacity() + 2)
+			}
+			if hot.IntN(30) == 0 {
+				b.Cost = -1
+			}
+			ops = append(ops, b)
+		}
+	}
+	sc.Ops = ops
 	return sc
 }
 
 // Differential runs seed's scenario against two stores sharing clock and
-// fails at the first decision where they differ. Keys are made unique with
-// prefix, so one backing server may serve many scenarios.
+// fails at the first decision where they differ: a decides each request
+// in a Decide of its own, b each batch of the scenario (see Op.Batch) in
+// one, so that b's hot runs are held to a's one-by-one decisions. Keys
+// are made unique with prefix, so one backing server may serve many
+// scenarios.
 func Differential(tb testing.TB, a, b engine.Store, clock *Clock, prefix string, seed []byte) {
 	tb.Helper()
 	sc := NewScenario(seed)
 	ctx := context.Background()
 	keys := []string{prefix + ":0", prefix + ":1", prefix + ":2"}
-	for i, op := range sc.Ops {
+	for i := 0; i < len(sc.Ops); i++ {
+		op := sc.Ops[i]
 		adv := op.Advance
 		if adv == -1 && sc.Limit.Period > 0 { // to the next window edge
 			p := sc.Limit.Period
@@ -137,16 +176,25 @@ func Differential(tb testing.TB, a, b engine.Store, clock *Clock, prefix string,
 			}
 			continue
 		}
-		req := []engine.Request{{Key: keys[op.Key], Limit: sc.Limit, Cost: op.Cost, Peek: op.Peek}}
-		ra, rb := make([]engine.Result, 1), make([]engine.Result, 1)
-		if err := a.Decide(ctx, req, ra); err != nil {
-			tb.Fatalf("op %d: first store: %v", i, err)
+		batch := []engine.Request{{Key: keys[op.Key], Limit: sc.Limit, Cost: op.Cost, Peek: op.Peek}}
+		for i+1 < len(sc.Ops) && sc.Ops[i+1].Batch {
+			i++
+			o := sc.Ops[i]
+			batch = append(batch, engine.Request{Key: keys[o.Key], Limit: sc.Limit, Cost: o.Cost, Peek: o.Peek})
 		}
-		if err := b.Decide(ctx, req, rb); err != nil {
+		rb := make([]engine.Result, len(batch))
+		if err := b.Decide(ctx, batch, rb); err != nil {
 			tb.Fatalf("op %d: second store: %v", i, err)
 		}
-		if msg := diff(ra[0], rb[0]); msg != "" {
-			tb.Fatalf("op %d of scenario %+v\n(%+v at %s): %s", i, sc.Limit, op, clock.Now().Format(time.RFC3339Nano), msg)
+		for k := range batch {
+			ra := make([]engine.Result, 1)
+			if err := a.Decide(ctx, batch[k:k+1], ra); err != nil {
+				tb.Fatalf("op %d: first store: %v", i, err)
+			}
+			if msg := diff(ra[0], rb[k]); msg != "" {
+				tb.Fatalf("op %d (request %d of a batch of %d) of scenario %+v\n(%+v at %s): %s",
+					i, k, len(batch), sc.Limit, batch[k], clock.Now().Format(time.RFC3339Nano), msg)
+			}
 		}
 	}
 }

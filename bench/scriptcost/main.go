@@ -1,0 +1,312 @@
+// Command scriptcost measures what the batch script costs Redis per
+// decision: Redis's own CPU time, from INFO commandstats (usec_per_call of
+// EVALSHA divided by the batch size), not throughput, which on a shared
+// machine is mostly noise. It starts its own redis-server on a free
+// loopback port, sends batches through the real upstream.Store, and prints
+// for each scenario and batch size the median and the least of several
+// runs, and beside them the median of Redis's main thread CPU time per
+// decision over the same runs (/proc/<pid>/schedstat: not inflated when
+// the machine preempts Redis mid-call, as usec_per_call, a wall time, is;
+// it also counts reading and answering the calls):
+//
+//	fresh  every request on a key never seen: one claim (SET NX GET) each
+//	hot    every request of a batch on one key, with a limit that admits
+//	       them all: the hot-key path, one read and one write per batch
+//	floor  a four-line script that only runs SET key v NX GET PX ttl per
+//	       key: what Redis spends per fresh decision that no batch script
+//	       can avoid
+//
+//	go run ./bench/scriptcost
+//	go run ./bench/scriptcost -sizes 16,256,1024 -runs 7 -alg gcra,fixed
+//
+// Only 127.0.0.1 is used, and the server is killed when the command ends.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/upstream"
+)
+
+var (
+	sizes     = flag.String("sizes", "16,256,1024", "batch sizes, comma-separated")
+	runs      = flag.Int("runs", 5, "runs of each measurement; the median is reported")
+	decisions = flag.Int("n", 100_000, "decisions per run (rounded up to whole batches)")
+	algs      = flag.String("alg", "gcra,token,leaky,fixed,sliding,log", "algorithms, by short name")
+	scenarios = flag.String("scenario", "fresh,hot,floor", "scenarios: fresh, hot, floor")
+	server    = flag.String("redis-server", "redis-server", "the redis-server binary")
+)
+
+// freshLimit and hotLimit are each algorithm's limit for the two
+// scenarios: a fresh key's state lives a few ms, so that the run's keys do
+// not pile up; a hot key's limit admits every request of the run.
+func freshLimit(a engine.Algorithm) engine.Limit {
+	l := engine.Limit{Algorithm: a, Rate: 100, Period: time.Second}
+	switch a {
+	case engine.TokenBucket, engine.LeakyBucket:
+		l.Burst = 10
+	case engine.GCRA:
+		l.Burst = 9
+	}
+	return l
+}
+
+func hotLimit(a engine.Algorithm) engine.Limit {
+	l := engine.Limit{Algorithm: a, Rate: engine.MaxLogRate, Period: time.Second}
+	switch a {
+	case engine.TokenBucket, engine.LeakyBucket, engine.GCRA:
+		l.Rate, l.Burst = 1_000_000, 1_000_000
+	}
+	return l
+}
+
+// floorScript is the least a script can do per fresh decision.
+const floorScript = `for i = 1, #KEYS do redis.call('SET', KEYS[i], ARGV[1], 'NX', 'GET', 'PX', ARGV[2]) end return #KEYS`
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	var ns []int
+	for f := range strings.SplitSeq(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			log.Fatalf("bad batch size %q", f)
+		}
+		ns = append(ns, n)
+	}
+	var as []engine.Algorithm
+	for f := range strings.SplitSeq(*algs, ",") {
+		a, err := engine.ParseAlgorithm(strings.TrimSpace(f))
+		if err != nil {
+			log.Fatal(err)
+		}
+		as = append(as, a)
+	}
+
+	stop, addr, pid, err := startRedis()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer stop()
+	client := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
+	defer client.Close()
+	store, err := upstream.New(upstream.Config{Client: client})
+	if err != nil {
+		stop()
+		log.Fatal(err)
+	}
+	m := &meter{ctx: context.Background(), client: client, store: store, pid: pid}
+
+	fmt.Printf("Redis µs per decision, %d runs of %d decisions: usec_per_call of EVALSHA / N, median (least); main thread CPU / decision, median\n", *runs, *decisions)
+	fmt.Printf("%-8s %-8s", "scenario", "alg")
+	for _, n := range ns {
+		fmt.Printf(" %22s", "N="+strconv.Itoa(n))
+	}
+	fmt.Println()
+	for sc := range strings.SplitSeq(*scenarios, ",") {
+		switch sc {
+		case "floor":
+			m.row(sc, "-", ns, m.floor)
+		case "fresh", "hot":
+			for _, a := range as {
+				m.row(sc, a.Short(), ns, func(n int) (float64, error) { return m.batches(sc, a, n) })
+			}
+		default:
+			stop()
+			log.Fatalf("unknown scenario %q", sc)
+		}
+	}
+}
+
+type meter struct {
+	ctx    context.Context
+	client *redis.Client
+	store  *upstream.Store
+	serial int // makes every fresh key new
+	pid    int // the redis-server's
+	// decided counts the decisions of the last measurement, the first
+	// batch (which loads the script) included, as the CPU time does.
+	decided int
+}
+
+// cpu reads the nanoseconds Redis's main thread has spent on a CPU.
+func (m *meter) cpu() (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(m.pid) + "/schedstat")
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("empty schedstat")
+	}
+	return strconv.ParseInt(f[0], 10, 64)
+}
+
+// row prints one scenario's medians, one per batch size.
+func (m *meter) row(scenario, alg string, ns []int, measure func(n int) (float64, error)) {
+	fmt.Printf("%-8s %-8s", scenario, alg)
+	for _, n := range ns {
+		var got, cpu []float64
+		for range *runs {
+			before, err := m.cpu()
+			if err != nil {
+				log.Fatal(err)
+			}
+			us, err := measure(n)
+			if err != nil {
+				fmt.Println()
+				log.Fatalf("%s %s N=%d: %v", scenario, alg, n, err)
+			}
+			after, err := m.cpu()
+			if err != nil {
+				log.Fatal(err)
+			}
+			got = append(got, us)
+			cpu = append(cpu, float64(after-before)/1000/float64(m.decided))
+		}
+		slices.Sort(got)
+		slices.Sort(cpu)
+		fmt.Printf(" %6.3f (%5.3f) %6.3f", got[len(got)/2], got[0], cpu[len(cpu)/2])
+	}
+	fmt.Println()
+}
+
+// batches sends one run of batches of n requests through the store and
+// returns Redis's µs per decision.
+func (m *meter) batches(scenario string, a engine.Algorithm, n int) (float64, error) {
+	reqs := make([]engine.Request, n)
+	res := make([]engine.Result, n)
+	l := freshLimit(a)
+	if scenario == "hot" {
+		l = hotLimit(a)
+	}
+	rounds := (*decisions + n - 1) / n
+	m.decided = (rounds + 1) * n
+	// One batch first, unmeasured: it loads the script.
+	for round := -1; round < rounds; round++ {
+		if round == 0 {
+			if err := m.resetStats(); err != nil {
+				return 0, err
+			}
+		}
+		m.serial++
+		hot := fmt.Sprintf("hot:%d", m.serial)
+		for i := range reqs {
+			key := hot
+			if scenario == "fresh" {
+				key = "fresh:" + strconv.Itoa(m.serial) + ":" + strconv.Itoa(i)
+			}
+			reqs[i] = engine.Request{Key: key, Limit: l, Cost: 1}
+		}
+		if err := m.store.Decide(m.ctx, reqs, res); err != nil {
+			return 0, err
+		}
+		for i := range res {
+			if res[i].Err != nil {
+				return 0, res[i].Err
+			}
+			if !res[i].Decision.Allowed {
+				return 0, fmt.Errorf("request %d refused: the limit should admit all", i)
+			}
+		}
+	}
+	us, err := m.usecPerCall("evalsha")
+	return us / float64(n), err
+}
+
+// floor runs floorScript over batches of n fresh keys.
+func (m *meter) floor(n int) (float64, error) {
+	sha, err := m.client.ScriptLoad(m.ctx, floorScript).Result()
+	if err != nil {
+		return 0, err
+	}
+	keys := make([]string, n)
+	rounds := (*decisions + n - 1) / n
+	m.decided = rounds * n
+	if err := m.resetStats(); err != nil {
+		return 0, err
+	}
+	for range rounds {
+		m.serial++
+		for i := range keys {
+			keys[i] = "floor:" + strconv.Itoa(m.serial) + ":" + strconv.Itoa(i)
+		}
+		if err := m.client.EvalSha(m.ctx, sha, keys, "1767225600000000", "10").Err(); err != nil {
+			return 0, err
+		}
+	}
+	us, err := m.usecPerCall("evalsha")
+	return us / float64(n), err
+}
+
+func (m *meter) resetStats() error { return m.client.ConfigResetStat(m.ctx).Err() }
+
+// usecPerCall reads a command's usec_per_call from INFO commandstats.
+func (m *meter) usecPerCall(cmd string) (float64, error) {
+	info, err := m.client.Info(m.ctx, "commandstats").Result()
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+		if !ok {
+			continue
+		}
+		for field := range strings.SplitSeq(rest, ",") {
+			if v, ok := strings.CutPrefix(field, "usec_per_call="); ok {
+				return strconv.ParseFloat(v, 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("no usec_per_call for %s in INFO commandstats", cmd)
+}
+
+// startRedis runs a redis-server on a free loopback port, without
+// persistence, in a temporary directory, and returns how to stop it.
+func startRedis() (stop func(), addr string, pid int, err error) {
+	dir, err := os.MkdirTemp("", "sluice-scriptcost-")
+	if err != nil {
+		return nil, "", 0, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", 0, err
+	}
+	addr = ln.Addr().String()
+	_, port, _ := net.SplitHostPort(addr)
+	_ = ln.Close()
+	cmd := exec.Command(*server, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	if err := cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, "", 0, fmt.Errorf("start %s: %w", *server, err)
+	}
+	stop = func() {
+		_ = cmd.Process.Kill() // the one process this command started
+		_ = cmd.Wait()
+		_ = os.RemoveAll(dir)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			_ = c.Close()
+			return stop, addr, cmd.Process.Pid, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, "", 0, fmt.Errorf("redis-server did not listen on %s: %w", addr, err)
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package enginetest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// HotLimits are the limits HotRuns tries: every algorithm, with whole and
+// fractional intervals, sliding precisions, and capacities small enough
+// that a batch refuses in the middle of a key's run.
+var HotLimits = []engine.Limit{
+	{Algorithm: engine.FixedWindow, Rate: 20, Period: time.Second},
+	{Algorithm: engine.SlidingLog, Rate: 15, Period: 700 * time.Millisecond},
+	{Algorithm: engine.SlidingWindow, Rate: 25, Period: time.Second},
+	{Algorithm: engine.SlidingWindow, Rate: 18, Period: time.Second, Precision: 4},
+	{Algorithm: engine.TokenBucket, Rate: 7, Period: time.Second, Burst: 12},
+	{Algorithm: engine.LeakyBucket, Rate: 30, Period: time.Second, Burst: 9},
+	{Algorithm: engine.GCRA, Rate: 10, Period: time.Second, Burst: 14},
+	{Algorithm: engine.GCRA, Rate: 700_000, Period: time.Second, Burst: 40},
+}
+
+// StateCheck compares the state store a keeps for keyA under alg with the
+// state store b keeps for keyB; now is the pinned clock's time. The keys
+// differ, so that two stores over one server keep apart.
+type StateCheck func(t *testing.T, a, b engine.Store, alg engine.Algorithm, keyA, keyB string, now time.Time)
+
+// HotRuns proves that a store decides a batch holding many requests on one
+// key exactly as it decides them one after another. For each limit of
+// HotLimits it sends random batches, each at one instant, most of whose
+// requests are on one hot key (with mixed costs, peeks, a bad cost now and
+// then, and now and then the same key under a second limit of its
+// algorithm), to two stores that share a clock: one gets every request
+// in a Decide of its own, the other each batch in one Decide. Every reply
+// must be identical; after each batch, same (if not nil) compares the two
+// stores' state of each key.
+func HotRuns(t *testing.T, open Opener, same StateCheck) {
+	for li, l := range HotLimits {
+		t.Run(fmt.Sprintf("%s-%d", l.Algorithm, li), func(t *testing.T) {
+			clock := NewClock(Epoch)
+			one, whole := open(t, clock.Now), open(t, clock.Now)
+			rng := rand.New(rand.NewPCG(uint64(li), 13))
+			other := l
+			other.Rate = max(l.Rate/2, 1)
+			if other.Algorithm == engine.SlidingWindow {
+				other.Precision = 0
+			}
+			prefix := fmt.Sprintf("hot:%d:%s", li, l.Algorithm.Short())
+			names := []string{"hot", "warm", "cold"}
+			ctx := context.Background()
+			for round := range 40 {
+				n := 1 + rng.IntN(60)
+				reqs := make([]engine.Request, n)
+				for i := range reqs {
+					key := names[0]
+					if rng.IntN(5) == 0 {
+						key = names[1+rng.IntN(2)]
+					}
+					lim := l
+					if rng.IntN(15) == 0 {
+						lim = other
+					}
+					cost := int64(1)
+					if rng.IntN(3) == 0 {
+						cost = rng.Int64N(lim.Capacity()/3 + 2)
+					}
+					if rng.IntN(40) == 0 {
+						cost = -1
+					}
+					reqs[i] = engine.Request{Key: prefix + ":whole:" + key, Limit: lim, Cost: cost, Peek: rng.IntN(6) == 0}
+				}
+				got := make([]engine.Result, n)
+				if err := whole.Decide(ctx, reqs, got); err != nil {
+					t.Fatalf("round %d: whole batch: %v", round, err)
+				}
+				for i := range reqs {
+					want := make([]engine.Result, 1)
+					alone := reqs[i]
+					alone.Key = prefix + ":one:" + alone.Key[len(prefix+":whole:"):]
+					if err := one.Decide(ctx, []engine.Request{alone}, want); err != nil {
+						t.Fatalf("round %d, request %d: alone: %v", round, i, err)
+					}
+					if msg := diff(want[0], got[i]); msg != "" {
+						t.Fatalf("round %d, request %d of %d (%s cost %d peek %v, limit %+v): alone / in the batch: %s",
+							round, i, n, reqs[i].Key, reqs[i].Cost, reqs[i].Peek, reqs[i].Limit, msg)
+					}
+				}
+				if same != nil {
+					for _, k := range names {
+						same(t, one, whole, l.Algorithm, prefix+":one:"+k, prefix+":whole:"+k, clock.Now())
+					}
+				}
+				switch rng.IntN(4) {
+				case 0: // the same instant
+				case 1:
+					clock.Advance(time.Duration(rng.Int64N(int64(l.Period)/l.Rate+1)) / time.Microsecond * time.Microsecond)
+				default:
+					clock.Advance(time.Duration(rng.Int64N(int64(l.Period))) / time.Microsecond * time.Microsecond)
+				}
+			}
+		})
+	}
+}
