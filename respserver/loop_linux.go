@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -238,7 +239,7 @@ func (l *loop) run() {
 		} else if draining {
 			l.closeIdle()
 		}
-		n, err := unix.EpollWait(l.ep, l.events, timeout)
+		n, err := l.wait(timeout)
 		if err != nil {
 			if err == unix.EINTR {
 				continue
@@ -266,6 +267,19 @@ func (l *loop) run() {
 		}
 		l.turn()
 	}
+}
+
+// wait waits for events. It looks first without blocking, and before it
+// blocks lets the goroutines this turn started (the batcher's round trip)
+// run on this thread: a loop that blocks in epoll_wait at once leaves them
+// to another thread, which costs a wake-up or two on every round.
+func (l *loop) wait(timeout int) (int, error) {
+	n, err := unix.EpollWait(l.ep, l.events, 0)
+	if n != 0 || err != nil || timeout == 0 {
+		return n, err
+	}
+	runtime.Gosched()
+	return unix.EpollWait(l.ep, l.events, timeout)
 }
 
 // drainLeft is how long connections are still served while draining.
