@@ -113,7 +113,11 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 		}()
 		s.closers = append(s.closers, func() { stop(); <-watched })
 	}
-	if s.svc, err = service.New(service.Config{Store: store, Policies: policies, Tracer: tracer}); err != nil {
+	storeName := "memory"
+	if cfg.Upstream != "" {
+		storeName = "redis"
+	}
+	if s.svc, err = service.New(service.Config{Store: store, Policies: policies, Tracer: tracer, StoreName: storeName}); err != nil {
 		return err
 	}
 	loops := cfg.IOLoops

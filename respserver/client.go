@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"net"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/tidwall/redcon"
@@ -45,6 +47,28 @@ type client struct {
 	// evict is set when the input budget closes this connection; the
 	// goroutine serving it answers with an error and closes it.
 	evict atomic.Bool
+
+	// What other connections read of this one, for CLIENT LIST and
+	// CLIENT KILL (clientlist.go): set before it is shared, or atomic.
+	laddr   string
+	created time.Time
+	fd      atomic.Int32           // its descriptor; -1 when unknown
+	active  atomic.Int64           // UnixNano of its last read, for idle=
+	queued  atomic.Int64           // bytes read and not yet run, for qbuf=
+	lastCmd atomic.Pointer[string] // the full name of the last command it ran, for cmd=
+	shown   *command               // the command lastCmd names, so that a pipeline of one command stores it once
+	// killed is set by CLIENT KILL from another connection: the goroutine
+	// or loop serving this one closes it.
+	killed atomic.Bool
+	// infoMu guards the writes of name, libName, libVer and proto, which
+	// CLIENT LIST reads from other connections; the connection's own
+	// goroutine reads them without it, as only it writes them.
+	infoMu sync.Mutex
+
+	// mon is set while the connection runs MONITOR (monitor.go); monLine
+	// is where the lines it and others see of its commands are written.
+	mon     *monitor
+	monLine []byte
 
 	proto   int // 2 or 3
 	authed  bool
@@ -90,6 +114,9 @@ type segment struct {
 	// Another command run off the loop (offLoop: RL.ACQUIRE, RL.RELEASE):
 	// appends its reply once it has landed.
 	answer func([]byte) []byte
+	// mon holds the MONITOR lines of its pending replies, each ended by
+	// a newline, while someone monitors (monitor.go).
+	mon []byte
 }
 
 // pending is a reply owed in pipeline order: a queued decision, or an error
@@ -97,18 +124,24 @@ type segment struct {
 type pending struct {
 	req   int // index into batch, or -1 for err
 	shape shape
-	cmd   *command
-	err   string
+	// mon, when not 0, is 1 + where the command's MONITOR line starts in
+	// the segment's mon: the reply it gets is added to it once known.
+	mon int32
+	cmd *command
+	err string
 }
 
 func newClient(s *Server, addr string) *client {
 	c := &client{
-		s:      s,
-		id:     s.nextID.Add(1),
-		addr:   addr,
-		proto:  2,
-		authed: s.cfg.RequirePass == "",
+		s:       s,
+		id:      s.nextID.Add(1),
+		addr:    addr,
+		proto:   2,
+		authed:  s.cfg.RequirePass == "",
+		created: time.Now(),
 	}
+	c.fd.Store(-1)
+	c.active.Store(c.created.UnixNano())
 	c.cur = c.newSegment()
 	c.in.p = parser{maxArgs: int64(s.cfg.MaxArgs), maxBulk: int64(s.cfg.MaxRequestBytes)}
 	return c
@@ -143,6 +176,10 @@ func (c *client) exec(args [][]byte) (hold bool) {
 		return true
 	}
 	c.commands++
+	if cmd != nil && cmd != c.shown {
+		c.shown = cmd
+		c.lastCmd.Store(&cmd.name)
+	}
 	switch {
 	case cmd == nil:
 		c.fail(unknownCommand(args))
@@ -151,10 +188,17 @@ func (c *client) exec(args [][]byte) (hold bool) {
 	case !c.authed && !cmd.noAuth:
 		c.fail(errNoAuth)
 	case cmd.parse != nil:
-		c.queue(cmd, args)
+		if c.s.monitoring.Load() > 0 {
+			c.queueMonitored(cmd, args)
+		} else {
+			c.queue(cmd, args)
+		}
 	default:
 		c.count() // INFO counts itself, as it did when every command settled first
 		cmd.run(c, args)
+		if c.s.monitoring.Load() > 0 {
+			c.feedCommand(args)
+		}
 	}
 	return false
 }
@@ -240,10 +284,16 @@ func (c *client) deliver(g *segment) {
 	for i := range g.pend {
 		p := &g.pend[i]
 		if p.req < 0 {
+			if p.mon > 0 {
+				c.feedError(g, p, p.err)
+			}
 			c.out = redcon.AppendError(c.out, p.err)
 			continue
 		}
 		d, err := g.batch.Result(p.req)
+		if p.mon > 0 {
+			c.feedDecision(g, p, d, err)
+		}
 		if err != nil {
 			c.out = redcon.AppendError(c.out, requestError(err, p.cmd))
 			continue
@@ -257,7 +307,7 @@ func (c *client) deliver(g *segment) {
 func (g *segment) clear() {
 	g.batch.Clear()
 	clear(g.pend)
-	g.pend, g.reset, g.resetErr, g.answer = g.pend[:0], nil, nil, nil
+	g.pend, g.reset, g.resetErr, g.answer, g.mon = g.pend[:0], nil, nil, nil, g.mon[:0]
 }
 
 // idle tells whether nothing is owed: no segment queued or in flight.

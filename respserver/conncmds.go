@@ -36,7 +36,7 @@ func connectionCommands() []*command {
 		{name: "select", minArgs: 2, maxArgs: 2, flags: []string{"fast"}, group: "connection",
 			summary: "Accepts database 0 only.", args: []argDoc{{name: "index", typ: "integer"}}, run: runSelect},
 		{name: "client", minArgs: 2, flags: []string{"fast"}, group: "connection",
-			summary: "CLIENT SETNAME, GETNAME, SETINFO and ID.",
+			summary: "CLIENT SETNAME, GETNAME, SETINFO, ID, INFO, LIST [TYPE type | ID id …] and KILL (addr, or filters ID, ADDR, LADDR, TYPE, USER, SKIPME, MAXAGE).",
 			args:    []argDoc{{name: "subcommand", typ: "string"}, {name: "arg", typ: "string", optional: true, multiple: true}}, run: runClient},
 		{name: "command", minArgs: 1, flags: []string{"fast"}, group: "server",
 			summary: "Describes the commands: COMMAND, COMMAND COUNT, COMMAND INFO, COMMAND DOCS, COMMAND LIST.",
@@ -50,6 +50,9 @@ func connectionCommands() []*command {
 		{name: "scan", minArgs: 2, flags: []string{"readonly"}, group: "generic",
 			summary: "Refused: Sluice's keys are rate-limit states, not data to browse (so redis-cli --bigkeys and --memkeys stop with this error); DBSIZE and INFO keyspace count them.",
 			args:    []argDoc{{name: "cursor", typ: "integer"}, {name: "arg", typ: "string", optional: true, multiple: true}}, run: runScan},
+		{name: "monitor", minArgs: 1, maxArgs: 1, flags: []string{"admin"}, group: "server",
+			summary: "Streams every command the server runs, in Redis's MONITOR lines, each decision followed by -> and what it got: allowed, remaining, retry_after_ms and the path that decided it.",
+			run:     runMonitor},
 		{name: "quit", minArgs: 1, maxArgs: 1, flags: []string{"noauth", "fast"}, group: "connection", noAuth: true,
 			summary: "Replies OK and closes the connection.", run: runQuit},
 		{name: "reset", minArgs: 1, maxArgs: 1, flags: []string{"noauth", "fast"}, group: "connection", noAuth: true,
@@ -73,7 +76,10 @@ func runQuit(c *client, _ [][]byte) {
 }
 
 func runResetConn(c *client, _ [][]byte) {
+	c.infoMu.Lock()
 	c.proto, c.name = 2, ""
+	c.infoMu.Unlock()
+	c.stopMonitor()
 	c.authed = c.s.cfg.RequirePass == ""
 	c.trace = trace.SpanContext{}
 	c.out = redcon.AppendString(c.out, "RESET")
@@ -166,9 +172,13 @@ func runHello(c *client, args [][]byte) {
 			c.fail(errBadName)
 			return
 		}
+		c.infoMu.Lock()
 		c.name = string(name)
+		c.infoMu.Unlock()
 	}
+	c.infoMu.Lock()
 	c.proto = proto
+	c.infoMu.Unlock()
 	c.out = appendMapLen(c.out, 7, c.proto)
 	c.out = redcon.AppendBulkString(c.out, "server")
 	c.out = redcon.AppendBulkString(c.out, "sluice")
@@ -205,6 +215,7 @@ func runClient(c *client, args [][]byte) {
 		}
 		return true
 	}
+	c.ranSubcommand("client", sub)
 	switch strings.ToLower(str(sub)) {
 	case "setname":
 		if !want(3) {
@@ -214,7 +225,9 @@ func runClient(c *client, args [][]byte) {
 			c.fail(errBadName)
 			return
 		}
+		c.infoMu.Lock()
 		c.name = string(args[2])
+		c.infoMu.Unlock()
 		c.out = redcon.AppendOK(c.out)
 	case "getname":
 		if !want(2) {
@@ -235,13 +248,17 @@ func runClient(c *client, args [][]byte) {
 				c.fail("ERR lib-name cannot contain spaces, newlines or special characters.")
 				return
 			}
+			c.infoMu.Lock()
 			c.libName = string(args[3])
+			c.infoMu.Unlock()
 		case "lib-ver":
 			if !validName(args[3]) {
 				c.fail("ERR lib-ver cannot contain spaces, newlines or special characters.")
 				return
 			}
+			c.infoMu.Lock()
 			c.libVer = string(args[3])
+			c.infoMu.Unlock()
 		default:
 			c.fail("ERR Unrecognized option " + quote(args[2]))
 			return
@@ -252,11 +269,33 @@ func runClient(c *client, args [][]byte) {
 			return
 		}
 		c.out = redcon.AppendInt(c.out, c.id)
+	case "info":
+		if want(2) {
+			runClientInfo(c, args)
+		}
+	case "list":
+		runClientList(c, args)
+	case "kill":
+		runClientKill(c, args)
 	case "help":
 		lines := []string{
 			"CLIENT <subcommand> [<arg> ...]. Subcommands are:",
 			"GETNAME", "    Return the name of the current connection.",
 			"ID", "    Return the ID of the current connection.",
+			"INFO", "    Return information about the current client connection.",
+			"KILL <ip:port>", "    Kill connection made from <ip:port>.",
+			"KILL <option> <value> [<option> <value> [...]]",
+			"    Kill connections. Options are:",
+			"    * ADDR (<ip:port>|<unixsocket>:0)", "      Kill connections made from the specified address",
+			"    * LADDR (<ip:port>|<unixsocket>:0)", "      Kill connections made to specified local address",
+			"    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)", "      Kill connections by type.",
+			"    * USER <username>", "      Kill connections authenticated by <username>.",
+			"    * SKIPME (YES|NO)", "      Skip killing current connection (default: yes).",
+			"    * ID <client-id>", "      Kill connections by client id.",
+			"    * MAXAGE <maxage>", "      Kill connections older than the specified age.",
+			"LIST [options ...]", "    Return information about client connections. Options:",
+			"    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)", "      Return clients of specified type.",
+			"    * ID <client-id> [<client-id> ...]", "      Return clients of specified IDs only.",
 			"SETINFO <option> <value>", "    Set LIB-NAME or LIB-VER of the current connection.",
 			"SETNAME <name>", "    Assign the name <name> to the current connection.",
 		}
@@ -274,6 +313,7 @@ func runCommand(c *client, args [][]byte) {
 		}
 		return
 	}
+	c.ranSubcommand("command", args[1])
 	switch strings.ToLower(str(args[1])) {
 	case "count":
 		if len(args) != 2 {

@@ -1,5 +1,7 @@
 package respserver
 
+import "time"
+
 // input is what a connection has read: commands already run, complete
 // commands waiting to run (behind a held one), then the start of a
 // command not complete yet. The keys of queued and flying decisions alias
@@ -54,6 +56,7 @@ func (c *client) take(n int) {
 		in.buf = in.buf[:start+fine]
 		in.perr = msg
 	}
+	c.active.Store(time.Now().UnixNano()) // once a read, for CLIENT LIST's idle=
 	c.proceed()
 }
 
@@ -81,6 +84,7 @@ func (c *client) proceed() {
 		in.parsed = cmd.end
 	}
 	in.p.consumed(ran, k)
+	c.queued.Store(int64(len(in.buf) - in.parsed)) // for CLIENT LIST's qbuf=
 	c.count()
 	if c.held || c.quit {
 		return

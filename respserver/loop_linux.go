@@ -47,6 +47,7 @@ type loop struct {
 	incoming []*loopConn // guarded by mu: adopted, not yet seen by the loop
 	landed   []*segment  // guarded by mu: segments whose results are in
 	evicts   []*client   // guarded by mu: connections the input budget closes
+	asks     []*loopConn // guarded by mu: connections other goroutines asked about: CLIENT KILL, MONITOR lines (asks_linux.go)
 	deciding bool        // guarded by mu: the loop is inside Service.Decide; it takes landings itself after
 	stopped  bool        // guarded by mu: adopts no more connections
 	ended    bool        // guarded by mu: the loop has closed its descriptors
@@ -161,7 +162,8 @@ func (l *loop) adopt(nc net.Conn, c *client) error {
 		return err
 	}
 	lc := &loopConn{fd: fd, c: c}
-	c.loop, c.lc = l, lc
+	c.lc = lc // c.loop is l already (register)
+	c.fd.Store(int32(fd))
 	l.incoming = append(l.incoming, lc)
 	l.signalLocked()
 	return nil
@@ -296,8 +298,8 @@ func (l *loop) welcome() {
 	var buf [8]byte
 	_, _ = unix.Read(l.wake, buf[:])
 	l.mu.Lock()
-	in, evicts := l.incoming, l.evicts
-	l.incoming, l.evicts = nil, nil
+	in, evicts, asks := l.incoming, l.evicts, l.asks
+	l.incoming, l.evicts, l.asks = nil, nil, nil
 	l.mu.Unlock()
 	for _, c := range evicts {
 		if lc := c.lc; lc != nil && lc.fd >= 0 {
@@ -311,10 +313,11 @@ func (l *loop) welcome() {
 		if l.watch(lc); lc.fd < 0 {
 			continue
 		}
-		if wait, draining := l.drainLeft(); draining && wait <= 0 {
+		if wait, draining := l.drainLeft(); (draining && wait <= 0) || lc.c.killed.Load() {
 			l.close(lc, nil)
 		}
 	}
+	l.answer(asks)
 }
 
 // touch puts a connection on this turn's list.

@@ -25,3 +25,4 @@ func (*loop) drainUntil(time.Time)          {}
 func (*loop) stop()                         {}
 func (*loop) land(...*segment)              {}
 func (*loop) evictLater(*client)            {}
+func (*loop) ask(*client)                   {}

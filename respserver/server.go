@@ -87,6 +87,12 @@ type Server struct {
 	listener net.Listener         // guarded by mu
 	loops    []*loop              // guarded by mu; set by Serve
 	idle     chan struct{}        // guarded by mu; closed when no connection is left while closing
+
+	// MONITOR (monitor.go): monitoring counts the monitors, the one figure
+	// the hot path reads.
+	monitoring atomic.Int32
+	monMu      sync.Mutex
+	monitors   []*monitor // guarded by monMu
 }
 
 // stats are the connection-level counters; decisions and errors are
@@ -179,7 +185,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // own where no loop can take it (no loops, or no file descriptor).
 func (s *Server) adopt(nc net.Conn) {
 	l := s.pickLoop(nc)
-	c := s.register(nc, l == nil)
+	c := s.register(nc, l)
 	if c == nil {
 		if l != nil {
 			l.load.Add(-1)
@@ -217,9 +223,10 @@ func (s *Server) pickLoop(nc net.Conn) *loop {
 }
 
 // register counts a new connection in, or refuses it (closing, or too
-// many connections) and returns nil. own is whether a goroutine of its own
-// will serve it, reading through netConn.
-func (s *Server) register(nc net.Conn, own bool) *client {
+// many connections) and returns nil. l is the event loop that will serve
+// it, or nil for a goroutine of its own, reading through netConn; either
+// is set here, under mu, where CLIENT KILL reads it.
+func (s *Server) register(nc net.Conn, l *loop) *client {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing || len(s.conns) >= s.cfg.MaxConns {
@@ -232,8 +239,11 @@ func (s *Server) register(nc net.Conn, own bool) *client {
 		return nil
 	}
 	c := newClient(s, nc.RemoteAddr().String())
-	if own {
+	c.laddr = nc.LocalAddr().String()
+	c.loop = l
+	if l == nil {
 		c.netConn = nc
+		c.fd.Store(connFD(nc))
 	}
 	s.conns[c] = struct{}{}
 	s.stats.connsTotal.Add(1)
@@ -255,6 +265,12 @@ func (s *Server) serveConn(nc net.Conn, c *client) {
 		if c.evict.Load() {
 			_, _ = nc.Write(redcon.AppendError(c.out, errInputBudget))
 			return
+		}
+		if c.mon != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			// A monitor's wake-up (monitor.go), not the drain's.
+			if err = c.writeMonitorLines(nc); err != nil {
+				return
+			}
 		}
 		if n > 0 {
 			c.serveRead(n)
@@ -401,6 +417,7 @@ func (s *Server) Addr() net.Addr {
 // closed counts a connection out.
 func (s *Server) closed(c *client, err error) {
 	c.account(0)
+	c.unmonitor()
 	s.mu.Lock()
 	delete(s.conns, c)
 	if s.closing && len(s.conns) == 0 && s.idle != nil {

@@ -134,6 +134,11 @@ func (b *Batch) Result(i int) (*engine.Decision, error) {
 // needs to know.
 func (b *Batch) Shadowed(i int) bool { return b.meta[i].shadowed }
 
+// Path is what decided request i, once the batch is decided: the store,
+// the deny cache or a failure mode. Service.PathName names it for a
+// reader.
+func (b *Batch) Path(i int) engine.Path { return b.res[i].Path }
+
 // Clear empties the batch for reuse, keeping its Trace.
 func (b *Batch) Clear() {
 	clear(b.reqs) // drop the keys, which alias the door's input

@@ -18,6 +18,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -43,6 +44,11 @@ type Config struct {
 	// Store's own if it is an engine.Leaser, else none: a lease request
 	// then gets ErrNoLeases.
 	Leaser engine.Leaser
+	// StoreName names what engine.PathStore means in this process, for
+	// a reader watching decisions (MONITOR): "redis" when the store is the
+	// central Redis, "memory" when it is the in-memory store. Empty means
+	// "store".
+	StoreName string
 	// ResetTimeout bounds one Reset, and one Acquire or Release. Zero
 	// means 2s. Decisions get no
 	// deadline here: the store bounds its own waits (engine.Store).
@@ -56,6 +62,7 @@ type Service struct {
 	policies     engine.Policies
 	tracer       trace.Tracer
 	resetTimeout time.Duration
+	storeName    string
 
 	leaser engine.Leaser
 
@@ -76,7 +83,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.ResetTimeout == 0 {
 		cfg.ResetTimeout = 2 * time.Second
 	}
-	s := &Service{store: cfg.Store, policies: cfg.Policies, tracer: cfg.Tracer, resetTimeout: cfg.ResetTimeout, leaser: cfg.Leaser}
+	s := &Service{store: cfg.Store, policies: cfg.Policies, tracer: cfg.Tracer, resetTimeout: cfg.ResetTimeout,
+		leaser: cfg.Leaser, storeName: cmp.Or(cfg.StoreName, engine.PathStore.String())}
 	if s.leaser == nil {
 		s.leaser, _ = cfg.Store.(engine.Leaser)
 	}
@@ -86,6 +94,16 @@ func New(cfg Config) (*Service, error) {
 		return f
 	}
 	return s, nil
+}
+
+// PathName names a decision's path for a reader: the store's name
+// (Config.StoreName) for engine.PathStore, the path's own name for the
+// others (deny_cache, local_fallback, fail_open, fail_closed).
+func (s *Service) PathName(p engine.Path) string {
+	if p == engine.PathStore {
+		return s.storeName
+	}
+	return p.String()
 }
 
 // Tracing tells whether decisions can be traced: a door refuses a caller's

@@ -1,0 +1,379 @@
+package respserver
+
+import (
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tidwall/redcon"
+)
+
+// CLIENT LIST, CLIENT INFO and CLIENT KILL, as Redis 7 answers them.
+//
+// A connection's fields belong to the goroutine or loop serving it, so
+// what another connection reads of it is either set before it is shared
+// (id, addresses, the loop), kept in atomics written once a read (idle,
+// qbuf) or on a change of command (cmd), or written under its infoMu
+// (name, lib-name, lib-ver, resp). Killing one is asked of whatever
+// serves it (kill), never done to its descriptor from elsewhere.
+
+// clientType is CLIENT KILL's and CLIENT LIST's TYPE. Every Sluice
+// connection is normal (Redis counts a monitor as normal too); the others
+// are known names that match no connection here.
+type clientType int8
+
+const (
+	anyType clientType = iota
+	normalType
+	otherType // master, replica (slave), pubsub
+)
+
+// parseClientType reads a TYPE value as Redis does, in any case.
+func parseClientType(b []byte) (clientType, string) {
+	switch strings.ToLower(str(b)) {
+	case "normal":
+		return normalType, ""
+	case "master", "slave", "replica", "pubsub":
+		return otherType, ""
+	}
+	return anyType, "ERR Unknown client type " + quote(b)
+}
+
+// killFilter is what CLIENT KILL closes: the connections that match every
+// field given.
+type killFilter struct {
+	oldForm bool // CLIENT KILL addr: +OK or "No such client", and the caller may kill itself
+	addr    string
+	laddr   string
+	id      int64 // 0: any
+	typ     clientType
+	maxAge  time.Duration // 0: any; else only connections at least this old
+	skipMe  bool
+}
+
+// parseKillFilter reads CLIENT KILL's arguments (args[0] is CLIENT),
+// with Redis's error for each bad one. Fuzzed by FuzzClientKill.
+func parseKillFilter(args [][]byte) (killFilter, string) {
+	f := killFilter{skipMe: true}
+	if len(args) == 3 {
+		f.oldForm, f.addr, f.skipMe = true, string(args[2]), false
+		return f, ""
+	}
+	if len(args) < 3 {
+		return f, arityError("client|kill")
+	}
+	for i := 2; i < len(args); i += 2 {
+		if i+1 == len(args) {
+			return f, errSyntax
+		}
+		opt, val := strings.ToLower(str(args[i])), args[i+1]
+		switch opt {
+		case "id":
+			n, why := parseInt(val)
+			if why != "" || n < 1 {
+				return f, "ERR client-id should be greater than 0"
+			}
+			f.id = n
+		case "maxage":
+			n, why := parseInt(val)
+			if why != "" {
+				return f, "ERR maxage is not an integer or out of range"
+			}
+			if n <= 0 {
+				return f, "ERR maxage should be greater than 0"
+			}
+			f.maxAge = time.Duration(min(n, int64(time.Duration(1<<63-1)/time.Second))) * time.Second
+		case "type":
+			t, msg := parseClientType(val)
+			if msg != "" {
+				return f, msg
+			}
+			f.typ = t
+		case "addr":
+			f.addr = string(val)
+		case "laddr":
+			f.laddr = string(val)
+		case "user":
+			// Sluice has one user, default, as Redis without ACLs.
+			if str(val) != "default" {
+				return f, "ERR No such user " + quote(val)
+			}
+		case "skipme":
+			switch strings.ToLower(str(val)) {
+			case "yes":
+				f.skipMe = true
+			case "no":
+				f.skipMe = false
+			default:
+				return f, errSyntax
+			}
+		default:
+			return f, errSyntax
+		}
+	}
+	return f, ""
+}
+
+// matches tells whether the filter selects c, asked by self at now.
+func (f *killFilter) matches(c, self *client, now time.Time) bool {
+	switch {
+	case f.addr != "" && c.addr != f.addr,
+		f.laddr != "" && c.laddr != f.laddr,
+		f.id != 0 && c.id != f.id,
+		f.typ == otherType,
+		f.skipMe && c == self,
+		f.maxAge > 0 && now.Sub(c.created) < f.maxAge:
+		return false
+	}
+	return true
+}
+
+// runClientKill closes the connections the filter selects: the caller's
+// own after its reply, the others through whatever serves them.
+func runClientKill(c *client, args [][]byte) {
+	f, msg := parseKillFilter(args)
+	if msg != "" {
+		c.fail(msg)
+		return
+	}
+	s, now := c.s, time.Now()
+	killed := 0
+	s.mu.Lock()
+	for other := range s.conns {
+		if !f.matches(other, c, now) {
+			continue
+		}
+		killed++
+		if other == c {
+			c.quit = true // answered first, then closed, as Redis's CLOSE_AFTER_REPLY
+			continue
+		}
+		s.log.Debug("connection killed by CLIENT KILL", "id", other.id, "addr", other.addr, "by", c.id)
+		other.kill()
+	}
+	s.mu.Unlock()
+	switch {
+	case !f.oldForm:
+		c.out = redcon.AppendInt(c.out, int64(killed))
+	case killed == 0:
+		c.fail("ERR No such client")
+	default:
+		c.out = redcon.AppendOK(c.out)
+	}
+}
+
+// kill closes c from another connection: its event loop closes it when
+// asked; on a goroutine of its own, closing netConn, which is safe from
+// any goroutine, ends its Read or Write.
+func (c *client) kill() {
+	c.killed.Store(true)
+	switch {
+	case c.loop != nil:
+		c.loop.ask(c)
+	case c.netConn != nil:
+		_ = c.netConn.Close()
+	}
+}
+
+// runClientList is CLIENT LIST [TYPE type | ID id [id ...]].
+func runClientList(c *client, args [][]byte) {
+	var ids []int64
+	typ := anyType
+	switch {
+	case len(args) == 4 && named(args[2], "type"):
+		t, msg := parseClientType(args[3])
+		if msg != "" {
+			c.fail(msg)
+			return
+		}
+		typ = t
+	case len(args) > 3 && named(args[2], "id"):
+		for _, a := range args[3:] {
+			n, why := parseInt(a)
+			if why != "" {
+				c.fail("ERR Invalid client ID")
+				return
+			}
+			ids = append(ids, n)
+		}
+	case len(args) != 2:
+		c.fail(errSyntax)
+		return
+	}
+	list := c.s.clientList()
+	var b []byte
+	if ids != nil {
+		for _, id := range ids { // in the order asked, as Redis
+			if i, ok := slices.BinarySearchFunc(list, id, func(o *client, id int64) int { return cmpInt(o.id, id) }); ok {
+				b = c.s.appendClientInfo(b, list[i])
+				b = append(b, '\n')
+			}
+		}
+	} else if typ != otherType {
+		for _, o := range list {
+			b = c.s.appendClientInfo(b, o)
+			b = append(b, '\n')
+		}
+	}
+	c.out = appendVerbatim(c.out, b, c.proto)
+}
+
+// runClientInfo is CLIENT INFO: the caller's own CLIENT LIST line.
+func runClientInfo(c *client, _ [][]byte) {
+	b := c.s.appendClientInfo(nil, c)
+	c.out = appendVerbatim(c.out, append(b, '\n'), c.proto)
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// clientList is the connections, oldest first, as Redis lists them.
+func (s *Server) clientList() []*client {
+	s.mu.Lock()
+	list := make([]*client, 0, len(s.conns))
+	for c := range s.conns {
+		list = append(list, c)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(list, func(a, b *client) int { return cmpInt(a.id, b.id) })
+	return list
+}
+
+// appendClientInfo writes one CLIENT LIST line of c, with Redis 7.2's
+// fields in their order, so that tools that split it keep working. Those
+// Sluice measures: age, idle, flags (N, or O for a monitor), qbuf (input
+// read, not yet run), qbuf-free (the rest of the input buffer), omem and
+// tot-mem (a monitor's lines waiting for its socket; input and that),
+// cmd, resp, name, lib-name and lib-ver. The others describe what Sluice
+// has not (databases, pub/sub, MULTI, tracking) and read as a Redis
+// connection without them does; argv-mem and the reply buffer figures are
+// 0, as replies are written as each read is answered.
+func (s *Server) appendClientInfo(dst []byte, c *client) []byte {
+	now := time.Now()
+	c.infoMu.Lock()
+	name, libName, libVer, proto := c.name, c.libName, c.libVer, c.proto
+	c.infoMu.Unlock()
+	backlog, monitoring := s.monitorBacklog(c)
+	flags := "N"
+	if monitoring {
+		flags = "O"
+	}
+	queued, held := c.queued.Load(), c.inputHeld.Load()
+	cmd := "NULL"
+	if p := c.lastCmd.Load(); p != nil {
+		cmd = *p
+	}
+	num := func(key string, n int64) {
+		dst = append(dst, ' ')
+		dst = append(dst, key...)
+		dst = append(dst, '=')
+		dst = strconv.AppendInt(dst, n, 10)
+	}
+	text := func(key, v string) {
+		dst = append(dst, ' ')
+		dst = append(dst, key...)
+		dst = append(dst, '=')
+		dst = append(dst, v...)
+	}
+	dst = append(dst, "id="...)
+	dst = strconv.AppendInt(dst, c.id, 10)
+	text("addr", c.addr)
+	text("laddr", c.laddr)
+	num("fd", int64(c.fd.Load()))
+	text("name", name)
+	num("age", int64(now.Sub(c.created)/time.Second))
+	num("idle", int64(now.Sub(time.Unix(0, c.active.Load()))/time.Second))
+	text("flags", flags)
+	for _, k := range []string{"db", "sub", "psub", "ssub"} {
+		num(k, 0)
+	}
+	num("multi", -1)
+	num("watch", 0)
+	num("qbuf", queued)
+	num("qbuf-free", max(held-queued, 0))
+	for _, k := range []string{"argv-mem", "multi-mem", "rbs", "rbp", "obl", "oll"} {
+		num(k, 0)
+	}
+	num("omem", backlog)
+	num("tot-mem", held+backlog)
+	text("events", "r")
+	text("cmd", cmd)
+	text("user", "default")
+	num("redir", -1)
+	num("resp", int64(proto))
+	text("lib-name", libName)
+	text("lib-ver", libVer)
+	return dst
+}
+
+// monitorBacklog is the bytes of lines waiting for c, if it monitors.
+func (s *Server) monitorBacklog(c *client) (int64, bool) {
+	s.monMu.Lock()
+	defer s.monMu.Unlock()
+	for _, m := range s.monitors {
+		if m.c == c {
+			return int64(len(m.lines)), true
+		}
+	}
+	return 0, false
+}
+
+// appendVerbatim writes text as Redis writes CLIENT LIST: a RESP3
+// verbatim string of format txt, or a bulk string under RESP2.
+func appendVerbatim(dst, text []byte, proto int) []byte {
+	if proto != 3 {
+		return redcon.AppendBulk(dst, text)
+	}
+	dst = append(dst, '=')
+	dst = strconv.AppendInt(dst, int64(len(text)+4), 10)
+	dst = append(dst, "\r\ntxt:"...)
+	dst = append(dst, text...)
+	return append(dst, '\r', '\n')
+}
+
+// connFD is nc's descriptor, for CLIENT LIST's fd=; -1 when it has none.
+func connFD(nc net.Conn) int32 {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return -1
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return -1
+	}
+	fd := int32(-1)
+	_ = raw.Control(func(s uintptr) { fd = int32(s) })
+	return fd
+}
+
+// subcommandNames are the full names CLIENT LIST's cmd= gives the
+// subcommands that store them (client|list), made once so that storing
+// one allocates nothing.
+var subcommandNames = func() map[string]*string {
+	m := make(map[string]*string)
+	for _, n := range []string{"client|setname", "client|getname", "client|setinfo", "client|id", "client|help",
+		"client|list", "client|info", "client|kill",
+		"command|count", "command|list", "command|info", "command|docs", "command|help"} {
+		m[n] = &n
+	}
+	return m
+}()
+
+// ranSubcommand records a subcommand as the connection's last command,
+// under its full name; an unknown one leaves the command's own name.
+func (c *client) ranSubcommand(cmd string, sub []byte) {
+	if p := subcommandNames[cmd+"|"+strings.ToLower(str(sub))]; p != nil {
+		c.lastCmd.Store(p)
+		c.shown = nil // the next command stores its own name again
+	}
+}
