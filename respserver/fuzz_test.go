@@ -102,6 +102,9 @@ func FuzzCommand(f *testing.F) {
 	for _, r := range regressions {
 		f.Add([]byte(strings.Join(r.cmds, "\n")))
 	}
+	// A connection that monitors what it runs itself: every later input
+	// is fed to it too, until its unread lines pass the bound.
+	f.Add([]byte("MONITOR\nRL.FIXED k 1 1m\nRL.FIXED k x 1m\nAUTH a b\nHELLO 3 AUTH default p\nCLIENT LIST\nCLIENT INFO\nCLIENT KILL ID 1\nRESET"))
 	srv := fuzzServer(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		run(t, offlineClient(srv), splitCommands(data))

@@ -16,10 +16,12 @@ import (
 	"github.com/sluice-rl/sluice/service"
 )
 
-// testService is the service layer over store, as the binary builds it.
+// testService is the service layer over store, as the binary builds it
+// without an upstream: the stores of these tests hold their state in
+// memory.
 func testService(t testing.TB, store engine.Store, policies engine.Policies) *service.Service {
 	t.Helper()
-	svc, err := service.New(service.Config{Store: store, Policies: policies})
+	svc, err := service.New(service.Config{Store: store, Policies: policies, StoreName: "memory"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,6 +451,12 @@ func TestGoroutineTransport(t *testing.T) {
 		{"SlowReader", TestSlowReader},
 		{"HalfClose", TestHalfClose},
 		{"TraceDecisions", TestTraceDecisions},
+		{"Monitor", TestMonitor},
+		{"MonitorPipelineOrder", TestMonitorPipelineOrder},
+		{"MonitorEnds", TestMonitorEnds},
+		{"MonitorFallsBehind", TestMonitorFallsBehind},
+		{"ClientKill", TestClientKill},
+		{"ClientKillMonitor", TestClientKillMonitor},
 	} {
 		t.Run(test.name, test.run)
 	}

@@ -1,0 +1,326 @@
+package respserver
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/policy"
+)
+
+// monitorConn opens a connection and puts it in MONITOR mode.
+func monitorConn(t *testing.T, addr string) *testConn {
+	t.Helper()
+	m := dialTest(t, addr)
+	m.send(t, encodeCommand(bytesArgs("MONITOR")))
+	if got, err := m.reply(t); err != nil || got != "+OK" {
+		t.Fatalf("MONITOR = %q, %v", got, err)
+	}
+	return m
+}
+
+// monitorLine reads one raw MONITOR line, its "+" and CRLF included.
+func (c *testConn) monitorLine(t *testing.T) string {
+	t.Helper()
+	_ = c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := c.rd.ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading a MONITOR line: %v (read %q)", err, line)
+	}
+	return line
+}
+
+// stamp is a MONITOR line's start for a client at addr: the time in
+// seconds and microseconds, database 0 and the address.
+func stamp(addr string) string {
+	return `^\+[0-9]{10}\.[0-9]{6} \[0 ` + regexp.QuoteMeta(addr) + `\] `
+}
+
+// MONITOR shows what other clients run, in Redis's line format, each
+// decision followed by what it got and what decided it, errors as the
+// client read them, secrets redacted, and the administrative commands
+// and those refused before they ran not at all.
+func TestMonitor(t *testing.T) {
+	_, addr := startServer(t, Config{Service: testService(t, memStore(t), testPolicies(t))})
+	m := monitorConn(t, addr)
+	c := dialTest(t, addr)
+	from := stamp(c.nc.LocalAddr().String())
+	for _, step := range []struct {
+		args []string
+		line string // a regular expression after the stamp; "" for no line
+	}{
+		{[]string{"RL.FIXED", "k", "1", "1m"}, `"RL.FIXED" "k" "1" "1m" -> allowed=1 remaining=0 retry_after_ms=0 path=memory\r\n$`},
+		{[]string{"RL.FIXED", "k", "1", "1m"}, `"RL.FIXED" "k" "1" "1m" -> allowed=0 remaining=0 retry_after_ms=60000 path=memory\r\n$`},
+		{[]string{"CL.THROTTLE", "q", "1", "1", "10", "5"}, `"CL.THROTTLE" "q" "1" "1" "10" "5" -> allowed=0 remaining=2 retry_after_ms=-1 path=memory\r\n$`},
+		{[]string{"RL.FIXED", "k", "x", "1m"}, `"RL.FIXED" "k" "x" "1m" -> \(error\) ERR invalid limit 'x': must be an integer\r\n$`},
+		{[]string{"RL.ALLOW", "nosuch", "u"}, `"RL.ALLOW" "nosuch" "u" -> \(error\) ERR invalid policy 'nosuch': no such policy\r\n$`},
+		{[]string{"PING", "a\"b\\\n\x01é"}, `"PING" "a\\"b\\\\\\n\\x01\\xc3\\xa9"\r\n$`},
+		{[]string{"AUTH", "secret"}, `"AUTH" "\(redacted\)"\r\n$`},
+		{[]string{"AUTH", "default", "secret"}, `"AUTH" "\(redacted\)" "\(redacted\)"\r\n$`},
+		{[]string{"HELLO", "2", "SETNAME", "auth", "AUTH", "default", "secret"}, `"HELLO" "2" "SETNAME" "auth" "AUTH" "\(redacted\)" "\(redacted\)"\r\n$`},
+		{[]string{"CLIENT", "LIST"}, ""},
+		{[]string{"CLIENT", "KILL", "ID", "999"}, ""},
+		{[]string{"MONITOR"}, ""},
+		{[]string{"NOSUCH"}, ""},
+		{[]string{"PING", "x", "y"}, ""},
+		{[]string{"CLIENT", "ID"}, `"CLIENT" "ID"\r\n$`},
+	} {
+		c.send(t, encodeCommand(bytesArgs(step.args...)))
+		if _, err := c.reply(t); err != nil {
+			t.Fatalf("%q: %v", step.args, err)
+		}
+		if step.line == "" {
+			continue
+		}
+		if got := m.monitorLine(t); !regexp.MustCompile(from + step.line).MatchString(got) {
+			t.Errorf("%q: MONITOR printed %q, want %s", step.args, got, step.line)
+		}
+	}
+	// The commands without a line printed none: the next line is the
+	// next command's.
+	c.send(t, encodeCommand(bytesArgs("ECHO", "end")))
+	if _, err := c.reply(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.monitorLine(t); !strings.HasSuffix(got, `"ECHO" "end"`+"\r\n") {
+		t.Errorf("after the hidden commands: %q", got)
+	}
+}
+
+// A pipeline's lines come in its order, with each decision's outcome,
+// the errors in their places and the commands that waited for the
+// decisions after them.
+func TestMonitorPipelineOrder(t *testing.T) {
+	_, addr := startServer(t, Config{Service: testService(t, memStore(t), testPolicies(t))})
+	m := monitorConn(t, addr)
+	c := dialTest(t, addr)
+	var pipe []byte
+	want := []string{
+		`"RL.FIXED" "p" "2" "1m" -> allowed=1 remaining=1 `,
+		`"RL.FIXED" "p" "bad" "1m" -> (error) ERR invalid limit 'bad'`,
+		`"RL.FIXED" "p" "2" "1m" -> allowed=1 remaining=0 `,
+		`"PING"`,
+		`"RL.FIXED" "p" "2" "1m" -> allowed=0 remaining=0 `,
+		`"RL.ALLOW" "api" "u" -> allowed=1 remaining=4 retry_after_ms=0 path=memory`,
+	}
+	for _, args := range [][]string{{"RL.FIXED", "p", "2", "1m"}, {"RL.FIXED", "p", "bad", "1m"}, {"RL.FIXED", "p", "2", "1m"},
+		{"PING"}, {"RL.FIXED", "p", "2", "1m"}, {"RL.ALLOW", "api", "u"}} {
+		pipe = append(pipe, encodeCommand(bytesArgs(args...))...)
+	}
+	c.send(t, pipe)
+	for range want {
+		if _, err := c.reply(t); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, w := range want {
+		if got := m.monitorLine(t); !strings.Contains(got, "] "+w) {
+			t.Errorf("line %d: %q, want it to contain %q", i, got, w)
+		}
+	}
+}
+
+// A decision answered as allowed only because its policy runs in shadow
+// mode says so.
+func TestMonitorShadow(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policies.yaml")
+	if err := os.WriteFile(file, []byte("policies:\n  trial:\n    algorithm: fixed_window\n    limit: 1\n    period: 1m\n    shadow: true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set, err := policy.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, addr := startServer(t, Config{Service: testService(t, memStore(t), set)})
+	m := monitorConn(t, addr)
+	c := dialTest(t, addr)
+	for range 2 {
+		c.send(t, encodeCommand(bytesArgs("RL.ALLOW", "trial", "u")))
+		if _, err := c.reply(t); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := m.monitorLine(t); strings.Contains(got, "shadow") {
+		t.Errorf("an admission within the limit: %q", got)
+	}
+	if got := m.monitorLine(t); !strings.HasSuffix(got, " -> allowed=1 remaining=0 retry_after_ms=0 path=memory shadow=refused\r\n") {
+		t.Errorf("a refusal answered as allowed: %q", got)
+	}
+}
+
+// RESET ends MONITOR mode, and a monitor that goes costs the others
+// nothing: the count the hot path reads is back to 0.
+func TestMonitorEnds(t *testing.T) {
+	srv, addr := startServer(t, Config{Service: testService(t, memStore(t), nil)})
+	m := monitorConn(t, addr)
+	gone := monitorConn(t, addr)
+	if n := srv.monitoring.Load(); n != 2 {
+		t.Fatalf("monitoring = %d with two monitors", n)
+	}
+	m.send(t, encodeCommand(bytesArgs("RESET")))
+	if got := m.monitorLine(t); got != "+RESET\r\n" {
+		t.Fatalf("RESET = %q", got)
+	}
+	gone.nc.Close()
+	waitFor(t, func() bool { return srv.monitoring.Load() == 0 }, "the monitors to go")
+	m.send(t, encodeCommand(bytesArgs("PING")))
+	if got := m.monitorLine(t); got != "+PONG\r\n" {
+		t.Errorf("after RESET, PING = %q: a monitor line came first?", got)
+	}
+}
+
+// A monitor that does not read is closed once its lines pass the bound,
+// and the client it watches is served all along.
+func TestMonitorFallsBehind(t *testing.T) {
+	srv, addr := startServer(t, Config{Service: testService(t, memStore(t), nil)})
+	m := monitorConn(t, addr)
+	c := dialTest(t, addr)
+	big := strings.Repeat("\x00", 32<<10) // each line is 128 KiB escaped
+	start := time.Now()
+	for i := 0; srv.monitoring.Load() > 0; i++ {
+		if i == 2000 {
+			t.Fatal("2000 lines of 128 KiB and the monitor that reads none is still fed")
+		}
+		c.send(t, encodeCommand(bytesArgs("ECHO", big)))
+		if _, err := c.reply(t); err != nil {
+			t.Fatalf("the watched client, after %d commands: %v", i, err)
+		}
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the watched client took %v", d)
+	}
+	_ = m.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, m.nc); err != nil && !isClosedErr(err) {
+		t.Errorf("the monitor that fell behind: %v; want it closed", err)
+	}
+}
+
+func isClosedErr(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "reset")
+}
+
+// waitFor polls cond, which another goroutine makes true, for 5 seconds.
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 5s for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// The line format, byte by byte, against what Redis writes.
+func TestAppendMonitorLine(t *testing.T) {
+	at := time.Unix(1767225600, 42000)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"PING"}, `+1767225600.000042 [0 10.0.0.1:5] "PING"`},
+		{[]string{"SET", "k", "a b\t\a\b\r\n\"\\\x7f"}, `+1767225600.000042 [0 10.0.0.1:5] "SET" "k" "a b\t\a\b\r\n\"\\\x7f"`},
+		{[]string{"auth"}, `+1767225600.000042 [0 10.0.0.1:5] "auth"`},
+		{[]string{"hello", "3", "auth", "u"}, `+1767225600.000042 [0 10.0.0.1:5] "hello" "3" "auth" "u"`},
+		{[]string{"HELLO", "3", "AUTH", "u", "p", "AUTH", "v", "q"}, `+1767225600.000042 [0 10.0.0.1:5] "HELLO" "3" "AUTH" "(redacted)" "(redacted)" "AUTH" "(redacted)" "(redacted)"`},
+		{[]string{""}, `+1767225600.000042 [0 10.0.0.1:5] ""`},
+	} {
+		if got := string(appendMonitorLine(nil, at, "10.0.0.1:5", bytesArgs(tc.args...))); got != tc.want {
+			t.Errorf("%q:\n got %s\nwant %s", tc.args, got, tc.want)
+		}
+	}
+	if got := string(appendMonitorLine(nil, time.Unix(5, 999999000), "a", bytesArgs("x"))); got != `+5.999999 [0 a] "x"` {
+		t.Errorf("microseconds: %s", got)
+	}
+}
+
+// CLIENT KILL from one connection closes another through whatever serves
+// it: by ADDR, by LADDR, by the old form, and one whose decision is at
+// the store when it is killed, which then lands on a closed connection.
+func TestClientKill(t *testing.T) {
+	slow := &slowKeyStore{Store: memStore(t), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	b, err := engine.NewBatcher(engine.BatcherConfig{Store: slow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	srv, addr := startServer(t, Config{Service: testService(t, b, nil)})
+	admin := dialTest(t, addr)
+	ask := func(args ...string) string {
+		t.Helper()
+		admin.send(t, encodeCommand(bytesArgs(args...)))
+		got, err := admin.reply(t)
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		return got
+	}
+	// dial waits for the server to have registered the connection, which
+	// it does after the dialer's connect returns.
+	dial := func() *testConn {
+		t.Helper()
+		c := dialTest(t, addr)
+		c.send(t, encodeCommand(bytesArgs("PING")))
+		if got, err := c.reply(t); err != nil || got != "+PONG" {
+			t.Fatalf("PING = %q, %v", got, err)
+		}
+		return c
+	}
+	closed := func(c *testConn, what string) {
+		t.Helper()
+		_ = c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if b, err := c.rd.ReadByte(); err == nil || !isClosedErr(err) {
+			t.Errorf("%s: read %q, %v; want the connection closed", what, b, err)
+		}
+	}
+
+	a := dial()
+	if got := ask("CLIENT", "KILL", "ADDR", a.nc.LocalAddr().String()); got != "1" {
+		t.Errorf("CLIENT KILL ADDR = %s", got)
+	}
+	closed(a, "killed by ADDR")
+
+	old := dial()
+	if got := ask("CLIENT", "KILL", old.nc.LocalAddr().String()); got != "+OK" {
+		t.Errorf("CLIENT KILL addr = %s", got)
+	}
+	closed(old, "killed by the old form")
+	if got := ask("CLIENT", "KILL", old.nc.LocalAddr().String()); got != "-ERR No such client" {
+		t.Errorf("CLIENT KILL of a closed address = %s", got)
+	}
+
+	busy := dial()
+	busy.send(t, encodeCommand(bytesArgs("RL.FIXED", "slow", "1", "1m")))
+	<-slow.entered // its batch is at the store
+	if got := ask("CLIENT", "KILL", "LADDR", addr, "SKIPME", "yes"); got != "1" {
+		t.Errorf("CLIENT KILL LADDR = %s", got)
+	}
+	closed(busy, "killed with a decision in flight")
+	close(slow.release)
+	if got := ask("PING"); got != "+PONG" {
+		t.Errorf("after the landing on a killed connection, PING = %s", got)
+	}
+	waitFor(t, func() bool { return srv.Clients() == 1 }, "the killed connections to be counted out")
+}
+
+// A monitor killed by CLIENT KILL stops being fed.
+func TestClientKillMonitor(t *testing.T) {
+	srv, addr := startServer(t, Config{Service: testService(t, memStore(t), nil)})
+	m := monitorConn(t, addr)
+	c := dialTest(t, addr)
+	c.send(t, encodeCommand(bytesArgs("CLIENT", "KILL", "TYPE", "normal")))
+	if got, err := c.reply(t); err != nil || got != "1" {
+		t.Fatalf("CLIENT KILL TYPE normal = %q, %v", got, err)
+	}
+	_ = m.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, m.nc); err != nil && !isClosedErr(err) {
+		t.Errorf("the killed monitor: %v", err)
+	}
+	waitFor(t, func() bool { return srv.monitoring.Load() == 0 }, "the killed monitor to stop being fed")
+}
