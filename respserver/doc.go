@@ -29,4 +29,10 @@
 // buffer that is reused, so a decision allocates nothing once the
 // connection is warm. Errors become RESP error replies in one place
 // (errors.go).
+//
+// What one connection does to another (CLIENT KILL, a MONITOR line) is
+// asked of whatever serves the other: its event loop, woken through its
+// eventfd as a landing wakes it (asks_linux.go), or its own goroutine,
+// through its net.Conn. Nothing touches another connection's descriptor
+// or buffers (clientlist.go, monitor.go).
 package respserver
