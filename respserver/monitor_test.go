@@ -18,12 +18,20 @@ import (
 // monitorConn opens a connection and puts it in MONITOR mode.
 func monitorConn(t *testing.T, addr string) *testConn {
 	t.Helper()
-	m := dialTest(t, addr)
-	m.send(t, encodeCommand(bytesArgs("MONITOR")))
-	if got, err := m.reply(t); err != nil || got != "+OK" {
-		t.Fatalf("MONITOR = %q, %v", got, err)
+	return dialAnswered(t, addr, "+OK", "MONITOR")
+}
+
+// dialAnswered opens a connection and sends it a command that must get
+// want: once answered, the server has registered the connection, which
+// it does after the dialer's connect returns.
+func dialAnswered(t *testing.T, addr, want string, args ...string) *testConn {
+	t.Helper()
+	c := dialTest(t, addr)
+	c.send(t, encodeCommand(bytesArgs(args...)))
+	if got, err := c.reply(t); err != nil || got != want {
+		t.Fatalf("%q = %q, %v; want %q", args, got, err, want)
 	}
-	return m
+	return c
 }
 
 // monitorLine reads one raw MONITOR line, its "+" and CRLF included.
@@ -261,17 +269,7 @@ func TestClientKill(t *testing.T) {
 		}
 		return got
 	}
-	// dial waits for the server to have registered the connection, which
-	// it does after the dialer's connect returns.
-	dial := func() *testConn {
-		t.Helper()
-		c := dialTest(t, addr)
-		c.send(t, encodeCommand(bytesArgs("PING")))
-		if got, err := c.reply(t); err != nil || got != "+PONG" {
-			t.Fatalf("PING = %q, %v", got, err)
-		}
-		return c
-	}
+	dial := func() *testConn { return dialAnswered(t, addr, "+PONG", "PING") }
 	closed := func(c *testConn, what string) {
 		t.Helper()
 		_ = c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
