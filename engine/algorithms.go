@@ -49,7 +49,9 @@ func decide(st *state, now int64, r *Request) (Decision, outcome) {
 	}
 }
 
-func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+// Micros is a count of microseconds, the algorithms' unit and the Lua
+// scripts', as a Duration.
+func Micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
 // windowStart aligns windows to the epoch, so every store and sidecar agrees
 // on where a window begins. A state from a later window (the clock stepped
@@ -70,12 +72,12 @@ func fixedWindow(st *state, now int64, r *Request) (Decision, outcome) {
 	if d.Allowed {
 		n += r.Cost
 	} else {
-		d.RetryAfter = micros(end - now)
+		d.RetryAfter = Micros(end - now)
 	}
 	// A limit lowered on a live key can leave more counted than it allows.
 	d.Remaining = max(limit-n, 0)
 	if n > 0 {
-		d.ResetAfter = micros(end - now)
+		d.ResetAfter = Micros(end - now)
 	}
 	if !d.Allowed || r.Peek || r.Cost == 0 {
 		return d, outcome{}
@@ -127,7 +129,7 @@ func slidingLog(st *state, now int64, r *Request) (Decision, outcome) {
 		need := n + r.Cost - limit
 		span := int(min(need, int64(entries-first)))
 		last := first + sort.Search(span, func(k int) bool { return logSpan(base, st.log[2*(first+k)+1]) >= need }) - 1
-		d.RetryAfter = micros(st.log[2*last] + p - now)
+		d.RetryAfter = Micros(st.log[2*last] + p - now)
 		d.Remaining = max(limit-n, 0)
 	} else {
 		d.Remaining = limit - n - r.Cost
@@ -141,7 +143,7 @@ func slidingLog(st *state, now int64, r *Request) (Decision, outcome) {
 		}
 	}
 	if n > 0 || d.Allowed && r.Cost > 0 {
-		d.ResetAfter = micros(newest + p - now)
+		d.ResetAfter = Micros(newest + p - now)
 	}
 	if !d.Allowed || r.Peek || r.Cost == 0 {
 		return d, outcome{}
@@ -198,13 +200,13 @@ func slidingWindow(st *state, now int64, r *Request) (Decision, outcome) {
 		counts[0] += r.Cost
 		used += r.Cost
 	} else {
-		d.RetryAfter = micros(slidingRetry(counts[:n+1], w, now, s, limit-r.Cost))
+		d.RetryAfter = Micros(slidingRetry(counts[:n+1], w, now, s, limit-r.Cost))
 	}
 	d.Remaining = max(limit-used, 0)
 	for i := range n + 1 {
 		if counts[i] > 0 {
 			// It leaves the sliding period when sub-window n+1 after it begins.
-			d.ResetAfter = micros(w + (n+1-i)*s - now)
+			d.ResetAfter = Micros(w + (n+1-i)*s - now)
 			break
 		}
 	}
@@ -290,17 +292,17 @@ func bucket(st *state, now int64, r *Request) (Decision, outcome) {
 	if d.Allowed {
 		drains = end
 		if r.Limit.Algorithm == LeakyBucket {
-			d.Delay = micros(start.us - now + instant{0, start.f}.ceil())
+			d.Delay = Micros(start.us - now + instant{0, start.f}.ceil())
 		}
 	} else {
-		d.RetryAfter = micros(e.sub(span, tolerance).ceil())
+		d.RetryAfter = Micros(e.sub(span, tolerance).ceil())
 	}
 	left := instant{drains.us - now, drains.f}
 	// A limit lowered on a live key can leave more in use than it allows.
 	if !less(tolerance, left) {
 		d.Remaining = e.fit(e.sub(tolerance, left))
 	}
-	d.ResetAfter = micros(left.ceil())
+	d.ResetAfter = Micros(left.ceil())
 	if !d.Allowed || r.Peek || r.Cost == 0 {
 		return d, outcome{}
 	}

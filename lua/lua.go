@@ -1,8 +1,8 @@
 // Package lua holds Sluice's Redis scripts: the six rate-limiting algorithms
-// in Lua, each a local function that decides one request against one key,
-// composed into a script per algorithm and one batch script that decides a
-// whole batch of requests with any algorithms in one call; and the
-// concurrency limiter's lease script.
+// in Lua, each a table of functions that decides one request against one
+// key, composed into one batch script that decides a whole batch of
+// requests with any algorithms in one call; and the concurrency limiter's
+// lease script.
 //
 // The scripts reproduce engine/algorithms.go decision by decision, in the
 // same integer microseconds and with the same state (each file says how it
@@ -12,8 +12,7 @@
 // TIME, so sidecars with skewed clocks agree; a pinned time, an optional last
 // argument, exists for tests only.
 //
-// Argument and reply layouts are documented at the top of single.lua (one
-// request) and batch.lua (many). The package imports nothing of the project:
+// Argument and reply layouts are documented at the top of batch.lua. The package imports nothing of the project:
 // upstream maps engine's algorithms onto these scripts by their short names.
 package lua
 
@@ -25,7 +24,7 @@ import (
 
 // Script is one composed script, ready for EVALSHA.
 type Script struct {
-	// Name is the algorithm's short name ("fixed", "gcra", …) or "batch".
+	// Name is "batch" or "lease".
 	Name string
 	// Source is the Lua text sent by EVAL and SCRIPT LOAD.
 	Source string
@@ -33,22 +32,15 @@ type Script struct {
 	SHA string
 }
 
-// Layouts shared by the scripts and their callers.
-const (
-	// SingleFields is how many integers a single-request script replies.
-	SingleFields = 6
-	// BatchFields is how many integers the batch script replies per
-	// request, before its error messages.
-	BatchFields = 5
-)
+// BatchFields is how many integers the batch script replies per request
+// (per limit of a multi-limit request), before its error messages.
+const BatchFields = 5
 
 var (
 	//go:embed prelude.lua
 	preludeSrc string
 	//go:embed bucket.lua
 	bucketSrc string
-	//go:embed single.lua
-	singleMain string
 	//go:embed batch.lua
 	batchMain string
 
@@ -91,9 +83,7 @@ var (
 	// Lease acquires and releases the concurrency limiter's leases of one
 	// key (see lease.lua for its arguments and replies).
 	Lease *Script
-	// singles holds the single-request scripts by short name.
-	singles = map[string]*Script{}
-	// all is every script: the singles in engine's order, then Batch.
+	// all is every script: Batch, then Lease.
 	all []*Script
 )
 
@@ -115,9 +105,6 @@ func loader(name, src string) string {
 func init() {
 	batch := shebang + prelude
 	for _, a := range algorithms {
-		s := newScript(a.name, shebang+prelude+"\n"+loader(a.name, a.src)+"\nlocal decide = load_"+a.name+"()\n\n"+singleMain)
-		singles[a.name] = s
-		all = append(all, s)
 		batch += "\n" + loader(a.name, a.src)
 	}
 	Batch = newScript("batch", batch+"\n"+batchMain)
@@ -132,11 +119,5 @@ func newScript(name, src string) *Script {
 	return &Script{Name: name, Source: src, SHA: hex.EncodeToString(sum[:])}
 }
 
-// Single returns the script that decides one request with the algorithm of
-// that short name ("fixed", "log", "sliding", "token", "leaky", "gcra"), or
-// nil for any other name.
-func Single(name string) *Script { return singles[name] }
-
-// All returns every script: the six single-request scripts, Batch, then
-// Lease.
+// All returns every script: Batch, then Lease.
 func All() []*Script { return append([]*Script(nil), all...) }

@@ -27,21 +27,20 @@ func TestScripts(t *testing.T) {
 			t.Errorf("%s: Redis says SHA %s, we say %s", s.Name, sha, s.SHA)
 		}
 	}
-	for _, n := range []string{"fixed", "log", "sliding", "token", "leaky", "gcra", "batch"} {
+	for _, n := range []string{"batch", "lease"} {
 		if !names[n] {
 			t.Errorf("no script %q", n)
 		}
-		if n != "batch" && lua.Single(n) == nil {
-			t.Errorf("Single(%q) is nil", n)
-		}
-	}
-	if lua.Single("batch") != nil || lua.Single("nope") != nil {
-		t.Error("Single answers for a name that is no algorithm")
 	}
 }
 
-// TestCalls pins the argument and reply layouts documented in single.lua
-// and batch.lua, and the errors for bad arguments.
+// one is the batch script's arguments for a batch of one request: one
+// limit, one run, one key.
+func one(alg, rate, period, burst, cost, peek string, now ...string) []string {
+	return append([]string{"1", alg, rate, period, burst, "1", "1", "1", cost, peek, "1", "1", "1"}, now...)
+}
+
+// TestCalls pins the argument and reply layouts documented in batch.lua, and the errors for bad arguments.
 func TestCalls(t *testing.T) {
 	srv := redistest.Start(t)
 	const now = "1767225600000000" // 2026-01-01, a whole second
@@ -57,16 +56,16 @@ func TestCalls(t *testing.T) {
 		want    string // the reply's elements, one a line
 		wantErr string
 	}{
-		{"gcra", lua.Single("gcra"), []string{"g"}, []string{"1", "1000000", "4", "1", "0", now},
-			"1\n5\n4\n0\n1000000\n0", ""},
-		{"gcra again", lua.Single("gcra"), []string{"g"}, []string{"1", "1000000", "4", "1", "0", now},
-			"1\n5\n3\n0\n2000000\n0", ""},
-		{"leaky delay", lua.Single("leaky"), []string{"l"}, []string{"10", "1000000", "2", "2", "0", now},
-			"1\n2\n0\n0\n200000\n0", ""},
-		{"leaky delayed", lua.Single("leaky"), []string{"l2"}, []string{"10", "1000000", "3", "1", "0", now},
-			"1\n3\n2\n0\n100000\n0", ""},
-		{"leaky second waits", lua.Single("leaky"), []string{"l2"}, []string{"10", "1000000", "3", "1", "0", now},
-			"1\n3\n1\n0\n200000\n100000", ""},
+		{"gcra", lua.Batch, []string{"g"}, one("gcra", "1", "1000000", "4", "1", "0", now),
+			"1\n4\n0\n1000000\n0", ""},
+		{"gcra again", lua.Batch, []string{"g"}, one("gcra", "1", "1000000", "4", "1", "0", now),
+			"1\n3\n0\n2000000\n0", ""},
+		{"leaky delay", lua.Batch, []string{"l"}, one("leaky", "10", "1000000", "2", "2", "0", now),
+			"1\n0\n0\n200000\n0", ""},
+		{"leaky delayed", lua.Batch, []string{"l2"}, one("leaky", "10", "1000000", "3", "1", "0", now),
+			"1\n2\n0\n100000\n0", ""},
+		{"leaky second waits", lua.Batch, []string{"l2"}, one("leaky", "10", "1000000", "3", "1", "0", now),
+			"1\n1\n0\n200000\n100000", ""},
 		{"batch with a bad request", lua.Batch, []string{"f", "f2"},
 			[]string{"2",
 				"fixed", "2", "1000000", "0",
@@ -118,10 +117,10 @@ func TestCalls(t *testing.T) {
 			"ERR sluice: want 1 limits of 4 arguments, 1 runs of 4, 2 key runs of 2 and an optional now, got 13 arguments"},
 		{"batch limit count", lua.Batch, []string{"a"}, []string{"two"}, "",
 			`ERR sluice: invalid number of limits "two"`},
-		{"bad now", lua.Single("fixed"), []string{"a"}, []string{"1", "1000", "0", "1", "0", "soon"}, "",
+		{"bad now", lua.Batch, []string{"a"}, one("fixed", "1", "1000", "0", "1", "0", "soon"), "",
 			`ERR sluice: invalid pinned now "soon"`},
-		{"zero period", lua.Single("fixed"), []string{"a"}, []string{"1", "0", "0", "1", "0"}, "",
-			"ERR sluice: rate and period must be at least 1"},
+		{"zero period", lua.Batch, []string{"a"}, one("fixed", "1", "0", "0", "1", "0"),
+			"-1\n0\n0\n0\n0\nERR sluice: rate and period must be at least 1", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := eval(c.script, c.keys, c.args...)
@@ -163,11 +162,11 @@ func TestStoredForms(t *testing.T) {
 		if _, err := srv.Do("SET", "g", stored, "PXAT", "6270825228370496"); err != nil {
 			t.Fatal(err)
 		}
-		got, err := srv.Do("EVAL", lua.Single("gcra").Source, "1", "g", "1", "1000000", "4", "1", "1", now) // a peek
+		got, err := srv.Do("EVAL", lua.Batch.Source, "1", "g", "1", "gcra", "1", "1000000", "4", "1", "1", "1", "1", "1", "1", "1", "1", now) // a peek
 		if err != nil {
 			t.Fatalf("%s: %v", stored, err)
 		}
-		if want := "1\n5\n3\n0\n2000000\n0"; got != want {
+		if want := "1\n3\n0\n2000000\n0"; got != want {
 			t.Errorf("state %s: reply\n%s\nwant\n%s", stored, got, want)
 		}
 	}
@@ -199,7 +198,7 @@ func TestIdleKeyTakesOneCommand(t *testing.T) {
 			if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
 				t.Fatal(err)
 			}
-			args := []string{"EVAL", lua.Single(name).Source, "1", name + "-idle", "1", "1000000", "5", "1", "0"}
+			args := append([]string{"EVAL", lua.Batch.Source, "1", name + "-idle"}, one(name, "1", "1000000", "5", "1", "0")...)
 			if _, err := srv.Do(args...); err != nil {
 				t.Fatal(err)
 			}

@@ -15,13 +15,6 @@ import (
 	"github.com/sluice-rl/sluice/upstream"
 )
 
-type mode struct {
-	name string
-	mode upstream.Mode
-}
-
-var modes = []mode{{"batch", upstream.BatchScript}, {"per-request", upstream.ScriptPerRequest}}
-
 // topology is a Redis to test against: its client and its servers.
 type topology struct {
 	name    string
@@ -29,15 +22,13 @@ type topology struct {
 	servers []*redistest.Server
 }
 
-// eachTopologyAndMode starts a standalone Redis and a three-master Cluster,
-// and runs fn on each, in each mode, as subtests.
-func eachTopologyAndMode(t *testing.T, fn func(t *testing.T, top topology, m mode)) {
+// eachTopology starts a standalone Redis and a three-master Cluster, and
+// runs fn on each as a subtest.
+func eachTopology(t *testing.T, fn func(t *testing.T, top topology)) {
 	srv, rc := standalone(t)
 	cc, nodes := cluster(t)
 	for _, top := range []topology{{"standalone", rc, []*redistest.Server{srv}}, {"cluster", cc, nodes}} {
-		for _, m := range modes {
-			t.Run(top.name+"/"+m.name, func(t *testing.T) { fn(t, top, m) })
-		}
+		t.Run(top.name, func(t *testing.T) { fn(t, top) })
 	}
 }
 

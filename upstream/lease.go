@@ -40,7 +40,7 @@ func (s *Store) Acquire(ctx context.Context, r engine.LeaseRequest) (engine.Leas
 		return engine.LeaseDecision{}, err
 	}
 	return engine.LeaseDecision{Allowed: v[0] == 1, Limit: v[1], Remaining: v[2],
-		RetryAfter: micros(v[3]), Renewed: v[4] == 1, ID: r.ID}, nil
+		RetryAfter: engine.Micros(v[3]), Renewed: v[4] == 1, ID: r.ID}, nil
 }
 
 // Release implements engine.Leaser.

@@ -27,19 +27,6 @@ import (
 	"github.com/sluice-rl/sluice/lua"
 )
 
-// Mode says how a batch is sent to Redis.
-type Mode uint8
-
-const (
-	// BatchScript, the default, decides a batch (on Cluster, each hash
-	// slot's part of it) with one call of the batch script.
-	BatchScript Mode = iota
-	// ScriptPerRequest pipelines one EVALSHA of the algorithm's own script
-	// per request: more work for Redis, kept for comparison and as a
-	// fallback.
-	ScriptPerRequest
-)
-
 // DefaultPrefix starts every Redis key the store writes when
 // Config.Prefix is empty.
 const DefaultPrefix = "sluice:"
@@ -56,8 +43,6 @@ type Config struct {
 	// hash tag keeps all of a key's algorithms in one Cluster slot, so a
 	// prefix should hold no '{'.
 	Prefix string
-	// Mode says how a batch is sent; the zero value is BatchScript.
-	Mode Mode
 	// Now pins the clock, for tests only. Nil means Redis's own clock
 	// (TIME), which keeps sidecars with skewed clocks in agreement.
 	Now func() time.Time
@@ -68,7 +53,6 @@ type Store struct {
 	client  redis.UniversalClient
 	cluster bool // client is a *redis.ClusterClient: group batches by slot
 	prefix  string
-	mode    Mode
 	now     func() time.Time
 	bufs    sync.Pool // *buffers
 }
@@ -83,14 +67,11 @@ func New(cfg Config) (*Store, error) {
 	case *redis.Ring:
 		return nil, errors.New("upstream: a *redis.Ring shards keys on the client, which one script call cannot follow; use a Redis Cluster")
 	}
-	if cfg.Mode > ScriptPerRequest {
-		return nil, fmt.Errorf("upstream: unknown mode %d", cfg.Mode)
-	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}
 	_, cluster := cfg.Client.(*redis.ClusterClient)
-	return &Store{client: cfg.Client, cluster: cluster, prefix: cfg.Prefix, mode: cfg.Mode, now: cfg.Now}, nil
+	return &Store{client: cfg.Client, cluster: cluster, prefix: cfg.Prefix, now: cfg.Now}, nil
 }
 
 // Key returns the Redis key that holds key's state under algorithm a.
@@ -248,24 +229,6 @@ func (s *Store) reloadSlots(ctx context.Context) {
 
 // plan turns the valid requests into calls.
 func (s *Store) plan(b *buffers, reqs []engine.Request, now any) {
-	if s.mode == ScriptPerRequest {
-		for _, i := range b.valid {
-			r := &reqs[i]
-			k, a := len(b.keys), len(b.args)
-			b.keys = append(b.keys, s.Key(r.Key, r.Limit.Algorithm))
-			b.args, b.nums = appendParams(b.args, b.nums, r)
-			if now != nil {
-				b.args = append(b.args, now)
-			}
-			b.calls = append(b.calls, call{
-				script: lua.Single(r.Limit.Algorithm.Short()),
-				keys:   b.keys[k:len(b.keys):len(b.keys)],
-				args:   b.args[a:len(b.args):len(b.args)],
-				reqs:   b.valid[len(b.calls) : len(b.calls)+1 : len(b.calls)+1],
-			})
-		}
-		return
-	}
 	order := b.valid
 	if s.cluster {
 		order = s.bySlot(b, reqs)
@@ -361,21 +324,11 @@ func (s *Store) group(b *buffers, reqs []engine.Request, idx []int) {
 	}
 }
 
-// maxNumsPerRequest bounds how many integers a request adds to nums: four
-// in a single-script call; in a batch-script call, at most three for a
-// limit of its own, three for a run of its own, two for a key run of its
-// own, and three for the counts of limits, runs and key runs of a call of
-// its own.
+// maxNumsPerRequest bounds how many integers a request adds to nums: at
+// most three for a limit of its own, three for a run of its own, two for
+// a key run of its own, and three for the counts of limits, runs and key
+// runs of a call of its own.
 const maxNumsPerRequest = 11
-
-// appendParams appends a request's rate, period (µs), burst, cost and peek
-// to args, the integers by pointers into nums, which must have room for
-// them.
-func appendParams(args []any, nums []int64, r *engine.Request) ([]any, []int64) {
-	k := len(nums)
-	nums = append(nums, r.Limit.Rate, r.Limit.Period.Microseconds(), burstArg(r.Limit), r.Cost)
-	return append(args, &nums[k], &nums[k+1], &nums[k+2], &nums[k+3], peekArg(r.Peek)), nums
-}
 
 // burstArg is what a limit sends as the scripts' burst: the sliding window,
 // which takes no burst, sends its precision there (see lua/sliding.lua).
@@ -543,34 +496,13 @@ func (s *Store) collect(b *buffers, c *call, reqs []engine.Request, res []engine
 			}
 		}
 		// The server ran the script and it failed: every request of this
-		// call meets the error (in per-request mode, that is one).
+		// call meets the error.
 		for _, i := range c.reqs {
 			res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.Key(reqs[i].Key, reqs[i].Limit.Algorithm), err)}
 		}
 		return nil
 	}
-	if c.script == lua.Batch {
-		return s.collectBatch(b, c, reqs, res, reply)
-	}
-	n := len(c.reqs)
-	if len(reply) < lua.SingleFields*n {
-		return fmt.Errorf("upstream: eval %s: want %d integers in the reply, got %d values", c.script.Name, lua.SingleFields*n, len(reply))
-	}
-	for k, i := range c.reqs {
-		var v [lua.SingleFields]int64
-		if err := replyInts(v[:], reply, lua.SingleFields*k, c.script.Name); err != nil {
-			return err
-		}
-		res[i] = engine.Result{Decision: engine.Decision{
-			Allowed:    v[0] == 1,
-			Limit:      v[1],
-			Remaining:  v[2],
-			RetryAfter: micros(v[3]),
-			ResetAfter: micros(v[4]),
-			Delay:      micros(v[5]),
-		}}
-	}
-	return nil
+	return s.collectBatch(b, c, reqs, res, reply)
 }
 
 // replyInts reads len(v) integers of reply from at.
@@ -629,9 +561,9 @@ func (s *Store) collectBatch(b *buffers, c *call, reqs []engine.Request, res []e
 			Allowed:    v[0] == 1,
 			Limit:      reqs[i].Limit.Capacity(),
 			Remaining:  v[1],
-			RetryAfter: micros(v[2]),
-			ResetAfter: micros(v[3]),
-			Delay:      micros(v[4]),
+			RetryAfter: engine.Micros(v[2]),
+			ResetAfter: engine.Micros(v[3]),
+			Delay:      engine.Micros(v[4]),
 		}}
 	}
 	return nil
@@ -647,8 +579,6 @@ func scriptError(reply []any, integers int, k int64) error {
 	msg, _ := reply[at].(string)
 	return errors.New(strings.TrimSpace(msg))
 }
-
-func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
 // Reset implements engine.Store: it deletes key's state under every
 // algorithm, and its leases, in one command, then announces the reset on the channel

@@ -21,36 +21,33 @@ import (
 	"github.com/sluice-rl/sluice/upstream"
 )
 
-// TestConformance runs the shared conformance tables against Redis, through
-// the batch script and through the per-request scripts, standalone and on
-// Cluster, checking after every operation that every key has a TTL.
+// TestConformance runs the shared conformance tables against Redis through
+// the batch script, standalone and on Cluster, checking after every operation that every key has a TTL.
 func TestConformance(t *testing.T) {
-	eachTopologyAndMode(t, func(t *testing.T, top topology, m mode) {
-		prefix := "conf-" + m.name + ":"
+	eachTopology(t, func(t *testing.T, top topology) {
+		prefix := "conf:"
 		enginetest.Run(t, func(t *testing.T, now func() time.Time) engine.Store {
-			s := newStore(t, upstream.Config{Client: top.client, Prefix: prefix, Mode: m.mode, Now: now})
+			s := newStore(t, upstream.Config{Client: top.client, Prefix: prefix, Now: now})
 			return &ttlChecked{Store: s, tb: t, client: top.client, pattern: prefix + "*"}
 		})
 	})
 }
 
 // differential runs seed's random scenario against the memory store and
-// against Redis in each mode, with the clock pinned.
+// against Redis, with the clock pinned.
 func differential(tb testing.TB, client redis.UniversalClient, name string, seed []byte, checkTTL bool) {
 	tb.Helper()
-	for _, m := range modes {
-		clock := enginetest.NewClock(enginetest.Epoch)
-		mem, err := engine.NewMemoryStore(engine.MemoryConfig{Now: clock.Now})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		prefix := "diff-" + m.name + ":"
-		var red engine.Store = newStore(tb, upstream.Config{Client: client, Prefix: prefix, Mode: m.mode, Now: clock.Now})
-		if checkTTL {
-			red = &ttlChecked{Store: red, tb: tb, client: client, pattern: prefix + "{" + name + ":*"}
-		}
-		enginetest.Differential(tb, mem, red, clock, name, seed)
+	clock := enginetest.NewClock(enginetest.Epoch)
+	mem, err := engine.NewMemoryStore(engine.MemoryConfig{Now: clock.Now})
+	if err != nil {
+		tb.Fatal(err)
 	}
+	prefix := "diff:"
+	var red engine.Store = newStore(tb, upstream.Config{Client: client, Prefix: prefix, Now: clock.Now})
+	if checkTTL {
+		red = &ttlChecked{Store: red, tb: tb, client: client, pattern: prefix + "{" + name + ":*"}
+	}
+	enginetest.Differential(tb, mem, red, clock, name, seed)
 }
 
 // seeds is the fuzz target's seed corpus and the differential test's
@@ -86,7 +83,7 @@ func TestDifferentialCluster(t *testing.T) {
 }
 
 // FuzzDifferentialRedis: random parameters and operation sequences decide
-// the same on Redis (both modes) as in memory.
+// the same on Redis as in memory.
 func FuzzDifferentialRedis(f *testing.F) {
 	for _, s := range seeds {
 		f.Add([]byte(s))
@@ -104,26 +101,24 @@ func FuzzDifferentialRedis(f *testing.F) {
 func TestDifferentialVaryingLimits(t *testing.T) {
 	_, client := standalone(t)
 	periods := []time.Duration{time.Millisecond, 7 * time.Millisecond, 100 * time.Millisecond, time.Second}
-	for _, m := range modes {
-		for seed := range 150 {
-			rng := rand.New(rand.NewPCG(uint64(seed), 7))
-			clock := enginetest.NewClock(enginetest.Epoch)
-			mem, _ := engine.NewMemoryStore(engine.MemoryConfig{Now: clock.Now})
-			prefix := fmt.Sprintf("vary-%s-%d:", m.name, seed)
-			red := &ttlChecked{
-				Store: newStore(t, upstream.Config{Client: client, Mode: m.mode, Prefix: prefix, Now: clock.Now}),
-				tb:    t, client: client, pattern: prefix + "*",
-			}
-			alg := engine.Algorithms[seed%len(engine.Algorithms)]
-			for i := range 60 {
-				l := limitOf(alg, 1+rng.Int64N(8), periods[rng.IntN(len(periods))])
-				clock.Advance(time.Duration(rng.Int64N(300_000)) * time.Microsecond)
-				req := engine.Request{Key: "k", Limit: l, Cost: rng.Int64N(l.Capacity() + 1), Peek: rng.IntN(5) == 0}
-				got, want := decide(t, red, req)[0], decide(t, mem, req)[0]
-				if got.Err != nil || want.Err != nil || got.Decision != want.Decision {
-					t.Fatalf("%s, seed %d, op %d: %+v\nredis  %s %v\nmemory %s %v", m.name, seed, i, req,
-						enginetest.Format(got.Decision), got.Err, enginetest.Format(want.Decision), want.Err)
-				}
+	for seed := range 150 {
+		rng := rand.New(rand.NewPCG(uint64(seed), 7))
+		clock := enginetest.NewClock(enginetest.Epoch)
+		mem, _ := engine.NewMemoryStore(engine.MemoryConfig{Now: clock.Now})
+		prefix := fmt.Sprintf("vary-%d:", seed)
+		red := &ttlChecked{
+			Store: newStore(t, upstream.Config{Client: client, Prefix: prefix, Now: clock.Now}),
+			tb:    t, client: client, pattern: prefix + "*",
+		}
+		alg := engine.Algorithms[seed%len(engine.Algorithms)]
+		for i := range 60 {
+			l := limitOf(alg, 1+rng.Int64N(8), periods[rng.IntN(len(periods))])
+			clock.Advance(time.Duration(rng.Int64N(300_000)) * time.Microsecond)
+			req := engine.Request{Key: "k", Limit: l, Cost: rng.Int64N(l.Capacity() + 1), Peek: rng.IntN(5) == 0}
+			got, want := decide(t, red, req)[0], decide(t, mem, req)[0]
+			if got.Err != nil || want.Err != nil || got.Decision != want.Decision {
+				t.Fatalf("seed %d, op %d: %+v\nredis  %s %v\nmemory %s %v", seed, i, req,
+					enginetest.Format(got.Decision), got.Err, enginetest.Format(want.Decision), want.Err)
 			}
 		}
 	}
@@ -133,9 +128,9 @@ func TestDifferentialVaryingLimits(t *testing.T) {
 // algorithm at once, as one batch, and compares with the memory store fed
 // the same batch.
 func TestBatchMatchesMemory(t *testing.T) {
-	eachTopologyAndMode(t, func(t *testing.T, top topology, m mode) {
+	eachTopology(t, func(t *testing.T, top topology) {
 		clock := enginetest.NewClock(enginetest.Epoch)
-		red := newStore(t, upstream.Config{Client: top.client, Mode: m.mode, Prefix: "batch-" + m.name + ":", Now: clock.Now})
+		red := newStore(t, upstream.Config{Client: top.client, Prefix: "batch:", Now: clock.Now})
 		var reqs []engine.Request
 		for i := range 300 {
 			alg := engine.Algorithms[i%len(engine.Algorithms)]
@@ -155,8 +150,8 @@ func TestBatchMatchesMemory(t *testing.T) {
 // TestOneCallPerBatch: a batch costs Redis one script call, on Cluster one
 // per hash slot.
 func TestOneCallPerBatch(t *testing.T) {
-	eachTopologyAndMode(t, func(t *testing.T, top topology, m mode) {
-		s := newStore(t, upstream.Config{Client: top.client, Mode: m.mode, Prefix: "calls-" + m.name + ":"})
+	eachTopology(t, func(t *testing.T, top topology) {
+		s := newStore(t, upstream.Config{Client: top.client, Prefix: "calls:"})
 		var reqs []engine.Request
 		slots := map[uint16]bool{}
 		for i := range 50 {
@@ -181,8 +176,6 @@ func TestOneCallPerBatch(t *testing.T) {
 		}
 		want := 1
 		switch {
-		case m.mode == upstream.ScriptPerRequest:
-			want = len(reqs)
 		case top.name == "cluster":
 			want = len(slots)
 		}
@@ -227,68 +220,66 @@ func sameAsMemory(t *testing.T, red engine.Store, clock *enginetest.Clock, round
 func TestAtomicity(t *testing.T) {
 	srv, inspect := standalone(t)
 	const limit, goroutines, perGoroutine = 100, 50, 3
-	for _, m := range modes {
-		for _, alg := range engine.Algorithms {
-			if alg == engine.LeakyBucket {
-				continue // it shapes, admitting with a delay; covered below
-			}
-			t.Run(m.name+"/"+alg.String(), func(t *testing.T) {
-				l := limitOf(alg, limit, time.Hour)
-				key := "atomic-" + m.name
-				var admitted, failed atomic.Int64
-				var wg sync.WaitGroup
-				start := time.Now()
-				for range 3 {
-					client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: goroutines})
-					defer client.Close()
-					s := newStore(t, upstream.Config{Client: client, Mode: m.mode})
-					for g := range goroutines {
-						wg.Go(func() {
-							// Some goroutines send their requests as one batch.
-							n := 1
-							if g%2 == 0 {
-								n = perGoroutine
-							}
-							for range perGoroutine / n {
-								reqs := make([]engine.Request, n)
-								for i := range reqs {
-									reqs[i] = engine.Request{Key: key, Limit: l, Cost: 1}
-								}
-								res := make([]engine.Result, n)
-								if err := s.Decide(context.Background(), reqs, res); err != nil {
-									failed.Add(1)
-									return
-								}
-								for _, r := range res {
-									if r.Err != nil {
-										failed.Add(1)
-									} else if r.Decision.Allowed {
-										admitted.Add(1)
-									}
-								}
-							}
-						})
-					}
-				}
-				wg.Wait()
-				d := time.Since(start)
-				noKeyWithoutTTL(t, inspect)
-				if failed.Load() > 0 {
-					t.Fatalf("%d requests failed", failed.Load())
-				}
-				got := admitted.Load()
-				if alg == engine.SlidingWindow {
-					bound := limit + int64(math.Ceil(float64(limit)*float64(d)/float64(time.Hour)))
-					if got < limit || got > bound {
-						t.Fatalf("admitted %d of %d in %v; want between %d and %d", got, 3*goroutines*perGoroutine, d, limit, bound)
-					}
-					return
-				}
-				if got != limit {
-					t.Fatalf("admitted %d of %d; want exactly %d", got, 3*goroutines*perGoroutine, limit)
-				}
-			})
+	for _, alg := range engine.Algorithms {
+		if alg == engine.LeakyBucket {
+			continue // it shapes, admitting with a delay; covered below
 		}
+		t.Run(alg.String(), func(t *testing.T) {
+			l := limitOf(alg, limit, time.Hour)
+			key := "atomic"
+			var admitted, failed atomic.Int64
+			var wg sync.WaitGroup
+			start := time.Now()
+			for range 3 {
+				client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: goroutines})
+				defer client.Close()
+				s := newStore(t, upstream.Config{Client: client})
+				for g := range goroutines {
+					wg.Go(func() {
+						// Some goroutines send their requests as one batch.
+						n := 1
+						if g%2 == 0 {
+							n = perGoroutine
+						}
+						for range perGoroutine / n {
+							reqs := make([]engine.Request, n)
+							for i := range reqs {
+								reqs[i] = engine.Request{Key: key, Limit: l, Cost: 1}
+							}
+							res := make([]engine.Result, n)
+							if err := s.Decide(context.Background(), reqs, res); err != nil {
+								failed.Add(1)
+								return
+							}
+							for _, r := range res {
+								if r.Err != nil {
+									failed.Add(1)
+								} else if r.Decision.Allowed {
+									admitted.Add(1)
+								}
+							}
+						}
+					})
+				}
+			}
+			wg.Wait()
+			d := time.Since(start)
+			noKeyWithoutTTL(t, inspect)
+			if failed.Load() > 0 {
+				t.Fatalf("%d requests failed", failed.Load())
+			}
+			got := admitted.Load()
+			if alg == engine.SlidingWindow {
+				bound := limit + int64(math.Ceil(float64(limit)*float64(d)/float64(time.Hour)))
+				if got < limit || got > bound {
+					t.Fatalf("admitted %d of %d in %v; want between %d and %d", got, 3*goroutines*perGoroutine, d, limit, bound)
+				}
+				return
+			}
+			if got != limit {
+				t.Fatalf("admitted %d of %d; want exactly %d", got, 3*goroutines*perGoroutine, limit)
+			}
+		})
 	}
 }
 
@@ -332,9 +323,9 @@ func TestAtomicityLeaky(t *testing.T) {
 // TestScriptFlush: Redis losing its scripts between decisions costs the
 // caller nothing.
 func TestScriptFlush(t *testing.T) {
-	eachTopologyAndMode(t, func(t *testing.T, top topology, m mode) {
+	eachTopology(t, func(t *testing.T, top topology) {
 		clock := enginetest.NewClock(enginetest.Epoch)
-		red := newStore(t, upstream.Config{Client: top.client, Mode: m.mode, Prefix: "flush-" + m.name + ":", Now: clock.Now})
+		red := newStore(t, upstream.Config{Client: top.client, Prefix: "flush:", Now: clock.Now})
 		sameAsMemory(t, red, clock, 20, func(round int) []engine.Request {
 			var reqs []engine.Request
 			for j, alg := range engine.Algorithms {
@@ -354,62 +345,58 @@ func TestScriptFlush(t *testing.T) {
 func TestWrongType(t *testing.T) {
 	srv, client := standalone(t)
 	ctx := context.Background()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			prefix := "wrong-" + m.name + ":"
-			s := newStore(t, upstream.Config{Client: client, Mode: m.mode, Prefix: prefix})
-			bad := s.Key("bad", engine.FixedWindow)
-			garbage := s.Key("garbage", engine.GCRA)
-			mustDo(t, srv, "SET", bad, "a string")
-			mustDo(t, srv, "SET", garbage, "not a number")
-			checked := &ttlChecked{Store: s, tb: t, client: client, pattern: prefix + "*",
-				ignore: map[string]bool{bad: true, garbage: true}}
-			fixed := limitOf(engine.FixedWindow, 3, time.Minute)
-			gcra := limitOf(engine.GCRA, 3, time.Minute)
-			res := decide(t, checked,
-				engine.Request{Key: "good", Limit: fixed, Cost: 1},
-				engine.Request{Key: "bad", Limit: fixed, Cost: 1},
-				engine.Request{Key: "garbage", Limit: gcra, Cost: 1},
-				engine.Request{Key: "good", Limit: fixed, Cost: 1},
-				engine.Request{Key: "good", Limit: gcra, Cost: 1},
-			)
-			for _, i := range []int{0, 3, 4} {
-				if res[i].Err != nil || !res[i].Decision.Allowed {
-					t.Errorf("request %d: %+v; want allowed", i, res[i])
-				}
-			}
-			if res[3].Decision.Remaining != 1 {
-				t.Errorf("request 3: remaining %d; want 1", res[3].Decision.Remaining)
-			}
-			for _, w := range []struct {
-				i    int
-				key  string
-				want string
-			}{{1, bad, "WRONGTYPE Operation against a key holding the wrong kind of value"}, {2, garbage, `holds "not a number", not a number`}} {
-				err := res[w.i].Err
-				if err == nil || !strings.HasPrefix(err.Error(), "upstream: eval ") ||
-					!strings.Contains(err.Error(), w.key) || !strings.Contains(err.Error(), w.want) {
-					t.Errorf("request %d: error %v; want one naming %s and saying %s", w.i, err, w.key, w.want)
-				}
-				if errors.Is(err, engine.ErrInvalid) {
-					t.Errorf("request %d: a store error reads as invalid input: %v", w.i, err)
-				}
-			}
-			if got, _ := srv.Do("GET", bad); got != "a string" {
-				t.Errorf("the foreign key now holds %q", got)
-			}
-			if err := s.Reset(ctx, "bad"); err != nil {
-				t.Fatal(err)
-			}
-		})
+	prefix := "wrong:"
+	s := newStore(t, upstream.Config{Client: client, Prefix: prefix})
+	bad := s.Key("bad", engine.FixedWindow)
+	garbage := s.Key("garbage", engine.GCRA)
+	mustDo(t, srv, "SET", bad, "a string")
+	mustDo(t, srv, "SET", garbage, "not a number")
+	checked := &ttlChecked{Store: s, tb: t, client: client, pattern: prefix + "*",
+		ignore: map[string]bool{bad: true, garbage: true}}
+	fixed := limitOf(engine.FixedWindow, 3, time.Minute)
+	gcra := limitOf(engine.GCRA, 3, time.Minute)
+	res := decide(t, checked,
+		engine.Request{Key: "good", Limit: fixed, Cost: 1},
+		engine.Request{Key: "bad", Limit: fixed, Cost: 1},
+		engine.Request{Key: "garbage", Limit: gcra, Cost: 1},
+		engine.Request{Key: "good", Limit: fixed, Cost: 1},
+		engine.Request{Key: "good", Limit: gcra, Cost: 1},
+	)
+	for _, i := range []int{0, 3, 4} {
+		if res[i].Err != nil || !res[i].Decision.Allowed {
+			t.Errorf("request %d: %+v; want allowed", i, res[i])
+		}
+	}
+	if res[3].Decision.Remaining != 1 {
+		t.Errorf("request 3: remaining %d; want 1", res[3].Decision.Remaining)
+	}
+	for _, w := range []struct {
+		i    int
+		key  string
+		want string
+	}{{1, bad, "WRONGTYPE Operation against a key holding the wrong kind of value"}, {2, garbage, `holds "not a number", not a number`}} {
+		err := res[w.i].Err
+		if err == nil || !strings.HasPrefix(err.Error(), "upstream: eval ") ||
+			!strings.Contains(err.Error(), w.key) || !strings.Contains(err.Error(), w.want) {
+			t.Errorf("request %d: error %v; want one naming %s and saying %s", w.i, err, w.key, w.want)
+		}
+		if errors.Is(err, engine.ErrInvalid) {
+			t.Errorf("request %d: a store error reads as invalid input: %v", w.i, err)
+		}
+	}
+	if got, _ := srv.Do("GET", bad); got != "a string" {
+		t.Errorf("the foreign key now holds %q", got)
+	}
+	if err := s.Reset(ctx, "bad"); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // TestReset deletes a key's state under every algorithm, also on Cluster
 // and for a key whose hash tag is empty.
 func TestReset(t *testing.T) {
-	eachTopologyAndMode(t, func(t *testing.T, top topology, m mode) {
-		s := newStore(t, upstream.Config{Client: top.client, Mode: m.mode, Prefix: "reset-" + m.name + ":"})
+	eachTopology(t, func(t *testing.T, top topology) {
+		s := newStore(t, upstream.Config{Client: top.client, Prefix: "reset:"})
 		for _, key := range []string{"user:1", "}odd", "{x}"} {
 			var reqs []engine.Request
 			for _, alg := range engine.Algorithms {
@@ -531,7 +518,6 @@ func TestNewConfig(t *testing.T) {
 		{"no client", upstream.Config{}, "upstream: Config.Client is required"},
 		{"ring", upstream.Config{Client: redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})},
 			"upstream: a *redis.Ring shards keys on the client, which one script call cannot follow; use a Redis Cluster"},
-		{"mode", upstream.Config{Client: redis.NewClient(&redis.Options{}), Mode: 7}, "upstream: unknown mode 7"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := upstream.New(c.cfg)
@@ -592,21 +578,17 @@ func BenchmarkDecide(b *testing.B) {
 // answers the next batch without an error reaching the caller.
 func TestRestart(t *testing.T) {
 	srv, client := standalone(t)
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			s := newStore(t, upstream.Config{Client: client, Mode: m.mode, Prefix: "restart-" + m.name + ":"})
-			l := limitOf(engine.GCRA, 1, time.Hour)
-			req := engine.Request{Key: "k", Limit: l, Cost: 1}
-			if r := decide(t, s, req, req); !r[0].Decision.Allowed || r[1].Decision.Allowed {
-				t.Fatalf("before the restart: %+v", r)
-			}
-			srv.Restart()
-			if r := decide(t, s, req, req); r[0].Err != nil || !r[0].Decision.Allowed || r[1].Decision.Allowed {
-				t.Fatalf("after the restart: %+v; want the state gone and no error", r)
-			}
-			noKeyWithoutTTL(t, client)
-		})
+	s := newStore(t, upstream.Config{Client: client, Prefix: "restart:"})
+	l := limitOf(engine.GCRA, 1, time.Hour)
+	req := engine.Request{Key: "k", Limit: l, Cost: 1}
+	if r := decide(t, s, req, req); !r[0].Decision.Allowed || r[1].Decision.Allowed {
+		t.Fatalf("before the restart: %+v", r)
 	}
+	srv.Restart()
+	if r := decide(t, s, req, req); r[0].Err != nil || !r[0].Decision.Allowed || r[1].Decision.Allowed {
+		t.Fatalf("after the restart: %+v; want the state gone and no error", r)
+	}
+	noKeyWithoutTTL(t, client)
 }
 
 // TestSentinelFailover: through a Sentinel-backed client the store decides
@@ -669,28 +651,26 @@ func TestServerCannotServe(t *testing.T) {
 		{"read-only replica", replica, "READONLY"},
 		{"out of memory", full, "OOM"},
 	} {
-		for _, m := range modes {
-			t.Run(c.name+"/"+m.name, func(t *testing.T) {
-				client := redis.NewClient(&redis.Options{Addr: c.srv.Addr, Protocol: 2, MaxRetries: -1})
-				defer client.Close()
-				s := newStore(t, upstream.Config{Client: client, Mode: m.mode})
-				req := engine.Request{Key: "k", Limit: limitOf(engine.GCRA, 1, time.Second), Cost: 1}
-				err := s.Decide(context.Background(), []engine.Request{req, req}, make([]engine.Result, 2))
-				if err == nil || !strings.HasPrefix(err.Error(), "upstream: eval ") || !strings.Contains(err.Error(), c.want) {
-					t.Fatalf("Decide: %v; want a batch error saying %s", err, c.want)
-				}
-			})
-		}
+		t.Run(c.name, func(t *testing.T) {
+			client := redis.NewClient(&redis.Options{Addr: c.srv.Addr, Protocol: 2, MaxRetries: -1})
+			defer client.Close()
+			s := newStore(t, upstream.Config{Client: client})
+			req := engine.Request{Key: "k", Limit: limitOf(engine.GCRA, 1, time.Second), Cost: 1}
+			err := s.Decide(context.Background(), []engine.Request{req, req}, make([]engine.Result, 2))
+			if err == nil || !strings.HasPrefix(err.Error(), "upstream: eval ") || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Decide: %v; want a batch error saying %s", err, c.want)
+			}
+		})
 	}
 }
 
 // A reset is announced to every sidecar subscribed, on standalone and on
 // Cluster (where PUBLISH reaches every node's subscribers).
 func TestResetIsAnnounced(t *testing.T) {
-	eachTopologyAndMode(t, func(t *testing.T, top topology, m mode) {
-		prefix := "announce-" + m.name + ":"
-		a := newStore(t, upstream.Config{Client: top.client, Mode: m.mode, Prefix: prefix})
-		b := newStore(t, upstream.Config{Client: top.client, Mode: m.mode, Prefix: prefix})
+	eachTopology(t, func(t *testing.T, top topology) {
+		prefix := "announce:"
+		a := newStore(t, upstream.Config{Client: top.client, Prefix: prefix})
+		b := newStore(t, upstream.Config{Client: top.client, Prefix: prefix})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		got := make(chan string, 4)
@@ -717,31 +697,25 @@ func TestResetIsAnnounced(t *testing.T) {
 	})
 }
 
-// TestRateSweep runs the rate sweep on Redis, in each mode: the scripts
+// TestRateSweep runs the rate sweep on Redis: the scripts
 // admit rate × time within one unit at every rate, as memory does.
 func TestRateSweep(t *testing.T) {
 	_, client := standalone(t)
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			enginetest.Sweep(t, func(t *testing.T, now func() time.Time) engine.Store {
-				return newStore(t, upstream.Config{Client: client, Prefix: "sweep-" + m.name + ":", Mode: m.mode, Now: now})
-			})
-		})
-	}
+	enginetest.Sweep(t, func(t *testing.T, now func() time.Time) engine.Store {
+		return newStore(t, upstream.Config{Client: client, Prefix: "sweep:", Now: now})
+	})
 }
 
 // TestSlidingWorstCase: on Redis too, the sliding window counter's worst
 // case puts 2×limit-1 in a true sliding period, at every precision.
 func TestSlidingWorstCase(t *testing.T) {
 	_, client := standalone(t)
-	for _, m := range modes {
-		open := func(t *testing.T, now func() time.Time) engine.Store {
-			return newStore(t, upstream.Config{Client: client, Prefix: "worst-" + m.name + ":", Mode: m.mode, Now: now})
-		}
-		for _, n := range []int64{1, 4, 10} {
-			if got := enginetest.SlidingWorstCase(t, open, 50, time.Second, n); got != 99 {
-				t.Errorf("%s, precision %d: worst case admits %d in a true sliding second; want 99", m.name, n, got)
-			}
+	open := func(t *testing.T, now func() time.Time) engine.Store {
+		return newStore(t, upstream.Config{Client: client, Prefix: "worst:", Now: now})
+	}
+	for _, n := range []int64{1, 4, 10} {
+		if got := enginetest.SlidingWorstCase(t, open, 50, time.Second, n); got != 99 {
+			t.Errorf("precision %d: worst case admits %d in a true sliding second; want 99", n, got)
 		}
 	}
 }
@@ -755,47 +729,45 @@ func TestLegacyState(t *testing.T) {
 	ctx := context.Background()
 	clock := enginetest.NewClock(enginetest.Epoch)
 	now := enginetest.Epoch.UnixMicro()
-	for _, m := range modes {
-		s := newStore(t, upstream.Config{Client: client, Prefix: "legacy-" + m.name + ":", Mode: m.mode, Now: clock.Now})
-		// On a pinned clock an expire time carries the state's end plus
-		// 2^52 (see prelude.lua).
-		pinnedEnd := func(us int64) time.Time { return time.UnixMilli(us + 1<<52) }
+	s := newStore(t, upstream.Config{Client: client, Prefix: "legacy:", Now: clock.Now})
+	// On a pinned clock an expire time carries the state's end plus
+	// 2^52 (see prelude.lua).
+	pinnedEnd := func(us int64) time.Time { return time.UnixMilli(us + 1<<52) }
 
-		// 2 of 3 tokens used at 1 a second, the last refill at now.
-		token := s.Key("t", engine.TokenBucket)
-		client.HSet(ctx, token, "used", 2, "last", now)
-		client.ExpireAt(ctx, token, pinnedEnd(now+2_000_000))
-		tl := engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 3}
-		r := decide(t, s, engine.Request{Key: "t", Limit: tl, Cost: 1})[0]
-		if r.Err != nil || r.Decision != (engine.Decision{Allowed: true, Limit: 3, Remaining: 0, ResetAfter: 3 * time.Second}) {
-			t.Fatalf("%s: legacy token bucket: %s %v", m.name, enginetest.Format(r.Decision), r.Err)
-		}
-		if typ := client.Type(ctx, token).Val(); typ != "string" {
-			t.Errorf("%s: legacy token bucket still a %s", m.name, typ)
-		}
-
-		// Three units at now, one 100 ms later: a limit of 5 a minute.
-		log := s.Key("l", engine.SlidingLog)
-		for i, at := range []int64{now, now, now, now + 100_000} {
-			client.ZAdd(ctx, log, redis.Z{Score: float64(at), Member: fmt.Sprintf("%d:%d", at, i+1)})
-		}
-		client.ExpireAt(ctx, log, pinnedEnd(now+100_000+60_000_000))
-		ll := engine.Limit{Algorithm: engine.SlidingLog, Rate: 5, Period: time.Minute}
-		clock.Advance(200 * time.Millisecond)
-		r = decide(t, s, engine.Request{Key: "l", Limit: ll, Cost: 2})[0]
-		if r.Err != nil || r.Decision != (engine.Decision{Limit: 5, Remaining: 1, RetryAfter: time.Minute - 200*time.Millisecond, ResetAfter: time.Minute - 100*time.Millisecond}) {
-			t.Fatalf("%s: legacy log: %s %v", m.name, enginetest.Format(r.Decision), r.Err)
-		}
-		if n := client.ZCard(ctx, log).Val(); n != 2 {
-			t.Errorf("%s: the legacy log holds %d entries; want 2, one per time", m.name, n)
-		}
-		r = decide(t, s, engine.Request{Key: "l", Limit: ll, Cost: 1})[0]
-		if r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != 0 {
-			t.Fatalf("%s: after the legacy log: %s %v", m.name, enginetest.Format(r.Decision), r.Err)
-		}
-		noKeyWithoutTTL(t, client)
-		clock.Advance(-200 * time.Millisecond)
+	// 2 of 3 tokens used at 1 a second, the last refill at now.
+	token := s.Key("t", engine.TokenBucket)
+	client.HSet(ctx, token, "used", 2, "last", now)
+	client.ExpireAt(ctx, token, pinnedEnd(now+2_000_000))
+	tl := engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 3}
+	r := decide(t, s, engine.Request{Key: "t", Limit: tl, Cost: 1})[0]
+	if r.Err != nil || r.Decision != (engine.Decision{Allowed: true, Limit: 3, Remaining: 0, ResetAfter: 3 * time.Second}) {
+		t.Fatalf("legacy token bucket: %s %v", enginetest.Format(r.Decision), r.Err)
 	}
+	if typ := client.Type(ctx, token).Val(); typ != "string" {
+		t.Errorf("legacy token bucket still a %s", typ)
+	}
+
+	// Three units at now, one 100 ms later: a limit of 5 a minute.
+	log := s.Key("l", engine.SlidingLog)
+	for i, at := range []int64{now, now, now, now + 100_000} {
+		client.ZAdd(ctx, log, redis.Z{Score: float64(at), Member: fmt.Sprintf("%d:%d", at, i+1)})
+	}
+	client.ExpireAt(ctx, log, pinnedEnd(now+100_000+60_000_000))
+	ll := engine.Limit{Algorithm: engine.SlidingLog, Rate: 5, Period: time.Minute}
+	clock.Advance(200 * time.Millisecond)
+	r = decide(t, s, engine.Request{Key: "l", Limit: ll, Cost: 2})[0]
+	if r.Err != nil || r.Decision != (engine.Decision{Limit: 5, Remaining: 1, RetryAfter: time.Minute - 200*time.Millisecond, ResetAfter: time.Minute - 100*time.Millisecond}) {
+		t.Fatalf("legacy log: %s %v", enginetest.Format(r.Decision), r.Err)
+	}
+	if n := client.ZCard(ctx, log).Val(); n != 2 {
+		t.Errorf("the legacy log holds %d entries; want 2, one per time", n)
+	}
+	r = decide(t, s, engine.Request{Key: "l", Limit: ll, Cost: 1})[0]
+	if r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != 0 {
+		t.Fatalf("after the legacy log: %s %v", enginetest.Format(r.Decision), r.Err)
+	}
+	noKeyWithoutTTL(t, client)
+	clock.Advance(-200 * time.Millisecond)
 }
 
 // TestHotRuns: a batch's requests on one key, read once and written once
