@@ -328,8 +328,8 @@ func (b *Batcher) run(sc *batchScratch) {
 }
 
 // Reset passes through: resets are rare and must not wait behind a batch.
-func (b *Batcher) Reset(ctx context.Context, key string) error {
-	return b.store.Reset(ctx, key)
+func (b *Batcher) Reset(ctx context.Context, key string, limits ...NamedLimit) error {
+	return b.store.Reset(ctx, key, limits...)
 }
 
 // Close refuses new calls and waits until the queued ones are decided.

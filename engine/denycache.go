@@ -41,9 +41,12 @@ type DenyCache struct {
 	evicted atomic.Uint64
 }
 
-// denial is a remembered refusal.
+// denial is a remembered refusal. A multi-limit request's is kept under
+// its key alone (stateKey.alg 0), with its limits and their decisions.
 type denial struct {
 	limit    Limit
+	limits   []NamedLimit // a multi-limit request's: the policy's, shared
+	detail   []Decision   // and each limit's decision, a copy
 	cost     int64
 	until    time.Time // retry-after runs out
 	resetsAt time.Time
@@ -188,17 +191,55 @@ func (m *misses) finishAndCallDone(err error) {
 
 // lookup returns the local refusal for r, if one applies at now.
 func (c *DenyCache) lookup(r *Request, now time.Time) (Decision, bool) {
-	if r.Cost == 0 || r.Cost > r.Limit.Capacity() {
+	if r.Cost == 0 || r.Cost > r.Capacity() {
 		return Decision{}, false // a look, or a cost the store refuses as invalid
 	}
-	e, ok := c.entries.Get(stateKey{r.Limit.Algorithm, r.Key})
-	if !ok || e.limit != r.Limit || r.Cost < e.cost || !now.Before(e.until) {
+	e, ok := c.entries.Get(denialKey(r))
+	if !ok || e.limit != r.Limit || !sameLimits(e.limits, r.Limits) || r.Cost < e.cost || !now.Before(e.until) ||
+		(r.Detail != nil && e.detail == nil) {
 		return Decision{}, false
 	}
 	d := e.decision
 	d.RetryAfter = e.until.Sub(now)
 	d.ResetAfter = max(e.resetsAt.Sub(now), d.RetryAfter)
+	if r.Detail != nil {
+		// Each limit's own decision, its times run down by as long as the
+		// refusal has been remembered.
+		gone := e.until.Sub(now) - e.decision.RetryAfter
+		for j, p := range e.detail {
+			p.RetryAfter = max(p.RetryAfter+gone, 0)
+			p.ResetAfter = max(p.ResetAfter+gone, 0)
+			r.Detail[j] = p
+		}
+	}
 	return d, true
+}
+
+// denialKey is where r's refusal is remembered: under its algorithm and
+// key, or for a multi-limit request under its key alone, whose limits
+// then must match too.
+func denialKey(r *Request) stateKey {
+	if r.Multi() {
+		return stateKey{key: r.Key}
+	}
+	return stateKey{r.Limit.Algorithm, r.Key}
+}
+
+// sameLimits reports whether two requests' limits are the same: a policy
+// reloaded with other limits must not be answered by the old refusal.
+func sameLimits(a, b []NamedLimit) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 || &a[0] == &b[0] {
+		return true // one policy's own slice: the usual case, at no cost
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // remember records the refusals among res and forgets keys now admitted.
@@ -208,7 +249,7 @@ func (c *DenyCache) remember(reqs []Request, res []Result, now time.Time) {
 		if res[i].Err != nil || r.Cost == 0 {
 			continue
 		}
-		sk := stateKey{r.Limit.Algorithm, r.Key}
+		sk := denialKey(r)
 		if d.Allowed {
 			// An admission proves the key has room again (another
 			// sidecar's reset may not have been announced yet).
@@ -217,8 +258,12 @@ func (c *DenyCache) remember(reqs []Request, res []Result, now time.Time) {
 		}
 		if d.RetryAfter > 0 {
 			sk.key = strings.Clone(sk.key) // the caller may reuse the key's bytes
-			if c.entries.Add(sk, denial{limit: r.Limit, cost: r.Cost, decision: d,
-				until: now.Add(d.RetryAfter), resetsAt: now.Add(d.ResetAfter)}) {
+			e := denial{limit: r.Limit, limits: r.Limits, cost: r.Cost, decision: d,
+				until: now.Add(d.RetryAfter), resetsAt: now.Add(d.ResetAfter)}
+			if r.Detail != nil {
+				e.detail = append([]Decision(nil), r.Detail...)
+			}
+			if c.entries.Add(sk, e) {
 				c.evicted.Add(1)
 			}
 		}
@@ -226,9 +271,9 @@ func (c *DenyCache) remember(reqs []Request, res []Result, now time.Time) {
 }
 
 // Reset drops the key's remembered refusals, then resets it in the store.
-func (c *DenyCache) Reset(ctx context.Context, key string) error {
+func (c *DenyCache) Reset(ctx context.Context, key string, limits ...NamedLimit) error {
 	c.Forget(key)
-	return c.store.Reset(ctx, key)
+	return c.store.Reset(ctx, key, limits...)
 }
 
 // Forget drops the key's remembered refusals: called when another sidecar
@@ -237,6 +282,7 @@ func (c *DenyCache) Forget(key string) {
 	for _, a := range Algorithms {
 		c.entries.Remove(stateKey{a, key})
 	}
+	c.entries.Remove(stateKey{key: key}) // a multi-limit request's
 }
 
 // DenyCacheStats counts what the cache did, for INFO and metrics.

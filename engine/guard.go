@@ -221,7 +221,6 @@ func (g *Guard) fail(ctx context.Context, reqs []Request, res []Result) error {
 			res[i] = Result{Err: err}
 			continue
 		}
-		c := r.Limit.Capacity()
 		switch g.mode(r) {
 		case FailLocal:
 			// The local store never fails as a batch.
@@ -230,13 +229,27 @@ func (g *Guard) fail(ctx context.Context, reqs []Request, res []Result) error {
 			}
 			res[i].Path = PathLocal
 		case FailClosed:
-			res[i] = Result{Path: PathFailClosed, Decision: Decision{Limit: c,
-				RetryAfter: g.probeEvery, ResetAfter: g.probeEvery}}
+			res[i] = Result{Path: PathFailClosed, Decision: failDecision(r.Capacity(), false, 0, g.probeEvery)}
+			for j := range r.Detail {
+				r.Detail[j] = failDecision(r.Limits[j].Limit.Capacity(), false, 0, g.probeEvery)
+			}
 		default:
-			res[i] = Result{Path: PathFailOpen, Decision: Decision{Allowed: true, Limit: c, Remaining: c - r.Cost}}
+			res[i] = Result{Path: PathFailOpen, Decision: failDecision(r.Capacity(), true, r.Cost, 0)}
+			for j := range r.Detail {
+				r.Detail[j] = failDecision(r.Limits[j].Limit.Capacity(), true, r.Cost, 0)
+			}
 		}
 	}
 	return nil
+}
+
+// failDecision is a failure mode's answer for a limit of capacity c:
+// allowed with the cost taken from a full capacity, or refused for wait.
+func failDecision(c int64, allowed bool, cost int64, wait time.Duration) Decision {
+	if allowed {
+		return Decision{Allowed: true, Limit: c, Remaining: c - cost}
+	}
+	return Decision{Limit: c, RetryAfter: wait, ResetAfter: wait}
 }
 
 func (g *Guard) mode(r *Request) FailureMode {
@@ -259,9 +272,9 @@ var ErrNotReset = errors.New("the upstream Redis is failing: the shared state wa
 // breaker is open it does not wait on the store: it forgets what this
 // sidecar keeps of the key (a store that remembers refusals is told to
 // Forget) and returns ErrNotReset at once.
-func (g *Guard) Reset(ctx context.Context, key string) error {
+func (g *Guard) Reset(ctx context.Context, key string, limits ...NamedLimit) error {
 	if g.local != nil {
-		_ = g.local.Reset(ctx, key)
+		_ = g.local.Reset(ctx, key, limits...)
 	}
 	if g.open.Load() {
 		if f, ok := g.store.(interface{ Forget(key string) }); ok {
@@ -269,7 +282,7 @@ func (g *Guard) Reset(ctx context.Context, key string) error {
 		}
 		return ErrNotReset
 	}
-	return g.store.Reset(ctx, key)
+	return g.store.Reset(ctx, key, limits...)
 }
 
 // Health records the outcome of a check made outside any batch, a call

@@ -209,8 +209,17 @@ func (l Limit) Validate() error {
 
 // Request asks for one decision.
 type Request struct {
-	Key   string
+	Key string
+	// Limit is what the request is decided by, unless Limits is set.
 	Limit Limit
+	// Limits, when set, replaces Limit: a multi-limit policy's limits,
+	// all of which must admit the request (multi.go). Its slice is shared
+	// and read only: a policy's.
+	Limits []NamedLimit
+	// Detail, when not nil, has one element per limit of Limits: the store
+	// writes each limit's own decision there (RL.ALLOW … DETAIL). It is
+	// the caller's, shared by every copy of the request.
+	Detail []Decision
 	// Cost is how many units the request takes: 1 for a plain request, more
 	// for a weighted one, 0 to look without taking anything.
 	Cost int64
@@ -252,9 +261,17 @@ func ParseFailureMode(s string) (FailureMode, error) {
 	return 0, &ParamError{Param: "on_failure", Value: strconv.Quote(s), Reason: "must be allow, deny or local"}
 }
 
-// Validate checks the limit, the key and the cost.
+// Validate checks the limit (or limits), the key and the cost.
 func (r *Request) Validate() error {
-	if err := r.Limit.Validate(); err != nil {
+	if r.Multi() {
+		if err := validateLimits(r.Limits); err != nil {
+			return err
+		}
+		if r.Detail != nil && len(r.Detail) != len(r.Limits) {
+			return &ParamError{Param: "detail", Value: strconv.Itoa(len(r.Detail)),
+				Reason: "must have one decision per limit, " + strconv.Itoa(len(r.Limits))}
+		}
+	} else if err := r.Limit.Validate(); err != nil {
 		return err
 	}
 	if err := ValidateKey(r.Key); err != nil {
@@ -263,7 +280,7 @@ func (r *Request) Validate() error {
 	if r.Cost < 0 {
 		return &ParamError{Param: "cost", Value: strconv.FormatInt(r.Cost, 10), Reason: "must not be negative"}
 	}
-	if c := r.Limit.Capacity(); r.Cost > c {
+	if c := r.Capacity(); r.Cost > c {
 		return &ParamError{Param: "cost", Value: strconv.FormatInt(r.Cost, 10),
 			Reason: "exceeds the capacity " + strconv.FormatInt(c, 10) + ", so it could never be allowed"}
 	}

@@ -182,7 +182,7 @@ func (m *MemoryStore) Decide(_ context.Context, reqs []Request, res []Result) er
 	for len(reqs) > 0 {
 		n := min(len(reqs), warmBatch)
 		for i := range n {
-			hs[i] = m.hash(reqs[i].Limit.Algorithm, reqs[i].Key)
+			hs[i] = m.hash(reqs[i].Limit.Algorithm, reqs[i].Key) // a multi-limit request's is never used
 		}
 		m.warm(hs[:n])
 		for i := 0; i < n; {
@@ -191,10 +191,15 @@ func (m *MemoryStore) Decide(_ context.Context, reqs []Request, res []Result) er
 				i++
 				continue
 			}
+			if reqs[i].Multi() {
+				m.decideMulti(now, &reqs[i], &res[i])
+				i++
+				continue
+			}
 			// A run: the valid requests right after this one on its key
 			// (a tenant-wide limit under load), decided under one lock.
 			j := i + 1
-			for j < n && hs[j] == hs[i] && reqs[j].Key == reqs[i].Key &&
+			for j < n && hs[j] == hs[i] && reqs[j].Key == reqs[i].Key && !reqs[j].Multi() &&
 				reqs[j].Limit.Algorithm == reqs[i].Limit.Algorithm && reqs[j].Validate() == nil {
 				j++
 			}
@@ -388,19 +393,131 @@ func (s *memoryShard) remove(i int32) {
 	s.free = append(s.free, i)
 }
 
-// Reset implements Store. It forgets the key's leases too.
-func (m *MemoryStore) Reset(_ context.Context, key string) error {
+// Reset implements Store. It forgets the key's leases too, and the state
+// of each of limits on it.
+func (m *MemoryStore) Reset(_ context.Context, key string, limits ...NamedLimit) error {
 	m.resetLeases(key)
-	for _, a := range Algorithms {
-		h := m.hash(a, key)
+	forget := func(sk stateKey) {
+		h := m.hash(sk.alg, sk.key)
 		s := m.shard(h)
 		s.mu.Lock()
-		if i := s.lookup(stateKey{a, key}, h); i >= 0 {
+		if i := s.lookup(sk, h); i >= 0 {
 			s.remove(i)
 		}
 		s.mu.Unlock()
 	}
+	for _, a := range Algorithms {
+		forget(stateKey{a, key})
+	}
+	for _, l := range limits {
+		forget(limitStateKey(key, l))
+	}
 	return nil
+}
+
+// multiFlag marks the state of one limit of a multi-limit request in
+// stateKey.alg, so that it never meets a single-limit state.
+const multiFlag Algorithm = 0x80
+
+// limitStateKey is where limit l of a multi-limit request on key keeps its
+// state: the key, then the name after a brace, as in Redis (upstream's
+// LimitKey). A name holds no brace, so two (key, name) pairs never meet.
+func limitStateKey(key string, l NamedLimit) stateKey {
+	return stateKey{alg: l.Limit.Algorithm | multiFlag, key: key + "}:" + l.Name}
+}
+
+// decideMulti decides a multi-limit request with the shards of all its
+// limits locked, so that no other decision comes between its check and
+// its charge. It does what the batch script does (lua/batch.lua): each
+// limit looks (a peek at the request's cost); if all admit and it is no
+// peek, each is charged; if any refuses, nothing is, and each limit with
+// room reports what it has (a look at cost 0).
+func (m *MemoryStore) decideMulti(now int64, r *Request, res *Result) {
+	n := len(r.Limits)
+	var sks [MaxLimits]stateKey
+	var hs [MaxLimits]uint64
+	var locked [MaxLimits]*memoryShard
+	held := 0
+	for j, l := range r.Limits {
+		sks[j] = limitStateKey(r.Key, l)
+		hs[j] = m.hash(sks[j].alg, sks[j].key)
+		locked[held] = m.shard(hs[j])
+		held++
+	}
+	// Each shard once, in address order: any two requests lock in one
+	// order, so none waits for the other forever.
+	order := locked[:held]
+	for a := 1; a < len(order); a++ {
+		for b := a; b > 0 && uintptr(unsafe.Pointer(order[b])) < uintptr(unsafe.Pointer(order[b-1])); b-- {
+			order[b], order[b-1] = order[b-1], order[b]
+		}
+	}
+	for k, s := range order {
+		if k == 0 || s != order[k-1] {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+		}
+	}
+	var es [MaxLimits]*memoryEntry
+	var parts [MaxLimits]Decision
+	look := func(j int, cost int64) Decision {
+		var zero state
+		st := &zero
+		if es[j] != nil {
+			st = &es[j].state
+		}
+		d, _ := decide(st, now, &Request{Key: r.Key, Limit: r.Limits[j].Limit, Cost: cost, Peek: true})
+		return d
+	}
+	allowed := true
+	for j := range n {
+		s := m.shard(hs[j])
+		if i := s.lookup(sks[j], hs[j]); i >= 0 {
+			e := s.entry(i)
+			s.tick++
+			e.used = s.tick
+			if now >= e.expires {
+				e.state = state{log: e.log[:0]}
+			}
+			es[j] = e
+		}
+		parts[j] = look(j, r.Cost)
+		allowed = allowed && parts[j].Allowed
+	}
+	switch {
+	case !allowed:
+		for j := range n {
+			if parts[j].Allowed {
+				parts[j] = look(j, 0)
+			}
+		}
+	case !r.Peek:
+		// The states that exist first, then the new ones: an insert may
+		// evict, and must not take a slot this loop has yet to use.
+		for j := range n {
+			if e := es[j]; e != nil {
+				var out outcome
+				parts[j], out = decide(&e.state, now, &Request{Key: r.Key, Limit: r.Limits[j].Limit, Cost: r.Cost})
+				if out.write {
+					e.expires = out.expires
+				}
+			}
+		}
+		for j := range n {
+			if es[j] == nil {
+				var st state
+				var out outcome
+				parts[j], out = decide(&st, now, &Request{Key: r.Key, Limit: r.Limits[j].Limit, Cost: r.Cost})
+				if out.write {
+					s := m.shard(hs[j])
+					e := s.insert(sks[j], hs[j], now)
+					e.state, e.expires = st, out.expires
+				}
+			}
+		}
+	}
+	copy(r.Detail, parts[:n])
+	*res = Result{Decision: Combine(parts[:n])}
 }
 
 // Len reports how many states the store holds, expired ones included until

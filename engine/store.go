@@ -22,9 +22,11 @@ type Store interface {
 	// that no request pays for a timer.
 	Decide(ctx context.Context, reqs []Request, res []Result) error
 
-	// Reset forgets key's state under every algorithm, so that its next
-	// request finds the full capacity. Safe for concurrent use.
-	Reset(ctx context.Context, key string) error
+	// Reset forgets key's state under every algorithm, and under each of
+	// limits (a multi-limit policy's, which keep their state by name), so
+	// that its next request finds the full capacity. Safe for concurrent
+	// use.
+	Reset(ctx context.Context, key string, limits ...NamedLimit) error
 }
 
 // Submitter is a Store that can also decide without its caller waiting, so

@@ -15,7 +15,15 @@
 -- them. A batch of one policy on distinct keys is a few arguments and its
 -- keys.
 --
--- KEYS[i]  the i-th key
+-- A multi-limit request (a policy of several limits, "10 a second and
+-- 1,000 a day") is decided against all its limits at once: each looks
+-- (a peek at the request's cost); if all admit and it is no peek, each is
+-- charged; if any refuses, none is, and each limit with room reports what
+-- it has (a look at cost 0). Its keys are its own: no single-limit
+-- request shares them, so they come after all the others.
+--
+-- KEYS[i]  the i-th key: the single-limit requests' keys, then each
+--          multi-limit request's, one per limit
 -- ARGV     the number of limits, m; four fields per limit: algorithm
 --          (fixed, log, sliding, token, leaky or gcra), rate, period (µs),
 --          burst. The number of request runs, r; four fields per run: its
@@ -23,16 +31,20 @@
 --          peek (1 or 0). The number of key runs, g; two fields per run:
 --          its number of keys and how many requests each key has. The
 --          requests, in the order of the request runs, belong to the keys
---          in the order of the key runs. Then, for tests only, an optional
---          last field: now (µs), which pins the clock, otherwise Redis's
---          TIME, read once for the batch.
+--          in the order of the key runs. The number of multi-limit
+--          requests, q; per request: its number of limits n, its cost,
+--          peek (1 or 0), and its limits' indexes (n fields). Then, for
+--          tests only, an optional last field: now (µs), which pins the
+--          clock, otherwise Redis's TIME, read once for the batch.
 --
--- Reply: five integers per request, in order: allowed (1 or 0), remaining,
+-- Reply: five integers per single-limit request, in order, then five per
+-- limit of each multi-limit request: allowed (1 or 0), remaining,
 -- retry_after (µs), reset_after (µs), delay (µs); except that where
 -- requests in a row have the same five (the empty keys of a run, a hot
 -- key's refusals), one integer r >= 2 after the first says that its five
 -- stand for r - 1 more. Then the error messages, each once. A request
--- that failed has, as allowed, -k, k the 1-based index of its message.
+-- that failed has, as allowed, -k, k the 1-based index of its message; a
+-- multi-limit request that failed has it for each of its limits.
 -- Redis writes each integer of a reply on its own; a batch of empty keys
 -- replies five. The limit a decision reports is not sent: it follows from
 -- the limit asked (engine's Limit.Capacity), and a smaller reply is less
@@ -60,10 +72,24 @@ if #ARGV < gj then
   fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4 and a number of key runs, got ' .. #ARGV .. ' arguments')
 end
 local g = count(gj, 'number of key runs')
-if #ARGV ~= gj + 2 * g and #ARGV ~= gj + 2 * g + 1 then
-  fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4, ' .. g .. ' key runs of 2 and an optional now, got ' .. #ARGV .. ' arguments')
+local qj = gj + 2 * g + 1 -- the number of multi-limit requests' field
+if #ARGV < qj then
+  fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4, ' .. g .. ' key runs of 2 and a number of multi-limit requests, got ' .. #ARGV .. ' arguments')
 end
-local now = clock(ARGV[gj + 2 * g + 1])
+local q = count(qj, 'number of multi-limit requests')
+local multis, multiKeys, mj = {}, 0, qj + 1
+for x = 1, q do
+  local nl = count(mj, 'number of limits of a request')
+  if nl < 1 or #ARGV < mj + 2 + nl then
+    fail('multi-limit request ' .. x .. ' of ' .. nl .. ' limits cut short at argument ' .. #ARGV)
+  end
+  multis[x] = {n = nl, cost = ARGV[mj + 1], peek = ARGV[mj + 2] == '1', at = mj + 3}
+  multiKeys, mj = multiKeys + nl, mj + 3 + nl
+end
+if #ARGV ~= mj - 1 and #ARGV ~= mj then
+  fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4, ' .. g .. ' key runs of 2, ' .. q .. ' multi-limit requests and an optional now, got ' .. #ARGV .. ' arguments')
+end
+local now = clock(ARGV[mj])
 
 -- Each limit is read and checked once; one that is bad fails the requests
 -- that name it.
@@ -120,8 +146,8 @@ for k = 1, g do
   end
   keys, held = keys + keyRuns[k], held + keyRuns[k] * perKey[k]
 end
-if keys ~= #KEYS or held ~= n then
-  fail('the runs hold ' .. n .. ' requests and the key runs ' .. held .. ' requests of ' .. keys .. ' keys, for ' .. #KEYS .. ' keys')
+if keys + multiKeys ~= #KEYS or held ~= n then
+  fail('the runs hold ' .. n .. ' requests and the key runs ' .. held .. ' requests of ' .. keys .. ' keys, and the multi-limit requests ' .. multiKeys .. ' keys, for ' .. #KEYS .. ' keys')
 end
 
 local out, errors, seen = {}, {}, {}
@@ -159,6 +185,21 @@ local function flush()
   if done.dirty then
     A.write(KEYS[ki], now, done, L)
   end
+end
+
+-- errorIndex is the 1-based index of an error's message, each once.
+local function errorIndex(msg)
+  -- redis.call and fail raise {err = message}; anything else a string.
+  if type(msg) == 'table' then
+    msg = msg.err
+  end
+  msg = tostring(msg)
+  local e = seen[msg]
+  if not e then
+    e = #errors + 1
+    errors[e], seen[msg] = msg, e
+  end
+  return e
 end
 
 local function decided()
@@ -210,18 +251,8 @@ end
 while i <= n do
   local ok, msg = pcall(decided)
   if not ok then
-    -- redis.call and fail raise {err = message}; anything else a string.
-    if type(msg) == 'table' then
-      msg = msg.err
-    end
-    msg = tostring(msg)
     -- A bad limit or run fails all its requests with one message.
-    local e = seen[msg]
-    if not e then
-      e = #errors + 1
-      errors[e], seen[msg] = msg, e
-    end
-    emit(-e, 0, 0, 0, 0)
+    emit(-errorIndex(msg), 0, 0, 0, 0)
     -- A step raises before it changes s, which stays the state before
     -- request i: the key's next request goes on from it, as it would
     -- after a request that failed alone.
@@ -231,6 +262,93 @@ while i <= n do
     i = i + 1
   end
 end
+
+-- The multi-limit requests, each under a pcall of its own: one that
+-- fails, fails alone. Nothing is written before every limit has looked.
+local parts = {}
+-- look decides limit L on key at cost without changing anything.
+local function look(L, key, cost)
+  if pinned then
+    forget(key, now)
+  end
+  local s = L.alg.read(key, now, L, cost, true)
+  local allowed, remaining, retry, reset, delay = L.alg.step(s, key, now, L, cost, true)
+  return {allowed, remaining, retry, reset, delay}
+end
+local function decideMulti(R, base)
+  local cost = param(R.cost, 'cost')
+  local Ls = {}
+  for j = 1, R.n do
+    local L = limits[tonumber(ARGV[R.at + j - 1])]
+    if not L then
+      fail('no limit ' .. string.format('%q', ARGV[R.at + j - 1]))
+    elseif L.err then
+      error(L.err, 0)
+    end
+    Ls[j] = L
+  end
+  -- Each limit looks at the request's cost. One that has room after
+  -- another refused looks again at cost 0 at once, while its state is the
+  -- one read (an algorithm keeps one state at a time); those before the
+  -- first refusal are read again.
+  local refused = nil
+  for j = 1, R.n do
+    local L, key = Ls[j], KEYS[base + j]
+    local p = look(L, key, cost)
+    if not p[1] then
+      refused = refused or j
+    elseif refused then
+      p = look(L, key, 0)
+    end
+    parts[j] = p
+  end
+  if refused then
+    for j = 1, refused - 1 do
+      parts[j] = look(Ls[j], KEYS[base + j], 0)
+    end
+    return
+  end
+  if R.peek then
+    return
+  end
+  for j = 1, R.n do
+    local L, key = Ls[j], KEYS[base + j]
+    local A = L.alg
+    -- A claim worked out for one empty key serves every empty key of the
+    -- same limit and cost (bucket.lua).
+    local memo = L.multiMemo
+    if not memo or memo.cost ~= cost then
+      memo = {cost = cost}
+      L.multiMemo = memo
+    end
+    local s, allowed, remaining, retry, reset, delay = A.read(key, now, L, cost, false, memo)
+    if allowed == nil then
+      allowed, remaining, retry, reset, delay = A.step(s, key, now, L, cost, false)
+    end
+    if s.dirty then
+      A.write(key, now, s, L)
+    end
+    parts[j] = {allowed, remaining, retry, reset, delay}
+  end
+end
+local base = keys
+for x = 1, q do
+  local R = multis[x]
+  local ok, msg = pcall(decideMulti, R, base)
+  if ok then
+    for j = 1, R.n do
+      local p = parts[j]
+      emit(p[1] and 1 or 0, p[2], p[3], p[4], p[5])
+    end
+  else
+    local e = errorIndex(msg)
+    for _ = 1, R.n do
+      emit(-e, 0, 0, 0, 0)
+    end
+  end
+  base = base + R.n
+end
+
 if repeats > 0 then
   out[o + 1] = repeats + 1
   o = o + 1

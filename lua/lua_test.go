@@ -37,7 +37,7 @@ func TestScripts(t *testing.T) {
 // one is the batch script's arguments for a batch of one request: one
 // limit, one run, one key.
 func one(alg, rate, period, burst, cost, peek string, now ...string) []string {
-	return append([]string{"1", alg, rate, period, burst, "1", "1", "1", cost, peek, "1", "1", "1"}, now...)
+	return append([]string{"1", alg, rate, period, burst, "1", "1", "1", cost, peek, "1", "1", "1", "0"}, now...)
 }
 
 // TestCalls pins the argument and reply layouts documented in batch.lua, and the errors for bad arguments.
@@ -71,42 +71,42 @@ func TestCalls(t *testing.T) {
 				"fixed", "2", "1000000", "0",
 				"nope", "1", "1", "0",
 				"3", "1", "1", "1", "0", "1", "1", "1", "1", "1", "2", "1", "0",
-				"2", "1", "2", "1", "1", now},
+				"2", "1", "2", "1", "1", "0", now},
 			"1\n1\n0\n1000000\n0\n1\n0\n0\n1000000\n0\n-1\n0\n0\n0\n0\nERR sluice: unknown algorithm \"nope\"", ""},
 		{"batch of two errors", lua.Batch, []string{"a", "b"},
-			[]string{"2", "gcra", "x", "1", "0", "token", "2", "1", "1", "2", "1", "1", "1", "0", "1", "2", "1", "0", "1", "2", "1", now},
+			[]string{"2", "gcra", "x", "1", "0", "token", "2", "1", "1", "2", "1", "1", "1", "0", "1", "2", "1", "0", "1", "2", "1", "0", now},
 			"-1\n0\n0\n0\n0\n-2\n0\n0\n0\n0\n" +
 				"ERR sluice: invalid rate \"x\": want an integer in [0, 2^53)\n" +
 				"ERR sluice: rate is more than one per microsecond", ""},
 		{"batch decides a key's requests in turn", lua.Batch, []string{"s1", "s2"},
 			// s1 twice at cost 1, then s2 at cost 2
-			[]string{"1", "gcra", "1", "1000000", "1", "2", "2", "1", "1", "0", "1", "1", "2", "0", "2", "1", "2", "1", "1", now},
+			[]string{"1", "gcra", "1", "1000000", "1", "2", "2", "1", "1", "0", "1", "1", "2", "0", "2", "1", "2", "1", "1", "0", now},
 			"1\n1\n0\n1000000\n0\n1\n0\n0\n2000000\n0\n2", ""}, // s2's reply repeats s1's second: 2
 		{"batch runs", lua.Batch, []string{"r1", "r2", "r3"},
 			// r1 at cost 1 then 2, r2 at cost 1, r3 at cost 0
 			[]string{"1", "gcra", "1", "1000000", "1", "4", "1", "1", "1", "0", "1", "1", "2", "0", "1", "1", "1", "0", "1", "1", "0", "0",
-				"2", "1", "2", "2", "1", now},
+				"2", "1", "2", "2", "1", "0", now},
 			"1\n1\n0\n1000000\n0\n0\n1\n1000000\n1000000\n0\n1\n1\n0\n1000000\n0\n1\n2\n0\n0\n0", ""},
 		{"batch peeks in a key's run", lua.Batch, []string{"p"},
 			// a peek, an admission, a peek, a refusal: only the admission writes
 			[]string{"1", "gcra", "1", "1000000", "0", "4", "1", "1", "1", "1", "1", "1", "1", "0", "1", "1", "1", "1", "1", "1", "1", "0",
-				"1", "1", "4", now},
+				"1", "1", "4", "0", now},
 			"1\n0\n0\n1000000\n0\n2\n0\n0\n1000000\n1000000\n0\n2", ""}, // each reply twice
 		{"batch of empty keys replies once", lua.Batch, []string{"e1", "e2", "e3", "e4"},
-			[]string{"1", "gcra", "1", "1000000", "1", "1", "4", "1", "1", "0", "1", "4", "1", now},
+			[]string{"1", "gcra", "1", "1000000", "1", "1", "4", "1", "1", "0", "1", "4", "1", "0", now},
 			"1\n1\n0\n1000000\n0\n4", ""},
 		{"batch run with a bad cost", lua.Batch, []string{"c1", "c2", "c3"},
-			[]string{"1", "gcra", "1", "1000000", "1", "2", "1", "1", "1", "0", "2", "1", "-1", "0", "1", "3", "1", now},
+			[]string{"1", "gcra", "1", "1000000", "1", "2", "1", "1", "1", "0", "2", "1", "-1", "0", "1", "3", "1", "0", now},
 			"1\n1\n0\n1000000\n0\n-1\n0\n0\n0\n0\n2\n" + // one message for both, one reply twice
 				"ERR sluice: invalid cost \"-1\": want an integer in [0, 2^53)", ""},
 		{"batch runs short of the keys", lua.Batch, []string{"a", "b"},
-			[]string{"1", "gcra", "1", "1000000", "1", "1", "1", "1", "1", "0", "1", "1", "1"}, "",
-			"ERR sluice: the runs hold 1 requests and the key runs 1 requests of 1 keys, for 2 keys"},
+			[]string{"1", "gcra", "1", "1000000", "1", "1", "1", "1", "1", "0", "1", "1", "1", "0"}, "",
+			"ERR sluice: the runs hold 1 requests and the key runs 1 requests of 1 keys, and the multi-limit requests 0 keys, for 2 keys"},
 		{"batch run size", lua.Batch, []string{"a"},
-			[]string{"1", "gcra", "1", "1000000", "1", "1", "one", "1", "1", "0", "1", "1", "1"}, "",
+			[]string{"1", "gcra", "1", "1000000", "1", "1", "one", "1", "1", "0", "1", "1", "1", "0"}, "",
 			`ERR sluice: invalid run size "one"`},
 		{"batch names a missing limit", lua.Batch, []string{"a"},
-			[]string{"1", "gcra", "1", "1000000", "0", "1", "1", "2", "1", "0", "1", "1", "1"},
+			[]string{"1", "gcra", "1", "1000000", "0", "1", "1", "2", "1", "0", "1", "1", "1", "0"},
 			"-1\n0\n0\n0\n0\nERR sluice: no limit \"2\"", ""},
 		{"batch arity", lua.Batch, []string{"a"}, []string{"1", "gcra", "1", "1"}, "",
 			"ERR sluice: want 1 limits of 4 arguments and a number of runs, got 4 arguments"},
@@ -114,7 +114,39 @@ func TestCalls(t *testing.T) {
 			"ERR sluice: want 1 limits of 4 arguments, 1 runs of 4 and a number of key runs, got 8 arguments"},
 		{"batch key run arity", lua.Batch, []string{"a"},
 			[]string{"1", "gcra", "1", "1000000", "0", "1", "1", "1", "1", "0", "2", "1", "1"}, "",
-			"ERR sluice: want 1 limits of 4 arguments, 1 runs of 4, 2 key runs of 2 and an optional now, got 13 arguments"},
+			"ERR sluice: want 1 limits of 4 arguments, 1 runs of 4, 2 key runs of 2 and a number of multi-limit requests, got 13 arguments"},
+		{"batch multi-limit arity", lua.Batch, []string{"a"},
+			[]string{"1", "gcra", "1", "1000000", "0", "0", "0", "1", "2", "1", "0", "1"}, "",
+			"ERR sluice: multi-limit request 1 of 2 limits cut short at argument 12"},
+		{"batch multi-limit now arity", lua.Batch, []string{"a"},
+			[]string{"1", "gcra", "1", "1000000", "0", "0", "0", "1", "1", "1", "0", "1", now, "x"}, "",
+			"ERR sluice: want 1 limits of 4 arguments, 0 runs of 4, 0 key runs of 2, 1 multi-limit requests and an optional now, got 14 arguments"},
+		// Two limits: a fixed window of 2 a second ("m:b") and of 3 a
+		// minute ("m:d"), on one key, with a single-limit request on "s"
+		// before them in the batch. Each multi-limit reply is five
+		// integers per limit.
+		{"multi admits and charges all", lua.Batch, []string{"s", "m:b", "m:d"},
+			[]string{"2", "fixed", "2", "1000000", "0", "fixed", "3", "60000000", "0",
+				"1", "1", "1", "1", "0", "1", "1", "1",
+				"1", "2", "1", "0", "1", "2", now},
+			"1\n1\n0\n1000000\n0\n2\n1\n2\n0\n60000000\n0", ""}, // s's reply, then m:b's repeats it; m:d's
+		{"multi admits again, the day binds", lua.Batch, []string{"m:b", "m:d"},
+			[]string{"2", "fixed", "2", "1000000", "0", "fixed", "3", "60000000", "0", "0", "0",
+				"1", "2", "1", "0", "1", "2", now},
+			"1\n0\n0\n1000000\n0\n1\n1\n0\n60000000\n0", ""},
+		{"multi refused by the burst charges nothing", lua.Batch, []string{"m:b", "m:d"},
+			[]string{"2", "fixed", "2", "1000000", "0", "fixed", "3", "60000000", "0", "0", "0",
+				"1", "2", "1", "0", "1", "2", now},
+			// the burst refuses; the day, which had room, reports what it has
+			"0\n0\n1000000\n1000000\n0\n1\n1\n0\n60000000\n0", ""},
+		{"multi peek", lua.Batch, []string{"m:b", "m:d"},
+			[]string{"2", "fixed", "2", "1000000", "0", "fixed", "3", "60000000", "0", "0", "0",
+				"1", "2", "1", "1", "1", "2", now},
+			"0\n0\n1000000\n1000000\n0\n1\n1\n0\n60000000\n0", ""},
+		{"multi with a bad limit fails alone", lua.Batch, []string{"n:a", "n:b", "m:b"},
+			[]string{"2", "fixed", "2", "1000000", "0", "nope", "3", "60000000", "0", "0", "0",
+				"2", "2", "1", "0", "1", "2", "1", "1", "0", "1", now},
+			"-1\n0\n0\n0\n0\n2\n0\n0\n1000000\n1000000\n0\nERR sluice: unknown algorithm \"nope\"", ""},
 		{"batch limit count", lua.Batch, []string{"a"}, []string{"two"}, "",
 			`ERR sluice: invalid number of limits "two"`},
 		{"bad now", lua.Batch, []string{"a"}, one("fixed", "1", "1000", "0", "1", "0", "soon"), "",
@@ -140,7 +172,7 @@ func TestCalls(t *testing.T) {
 	}
 	// Every key written got a TTL: on a pinned clock, an expire time that
 	// carries the state's end (see prelude.lua).
-	for _, k := range []string{"g", "l", "l2", "f"} {
+	for _, k := range []string{"g", "l", "l2", "f", "m:b", "m:d"} {
 		ttl, err := srv.Do("PTTL", k)
 		if err != nil || ttl == "-1" || ttl == "-2" {
 			t.Errorf("PTTL %s = %s, %v", k, ttl, err)
@@ -162,7 +194,7 @@ func TestStoredForms(t *testing.T) {
 		if _, err := srv.Do("SET", "g", stored, "PXAT", "6270825228370496"); err != nil {
 			t.Fatal(err)
 		}
-		got, err := srv.Do("EVAL", lua.Batch.Source, "1", "g", "1", "gcra", "1", "1000000", "4", "1", "1", "1", "1", "1", "1", "1", "1", now) // a peek
+		got, err := srv.Do("EVAL", lua.Batch.Source, "1", "g", "1", "gcra", "1", "1000000", "4", "1", "1", "1", "1", "1", "1", "1", "1", "0", now) // a peek
 		if err != nil {
 			t.Fatalf("%s: %v", stored, err)
 		}

@@ -65,14 +65,14 @@ func (f *fakeStore) Decide(ctx context.Context, reqs []engine.Request, res []eng
 	return f.inner.Decide(ctx, reqs, res)
 }
 
-func (f *fakeStore) Reset(ctx context.Context, key string) error {
+func (f *fakeStore) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
 	f.mu.Lock()
 	err := f.err
 	f.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return f.inner.Reset(ctx, key)
+	return f.inner.Reset(ctx, key, limits...)
 }
 
 func TestNewConfig(t *testing.T) {

@@ -86,8 +86,8 @@ func (c *ttlChecked) Decide(ctx context.Context, reqs []engine.Request, res []en
 	return err
 }
 
-func (c *ttlChecked) Reset(ctx context.Context, key string) error {
-	err := c.Store.Reset(ctx, key)
+func (c *ttlChecked) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
+	err := c.Store.Reset(ctx, key, limits...)
 	c.check()
 	return err
 }

@@ -39,9 +39,11 @@ type Config struct {
 	// follow.
 	Client redis.UniversalClient
 	// Prefix starts every key. Empty means DefaultPrefix. A request's state
-	// lives at Prefix + "{" + key + "}:" + the algorithm's short name; the
-	// hash tag keeps all of a key's algorithms in one Cluster slot, so a
-	// prefix should hold no '{'.
+	// lives at Prefix + "{" + key + "}:" + the algorithm's short name, and
+	// a multi-limit request's limit at Prefix + "{" + key + "}:" + the
+	// limit's name + ":" + the short name. The hash tag keeps all of a
+	// key's algorithms and limits in one Cluster slot, so that one script
+	// call decides them together; a prefix should hold no '{'.
 	Prefix string
 	// Now pins the clock, for tests only. Nil means Redis's own clock
 	// (TIME), which keeps sidecars with skewed clocks in agreement.
@@ -75,8 +77,32 @@ func New(cfg Config) (*Store, error) {
 }
 
 // Key returns the Redis key that holds key's state under algorithm a.
+//
+// A key's last part, the algorithm's short name, also names the layout of
+// the state it holds: state format 1, what every Sluice so far has
+// written. A change of layout gets a new name (say "gcra2"), so that a
+// sidecar of one version never reads state that one of another wrote in
+// a layout it does not know; see the README's "Rolling updates".
 func (s *Store) Key(key string, a engine.Algorithm) string {
 	return s.prefix + "{" + key + "}:" + a.Short()
+}
+
+// LimitKey returns the Redis key that holds the state of limit l of a
+// multi-limit request on key: after the hash tag, the limit's name, then
+// its algorithm as in Key. A name holds no brace or colon
+// (engine.ValidateLimitName), so no two (key, name) pairs and no
+// single-limit key ever meet.
+func (s *Store) LimitKey(key string, l engine.NamedLimit) string {
+	return s.prefix + "{" + key + "}:" + l.Name + ":" + l.Limit.Algorithm.Short()
+}
+
+// keyOf is the Redis key of request r's first (or only) limit: all of a
+// request's keys share its slot.
+func (s *Store) keyOf(r *engine.Request) string {
+	if r.Multi() {
+		return s.LimitKey(r.Key, r.Limits[0])
+	}
+	return s.Key(r.Key, r.Limit.Algorithm)
 }
 
 // call is one script call: a part of a batch (or one request) and where its
@@ -118,7 +144,11 @@ type buffers struct {
 	limits     []engine.Limit
 	limitIndex map[engine.Limit]int64
 	reqLimit   []int64
-	// replies holds a batch reply's decisions, one per request.
+	// multi holds one call's multi-limit requests while its single-limit
+	// ones are grouped.
+	multi []int
+	// replies holds a batch reply's decisions, one per request, or per
+	// limit of a multi-limit request.
 	replies [][lua.BatchFields]int64
 	// nums holds the integer arguments, which args points into: a pointer
 	// in an interface allocates nothing, an int64 above 255 would. Each
@@ -149,7 +179,7 @@ func (s *Store) release(b *buffers) {
 	b.keys, b.args, b.calls, b.nums = b.keys[:0], b.args[:0], b.calls[:0], b.nums[:0]
 	clear(b.group)
 	clear(b.limitIndex)
-	b.limits, b.reqLimit, b.replies = b.limits[:0], b.reqLimit[:0], b.replies[:0]
+	b.limits, b.reqLimit, b.replies, b.multi = b.limits[:0], b.reqLimit[:0], b.replies[:0], b.multi[:0]
 	clear(b.keyGroup)
 	b.grouped, b.groupSize, b.reqGroup, b.groupAt = b.grouped[:0], b.groupSize[:0], b.reqGroup[:0], b.groupAt[:0]
 	s.bufs.Put(b)
@@ -197,7 +227,11 @@ func (s *Store) Decide(ctx context.Context, reqs []engine.Request, res []engine.
 	if len(b.valid) == 0 {
 		return nil
 	}
-	if n := maxNumsPerRequest*len(b.valid) + 1; cap(b.nums) < n {
+	n := maxNumsPerRequest*len(b.valid) + 1
+	for _, i := range b.valid {
+		n += len(reqs[i].Limits) * numsPerLimit
+	}
+	if cap(b.nums) < n {
 		b.nums = make([]int64, 0, n)
 	}
 	var now any // nil: Redis's clock
@@ -244,9 +278,26 @@ func (s *Store) plan(b *buffers, reqs []engine.Request, now any) {
 			}
 		}
 		k, g := len(b.keys), len(b.grouped)
-		s.group(b, reqs, order[start:end])
+		// The multi-limit requests go last, keys and all (see batch.lua).
+		b.multi = b.multi[:0]
+		single := order[start:start]
+		for _, i := range order[start:end] {
+			if reqs[i].Multi() {
+				b.multi = append(b.multi, i)
+			} else {
+				single = append(single, i) // in place: single never passes i
+			}
+		}
+		s.group(b, reqs, single)
+		singles := len(b.grouped) - g
+		b.grouped = append(b.grouped, b.multi...)
+		for _, i := range b.multi {
+			for _, l := range reqs[i].Limits {
+				b.keys = append(b.keys, s.LimitKey(reqs[i].Key, l))
+			}
+		}
 		a := len(b.args)
-		b.args, b.nums = b.appendBatchArgs(reqs, b.grouped[g:])
+		b.args, b.nums = b.appendBatchArgs(reqs, b.grouped[g:g+singles], b.grouped[g+singles:])
 		if now != nil {
 			b.args = append(b.args, now)
 		}
@@ -267,7 +318,7 @@ func (s *Store) plan(b *buffers, reqs []engine.Request, now any) {
 func (s *Store) bySlot(b *buffers, reqs []engine.Request) []int {
 	for _, i := range b.valid {
 		r := &reqs[i]
-		slot := Slot(s.Key(r.Key, r.Limit.Algorithm))
+		slot := Slot(s.keyOf(r))
 		g, ok := b.group[slot]
 		if !ok {
 			g = len(b.group)
@@ -326,9 +377,14 @@ func (s *Store) group(b *buffers, reqs []engine.Request, idx []int) {
 
 // maxNumsPerRequest bounds how many integers a request adds to nums: at
 // most three for a limit of its own, three for a run of its own, two for
-// a key run of its own, and three for the counts of limits, runs and key
-// runs of a call of its own.
-const maxNumsPerRequest = 11
+// a key run of its own, and four for the counts of limits, runs, key runs
+// and multi-limit requests of a call of its own; a multi-limit request
+// adds two (its count of limits and its cost) and numsPerLimit per limit.
+const maxNumsPerRequest = 13
+
+// numsPerLimit bounds what each limit of a multi-limit request adds: three
+// for a limit of its own in the table, and its index.
+const numsPerLimit = 4
 
 // burstArg is what a limit sends as the scripts' burst: the sliding window,
 // which takes no burst, sends its precision there (see lua/sliding.lua).
@@ -346,17 +402,18 @@ func peekArg(peek bool) any {
 	return peekArgs[0]
 }
 
-// appendBatchArgs appends the batch script's arguments for the requests
-// idx of reqs, each key's together, as group left them and b.groupSize
-// counts them (see batch.lua): the count of distinct limits, each limit;
-// the count of runs, then each run's size, limit index, cost and peek,
-// where a run is consecutive requests that share all three; the count of
-// key runs, then each one's count of keys and requests per key.
-func (b *buffers) appendBatchArgs(reqs []engine.Request, idx []int) ([]any, []int64) {
+// appendBatchArgs appends the batch script's arguments for the
+// single-limit requests idx of reqs, each key's together, as group left
+// them and b.groupSize counts them, and the multi-limit requests multi
+// (see batch.lua): the count of distinct limits, each limit; the count of
+// runs, then each run's size, limit index, cost and peek, where a run is
+// consecutive requests that share all three; the count of key runs, then
+// each one's count of keys and requests per key; the count of multi-limit
+// requests, then each one's count of limits, cost, peek and limit indexes.
+func (b *buffers) appendBatchArgs(reqs []engine.Request, idx, multi []int) ([]any, []int64) {
 	b.limits, b.reqLimit = b.limits[:0], b.reqLimit[:0]
 	clear(b.limitIndex)
-	for _, i := range idx {
-		l := reqs[i].Limit
+	index := func(l engine.Limit) int64 {
 		// Most batches share one limit: try the last one before the map.
 		n := int64(len(b.limits))
 		if n == 0 || b.limits[n-1] != l {
@@ -367,7 +424,16 @@ func (b *buffers) appendBatchArgs(reqs []engine.Request, idx []int) ([]any, []in
 				b.limitIndex[l] = n
 			}
 		}
-		b.reqLimit = append(b.reqLimit, n)
+		return n
+	}
+	for _, i := range idx {
+		b.reqLimit = append(b.reqLimit, index(reqs[i].Limit))
+	}
+	// The multi-limit requests' limit indexes follow, in b.reqLimit too.
+	for _, i := range multi {
+		for _, l := range reqs[i].Limits {
+			b.reqLimit = append(b.reqLimit, index(l.Limit))
+		}
 	}
 	args, nums := b.args, b.nums
 	nums = append(nums, int64(len(b.limits)))
@@ -418,6 +484,20 @@ func (b *buffers) appendBatchArgs(reqs []engine.Request, idx []int) ([]any, []in
 		nums = append(nums, int64(end-g), int64(b.groupSize[g]))
 		args = append(args, &nums[k], &nums[k+1])
 		g = end
+	}
+	nums = append(nums, int64(len(multi)))
+	args = append(args, &nums[len(nums)-1])
+	at := len(idx)
+	for _, i := range multi {
+		r := &reqs[i]
+		k := len(nums)
+		nums = append(nums, int64(len(r.Limits)), r.Cost)
+		args = append(args, &nums[k], &nums[k+1], peekArg(r.Peek))
+		for range r.Limits {
+			nums = append(nums, b.reqLimit[at])
+			args = append(args, &nums[len(nums)-1])
+			at++
+		}
 	}
 	return args, nums
 }
@@ -498,7 +578,7 @@ func (s *Store) collect(b *buffers, c *call, reqs []engine.Request, res []engine
 		// The server ran the script and it failed: every request of this
 		// call meets the error.
 		for _, i := range c.reqs {
-			res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.Key(reqs[i].Key, reqs[i].Limit.Algorithm), err)}
+			res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.keyOf(&reqs[i]), err)}
 		}
 		return nil
 	}
@@ -520,13 +600,18 @@ func replyInts(v []int64, reply []any, at int, script string) error {
 }
 
 // collectBatch reads the batch script's reply (see batch.lua): five
-// integers per request, each run of requests with the same five written
-// once and followed by a count, then the error messages.
+// integers per request (per limit of a multi-limit request), each run of
+// replies with the same five written once and followed by a count, then
+// the error messages.
 func (s *Store) collectBatch(b *buffers, c *call, reqs []engine.Request, res []engine.Result, reply []any) error {
 	b.replies = b.replies[:0]
+	rows := 0
+	for _, i := range c.reqs {
+		rows += max(len(reqs[i].Limits), 1)
+	}
 	at := 0
 	var v [lua.BatchFields]int64
-	for repeat := int64(0); len(b.replies) < len(c.reqs); {
+	for repeat := int64(0); len(b.replies) < rows; {
 		if repeat > 0 {
 			b.replies = append(b.replies, v)
 			repeat--
@@ -549,24 +634,51 @@ func (s *Store) collectBatch(b *buffers, c *call, reqs []engine.Request, res []e
 		b.replies = append(b.replies, v)
 		at += lua.BatchFields
 	}
-	for k, i := range c.reqs {
+	k := 0
+	for _, i := range c.reqs {
 		// allowed (-k for the k-th error message), remaining, retry_after,
 		// reset_after, delay.
-		v := &b.replies[k]
-		if v[0] < 0 {
-			res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.Key(reqs[i].Key, reqs[i].Limit.Algorithm), scriptError(reply, at, -v[0]))}
+		r := &reqs[i]
+		if !r.Multi() {
+			v := &b.replies[k]
+			k++
+			if v[0] < 0 {
+				res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.Key(r.Key, r.Limit.Algorithm), scriptError(reply, at, -v[0]))}
+				continue
+			}
+			res[i] = engine.Result{Decision: decision(v, r.Limit)}
 			continue
 		}
-		res[i] = engine.Result{Decision: engine.Decision{
-			Allowed:    v[0] == 1,
-			Limit:      reqs[i].Limit.Capacity(),
-			Remaining:  v[1],
-			RetryAfter: engine.Micros(v[2]),
-			ResetAfter: engine.Micros(v[3]),
-			Delay:      engine.Micros(v[4]),
-		}}
+		var parts [engine.MaxLimits]engine.Decision
+		n := len(r.Limits)
+		res[i] = engine.Result{}
+		for j := range n {
+			v := &b.replies[k+j]
+			if v[0] < 0 {
+				res[i].Err = fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.LimitKey(r.Key, r.Limits[j]), scriptError(reply, at, -v[0]))
+				break
+			}
+			parts[j] = decision(v, r.Limits[j].Limit)
+		}
+		k += n
+		if res[i].Err == nil {
+			copy(r.Detail, parts[:n])
+			res[i].Decision = engine.Combine(parts[:n])
+		}
 	}
 	return nil
+}
+
+// decision is one reply's five integers under limit l.
+func decision(v *[lua.BatchFields]int64, l engine.Limit) engine.Decision {
+	return engine.Decision{
+		Allowed:    v[0] == 1,
+		Limit:      l.Capacity(),
+		Remaining:  v[1],
+		RetryAfter: engine.Micros(v[2]),
+		ResetAfter: engine.Micros(v[3]),
+		Delay:      engine.Micros(v[4]),
+	}
 }
 
 // scriptError is the k-th (1-based) error message of a batch reply, which
@@ -581,15 +693,18 @@ func scriptError(reply []any, integers int, k int64) error {
 }
 
 // Reset implements engine.Store: it deletes key's state under every
-// algorithm, and its leases, in one command, then announces the reset on the channel
+// algorithm, its leases and each of limits' state, in one command, then announces the reset on the channel
 // ResetChannel, so that every sidecar drops what it remembers of the key
 // (see Subscribe).
-func (s *Store) Reset(ctx context.Context, key string) error {
-	keys := make([]string, len(engine.Algorithms), len(engine.Algorithms)+1)
+func (s *Store) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
+	keys := make([]string, len(engine.Algorithms), len(engine.Algorithms)+1+len(limits))
 	for k, a := range engine.Algorithms {
 		keys[k] = s.Key(key, a)
 	}
 	keys = append(keys, s.LeaseKey(key))
+	for _, l := range limits {
+		keys = append(keys, s.LimitKey(key, l))
+	}
 	if s.cluster && !sameSlot(keys) {
 		// Only a key whose hash tag is empty (it starts with '}') spreads
 		// its algorithms over slots; delete them one by one.

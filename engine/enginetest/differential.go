@@ -15,7 +15,10 @@ import (
 // decoded from fuzz input so that `go test -fuzz` can explore it.
 type Scenario struct {
 	Limit engine.Limit
-	Ops   []Op
+	// Limits, in a third of the scenarios, are a multi-limit policy's:
+	// Limit, named "a", and one or two more. Ops with Multi use them.
+	Limits []engine.NamedLimit
+	Ops    []Op
 }
 
 // Op is one operation of a Scenario.
@@ -25,6 +28,7 @@ type Op struct {
 	Cost    int64         // may exceed the capacity or be negative: bad input
 	Peek    bool
 	Reset   bool
+	Multi   bool // decided by the scenario's Limits, not its Limit
 	// Batch joins the operation to the batch of the one before it: a
 	// request at the same instant (Advance is 0), decided in one Decide
 	// with it. Runs of them on one key are the hot runs a tenant-wide
@@ -147,7 +151,54 @@ func NewScenario(seed []byte) Scenario {
 		}
 	}
 	sc.Ops = ops
+	multiLimits(&sc, rand.New(rand.NewPCG(rng.Uint64(), extra+2)), periods)
 	return sc
+}
+
+// multiLimits makes a third of the scenarios multi-limit, from a stream
+// of its own so that every seed's single-limit operations stay what they
+// were: the scenario's limit named "a" and one or two more limits of any
+// algorithm, and most operations (mixed with single-limit ones on the
+// same keys) decided by all of them, at costs up to the least capacity.
+func multiLimits(sc *Scenario, rng *rand.Rand, periods []time.Duration) {
+	if rng.IntN(3) != 0 {
+		return
+	}
+	sc.Limits = []engine.NamedLimit{{Name: "a", Limit: sc.Limit}}
+	for k := range 1 + rng.IntN(2) {
+		l := engine.Limit{
+			Algorithm: engine.Algorithms[rng.IntN(len(engine.Algorithms))],
+			Rate:      1 + rng.Int64N(20),
+			Period:    periods[rng.IntN(len(periods))],
+		}
+		switch l.Algorithm {
+		case engine.TokenBucket, engine.LeakyBucket:
+			l.Burst = 1 + rng.Int64N(10)
+		case engine.GCRA:
+			l.Burst = rng.Int64N(10)
+		}
+		sc.Limits = append(sc.Limits, engine.NamedLimit{Name: string(rune('b' + k)), Limit: l})
+	}
+	c := (&engine.Request{Limits: sc.Limits}).Capacity()
+	for i := range sc.Ops {
+		op := &sc.Ops[i]
+		if op.Reset || rng.IntN(4) == 0 {
+			continue
+		}
+		op.Multi = true
+		if op.Cost >= 0 {
+			op.Cost = rng.Int64N(c + 2)
+		}
+	}
+}
+
+// request is op's request on key.
+func (sc *Scenario) request(op Op, key string) engine.Request {
+	r := engine.Request{Key: key, Limit: sc.Limit, Cost: op.Cost, Peek: op.Peek}
+	if op.Multi {
+		r.Limit, r.Limits, r.Detail = engine.Limit{}, sc.Limits, make([]engine.Decision, len(sc.Limits))
+	}
+	return r
 }
 
 // Differential runs seed's scenario against two stores sharing clock and
@@ -170,17 +221,17 @@ func Differential(tb testing.TB, a, b engine.Store, clock *Clock, prefix string,
 		}
 		clock.Advance(adv)
 		if op.Reset {
-			ea, eb := a.Reset(ctx, keys[op.Key]), b.Reset(ctx, keys[op.Key])
+			ea, eb := a.Reset(ctx, keys[op.Key], sc.Limits...), b.Reset(ctx, keys[op.Key], sc.Limits...)
 			if ea != nil || eb != nil {
 				tb.Fatalf("op %d: Reset: %v / %v", i, ea, eb)
 			}
 			continue
 		}
-		batch := []engine.Request{{Key: keys[op.Key], Limit: sc.Limit, Cost: op.Cost, Peek: op.Peek}}
+		batch := []engine.Request{sc.request(op, keys[op.Key])}
 		for i+1 < len(sc.Ops) && sc.Ops[i+1].Batch {
 			i++
 			o := sc.Ops[i]
-			batch = append(batch, engine.Request{Key: keys[o.Key], Limit: sc.Limit, Cost: o.Cost, Peek: o.Peek})
+			batch = append(batch, sc.request(o, keys[o.Key]))
 		}
 		rb := make([]engine.Result, len(batch))
 		if err := b.Decide(ctx, batch, rb); err != nil {
@@ -188,12 +239,22 @@ func Differential(tb testing.TB, a, b engine.Store, clock *Clock, prefix string,
 		}
 		for k := range batch {
 			ra := make([]engine.Result, 1)
-			if err := a.Decide(ctx, batch[k:k+1], ra); err != nil {
+			one := batch[k]
+			if one.Detail != nil {
+				one.Detail = make([]engine.Decision, len(one.Detail))
+			}
+			if err := a.Decide(ctx, []engine.Request{one}, ra); err != nil {
 				tb.Fatalf("op %d: first store: %v", i, err)
 			}
-			if msg := diff(ra[0], rb[k]); msg != "" {
-				tb.Fatalf("op %d (request %d of a batch of %d) of scenario %+v\n(%+v at %s): %s",
-					i, k, len(batch), sc.Limit, batch[k], clock.Now().Format(time.RFC3339Nano), msg)
+			msg := diff(ra[0], rb[k])
+			for j := range one.Detail {
+				if msg == "" && ra[0].Err == nil && one.Detail[j] != batch[k].Detail[j] {
+					msg = "limit " + sc.Limits[j].Name + "'s decisions differ:\n  " + Format(one.Detail[j]) + "\n  " + Format(batch[k].Detail[j])
+				}
+			}
+			if msg != "" {
+				tb.Fatalf("op %d (request %d of a batch of %d) of scenario %+v %+v\n(%+v at %s): %s",
+					i, k, len(batch), sc.Limit, sc.Limits, batch[k], clock.Now().Format(time.RFC3339Nano), msg)
 			}
 		}
 	}
