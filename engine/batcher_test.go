@@ -34,7 +34,9 @@ func (g *gateStore) Decide(ctx context.Context, reqs []engine.Request, res []eng
 	return g.inner.Decide(ctx, reqs, res)
 }
 
-func (g *gateStore) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error { return g.inner.Reset(ctx, key, limits...) }
+func (g *gateStore) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
+	return g.inner.Reset(ctx, key, limits...)
+}
 
 func (g *gateStore) batchSizes() []int {
 	g.mu.Lock()

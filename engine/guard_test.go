@@ -32,7 +32,9 @@ func (f *flakyStore) Decide(ctx context.Context, reqs []engine.Request, res []en
 	return f.inner.Decide(ctx, reqs, res)
 }
 
-func (f *flakyStore) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error { return f.inner.Reset(ctx, key, limits...) }
+func (f *flakyStore) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
+	return f.inner.Reset(ctx, key, limits...)
+}
 
 func (f *flakyStore) set(down bool) { f.mu.Lock(); f.down = down; f.mu.Unlock() }
 
