@@ -3,8 +3,13 @@ package engine
 // Policy is a named Limit that clients use by name (RL.ALLOW policy key), so
 // that limits are defined once, in one file, for every API.
 type Policy struct {
-	Name  string
+	Name string
+	// Limit is what the policy decides by, unless Limits is set.
 	Limit Limit
+	// Limits, when set, are several limits that must all admit a request
+	// (multi.go): "10 a second and 1,000 a day". Read only: requests share
+	// the slice.
+	Limits []NamedLimit
 	// Prefix is put before each client key, so that two policies counting
 	// the same client never share state. Loaders default it to Name + ":".
 	Prefix string

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -15,7 +16,7 @@ func TestConcurrencyPolicy(t *testing.T) {
 	p, _ := set.Lookup("jobs")
 	want := engine.Policy{Name: "jobs", Prefix: "jobs:", OnFailure: engine.FailClosed,
 		Concurrency: engine.Concurrency{Limit: 10, TTL: 30 * time.Second}}
-	if p != want {
+	if !reflect.DeepEqual(p, want) {
 		t.Errorf("got %+v, want %+v", p, want)
 	}
 }

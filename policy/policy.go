@@ -93,7 +93,11 @@ func (e *Error) Error() string {
 // fields a policy may have. rate and limit are one field under two names
 // (limit reads better for the window algorithms), as are burst and
 // capacity (capacity reads better for the buckets).
-var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity", "precision", "prefix", "on_failure", "shadow", "lease_ttl"}
+var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity", "precision", "prefix", "on_failure", "shadow", "lease_ttl", "limits"}
+
+// limitFields are the fields of a limit, at the top of a policy or as one
+// of its limits.
+var limitFields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity", "precision"}
 
 // Parse parses a policies file's contents; file names it in errors.
 //
@@ -107,6 +111,17 @@ var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity
 //	    prefix: "api:"       # default: the name and a colon
 //	    on_failure: local    # allow, deny or local; default: the sidecar's
 //	    shadow: true         # decide and count, but always allow; default false
+//	  search:
+//	    limits:              # several limits, all of which must admit (multi.go)
+//	      - name: burst
+//	        algorithm: gcra
+//	        rate: 10
+//	        period: 1s
+//	        burst: 5
+//	      - name: daily
+//	        algorithm: fixed_window
+//	        limit: 1000
+//	        period: 1d
 //	  uploads:
 //	    algorithm: concurrency # at most limit leases held at once (concurrency.go)
 //	    limit: 10
@@ -232,7 +247,7 @@ func parsePolicy(file, name string, key, node *yaml.Node) (engine.Policy, error)
 			return p, fail(k.Line, f, "given twice")
 		}
 		seen[f] = v
-		if v.Kind != yaml.ScalarNode {
+		if v.Kind != yaml.ScalarNode && f != "limits" {
 			return p, fail(v.Line, f, "expected a single value")
 		}
 	}
@@ -242,59 +257,24 @@ func parsePolicy(file, name string, key, node *yaml.Node) (engine.Policy, error)
 	if v := seen["lease_ttl"]; v != nil {
 		return p, fail(v.Line, "lease_ttl", "only a concurrency policy (algorithm: concurrency) takes a lease_ttl")
 	}
-	for _, pair := range [][2]string{{"rate", "limit"}, {"burst", "capacity"}} {
-		if seen[pair[0]] != nil && seen[pair[1]] != nil {
-			return p, fail(seen[pair[1]].Line, pair[1], "is another name for "+pair[0]+": give one of them")
-		}
-	}
-	lineOf := func(f string) int {
-		if n := seen[f]; n != nil {
-			return n.Line
-		}
-		return key.Line
-	}
-	alg := seen["algorithm"]
-	if alg == nil {
-		return p, fail(key.Line, "algorithm", "missing: give one of fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket, gcra, concurrency")
-	}
-	a, err := engine.ParseAlgorithm(alg.Value)
-	if err != nil {
-		return p, fail(alg.Line, "algorithm", reason(err)+", concurrency")
-	}
-	p.Limit.Algorithm = a
-	for _, f := range []string{"rate", "limit", "burst", "capacity", "precision"} {
-		v := seen[f]
-		if v == nil {
-			continue
-		}
-		n, err := strconv.ParseInt(strings.ReplaceAll(v.Value, "_", ""), 10, 64)
-		if err != nil || (v.Tag != "!!int" && v.Tag != "!!str") {
-			return p, fail(v.Line, f, fmt.Sprintf("%q is not a whole number", v.Value))
-		}
-		switch f {
-		case "rate", "limit":
-			p.Limit.Rate = n
-		case "precision":
-			if n < 1 {
-				return p, fail(v.Line, f, fmt.Sprintf("%d must be between 1 and %d", n, engine.MaxPrecision))
+	if v := seen["limits"]; v != nil {
+		for _, f := range limitFields {
+			if w := seen[f]; w != nil {
+				return p, fail(w.Line, f, "a policy with limits gives "+f+" inside each limit, not beside them")
 			}
-			p.Limit.Precision = n
-		default:
-			p.Limit.Burst = n
 		}
+		ls, err := parseLimits(v, fail)
+		if err != nil {
+			return p, err
+		}
+		p.Limits = ls
+	} else {
+		l, err := parseLimit(key, seen, fail)
+		if err != nil {
+			return p, err
+		}
+		p.Limit = l
 	}
-	if seen["rate"] == nil && seen["limit"] == nil {
-		return p, fail(key.Line, "rate", "missing: how many units a period admits (rate, or limit)")
-	}
-	per := seen["period"]
-	if per == nil {
-		return p, fail(key.Line, "period", "missing: give a duration such as 1s, 1m, 1h or 1d")
-	}
-	d, why := engine.ParsePeriod(per.Value)
-	if why != "" {
-		return p, fail(per.Line, "period", fmt.Sprintf("%q %s", per.Value, why))
-	}
-	p.Limit.Period = d
 	if err := sharedFields(&p, seen, fail); err != nil {
 		return p, err
 	}
@@ -307,7 +287,67 @@ func parsePolicy(file, name string, key, node *yaml.Node) (engine.Policy, error)
 			return p, fail(v.Line, "shadow", fmt.Sprintf("%q must be true or false", v.Value))
 		}
 	}
-	if err := p.Limit.Validate(); err != nil {
+	return p, nil
+}
+
+// parseLimit reads a limit's fields from seen (a policy's, or one of its
+// limits'); key is the line to blame for a missing field.
+func parseLimit(key *yaml.Node, seen map[string]*yaml.Node, fail func(line int, field, msg string) error) (engine.Limit, error) {
+	var l engine.Limit
+	for _, pair := range [][2]string{{"rate", "limit"}, {"burst", "capacity"}} {
+		if seen[pair[0]] != nil && seen[pair[1]] != nil {
+			return l, fail(seen[pair[1]].Line, pair[1], "is another name for "+pair[0]+": give one of them")
+		}
+	}
+	lineOf := func(f string) int {
+		if n := seen[f]; n != nil {
+			return n.Line
+		}
+		return key.Line
+	}
+	alg := seen["algorithm"]
+	if alg == nil {
+		return l, fail(key.Line, "algorithm", "missing: give one of fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket, gcra, concurrency")
+	}
+	a, err := engine.ParseAlgorithm(alg.Value)
+	if err != nil {
+		return l, fail(alg.Line, "algorithm", reason(err)+", concurrency")
+	}
+	l.Algorithm = a
+	for _, f := range []string{"rate", "limit", "burst", "capacity", "precision"} {
+		v := seen[f]
+		if v == nil {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.ReplaceAll(v.Value, "_", ""), 10, 64)
+		if err != nil || (v.Tag != "!!int" && v.Tag != "!!str") {
+			return l, fail(v.Line, f, fmt.Sprintf("%q is not a whole number", v.Value))
+		}
+		switch f {
+		case "rate", "limit":
+			l.Rate = n
+		case "precision":
+			if n < 1 {
+				return l, fail(v.Line, f, fmt.Sprintf("%d must be between 1 and %d", n, engine.MaxPrecision))
+			}
+			l.Precision = n
+		default:
+			l.Burst = n
+		}
+	}
+	if seen["rate"] == nil && seen["limit"] == nil {
+		return l, fail(key.Line, "rate", "missing: how many units a period admits (rate, or limit)")
+	}
+	per := seen["period"]
+	if per == nil {
+		return l, fail(key.Line, "period", "missing: give a duration such as 1s, 1m, 1h or 1d")
+	}
+	d, why := engine.ParsePeriod(per.Value)
+	if why != "" {
+		return l, fail(per.Line, "period", fmt.Sprintf("%q %s", per.Value, why))
+	}
+	l.Period = d
+	if err := l.Validate(); err != nil {
 		var pe *engine.ParamError
 		field := ""
 		if errors.As(err, &pe) {
@@ -318,13 +358,13 @@ func parsePolicy(file, name string, key, node *yaml.Node) (engine.Policy, error)
 				}
 			}
 			if seen[field] == nil {
-				return p, fail(key.Line, field, "missing: it "+pe.Reason)
+				return l, fail(key.Line, field, "missing: it "+pe.Reason)
 			}
-			return p, fail(lineOf(field), field, pe.Value+" "+pe.Reason)
+			return l, fail(lineOf(field), field, pe.Value+" "+pe.Reason)
 		}
-		return p, fail(key.Line, "", err.Error())
+		return l, fail(key.Line, "", err.Error())
 	}
-	return p, nil
+	return l, nil
 }
 
 // alias pairs the two names of one field.

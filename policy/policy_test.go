@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func TestLoadExample(t *testing.T) {
 	}
 	for name, w := range want {
 		got, ok := set.Lookup(name)
-		if !ok || got != w {
+		if !ok || !reflect.DeepEqual(got, w) {
 			t.Errorf("Lookup(%q) = %+v, %v; want %+v", name, got, ok, w)
 		}
 	}
@@ -53,12 +54,12 @@ func TestParseErrors(t *testing.T) {
 		{"top level is a list", "- a\n", `p.yaml:1: expected a mapping with the key "policies"`},
 		{"unknown top-level key", "policy:\n  a: {}\n", `p.yaml:1: unknown key "policy": expected "policies"`},
 		{"policies is a list", "policies:\n  - api\n", `p.yaml:2: "policies" must map policy names to policies`},
-		{"policy is a string", "policies:\n  api: gcra\n", `p.yaml:2: policy "api": expected a mapping of fields (algorithm, rate, limit, period, burst, capacity, precision, prefix, on_failure, shadow, lease_ttl)`},
+		{"policy is a string", "policies:\n  api: gcra\n", `p.yaml:2: policy "api": expected a mapping of fields (algorithm, rate, limit, period, burst, capacity, precision, prefix, on_failure, shadow, lease_ttl, limits)`},
 		{"bad name", "policies:\n  \"a b\":\n    algorithm: gcra\n", `p.yaml:2: policy "a b": a name must be 1 to 128 letters, digits or _ - . :`},
 		{"defined twice", "policies:\n  a: {algorithm: fixed, limit: 1, period: 1s}\n  a: {algorithm: fixed, limit: 1, period: 1s}\n",
 			`p.yaml:3: policy "a": defined twice`},
 		{"unknown field", "policies:\n  api:\n    algorithm: gcra\n    rate: 10\n    period: 1s\n    burts: 5\n",
-			`p.yaml:6: policy "api": field burts: unknown field: expected one of algorithm, rate, limit, period, burst, capacity, precision, prefix, on_failure, shadow, lease_ttl`},
+			`p.yaml:6: policy "api": field burts: unknown field: expected one of algorithm, rate, limit, period, burst, capacity, precision, prefix, on_failure, shadow, lease_ttl, limits`},
 		{"field twice", "policies:\n  api:\n    rate: 10\n    rate: 11\n", `p.yaml:4: policy "api": field rate: given twice`},
 		{"field is a list", "policies:\n  api:\n    rate: [1]\n", `p.yaml:3: policy "api": field rate: expected a single value`},
 		{"rate and limit", "policies:\n  api:\n    algorithm: fixed\n    rate: 10\n    limit: 10\n    period: 1s\n",
