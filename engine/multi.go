@@ -1,9 +1,6 @@
 package engine
 
-import (
-	"strconv"
-	"time"
-)
+import "strconv"
 
 // Several limits on one key, decided all or nothing: "10 a second and
 // 1,000 a day". Checked one after another, a request refused by the second
@@ -107,11 +104,21 @@ func validateLimits(ls []NamedLimit) error {
 // limit asks an admitted request to wait. Both stores combine with this
 // function, so that they answer alike.
 func Combine(parts []Decision) Decision {
+	d := parts[Binding(parts)]
+	d.Delay = 0
+	if d.Allowed {
+		for _, p := range parts {
+			d.Delay = max(d.Delay, p.Delay)
+		}
+	}
+	return d
+}
+
+// Binding is the index of the part Combine takes its fields from.
+func Binding(parts []Decision) int {
 	best, allowed := 0, true
-	var delay time.Duration
 	for j := range parts {
 		p := &parts[j]
-		delay = max(delay, p.Delay)
 		if !p.Allowed {
 			if allowed || p.RetryAfter > parts[best].RetryAfter {
 				best = j
@@ -123,10 +130,5 @@ func Combine(parts []Decision) Decision {
 			best = j
 		}
 	}
-	d := parts[best]
-	d.Delay = 0
-	if allowed {
-		d.Delay = delay
-	}
-	return d
+	return best
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/tidwall/redcon"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -122,8 +121,9 @@ type segment struct {
 // pending is a reply owed in pipeline order: a queued decision, or an error
 // that was found while decisions before it were still queued.
 type pending struct {
-	req   int // index into batch, or -1 for err
-	shape shape
+	req    int // index into batch, or -1 for err
+	shape  shape
+	detail bool // RL.ALLOW … DETAIL: each limit's reply too
 	// mon, when not 0, is 1 + where the command's MONITOR line starts in
 	// the segment's mon: the reply it gets is added to it once known.
 	mon int32
@@ -224,10 +224,10 @@ func (c *client) queue(cmd *command, args [][]byte) {
 		c.owe(requestError(err, cmd)) // the service counted it
 		return
 	}
-	if sh == shapeRL && g.batch.Limit(i).Algorithm == engine.LeakyBucket {
+	if sh == shapeRL && g.batch.Leaky(i) {
 		sh = shapeLeaky
 	}
-	g.pend = append(g.pend, pending{req: i, shape: sh, cmd: cmd})
+	g.pend = append(g.pend, pending{req: i, shape: sh, cmd: cmd, detail: req.Detail})
 }
 
 // fail counts an error the server found itself and owes its reply.
@@ -296,6 +296,11 @@ func (c *client) deliver(g *segment) {
 		}
 		if err != nil {
 			c.out = redcon.AppendError(c.out, requestError(err, p.cmd))
+			continue
+		}
+		if p.detail {
+			_, names, parts := g.batch.Detail(p.req)
+			c.out = appendDetail(c.out, d, p.shape, c.proto, names, parts)
 			continue
 		}
 		c.out = appendDecision(c.out, d, p.shape, c.proto)

@@ -138,10 +138,11 @@ func decisionCommands() []*command {
 	}
 	cmds = append(cmds,
 		&command{
-			name: "rl.allow", minArgs: 3, maxArgs: 5, flags: decideFlags,
+			name: "rl.allow", minArgs: 3, maxArgs: 6, flags: decideFlags,
 			firstKey: 2, lastKey: 2, keyStep: 1, group: "sluice",
-			summary: "Decide by a named policy from the policies file; the key is stored under the policy's prefix.",
-			args:    append([]argDoc{{name: "policy", typ: "string"}, {name: "key", typ: "key"}}, costPeekDocs...),
+			summary: "Decide by a named policy from the policies file, by all its limits at once; the key is stored under the policy's prefix. DETAIL adds each limit's own reply.",
+			args: append(append([]argDoc{{name: "policy", typ: "string"}, {name: "key", typ: "key"}}, costPeekDocs...),
+				argDoc{name: "detail", typ: "pure-token", optional: true}),
 			parse:   parseAllow,
 		},
 		&command{
@@ -156,7 +157,7 @@ func decisionCommands() []*command {
 		&command{
 			name: "rl.reset", minArgs: 2, flags: []string{"write"},
 			firstKey: 1, lastKey: -1, keyStep: 1, group: "sluice",
-			summary: "Forget the keys' state under every algorithm; replies the number of keys given.",
+			summary: "Forget the keys' state under every algorithm; replies the number of keys given. Or POLICY name key [key ...]: every limit and lease of the policy's keys.",
 			args:    []argDoc{{name: "key", typ: "key", multiple: true}},
 			run:     runReset,
 		},
@@ -226,11 +227,22 @@ func parsePrecision(tail [][]byte) ([][]byte, int64, string) {
 	return tail, 0, ""
 }
 
-// parseAllow reads RL.ALLOW policy key [cost] [PEEK]; the service finds
-// the policy.
+// parseAllow reads RL.ALLOW policy key [cost] [PEEK] [DETAIL], DETAIL
+// anywhere after the key; the service finds the policy.
 func parseAllow(cmd *command, args [][]byte) (service.Request, shape, string) {
 	req := service.Request{Policy: str(args[1]), Key: str(args[2])}
-	cost, peek, msg := parseCostPeek(args[3:])
+	tail := args[3:]
+	for i, a := range tail {
+		if named(a, "detail") {
+			req.Detail = true
+			tail = append(tail[:i:i], tail[i+1:]...)
+			break
+		}
+	}
+	if len(tail) > 2 {
+		return req, 0, "ERR syntax error: RL.ALLOW policy key [cost] [PEEK] [DETAIL]"
+	}
+	cost, peek, msg := parseCostPeek(tail)
 	req.Cost, req.Peek = cost, peek
 	return req, shapeRL, msg
 }
@@ -264,16 +276,27 @@ func parseThrottle(cmd *command, args [][]byte) (service.Request, shape, string)
 	return req, sh, ""
 }
 
-// runReset is RL.RESET key [key ...]. It waits on Redis, so on an event
-// loop it runs off the loop: the connection's later commands wait for it,
-// and every other connection is served meanwhile.
+// runReset is RL.RESET key [key ...], or RL.RESET POLICY name key [key
+// ...], which clears every limit and lease of the policy's keys (a first
+// argument POLICY, in any case, starts that form, as in RL.ACQUIRE). It
+// waits on Redis, so on an event loop it runs off the loop: the
+// connection's later commands wait for it, and every other connection is
+// served meanwhile.
 func runReset(c *client, args [][]byte) {
-	keys := make([]string, len(args)-1)
-	for i, k := range args[1:] {
-		keys[i] = string(k)
+	policy, keys, msg := parseReset(args)
+	if msg != "" {
+		c.fail(msg)
+		return
+	}
+	svc := c.s.cfg.Service
+	reset := func() error {
+		if policy != "" {
+			return svc.ResetPolicy(context.Background(), policy, keys)
+		}
+		return svc.Reset(context.Background(), keys)
 	}
 	if c.loop == nil {
-		if err := c.s.cfg.Service.Reset(context.Background(), keys); err != nil {
+		if err := reset(); err != nil {
 			c.owe(requestError(err, nil)) // the service counted it
 			return
 		}
@@ -284,7 +307,24 @@ func runReset(c *client, args [][]byte) {
 	g.reset = keys
 	c.flying = g
 	go func() {
-		g.resetErr = c.s.cfg.Service.Reset(context.Background(), keys)
+		g.resetErr = reset()
 		c.loop.land(g)
 	}()
+}
+
+// parseReset reads RL.RESET's arguments, copied: they outlive the read
+// buffer when the reset runs off the loop.
+func parseReset(args [][]byte) (policy string, keys []string, msg string) {
+	from := 1
+	if named(args[1], "policy") {
+		if len(args) < 4 {
+			return "", nil, "ERR syntax error: RL.RESET POLICY name key [key ...]"
+		}
+		policy, from = string(args[2]), 3
+	}
+	keys = make([]string, len(args)-from)
+	for i, k := range args[from:] {
+		keys[i] = string(k)
+	}
+	return policy, keys, ""
 }

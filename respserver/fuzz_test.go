@@ -288,3 +288,54 @@ func TestExecLastCommand(t *testing.T) {
 		}
 	}
 }
+
+// FuzzPolicyArgs checks the parsers of RL.ALLOW's tail (cost, PEEK,
+// DETAIL in any order) and of RL.RESET's POLICY form: they never panic,
+// an error is one line starting with ERR, and what they accept reads back
+// as given (DETAIL found exactly when a DETAIL was sent, the reset's keys
+// the arguments after the policy's name).
+func FuzzPolicyArgs(f *testing.F) {
+	for _, s := range []string{"", "1", "DETAIL", "1 DETAIL", "detail 2 peek", "PEEK DETAIL", "1 PEEK DETAIL extra",
+		"DETAIL DETAIL", "POLICY", "POLICY p", "POLICY p k", "POLICY p k1 k2", "policy", "x y z"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		tail := splitCommands([]byte(s))[0]
+		args := append([][]byte{[]byte("RL.ALLOW"), []byte("p"), []byte("k")}, tail...)
+		req, _, msg := parseAllow(nil, args)
+		details := 0
+		for _, a := range tail {
+			if named(a, "detail") {
+				details++
+			}
+		}
+		switch {
+		case msg != "":
+			if !strings.HasPrefix(msg, "ERR ") || strings.ContainsAny(msg, "\r\n") {
+				t.Errorf("RL.ALLOW p k %s: error %q", s, msg)
+			}
+		case req.Detail != (details == 1) || details > 1:
+			t.Errorf("RL.ALLOW p k %s: Detail %v with %d DETAIL", s, req.Detail, details)
+		case req.Cost < 0 && !strings.Contains(s, "-"):
+			t.Errorf("RL.ALLOW p k %s: cost %d", s, req.Cost)
+		}
+		rargs := append([][]byte{[]byte("RL.RESET")}, tail...)
+		if len(rargs) < 2 {
+			return
+		}
+		policy, keys, msg := parseReset(rargs)
+		if msg != "" {
+			if !strings.HasPrefix(msg, "ERR ") || strings.ContainsAny(msg, "\r\n") {
+				t.Errorf("RL.RESET %s: error %q", s, msg)
+			}
+			return
+		}
+		from := 1
+		if policy != "" || named(tail[0], "policy") {
+			from = 3
+		}
+		if len(keys) != len(rargs)-from || len(keys) == 0 {
+			t.Errorf("RL.RESET %s: policy %q keys %q", s, policy, keys)
+		}
+	})
+}

@@ -47,6 +47,12 @@ func appendDecision(dst []byte, d *engine.Decision, sh shape, proto int) []byte 
 		dst = redcon.AppendInt(dst, retry)
 		return redcon.AppendInt(dst, cellSeconds(d.ResetAfter))
 	}
+	return appendFields(dst, d, sh, proto, 0)
+}
+
+// appendFields encodes d's fields as RL.* replies them, announcing extra
+// more entries after them (DETAIL's).
+func appendFields(dst []byte, d *engine.Decision, sh shape, proto, extra int) []byte {
 	n := 5
 	if sh == shapeLeaky {
 		n = 6
@@ -56,16 +62,38 @@ func appendDecision(dst []byte, d *engine.Decision, sh shape, proto int) []byte 
 		vals[0] = 1
 	}
 	if proto == 3 {
-		dst = appendMapLen(dst, n, proto)
+		dst = appendMapLen(dst, n+extra, proto)
 		for i := range n {
 			dst = redcon.AppendBulkString(dst, decisionFields[i])
 			dst = redcon.AppendInt(dst, vals[i])
 		}
 		return dst
 	}
-	dst = redcon.AppendArray(dst, n)
+	dst = redcon.AppendArray(dst, n+extra)
 	for i := range n {
 		dst = redcon.AppendInt(dst, vals[i])
+	}
+	return dst
+}
+
+// appendDetail encodes RL.ALLOW … DETAIL's reply: d as usual, then each
+// limit's own reply under its name, in the policy's order. Under RESP3
+// the map gains one entry, "detail", a map of name → reply; under RESP2
+// the array gains one trailing element, a flat array of name, reply
+// pairs, as RESP2 writes a map.
+func appendDetail(dst []byte, d *engine.Decision, sh shape, proto int, names []engine.NamedLimit, parts []engine.Decision) []byte {
+	dst = appendFields(dst, d, sh, proto, 1)
+	if proto == 3 {
+		dst = redcon.AppendBulkString(dst, "detail")
+	}
+	dst = appendMapLen(dst, len(names), proto)
+	for j, l := range names {
+		psh := shapeRL
+		if l.Limit.Algorithm == engine.LeakyBucket {
+			psh = shapeLeaky
+		}
+		dst = redcon.AppendBulkString(dst, l.Name)
+		dst = appendFields(dst, &parts[j], psh, proto, 0)
 	}
 	return dst
 }

@@ -21,6 +21,9 @@ type Request struct {
 	Key  string
 	Cost int64
 	Peek bool
+	// Detail asks for each limit's own decision beside the one the
+	// request gets (RL.ALLOW … DETAIL): see Batch.Detail.
+	Detail bool
 
 	// An inline request's rules; under a policy, the policy's own.
 	Limit     engine.Limit
@@ -53,6 +56,11 @@ type Batch struct {
 	meta []meta
 	keys []byte // the prefixed keys of reqs, which alias it
 	err  error  // the whole batch's error, once decided
+	// parts holds the multi-limit requests' own decisions, which their
+	// Detail slices point into. A request keeps the array it was given
+	// when parts grew after it: the store writes there and Detail reads
+	// it back through the request, so both always meet.
+	parts []engine.Decision
 }
 
 // meta is what the service keeps of a request's policy.
@@ -60,7 +68,11 @@ type meta struct {
 	policy   string // Inline for the inline requests
 	shadow   bool
 	shadowed bool // refused by the store, answered as allowed (shadow mode)
+	detail   bool // the door asked for each limit's decision
 }
+
+// noParts is zero decisions, to append without allocating.
+var noParts [engine.MaxLimits]engine.Decision
 
 // NewBatch returns an empty batch for s.
 func (s *Service) NewBatch() *Batch { return &Batch{s: s} }
@@ -88,7 +100,15 @@ func (b *Batch) Add(r Request) (int, error) {
 			return -1, engine.ValidateKey("")
 		}
 		req.Key, req.Limit, req.OnFailure = b.prefixed(p.Prefix, r.Key), p.Limit, p.OnFailure
-		m = meta{policy: p.Name, shadow: p.Shadow}
+		m = meta{policy: p.Name, shadow: p.Shadow, detail: r.Detail}
+		if len(p.Limits) > 0 {
+			// Each limit's decision is kept even when the door did not
+			// ask: it says which limit bound (Limit).
+			req.Limits = p.Limits
+			at := len(b.parts)
+			b.parts = append(b.parts, noParts[:len(p.Limits)]...)
+			req.Detail = b.parts[at:len(b.parts):len(b.parts)]
+		}
 	}
 	if err := req.Validate(); err != nil {
 		b.s.CountError(ErrRequest)
@@ -113,8 +133,36 @@ func (s *Service) lookup(name string) (engine.Policy, error) {
 // Len is how many requests are queued.
 func (b *Batch) Len() int { return len(b.reqs) }
 
-// Limit is the limit request i is decided by: its own, or its policy's.
-func (b *Batch) Limit(i int) engine.Limit { return b.reqs[i].Limit }
+// Limit is the limit request i is decided by: its own, or its policy's;
+// under a multi-limit policy, once decided, the limit its decision came
+// from (engine.Binding).
+func (b *Batch) Limit(i int) engine.Limit {
+	r := &b.reqs[i]
+	if r.Multi() {
+		return r.Limits[engine.Binding(r.Detail)].Limit
+	}
+	return r.Limit
+}
+
+// Leaky reports whether request i is decided by a leaky bucket, whose
+// reply carries the delay to wait.
+func (b *Batch) Leaky(i int) bool { return b.reqs[i].HasLeaky() }
+
+// Detail reports whether the door asked for request i's limits' own
+// decisions, and returns them once decided, with their names: a
+// multi-limit policy's limits, or a one-limit policy's one, named by the
+// policy, whose one part is the reply itself. Under shadow mode a
+// multi-limit policy's parts stay the store's own.
+func (b *Batch) Detail(i int) (bool, []engine.NamedLimit, []engine.Decision) {
+	if !b.meta[i].detail {
+		return false, nil, nil
+	}
+	r := &b.reqs[i]
+	if r.Multi() {
+		return true, r.Limits, r.Detail
+	}
+	return true, []engine.NamedLimit{{Name: b.meta[i].policy, Limit: r.Limit}}, []engine.Decision{b.res[i].Decision}
+}
 
 // Result is request i's decision, once the batch is decided, or the error
 // it met instead (the whole batch's, or its own).
@@ -143,7 +191,7 @@ func (b *Batch) Path(i int) engine.Path { return b.res[i].Path }
 func (b *Batch) Clear() {
 	clear(b.reqs) // drop the keys, which alias the door's input
 	clear(b.res)
-	b.reqs, b.res, b.meta, b.keys, b.err = b.reqs[:0], b.res[:0], b.meta[:0], b.keys[:0], nil
+	b.reqs, b.res, b.meta, b.keys, b.parts, b.err = b.reqs[:0], b.res[:0], b.meta[:0], b.keys[:0], b.parts[:0], nil
 }
 
 func (b *Batch) traced() bool { return b.Trace.IsValid() && b.s.tracer != nil }

@@ -210,7 +210,9 @@ func (s *Service) settle(b *Batch) {
 				m.shadowed = true
 			}
 		}
-		t.add(&s.decisions, decided{policy: m.policy, alg: b.reqs[i].Limit.Algorithm, outcome: outcome, path: r.Path})
+		// A multi-limit decision counts under the algorithm of the limit
+		// it came from.
+		t.add(&s.decisions, decided{policy: m.policy, alg: b.Limit(i).Algorithm, outcome: outcome, path: r.Path})
 	}
 	t.flush(&s.decisions)
 }
@@ -230,6 +232,34 @@ func (s *Service) Reset(ctx context.Context, keys []string) error {
 	defer cancel()
 	for _, k := range keys {
 		if err := s.store.Reset(ctx, k); err != nil {
+			s.CountError(ErrStore)
+			return err
+		}
+	}
+	return nil
+}
+
+// ResetPolicy forgets each client key's state under the policy name:
+// every one of its limits, and its leases (RL.RESET POLICY name key …).
+// The policy must exist; its keys are checked as Reset checks them.
+func (s *Service) ResetPolicy(ctx context.Context, name string, keys []string) error {
+	p, err := s.lookup(name)
+	if err != nil {
+		s.CountError(ErrRequest)
+		return err
+	}
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		if err := engine.ValidateKey(k); err != nil {
+			s.CountError(ErrRequest)
+			return err
+		}
+		full[i] = p.Prefix + k
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.resetTimeout)
+	defer cancel()
+	for _, k := range full {
+		if err := s.store.Reset(ctx, k, p.Limits...); err != nil {
 			s.CountError(ErrStore)
 			return err
 		}

@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -91,7 +92,7 @@ func TestResolvesPolicies(t *testing.T) {
 		t.Fatalf("store saw %d requests; want %d", len(rec.seen), len(want))
 	}
 	for i := range want {
-		if rec.seen[i] != want[i] {
+		if !reflect.DeepEqual(rec.seen[i], want[i]) {
 			t.Errorf("request %d reached the store as %+v; want %+v", i, rec.seen[i], want[i])
 		}
 	}

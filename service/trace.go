@@ -19,7 +19,7 @@ func (s *Service) trace(b *Batch, start, end time.Time) {
 		_, span := s.tracer.Start(parent, "sluice.decision", trace.WithTimestamp(start),
 			trace.WithAttributes(
 				attribute.String("sluice.policy", b.meta[i].policy),
-				attribute.String("sluice.algorithm", req.Limit.Algorithm.String()),
+				attribute.String("sluice.algorithm", b.Limit(i).Algorithm.String()),
 				attribute.Int64("sluice.cost", req.Cost),
 				attribute.Bool("sluice.peek", req.Peek),
 			))
