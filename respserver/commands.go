@@ -143,7 +143,7 @@ func decisionCommands() []*command {
 			summary: "Decide by a named policy from the policies file, by all its limits at once; the key is stored under the policy's prefix. DETAIL adds each limit's own reply.",
 			args: append(append([]argDoc{{name: "policy", typ: "string"}, {name: "key", typ: "key"}}, costPeekDocs...),
 				argDoc{name: "detail", typ: "pure-token", optional: true}),
-			parse:   parseAllow,
+			parse: parseAllow,
 		},
 		&command{
 			name: "cl.throttle", minArgs: 5, maxArgs: 6, flags: decideFlags,
