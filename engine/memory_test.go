@@ -173,3 +173,11 @@ func TestMemoryHotRuns(t *testing.T) {
 		}
 	})
 }
+
+// TestMultiProperty: the memory store decides multi-limit requests as the
+// model does, and a refusal takes nothing from any limit.
+func TestMultiProperty(t *testing.T) {
+	for seed := range uint64(60) {
+		enginetest.MultiProperty(t, openMemory, seed, 120)
+	}
+}

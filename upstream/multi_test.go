@@ -1,0 +1,109 @@
+package upstream_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/enginetest"
+	"github.com/sluice-rl/sluice/upstream"
+)
+
+// TestMultiProperty: on a real redis-server, the batch script decides
+// multi-limit requests as the model does, and a refusal takes nothing
+// from any limit; every key it writes has a TTL.
+func TestMultiProperty(t *testing.T) {
+	_, client := standalone(t)
+	for seed := range uint64(40) {
+		prefix := fmt.Sprintf("mprop%d:", seed)
+		enginetest.MultiProperty(t, func(t *testing.T, now func() time.Time) engine.Store {
+			s := newStore(t, upstream.Config{Client: client, Prefix: prefix, Now: now})
+			return &ttlChecked{Store: s, tb: t, client: client, pattern: prefix + "*"}
+		}, seed, 80)
+	}
+}
+
+// TestMultiLimitCluster: on a three-master Cluster, one batch mixes
+// single-limit requests with multi-limit ones on many client keys; each
+// client key's limits share a slot, so each is decided whole, as in
+// memory, and RL.RESET POLICY's reset clears every limit.
+func TestMultiLimitCluster(t *testing.T) {
+	client, _ := cluster(t)
+	clock := enginetest.NewClock(enginetest.Epoch)
+	red := newStore(t, upstream.Config{Client: client, Prefix: "mcl:", Now: clock.Now})
+	limits := []engine.NamedLimit{
+		{Name: "burst", Limit: limitOf(engine.TokenBucket, 5, time.Second)},
+		{Name: "daily", Limit: limitOf(engine.FixedWindow, 20, time.Minute)},
+	}
+	for _, l := range limits {
+		if k := red.LimitKey("api:u1", l); upstream.Slot(k) != upstream.Slot(red.LimitKey("api:u1", limits[0])) {
+			t.Fatalf("%s is in another slot than its policy's first limit", k)
+		}
+	}
+	sameAsMemory(t, red, clock, 8, func(round int) []engine.Request {
+		var reqs []engine.Request
+		for i := range 60 {
+			key := fmt.Sprintf("api:u%d", i%13)
+			if i%4 == 0 {
+				reqs = append(reqs, engine.Request{Key: key, Limit: limitOf(engine.GCRA, 3, time.Second), Cost: 1})
+				continue
+			}
+			reqs = append(reqs, engine.Request{Key: key, Limits: limits, Cost: int64(1 + i%2), Peek: i%9 == 0})
+		}
+		return reqs
+	}, nil)
+	noKeyWithoutTTL(t, client)
+	if err := red.Reset(context.Background(), "api:u1", limits...); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range limits {
+		if n := client.Exists(context.Background(), red.LimitKey("api:u1", l)).Val(); n != 0 {
+			t.Errorf("the reset left %s", red.LimitKey("api:u1", l))
+		}
+	}
+}
+
+// TestOlderSidecarState: state keys carry their format in their last
+// part (Store.Key). The format of single-limit state is unchanged, so the
+// state a sidecar of the previous version wrote (written here byte for
+// byte as it wrote it, with its TTL) is read and continued by this one:
+// during a rolling update old and new sidecars share one count. A key of
+// an unknown format (a name this version does not write) is ignored.
+func TestOlderSidecarState(t *testing.T) {
+	srv, client := standalone(t)
+	s := newStore(t, upstream.Config{Client: client, Prefix: "old:"})
+	now := time.Now()
+	us := now.UnixMicro()
+	// GCRA of 1 a minute, burst 4: a theoretical time two minutes ahead
+	// means two of five are used; written as the previous version's
+	// script wrote it, a number of µs, with PX to its end.
+	mustDo(t, srv, "SET", "old:{api:alice}:gcra", fmt.Sprint(us+120_000_000), "PX", "120000")
+	// A fixed window of 10 a minute with 7 counted: a hash {w, n}.
+	w := us - us%60_000_000
+	mustDo(t, srv, "HSET", "old:{api:bob}:fixed", "w", fmt.Sprint(w), "n", "7")
+	mustDo(t, srv, "PEXPIRE", "old:{api:bob}:fixed", "60000")
+	// A later version's format for the same key: never read.
+	mustDo(t, srv, "SET", "old:{api:carol}:gcra2", "garbage")
+	mustDo(t, srv, "PEXPIRE", "old:{api:carol}:gcra2", "60000")
+
+	gcra := engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Minute, Burst: 4}
+	res := decide(t, s,
+		engine.Request{Key: "api:alice", Limit: gcra, Cost: 1},
+		engine.Request{Key: "api:bob", Limit: limitOf(engine.FixedWindow, 10, time.Minute), Cost: 1},
+		engine.Request{Key: "api:carol", Limit: gcra, Cost: 1},
+	)
+	if r := res[0]; r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != 2 {
+		t.Errorf("the old GCRA state: %s %v; want allowed with 2 left, continuing its count", enginetest.Format(r.Decision), r.Err)
+	}
+	if r := res[1]; r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != 2 {
+		t.Errorf("the old fixed window: %s %v; want allowed with 2 left", enginetest.Format(r.Decision), r.Err)
+	}
+	if r := res[2]; r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != 4 {
+		t.Errorf("beside a key of another format: %s %v; want a fresh count", enginetest.Format(r.Decision), r.Err)
+	}
+	if got, _ := srv.Do("GET", "old:{api:carol}:gcra2"); got != "garbage" {
+		t.Errorf("the other format's key now holds %q", got)
+	}
+}
