@@ -266,13 +266,19 @@ end
 -- The multi-limit requests, each under a pcall of its own: one that
 -- fails, fails alone. Nothing is written before every limit has looked.
 local parts = {}
--- look decides limit L on key at cost without changing anything.
+-- look decides limit L on key at cost without changing anything, and
+-- returns the state it read too.
 local function look(L, key, cost)
   if pinned then
     forget(key, now)
   end
   local s = L.alg.read(key, now, L, cost, true)
   local allowed, remaining, retry, reset, delay = L.alg.step(s, key, now, L, cost, true)
+  return {allowed, remaining, retry, reset, delay}, s
+end
+-- again decides at cost against a state s that look read: no read.
+local function again(L, key, s, cost, peek)
+  local allowed, remaining, retry, reset, delay = L.alg.step(s, key, now, L, cost, peek)
   return {allowed, remaining, retry, reset, delay}
 end
 local function decideMulti(R, base)
@@ -287,28 +293,47 @@ local function decideMulti(R, base)
     end
     Ls[j] = L
   end
-  -- Each limit looks at the request's cost. One that has room after
-  -- another refused looks again at cost 0 at once, while its state is the
-  -- one read (an algorithm keeps one state at a time); those before the
-  -- first refusal are read again.
-  local refused = nil
+  -- Each limit looks at the request's cost. An algorithm keeps one
+  -- state at a time, so when every limit has an algorithm of its own
+  -- (the usual policy: a burst and a quota) their states, all read, stay
+  -- valid, and the charge (or the look at cost 0 after a refusal) goes on
+  -- from them without reading again; otherwise each limit is read again.
+  local refused, own, states, seenAlg = nil, true, {}, {}
   for j = 1, R.n do
     local L, key = Ls[j], KEYS[base + j]
-    local p = look(L, key, cost)
+    local p, s = look(L, key, cost)
+    if seenAlg[L.alg] then
+      own = false
+    end
+    seenAlg[L.alg], states[j] = true, s
     if not p[1] then
       refused = refused or j
     elseif refused then
-      p = look(L, key, 0)
+      p = again(L, key, s, 0, true)
     end
     parts[j] = p
   end
   if refused then
     for j = 1, refused - 1 do
-      parts[j] = look(Ls[j], KEYS[base + j], 0)
+      if own then
+        parts[j] = again(Ls[j], KEYS[base + j], states[j], 0, true)
+      else
+        parts[j] = look(Ls[j], KEYS[base + j], 0)
+      end
     end
     return
   end
   if R.peek then
+    return
+  end
+  if own then
+    for j = 1, R.n do
+      local L, key, s = Ls[j], KEYS[base + j], states[j]
+      parts[j] = again(L, key, s, cost, false)
+      if s.dirty then
+        L.alg.write(key, now, s, L)
+      end
+    end
     return
   end
   for j = 1, R.n do

@@ -15,6 +15,11 @@
 //	floor  a four-line script that only runs SET key v NX GET PX ttl per
 //	       key: what Redis spends per fresh decision that no batch script
 //	       can avoid
+//	policy1, policy2
+//	       RL.ALLOW's work over -keys client keys picked at random: a
+//	       policy of one limit (GCRA, 10 a second, burst 10), and one of
+//	       two (that, and a fixed window of 100,000 a day), all-or-nothing;
+//	       -sizes 16 is RL.ALLOW at redis-benchmark's -P 16
 //
 //	go run ./bench/scriptcost
 //	go run ./bench/scriptcost -sizes 16,256,1024 -runs 7 -alg gcra,fixed
@@ -27,6 +32,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -46,7 +52,8 @@ var (
 	runs      = flag.Int("runs", 5, "runs of each measurement; the median is reported")
 	decisions = flag.Int("n", 100_000, "decisions per run (rounded up to whole batches)")
 	algs      = flag.String("alg", "gcra,token,leaky,fixed,sliding,log", "algorithms, by short name")
-	scenarios = flag.String("scenario", "fresh,hot,floor", "scenarios: fresh, hot, floor")
+	scenarios = flag.String("scenario", "fresh,hot,floor,policy1,policy2", "scenarios: fresh, hot, floor, policy1, policy2")
+	keySpace  = flag.Int("keys", 100_000, "client keys the policy scenarios pick from")
 	server    = flag.String("redis-server", "redis-server", "the redis-server binary")
 )
 
@@ -120,6 +127,8 @@ func main() {
 		switch sc {
 		case "floor":
 			m.row(sc, "-", ns, m.floor)
+		case "policy1", "policy2":
+			m.row(sc, "-", ns, func(n int) (float64, error) { return m.policy(n, sc == "policy2") })
 		case "fresh", "hot":
 			for _, a := range as {
 				m.row(sc, a.Short(), ns, func(n int) (float64, error) { return m.batches(sc, a, n) })
@@ -223,6 +232,50 @@ func (m *meter) batches(scenario string, a engine.Algorithm, n int) (float64, er
 			}
 		}
 	}
+	us, err := m.usecPerCall("evalsha")
+	return us / float64(n), err
+}
+
+// policyLimits are the policy scenarios' limits: a burst limit, and a
+// daily one beside it for policy2.
+var policyLimits = []engine.NamedLimit{
+	{Name: "burst", Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 10, Period: time.Second, Burst: 9}},
+	{Name: "daily", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 100_000, Period: 24 * time.Hour}},
+}
+
+// policy runs batches of n requests, as RL.ALLOW hands them to the store,
+// on client keys picked at random from -keys, under a policy of one limit
+// or of two, and returns Redis's µs per decision.
+func (m *meter) policy(n int, two bool) (float64, error) {
+	reqs := make([]engine.Request, n)
+	res := make([]engine.Result, n)
+	rounds := (*decisions + n - 1) / n
+	m.decided = (rounds + 1) * n
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(m.serial)))
+	for round := -1; round < rounds; round++ {
+		if round == 0 {
+			if err := m.resetStats(); err != nil {
+				return 0, err
+			}
+		}
+		for i := range reqs {
+			reqs[i] = engine.Request{Key: "pol:" + strconv.Itoa(rng.IntN(*keySpace)), Cost: 1}
+			if two {
+				reqs[i].Limits = policyLimits
+			} else {
+				reqs[i].Limit = policyLimits[0].Limit
+			}
+		}
+		if err := m.store.Decide(m.ctx, reqs, res); err != nil {
+			return 0, err
+		}
+		for i := range res {
+			if res[i].Err != nil {
+				return 0, res[i].Err
+			}
+		}
+	}
+	m.serial++
 	us, err := m.usecPerCall("evalsha")
 	return us / float64(n), err
 }
