@@ -26,6 +26,10 @@ func newServer(t testing.TB, token string) *Server {
 	}
 	svc, err := service.New(service.Config{Store: mem, Policies: policies{
 		"api": {Name: "api", Prefix: "api:", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 2, Period: time.Minute}},
+		"two": {Name: "two", Prefix: "two:", Limits: []engine.NamedLimit{
+			{Name: "burst", Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 5}},
+			{Name: "hourly", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 2, Period: time.Hour}},
+		}},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -115,5 +119,25 @@ func BenchmarkCheck(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		s.ServeHTTP(w, r)
+	}
+}
+
+// A multi-limit policy checks as RL.ALLOW decides it: all limits must
+// admit; the headers speak of the limit that bound the answer.
+func TestCheckMultiLimit(t *testing.T) {
+	s := newServer(t, "")
+	for i, want := range []string{"1", "0"} {
+		w := get(s, "/v1/check?policy=two&key=k")
+		h := w.Header()
+		if w.Code != 200 || h.Get("X-RateLimit-Limit") != "2" || h.Get("X-RateLimit-Remaining") != want ||
+			h.Get("RateLimit-Policy") != `"two";q=2;w=3600` {
+			t.Fatalf("allowed %d: %d %v", i, w.Code, h)
+		}
+	}
+	// The hourly limit refuses while the burst limit has room; the clock
+	// stands 30s into its hour.
+	w := get(s, "/v1/check?policy=two&key=k")
+	if h := w.Header(); w.Code != 429 || h.Get("Retry-After") != "3570" || h.Get("RateLimit-Policy") != `"two";q=2;w=3600` {
+		t.Fatalf("refused: %d %v", w.Code, h)
 	}
 }
