@@ -227,3 +227,46 @@ func TestDenyCacheMixedBatch(t *testing.T) {
 		}
 	}
 }
+
+// A multi-limit refusal is remembered under its key and answered locally,
+// each limit's own decision with it, until the binding limit's
+// retry-after; other limits (a reloaded policy) and a reset miss it.
+func TestDenyCacheMultiLimit(t *testing.T) {
+	clock := enginetest.NewClock(enginetest.Epoch)
+	g := &gateStore{inner: openMemory(t, clock.Now)}
+	c := newDenyCache(t, g, clock)
+	limits := []engine.NamedLimit{
+		{Name: "burst", Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 5, Period: time.Second, Burst: 5}},
+		{Name: "daily", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 1, Period: time.Hour}},
+	}
+	req := func(ls []engine.NamedLimit) engine.Request {
+		return engine.Request{Key: "p:k", Limits: ls, Cost: 1, Detail: make([]engine.Decision, len(ls))}
+	}
+	if d := decideOne(t, c, req(limits)); !d.Allowed {
+		t.Fatalf("first: %+v", d)
+	}
+	if d := decideOne(t, c, req(limits)); d.Allowed || d.RetryAfter != time.Hour {
+		t.Fatalf("second: %+v; want refused by the daily limit for 1h", d)
+	}
+	sent := len(g.batchSizes())
+	clock.Advance(time.Minute)
+	r := req(limits)
+	if d := decideOne(t, c, r); d.Allowed || d.RetryAfter != 59*time.Minute {
+		t.Fatalf("cached: %+v; want refused for 59m", d)
+	}
+	if r.Detail[1].RetryAfter != 59*time.Minute || !r.Detail[0].Allowed || r.Detail[0].Remaining != 4 {
+		t.Fatalf("cached detail %+v; want the daily limit's retry run down, the burst limit's room", r.Detail)
+	}
+	if got := len(g.batchSizes()); got != sent {
+		t.Fatalf("%d round trips for a cached multi-limit refusal; want none", got-sent)
+	}
+	other := append([]engine.NamedLimit(nil), limits...)
+	other[1].Limit.Rate = 5
+	if d := decideOne(t, c, req(other)); !d.Allowed {
+		t.Fatalf("other limits: %+v; want the store's admission, not the old refusal", d)
+	}
+	c.Forget("p:k")
+	if c.Stats().Entries != 0 {
+		t.Fatalf("Forget left %d entries", c.Stats().Entries)
+	}
+}
