@@ -241,6 +241,9 @@ func (s *Store) Decide(ctx context.Context, reqs []engine.Request, res []engine.
 	}
 	s.plan(b, reqs, now)
 	s.run(ctx, b.calls)
+	if s.cluster {
+		s.settle(ctx, b, reqs, now)
+	}
 	for k := range b.calls {
 		if err := s.collect(b, &b.calls[k], reqs, res); err != nil {
 			s.reloadSlots(ctx)
@@ -277,38 +280,44 @@ func (s *Store) plan(b *buffers, reqs []engine.Request, now any) {
 				end++
 			}
 		}
-		k, g := len(b.keys), len(b.grouped)
-		// The multi-limit requests go last, keys and all (see batch.lua).
-		b.multi = b.multi[:0]
-		single := order[start:start]
-		for _, i := range order[start:end] {
-			if reqs[i].Multi() {
-				b.multi = append(b.multi, i)
-			} else {
-				single = append(single, i) // in place: single never passes i
-			}
-		}
-		s.group(b, reqs, single)
-		singles := len(b.grouped) - g
-		b.grouped = append(b.grouped, b.multi...)
-		for _, i := range b.multi {
-			for _, l := range reqs[i].Limits {
-				b.keys = append(b.keys, s.LimitKey(reqs[i].Key, l))
-			}
-		}
-		a := len(b.args)
-		b.args, b.nums = b.appendBatchArgs(reqs, b.grouped[g:g+singles], b.grouped[g+singles:])
-		if now != nil {
-			b.args = append(b.args, now)
-		}
-		b.calls = append(b.calls, call{
-			script: lua.Batch,
-			keys:   b.keys[k:len(b.keys):len(b.keys)],
-			args:   b.args[a:len(b.args):len(b.args)],
-			reqs:   b.grouped[g:len(b.grouped):len(b.grouped)],
-		})
+		s.appendCall(b, reqs, order[start:end], now)
 		start = end
 	}
+}
+
+// appendCall appends to b.calls one call of the batch script that decides
+// the requests idx, which share a slot on Cluster.
+func (s *Store) appendCall(b *buffers, reqs []engine.Request, idx []int, now any) {
+	k, g := len(b.keys), len(b.grouped)
+	// The multi-limit requests go last, keys and all (see batch.lua).
+	b.multi = b.multi[:0]
+	single := idx[:0]
+	for _, i := range idx {
+		if reqs[i].Multi() {
+			b.multi = append(b.multi, i)
+		} else {
+			single = append(single, i) // in place: single never passes i
+		}
+	}
+	s.group(b, reqs, single)
+	singles := len(b.grouped) - g
+	b.grouped = append(b.grouped, b.multi...)
+	for _, i := range b.multi {
+		for _, l := range reqs[i].Limits {
+			b.keys = append(b.keys, s.LimitKey(reqs[i].Key, l))
+		}
+	}
+	a := len(b.args)
+	b.args, b.nums = b.appendBatchArgs(reqs, b.grouped[g:g+singles], b.grouped[g+singles:])
+	if now != nil {
+		b.args = append(b.args, now)
+	}
+	b.calls = append(b.calls, call{
+		script: lua.Batch,
+		keys:   b.keys[k:len(b.keys):len(b.keys)],
+		args:   b.args[a:len(b.args):len(b.args)],
+		reqs:   b.grouped[g:len(b.grouped):len(b.grouped)],
+	})
 }
 
 // bySlot returns the valid requests grouped by hash slot: the groups in
@@ -506,7 +515,7 @@ func (b *buffers) appendBatchArgs(reqs []engine.Request, idx, multi []int) ([]an
 // second one, those that met NOSCRIPT. Errors stay in each call's cmd.
 func (s *Store) run(ctx context.Context, calls []call) {
 	s.send(ctx, calls, func(p redis.Cmdable, c *call) *redis.Cmd {
-		return p.EvalSha(ctx, c.script.SHA, c.keys, c.args...)
+		return s.eval(ctx, p, "evalsha", c.script.SHA, c)
 	})
 	if !hasNoScript(calls) {
 		return
@@ -520,7 +529,7 @@ func (s *Store) run(ctx context.Context, calls []call) {
 		}
 	}
 	s.send(ctx, retry, func(p redis.Cmdable, c *call) *redis.Cmd {
-		return p.Eval(ctx, c.script.Source, c.keys, c.args...)
+		return s.eval(ctx, p, "eval", c.script.Source, c)
 	})
 	for k, j := 0, 0; k < len(calls); k++ {
 		if isNoScript(calls[k].cmd.Err()) {

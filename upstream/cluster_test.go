@@ -1,0 +1,134 @@
+package upstream_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/upstream"
+)
+
+// TestDecideWhileSlotMigrates moves a hash slot from one master to another
+// by hand, and decides a batch at each step of the migration: keys of the
+// slot on both masters (one script call over them meets TRYAGAIN), a key
+// new to the slot, and, behind them in the same pipeline to the source,
+// keys of another slot it keeps. Every request is decided, once, within
+// the deadline, and the slot's keys end on the target.
+func TestDecideWhileSlotMigrates(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 2})
+	t.Cleanup(func() { _ = cc.Close() })
+	at := time.Unix(1_800_000_000, 0) // one fixed window throughout
+	s := newStore(t, upstream.Config{Client: cc, Prefix: "mig:", Now: func() time.Time { return at }})
+	lim := limitOf(engine.FixedWindow, 100, time.Hour)
+	redisKey := func(k string) string { return s.Key(k, engine.FixedWindow) }
+
+	// Six keys in one slot, one more for later, two in another slot of
+	// the same master.
+	moving := upstream.Slot(redisKey("m:0"))
+	src := cl.MasterOf(redisKey("m:0"))
+	var keys, stay []string
+	for i := 1; len(keys) < 7 || len(stay) < 2; i++ {
+		k := "m:" + strconv.Itoa(i)
+		switch slot := upstream.Slot(redisKey(k)); {
+		case slot == moving && len(keys) < 7:
+			keys = append(keys, k)
+		case slot != moving && len(stay) < 2 && cl.MasterOf(redisKey(k)) == src:
+			stay = append(stay, k)
+		}
+	}
+	fresh, keys := keys[6], keys[:6]
+	var dst *redistest.Server
+	for _, n := range cl.Nodes {
+		if n != src {
+			dst = n
+			break
+		}
+	}
+	srcID, dstID := mustDo(t, src, "CLUSTER", "MYID"), mustDo(t, dst, "CLUSTER", "MYID")
+	slot := strconv.Itoa(int(moving))
+
+	// batch decides every key once (keys first, so that their call leads
+	// the source's pipeline), within 100ms, and checks what each key has
+	// left.
+	batch := func(step string, ks []string, remaining map[string]int64) {
+		t.Helper()
+		var reqs []engine.Request
+		for _, k := range ks {
+			reqs = append(reqs, engine.Request{Key: k, Limit: lim, Cost: 1})
+		}
+		res := make([]engine.Result, len(reqs))
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if err := s.Decide(ctx, reqs, res); err != nil {
+			t.Fatalf("%s: Decide: %v", step, err)
+		}
+		for i, r := range res {
+			remaining[ks[i]]--
+			if r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != remaining[ks[i]] {
+				t.Fatalf("%s: key %s: %+v; want allowed with %d remaining", step, ks[i], r, remaining[ks[i]])
+			}
+		}
+	}
+	remaining := map[string]int64{}
+	for _, k := range append(append([]string{fresh}, keys...), stay...) {
+		remaining[k] = lim.Rate
+	}
+	all := append(append([]string{}, keys...), stay...)
+	batch("before", all, remaining)
+	tryAgain0 := errorCount(t, src, "TRYAGAIN")
+
+	mustDo(t, dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID)
+	mustDo(t, src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID)
+	batch("importing and migrating", all, remaining)
+	migrateKeys(t, src, dst, redisKey, keys[0], keys[2], keys[4])
+	batch("half the keys moved", append([]string{fresh}, all...), remaining)
+	batch("half the keys moved, again", all, remaining)
+	if errorCount(t, src, "TRYAGAIN") == tryAgain0 {
+		t.Fatal("the source never answered TRYAGAIN: the test did not test it")
+	}
+	migrateKeys(t, src, dst, redisKey, keys[1], keys[3], keys[5])
+	batch("every key moved", all, remaining)
+	for _, n := range cl.Nodes {
+		mustDo(t, n, "CLUSTER", "SETSLOT", slot, "NODE", dstID)
+	}
+	batch("the slot the target's", append([]string{fresh}, all...), remaining)
+	if got := mustDo(t, dst, "CLUSTER", "COUNTKEYSINSLOT", slot); got != "7" {
+		t.Errorf("the target holds %s keys of the slot; want 7", got)
+	}
+	if got := mustDo(t, src, "CLUSTER", "COUNTKEYSINSLOT", slot); got != "0" {
+		t.Errorf("the source holds %s keys of the slot; want 0", got)
+	}
+}
+
+func migrateKeys(t *testing.T, src, dst *redistest.Server, redisKey func(string) string, keys ...string) {
+	t.Helper()
+	args := []string{"MIGRATE", "127.0.0.1", strconv.Itoa(dst.Port), "", "0", "5000", "KEYS"}
+	for _, k := range keys {
+		args = append(args, redisKey(k))
+	}
+	mustDo(t, src, args...)
+}
+
+// errorCount is how many errors of a kind srv has answered (INFO
+// errorstats).
+func errorCount(t *testing.T, srv *redistest.Server, kind string) int64 {
+	t.Helper()
+	for _, line := range strings.Split(mustDo(t, srv, "INFO", "errorstats"), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "errorstat_"+kind+":count="); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(fmt.Errorf("INFO errorstats: %q: %w", line, err))
+			}
+			return n
+		}
+	}
+	return 0
+}
