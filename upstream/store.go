@@ -567,8 +567,9 @@ func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err,
 // unavailable lists the prefixes of Redis errors that mean the server
 // cannot serve at all now, rather than that a request met a problem of its
 // own: they fail the batch, so that the caller falls back as its policy
-// says.
-var unavailable = []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY", "NOAUTH", "WRONGPASS", "NOPERM", "NOSCRIPT", "OOM"}
+// says. A MOVED or ASK left is one go-redis did not follow in time: the
+// script did not run.
+var unavailable = []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "MASTERDOWN", "READONLY", "NOAUTH", "WRONGPASS", "NOPERM", "NOSCRIPT", "OOM"}
 
 // collect turns one call's reply into results. It returns an error only
 // when the call failed as a whole in a way that fails the batch.

@@ -21,8 +21,9 @@ func TestNewClient(t *testing.T) {
 		{"redis://127.0.0.1:6379/2", nil, upstream.Standalone, "addr=127.0.0.1:6379 db=2 user= tls=false ctx=true"},
 		{"rediss://user:pw@cache.internal:6380", roots, upstream.Standalone, "addr=cache.internal:6380 db=0 user=user tls=true roots=true ctx=true"},
 		{"redis+sentinel://127.0.0.1:26379,127.0.0.2:26379/mymaster", nil, upstream.Sentinel, "failover ctx=true"},
-		{"redis+cluster://127.0.0.1:7000,127.0.0.2:7001?dial_timeout=1s", nil, upstream.Cluster, "addrs=127.0.0.1:7000,127.0.0.2:7001 dial=1s ctx=true"},
-		{"rediss+cluster://u:p@127.0.0.1:7000", roots, upstream.Cluster, "addrs=127.0.0.1:7000 dial=5s tls=true roots=true ctx=true"},
+		{"redis+cluster://127.0.0.1:7000,127.0.0.2:7001?dial_timeout=1s", nil, upstream.Cluster, "addrs=127.0.0.1:7000,127.0.0.2:7001 dial=1s backoff=1ms ctx=true"},
+		{"redis+cluster://127.0.0.1:7000?min_retry_backoff=20ms", nil, upstream.Cluster, "addrs=127.0.0.1:7000 dial=5s backoff=20ms ctx=true"},
+		{"rediss+cluster://u:p@127.0.0.1:7000", roots, upstream.Cluster, "addrs=127.0.0.1:7000 dial=5s backoff=1ms tls=true roots=true ctx=true"},
 	} {
 		t.Run(tc.addr, func(t *testing.T) {
 			c, kind, err := upstream.NewClient(tc.addr, tc.roots)
@@ -45,7 +46,7 @@ func describe(c redis.UniversalClient, roots *x509.CertPool) string {
 	switch c := c.(type) {
 	case *redis.ClusterClient:
 		o := c.Options()
-		s := "addrs=" + strings.Join(o.Addrs, ",") + " dial=" + o.DialTimeout.String()
+		s := "addrs=" + strings.Join(o.Addrs, ",") + " dial=" + o.DialTimeout.String() + " backoff=" + o.MinRetryBackoff.String()
 		if o.TLSConfig != nil {
 			s += " tls=true roots=" + boolString(o.TLSConfig.RootCAs == roots)
 		}
