@@ -2,8 +2,10 @@ package tests
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os/exec"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,6 +117,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 		fallbacks0 += fallbacks(t, rdb)
 	}
 	stats0 := errorStats(t, a.srv)
+	moving := time.Now()
 
 	// By hand, the three slots together: importing and migrating, then
 	// half of each slot's keys moved, then all, then owned by b.
@@ -180,8 +183,9 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 		fb += fallbacks(t, rdb)
 	}
 	sum := l.summary(replies)
-	t.Logf("%d rounds (%d decisions: %d allowed, %d refused), slowest round %v (bound %v); %d decisions by the failure mode; at the source of the slots moved by hand: %v",
-		sum.rounds, sum.decisions, sum.allowed, sum.decisions-sum.allowed, sum.max.Round(time.Millisecond), replyBound, fb, diffStats(stats0, stats1))
+	still, moved := percentiles(replies, time.Time{}, moving), percentiles(replies, moving, time.Now())
+	t.Logf("%d rounds (%d decisions: %d allowed, %d refused); a round took %v before the slots moved and %v while they moved (median, 99th percentile, slowest; bound %v); %d decisions by the failure mode; at the source of the slots moved by hand: %v",
+		sum.rounds, sum.decisions, sum.allowed, sum.decisions-sum.allowed, still, moved, replyBound, fb, diffStats(stats0, stats1))
 	if sum.errs > 0 {
 		t.Errorf("%d of %d rounds met an error; the first: %v", sum.errs, sum.rounds, sum.firstErr)
 	}
@@ -512,4 +516,23 @@ func (l *reshardLoad) summary(rounds [][]reshardRound) reshardSummary {
 		}
 	}
 	return s
+}
+
+// percentiles renders the median, 99th percentile and slowest of the
+// rounds sent from from until to.
+func percentiles(rounds [][]reshardRound, from, to time.Time) string {
+	var took []time.Duration
+	for _, rs := range rounds {
+		for _, r := range rs {
+			if !r.sent.Before(from) && r.sent.Before(to) {
+				took = append(took, r.got.Sub(r.sent))
+			}
+		}
+	}
+	if len(took) == 0 {
+		return "(no rounds)"
+	}
+	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+	return fmt.Sprintf("%v, %v, %v", r(took[len(took)/2]), r(took[len(took)*99/100]), r(took[len(took)-1]))
 }
