@@ -2,11 +2,11 @@ package upstream
 
 import (
 	"context"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/lua"
 )
 
 // Resharding. While a hash slot moves from one master to another, its keys
@@ -16,8 +16,10 @@ import (
 // pipeline), and the target runs it. A script over keys on both sides gets
 // TRYAGAIN, for as long as the migration takes, however long that is (an
 // operator's tool that stalls, a slot of many keys): retrying the same
-// call can outlast any deadline. Each key is independent, so such a call is
-// split into one call per key, and each of those runs where its key lives.
+// call can outlast any deadline. Requests on different keys are
+// independent, so such a call is split into one call per key (per
+// multi-limit request: its keys are decided together), and each of those
+// runs where its keys live.
 // Once the slot is the target's, the source answers MOVED, which go-redis
 // follows and learns from.
 //
@@ -66,44 +68,84 @@ func (s *Store) eval(ctx context.Context, p redis.Cmdable, name, body string, c 
 	return cmd
 }
 
-// settle sends again the calls over several keys that met TRYAGAIN (see
-// Resharding above), split into one call per key, in one more round trip
-// within ctx's deadline, and puts the parts in b.calls in place of the
-// call, so that collect reads them instead. A call over one key cannot
-// meet TRYAGAIN: its key is on the source, which runs it, or not, and the
-// target runs it after ASK.
+// maxSettleRounds bounds settle's rounds when ctx has no deadline.
+const maxSettleRounds = 8
+
+// settle sends again, within ctx's deadline, the calls that met TRYAGAIN
+// (see Resharding above). A call over several independent requests is
+// split, at once, into one call per unit: a key's single-limit requests,
+// or one multi-limit request. A call of one unit cannot be split: a
+// multi-limit request's keys must be decided together, so one whose keys
+// are on both sides, or missing on the target, waits until the migration
+// has moved them all; it is sent again after a pause of 1ms, then 2ms, 4ms
+// … while the deadline allows. (A single key cannot meet TRYAGAIN: it is
+// on the source, which runs it, or not, and the target runs it after
+// ASK.) A split call is replaced in b.calls by its parts, so that collect
+// reads them instead.
 func (s *Store) settle(ctx context.Context, b *buffers, reqs []engine.Request, now any) {
-	n := len(b.calls)
-	split := 0
-	for k := range n {
-		if c := &b.calls[k]; isTryAgain(c.cmd.Err()) && c.script == lua.Batch && len(c.keys) > 1 {
-			split++
-		}
-	}
-	if split == 0 {
-		return
-	}
-	kept := make([]call, 0, n-split)
-	for k := range n {
-		c := b.calls[k]
-		if !isTryAgain(c.cmd.Err()) || c.script != lua.Batch || len(c.keys) < 2 {
-			kept = append(kept, c)
-			continue
-		}
-		// One call per key: c.reqs holds each key's requests together.
-		for start := 0; start < len(c.reqs); {
-			key := s.Key(reqs[c.reqs[start]].Key, reqs[c.reqs[start]].Limit.Algorithm)
-			end := start + 1
-			for end < len(c.reqs) && s.Key(reqs[c.reqs[end]].Key, reqs[c.reqs[end]].Limit.Algorithm) == key {
-				end++
+	for round := 0; round < maxSettleRounds && hasTryAgain(b.calls); round++ {
+		n := len(b.calls)
+		kept := make([]call, 0, n)
+		var again []call // calls of one unit, sent again as they are
+		for k := range n {
+			c := b.calls[k]
+			if !isTryAgain(c.cmd.Err()) {
+				kept = append(kept, c)
+			} else if !s.split(b, reqs, &c, now) {
+				again = append(again, c)
 			}
-			s.appendCall(b, reqs, c.reqs[start:end], now)
-			start = end
+		}
+		parts := b.calls[n:]
+		if len(parts) == 0 {
+			t := time.NewTimer(time.Millisecond << min(round, 5))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		again = append(again, parts...)
+		s.run(ctx, again)
+		b.calls = append(append(b.calls[:0:0], kept...), again...)
+	}
+}
+
+// split appends to b.calls one call per unit of c (see settle) and
+// reports whether c had more than one.
+func (s *Store) split(b *buffers, reqs []engine.Request, c *call, now any) bool {
+	// c.reqs holds each key's single-limit requests together, then the
+	// multi-limit ones.
+	unitEnd := func(start int) int {
+		r := &reqs[c.reqs[start]]
+		end := start + 1
+		if r.Multi() {
+			return end
+		}
+		key := s.keyOf(r)
+		for end < len(c.reqs) && !reqs[c.reqs[end]].Multi() && s.keyOf(&reqs[c.reqs[end]]) == key {
+			end++
+		}
+		return end
+	}
+	if unitEnd(0) == len(c.reqs) {
+		return false
+	}
+	for start := 0; start < len(c.reqs); {
+		end := unitEnd(start)
+		s.appendCall(b, reqs, c.reqs[start:end], now)
+		start = end
+	}
+	return true
+}
+
+func hasTryAgain(calls []call) bool {
+	for k := range calls {
+		if isTryAgain(calls[k].cmd.Err()) {
+			return true
 		}
 	}
-	parts := b.calls[n:]
-	s.run(ctx, parts)
-	b.calls = append(append(b.calls[:0:0], kept...), parts...)
+	return false
 }
 
 func isTryAgain(err error) bool { return err != nil && redis.HasErrorPrefix(err, "TRYAGAIN") }

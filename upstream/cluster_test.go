@@ -132,3 +132,91 @@ func errorCount(t *testing.T, srv *redistest.Server, kind string) int64 {
 	}
 	return 0
 }
+
+// TestDecideMultiLimitWhileSlotMigrates: a multi-limit request whose keys
+// sit on both sides of a migrating slot cannot be split, so it is sent
+// again until the migration has moved them all; the single-limit requests
+// of its call are split off and decided at once. Each is decided once.
+func TestDecideMultiLimitWhileSlotMigrates(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 2})
+	t.Cleanup(func() { _ = cc.Close() })
+	at := time.Unix(1_800_000_000, 0)
+	s := newStore(t, upstream.Config{Client: cc, Prefix: "mml:", Now: func() time.Time { return at }})
+	limits := []engine.NamedLimit{
+		{Name: "burst", Limit: limitOf(engine.FixedWindow, 100, time.Hour)},
+		{Name: "daily", Limit: limitOf(engine.FixedWindow, 200, 24*time.Hour)},
+	}
+	multiKeys := func(k string) []string {
+		return []string{s.LimitKey(k, limits[0]), s.LimitKey(k, limits[1])}
+	}
+	single := limitOf(engine.FixedWindow, 100, time.Hour)
+	moving := upstream.Slot(multiKeys("mm:0")[0])
+	var singles []string
+	for i := 1; len(singles) < 2; i++ {
+		if k := "mm:" + strconv.Itoa(i); upstream.Slot(s.Key(k, engine.FixedWindow)) == moving {
+			singles = append(singles, k)
+		}
+	}
+	src := cl.MasterOf(multiKeys("mm:0")[0])
+	var dst *redistest.Server
+	for _, n := range cl.Nodes {
+		if n != src {
+			dst = n
+			break
+		}
+	}
+	srcID, dstID := mustDo(t, src, "CLUSTER", "MYID"), mustDo(t, dst, "CLUSTER", "MYID")
+	slot := strconv.Itoa(int(moving))
+
+	round := int64(0)
+	batch := func(step string, deadline time.Duration) {
+		t.Helper()
+		round++
+		detail := make([]engine.Decision, 2)
+		reqs := []engine.Request{{Key: "mm:0", Limits: limits, Detail: detail, Cost: 1}}
+		for _, k := range singles {
+			reqs = append(reqs, engine.Request{Key: k, Limit: single, Cost: 1})
+		}
+		res := make([]engine.Result, len(reqs))
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		defer cancel()
+		if err := s.Decide(ctx, reqs, res); err != nil {
+			t.Fatalf("%s: Decide: %v", step, err)
+		}
+		if r := res[0]; r.Err != nil || !r.Decision.Allowed || detail[0].Remaining != 100-round || detail[1].Remaining != 200-round {
+			t.Fatalf("%s: the multi-limit request: %+v, %+v; want allowed with %d and %d remaining", step, r, detail, 100-round, 200-round)
+		}
+		for i, r := range res[1:] {
+			if r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != 100-round {
+				t.Fatalf("%s: key %s: %+v; want allowed with %d remaining", step, singles[i], r, 100-round)
+			}
+		}
+	}
+	batch("before", 100*time.Millisecond)
+	tryAgain0 := errorCount(t, src, "TRYAGAIN")
+	mustDo(t, dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID)
+	mustDo(t, src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID)
+	mustDo(t, src, "MIGRATE", "127.0.0.1", strconv.Itoa(dst.Port), "", "0", "5000", "KEYS", multiKeys("mm:0")[0], s.Key(singles[0], engine.FixedWindow))
+	// The request's other key moves 30ms into the next batch.
+	moved := make(chan error, 1)
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		_, err := src.Do("MIGRATE", "127.0.0.1", strconv.Itoa(dst.Port), "", "0", "5000", "KEYS", multiKeys("mm:0")[1])
+		moved <- err
+	}()
+	start := time.Now()
+	batch("the request's keys on both sides", time.Second)
+	took := time.Since(start)
+	if err := <-moved; err != nil {
+		t.Fatal(err)
+	}
+	if took < 30*time.Millisecond {
+		t.Errorf("decided in %v, before its keys were on one side", took)
+	}
+	if n := errorCount(t, src, "TRYAGAIN") - tryAgain0; n < 2 {
+		t.Errorf("the source answered TRYAGAIN %d times; want the call split, then the request sent again", n)
+	}
+	batch("every key of the request moved", 100*time.Millisecond)
+	t.Logf("the multi-limit request was decided %v after its keys were split across the masters", took.Round(time.Millisecond))
+}
