@@ -130,23 +130,23 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 		mustCluster(t, a.srv, "CLUSTER", "SETSLOT", strconv.Itoa(int(slot)), "MIGRATING", b.id)
 	}
 	pause("slots importing on b and migrating on a, every key still on a")
-	for _, slot := range handSlots {
-		// Every other key, so that most rounds of three keys span both.
-		var half []string
-		for k := 0; k < perSlot; k += 2 {
-			half = append(half, upstream.DefaultPrefix+"{"+keys[slot][k]+"}:fixed")
+	// Every other key of a slot from first on, so that most rounds of
+	// three keys span both masters.
+	everyOther := func(slot uint16, first int) []string {
+		var ks []string
+		for k := first; k < perSlot; k += 2 {
+			ks = append(ks, upstream.DefaultPrefix+"{"+keys[slot][k]+"}:fixed")
 		}
-		migrate(t, a.srv, b.srv, half)
+		return ks
+	}
+	for _, slot := range handSlots {
+		migrate(t, a.srv, b.srv, everyOther(slot, 0))
 	}
 	// A stalled migration: longer than the upstream timeout.
 	pause("half of each slot's keys on b")
 	time.Sleep(5 * upstreamTimeout)
 	for _, slot := range handSlots {
-		var rest []string
-		for k := 1; k < perSlot; k += 2 {
-			rest = append(rest, upstream.DefaultPrefix+"{"+keys[slot][k]+"}:fixed")
-		}
-		migrate(t, a.srv, b.srv, rest)
+		migrate(t, a.srv, b.srv, everyOther(slot, 1))
 	}
 	pause("every key on b, the slots still a's")
 	for _, slot := range handSlots {

@@ -45,14 +45,7 @@ func TestDecideWhileSlotMigrates(t *testing.T) {
 		}
 	}
 	fresh, keys := keys[6], keys[:6]
-	var dst *redistest.Server
-	for _, n := range cl.Nodes {
-		if n != src {
-			dst = n
-			break
-		}
-	}
-	srcID, dstID := mustDo(t, src, "CLUSTER", "MYID"), mustDo(t, dst, "CLUSTER", "MYID")
+	dst, srcID, dstID := otherMaster(t, cl, src)
 	slot := strconv.Itoa(int(moving))
 
 	// batch decides every key once (keys first, so that their call leads
@@ -108,6 +101,18 @@ func TestDecideWhileSlotMigrates(t *testing.T) {
 	}
 }
 
+// otherMaster is a master of cl other than src, and both one's IDs.
+func otherMaster(t *testing.T, cl *redistest.Cluster, src *redistest.Server) (dst *redistest.Server, srcID, dstID string) {
+	t.Helper()
+	for _, n := range cl.Nodes {
+		if n != src {
+			dst = n
+			break
+		}
+	}
+	return dst, mustDo(t, src, "CLUSTER", "MYID"), mustDo(t, dst, "CLUSTER", "MYID")
+}
+
 func migrateKeys(t *testing.T, src, dst *redistest.Server, redisKey func(string) string, keys ...string) {
 	t.Helper()
 	args := []string{"MIGRATE", "127.0.0.1", strconv.Itoa(dst.Port), "", "0", "5000", "KEYS"}
@@ -159,14 +164,7 @@ func TestDecideMultiLimitWhileSlotMigrates(t *testing.T) {
 		}
 	}
 	src := cl.MasterOf(multiKeys("mm:0")[0])
-	var dst *redistest.Server
-	for _, n := range cl.Nodes {
-		if n != src {
-			dst = n
-			break
-		}
-	}
-	srcID, dstID := mustDo(t, src, "CLUSTER", "MYID"), mustDo(t, dst, "CLUSTER", "MYID")
+	dst, srcID, dstID := otherMaster(t, cl, src)
 	slot := strconv.Itoa(int(moving))
 
 	round := int64(0)
