@@ -393,6 +393,22 @@ func TestCentralManifest(t *testing.T) {
 	if sc == nil || !deref(sc.ReadOnlyRootFilesystem) || !deref(sc.RunAsNonRoot) || deref(sc.AllowPrivilegeEscalation) {
 		t.Errorf("securityContext %+v", sc)
 	}
+	// The settings as the binary reads them, with the addresses as written
+	// (TestCentralRuns moves them to loopback): the doors' protected mode
+	// must accept them, or the pod never starts.
+	env := resolveEnv(t, objs, c)
+	cfg := app.DefaultConfig()
+	fset := flag.NewFlagSet("sluice", flag.ContinueOnError)
+	cfg.Register(fset)
+	if err := fset.Parse(c.Args); err != nil {
+		t.Fatalf("args %v: %v", c.Args, err)
+	}
+	if err := app.ApplyEnv(fset, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("the binary refuses the central container's settings: %v", err)
+	}
 }
 
 func TestPodMonitor(t *testing.T) {

@@ -21,7 +21,11 @@ import (
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -181,6 +185,9 @@ func run(t *testing.T, objs []injecttest.Object, spec corev1.PodSpec, c corev1.C
 		}
 		for path, dir := range mounts {
 			a = strings.ReplaceAll(a, path+"/", dir+"/")
+			if strings.HasSuffix(a, "="+path) { // a mounted directory itself
+				a = strings.TrimSuffix(a, path) + dir
+			}
 		}
 		args = append(args, a)
 	}
@@ -461,5 +468,65 @@ func TestShutdownDelay(t *testing.T) {
 	}
 	if !strings.Contains(p.out.String(), "serving on until the delay ends") {
 		t.Errorf("output:\n%s", p.out.String())
+	}
+}
+
+// The central example, exactly as kustomize renders it, run as the binary
+// on a real Redis: Envoy's rate limit service answers from the rules of
+// its ConfigMap, and the HTTP check decides for a caller with the Secret's
+// token and refuses one without.
+func TestCentralRuns(t *testing.T) {
+	objs, _ := render(t, "sidecar/examples/central")
+	dep := injecttest.Find[*appsv1.Deployment](objs, "apps/v1/Deployment", "sluice")
+	if dep == nil {
+		t.Fatal("no Deployment sluice")
+	}
+	spec := dep.Spec.Template.Spec
+	c := spec.Containers[0]
+	srv := redistest.Start(t)
+	// RESP, which the central container leaves at its default, on a free
+	// port too.
+	p := run(t, objs, spec, c, []string{"--listen=127.0.0.1:6380"}, func(env map[string]string) {
+		env["SLUICE_UPSTREAM"] = "redis://" + srv.Addr
+	})
+	p.started(t, nil)
+	grpcAddr := "127.0.0.1:" + p.ports[containerPort(c, "grpc")]
+	httpAddr := "127.0.0.1:" + p.ports[containerPort(c, "http")]
+	p.listening(t, grpcAddr).Close()
+	p.listening(t, httpAddr).Close()
+
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "edge",
+		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "192.0.2.1"}}}}})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v; output:\n%s", err, p.out.String())
+	}
+	if resp.OverallCode != pb.RateLimitResponse_OK || len(resp.Statuses) != 1 || resp.Statuses[0].CurrentLimit == nil {
+		t.Errorf("ShouldRateLimit: %v; want OK under the ConfigMap's rule", resp)
+	}
+
+	token := string(injecttest.Find[*corev1.Secret](objs, "v1/Secret", "sluice-http-token").Data["token"])
+	for _, tc := range []struct {
+		token string
+		want  int
+	}{{token, http.StatusOK}, {"", http.StatusUnauthorized}} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/v1/check?policy=api&key=k", nil)
+		if tc.token != "" {
+			req.Header.Set("X-Sluice-Token", tc.token)
+		}
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != tc.want {
+			t.Errorf("check with token %q: %d, want %d", tc.token, r.StatusCode, tc.want)
+		}
 	}
 }
