@@ -866,8 +866,8 @@ func TestUpstreamTLS(t *testing.T) {
 	}
 }
 
-// makeCerts makes an ECDSA CA and a server certificate it signs, for
-// 127.0.0.1, as PEM.
+// makeCerts makes an ECDSA CA and a certificate it signs, for 127.0.0.1,
+// good for a server and for a client, as PEM.
 func makeCerts(t *testing.T) (caPEM, certPEM, keyPEM []byte) {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -893,7 +893,7 @@ func makeCerts(t *testing.T) (caPEM, certPEM, keyPEM []byte) {
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
 		t.Fatal(err)

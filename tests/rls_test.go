@@ -2,6 +2,8 @@ package tests
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"math"
 	"net"
@@ -20,6 +22,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
@@ -633,5 +636,65 @@ func TestRLSExactAcrossSidecars(t *testing.T) {
 	}
 	if okN.Load() != 100 || overN.Load() != callers*calls-100 {
 		t.Errorf("%d OK and %d over, want exactly 100 OK of %d", okN.Load(), overN.Load(), callers*calls)
+	}
+}
+
+// TestRLSMutualTLS: off loopback the gRPC door is protected by client
+// certificates (--grpc-tls-client-ca). A caller with a certificate of that
+// CA is answered; one without a certificate, with a certificate of another
+// CA, or in plaintext is not.
+func TestRLSMutualTLS(t *testing.T) {
+	serverCA, serverCert, serverKey := makeCerts(t)
+	clientCA, clientCert, clientKey := makeCerts(t)
+	dir := t.TempDir()
+	files := map[string][]byte{"server.crt": serverCert, "server.key": serverKey, "client-ca.crt": clientCA}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startDoors(t, writeRLS(t, map[string]string{"shop.yaml": rlsShop}),
+		"--grpc-tls-cert", filepath.Join(dir, "server.crt"), "--grpc-tls-key", filepath.Join(dir, "server.key"),
+		"--grpc-tls-client-ca", filepath.Join(dir, "client-ca.crt"))
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(serverCA)
+	pair := func(cert, key []byte) []tls.Certificate {
+		c, err := tls.X509KeyPair(cert, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []tls.Certificate{c}
+	}
+	for _, tc := range []struct {
+		name  string
+		creds credentials.TransportCredentials
+		ok    bool
+	}{
+		{"client certificate of the CA", credentials.NewTLS(&tls.Config{RootCAs: roots, Certificates: pair(clientCert, clientKey)}), true},
+		{"no client certificate", credentials.NewTLS(&tls.Config{RootCAs: roots}), false},
+		{"client certificate of another CA", credentials.NewTLS(&tls.Config{RootCAs: roots, Certificates: pair(serverCert, serverKey)}), false},
+		{"plaintext", insecure.NewCredentials(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := grpc.NewClient(s.GRPC, grpc.WithTransportCredentials(tc.creds))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			resp, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx,
+				&pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlv3.RateLimitDescriptor{desc("client_ip", "192.0.2.77")}})
+			switch {
+			case tc.ok && err != nil:
+				t.Fatalf("ShouldRateLimit: %v", err)
+			case tc.ok:
+				checkStatuses(t, resp, rlOK, st{rlOK, 3, rlHour, "", 2})
+			case err == nil:
+				t.Fatalf("answered %v; want the connection refused", resp)
+			case status.Code(err) != codes.Unavailable:
+				t.Errorf("error %v; want Unavailable (no TLS session)", err)
+			}
+		})
 	}
 }
