@@ -698,3 +698,66 @@ func TestRLSMutualTLS(t *testing.T) {
 		})
 	}
 }
+
+// TestRLSSharesRoundTrips: the descriptors of a call, and concurrent
+// calls, reach Redis through the batcher, as RESP commands do: far fewer
+// script calls than calls, let alone than descriptors.
+func TestRLSSharesRoundTrips(t *testing.T) {
+	dir := writeRLS(t, map[string]string{"x.yaml": "domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 1000000}\n" +
+		"  - key: b\n    rate_limit: {unit: hour, requests_per_unit: 1000000}\n  - key: c\n    rate_limit: {unit: hour, requests_per_unit: 1000000}\n"})
+	r := redistest.Start(t)
+	s := startDoors(t, dir, "--upstream", "redis://"+r.Addr, "--upstream-timeout", "2s", "--on-upstream-failure", "deny")
+	c, _ := rlsClient(t, s.GRPC)
+	ask(t, c, "x", 0, desc("a", "warm")) // loads the script
+	if _, err := r.Do("CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	const callers, calls = 50, 4
+	var wg sync.WaitGroup
+	var over atomic.Int64
+	errc := make(chan error, callers)
+	for i := range callers {
+		wg.Go(func() {
+			for j := range calls {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				v := fmt.Sprint(i*calls + j)
+				resp, err := c.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "x",
+					Descriptors: []*rlv3.RateLimitDescriptor{desc("a", v), desc("b", v), desc("c", v)}})
+				cancel()
+				if err != nil {
+					errc <- err
+					return
+				}
+				if resp.OverallCode != rlOK {
+					over.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	if over.Load() != 0 {
+		t.Fatalf("%d calls over a limit they cannot reach: a fallback answered", over.Load())
+	}
+	info, err := r.Do("INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts := 0
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok || !strings.HasPrefix(name, "cmdstat_eval") {
+			continue
+		}
+		n := 0
+		fmt.Sscanf(rest, "%d", &n)
+		scripts += n
+	}
+	t.Logf("%d calls of 3 descriptors: %d script calls in Redis", callers*calls, scripts)
+	if scripts == 0 || scripts >= callers*calls {
+		t.Errorf("%d script calls for %d calls of 3 descriptors; want fewer than one a call", scripts, callers*calls)
+	}
+}
