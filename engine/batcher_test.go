@@ -54,9 +54,14 @@ func (g *gateStore) waitBatches(t *testing.T, n int) {
 	}
 }
 
+// newBatcher gives its batcher a deadline no test of gathering and
+// handing over reaches: under the race detector on a loaded machine, 40
+// callers queued behind a memory store can wait out the default 100ms,
+// and ErrQueuedTooLong is not what these tests are about (the deadline's
+// own tests set theirs).
 func newBatcher(t *testing.T, store engine.Store, maxBatch, inFlight int) *engine.Batcher {
 	t.Helper()
-	b, err := engine.NewBatcher(engine.BatcherConfig{Store: store, MaxBatch: maxBatch, MaxInFlight: inFlight})
+	b, err := engine.NewBatcher(engine.BatcherConfig{Store: store, MaxBatch: maxBatch, MaxInFlight: inFlight, Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
