@@ -10,12 +10,14 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -215,12 +217,34 @@ func readReply(r *bufio.Reader) (string, error) {
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
+//
+// It is picked below the kernel's ephemeral range (32768 and up on Linux),
+// from which outgoing connections take their local ports: a port the
+// kernel hands out, closed and given to a test, can be taken by a client's
+// connection before the test's server binds it, and the server then fails
+// with "address already in use". Below the range only another listener
+// can take it, and this process never hands a port out twice. Ports stay
+// under 22768 so that a Cluster node's bus port (port + 10000) is below
+// the range too.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("redistest: free port: %v", err)
+	for range 1000 {
+		port := portsFrom + rand.IntN(portsTo-portsFrom)
+		if _, taken := handedOut.LoadOrStore(port, true); taken {
+			continue
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		return port
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	tb.Fatalf("redistest: no free port in [%d, %d) after 1000 tries", portsFrom, portsTo)
+	return 0
 }
+
+// The range FreePort picks from, and the ports it has handed out.
+const portsFrom, portsTo = 15000, 22768
+
+var handedOut sync.Map // int → true
