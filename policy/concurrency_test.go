@@ -45,13 +45,7 @@ func TestConcurrencyPolicyErrors(t *testing.T) {
 			`p.yaml:6: policy "api": field lease_ttl: only a concurrency policy (algorithm: concurrency) takes a lease_ttl`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse("p.yaml", []byte(tc.yaml))
-			if err == nil {
-				t.Fatal("no error")
-			}
-			if err.Error() != tc.want {
-				t.Errorf("got  %s\nwant %s", err, tc.want)
-			}
+			wantParseError(t, tc.yaml, tc.want)
 		})
 	}
 }

@@ -73,13 +73,7 @@ func TestParseLimitsErrors(t *testing.T) {
 			`p.yaml:12: policy "api": field limits: 9 limits: a policy holds at most 8`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse("p.yaml", []byte(tc.yaml))
-			if err == nil {
-				t.Fatal("no error")
-			}
-			if err.Error() != tc.want {
-				t.Errorf("got  %s\nwant %s", err, tc.want)
-			}
+			wantParseError(t, tc.yaml, tc.want)
 		})
 	}
 }

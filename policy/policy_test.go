@@ -106,13 +106,7 @@ func TestParseErrors(t *testing.T) {
 			`p.yaml:7: policy "t": field precision: 4 the token_bucket algorithm takes no precision`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse("p.yaml", []byte(tc.yaml))
-			if err == nil {
-				t.Fatal("no error")
-			}
-			if err.Error() != tc.want {
-				t.Errorf("got  %s\nwant %s", err, tc.want)
-			}
+			wantParseError(t, tc.yaml, tc.want)
 		})
 	}
 }
@@ -177,5 +171,18 @@ func TestShadow(t *testing.T) {
 	_, err = Parse("p.yaml", []byte("policies:\n  api:\n    algorithm: gcra\n    rate: 1\n    period: 1s\n    shadow: maybe\n"))
 	if err == nil || err.Error() != `p.yaml:6: policy "api": field shadow: "maybe" must be true or false` {
 		t.Fatalf("shadow: maybe gave %v", err)
+	}
+}
+
+// wantParseError checks that Parse refuses yaml, as p.yaml, with exactly
+// want.
+func wantParseError(t *testing.T, yaml, want string) {
+	t.Helper()
+	_, err := Parse("p.yaml", []byte(yaml))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if err.Error() != want {
+		t.Errorf("got  %s\nwant %s", err, want)
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/engine/enginetest"
 	"github.com/sluice-rl/sluice/upstream"
@@ -17,25 +15,17 @@ import (
 // The lease script against the model, on a real redis-server with the
 // clock pinned, standalone and on Cluster; every key keeps a TTL.
 func TestLeaseProperty(t *testing.T) {
-	srv, rc := standalone(t)
-	_ = srv
-	cc, _ := cluster(t)
-	for _, top := range []struct {
-		name   string
-		client redis.UniversalClient
-	}{{"standalone", rc}, {"cluster", cc}} {
-		t.Run(top.name, func(t *testing.T) {
-			for seed := range uint64(6) {
-				prefix := "lp" + strconv.FormatUint(seed, 10) + ":"
-				enginetest.LeaseProperty(t, seed, 600, "", func(clock *enginetest.Clock) engine.Leaser {
-					return newStore(t, upstream.Config{Client: top.client, Prefix: prefix, Now: clock.Now})
-				})
-				if keys := keysWithoutTTL(t, top.client, prefix+"*"); len(keys) > 0 {
-					t.Errorf("keys without a TTL: %v", keys)
-				}
+	eachTopology(t, func(t *testing.T, top topology) {
+		for seed := range uint64(6) {
+			prefix := "lp" + strconv.FormatUint(seed, 10) + ":"
+			enginetest.LeaseProperty(t, seed, 600, "", func(clock *enginetest.Clock) engine.Leaser {
+				return newStore(t, upstream.Config{Client: top.client, Prefix: prefix, Now: clock.Now})
+			})
+			if keys := keysWithoutTTL(t, top.client, prefix+"*"); len(keys) > 0 {
+				t.Errorf("keys without a TTL: %v", keys)
 			}
-		})
-	}
+		}
+	})
 }
 
 // On Redis's own clock: the key's TTL follows its last lease, the script

@@ -775,25 +775,18 @@ func TestLegacyState(t *testing.T) {
 // leave the key exactly as they would: the same type, value and expire
 // time, compared after every batch. Standalone and on Cluster.
 func TestHotRuns(t *testing.T) {
-	_, rc := standalone(t)
-	cc, _ := cluster(t)
-	for _, top := range []struct {
-		name   string
-		client redis.UniversalClient
-	}{{"standalone", rc}, {"cluster", cc}} {
-		t.Run(top.name, func(t *testing.T) {
-			enginetest.HotRuns(t, func(t *testing.T, now func() time.Time) engine.Store {
-				return newStore(t, upstream.Config{Client: top.client, Prefix: "hotruns:", Now: now})
-			}, func(t *testing.T, a, b engine.Store, alg engine.Algorithm, keyA, keyB string, _ time.Time) {
-				t.Helper()
-				da := dumpKey(t, top.client, a.(*upstream.Store).Key(keyA, alg))
-				db := dumpKey(t, top.client, b.(*upstream.Store).Key(keyB, alg))
-				if da != db {
-					t.Fatalf("%s: one by one Redis holds\n%s\nin batches\n%s", keyA, da, db)
-				}
-			})
+	eachTopology(t, func(t *testing.T, top topology) {
+		enginetest.HotRuns(t, func(t *testing.T, now func() time.Time) engine.Store {
+			return newStore(t, upstream.Config{Client: top.client, Prefix: "hotruns:", Now: now})
+		}, func(t *testing.T, a, b engine.Store, alg engine.Algorithm, keyA, keyB string, _ time.Time) {
+			t.Helper()
+			da := dumpKey(t, top.client, a.(*upstream.Store).Key(keyA, alg))
+			db := dumpKey(t, top.client, b.(*upstream.Store).Key(keyB, alg))
+			if da != db {
+				t.Fatalf("%s: one by one Redis holds\n%s\nin batches\n%s", keyA, da, db)
+			}
 		})
-	}
+	})
 }
 
 // dumpKey prints a key's type, value and expire time.
