@@ -64,6 +64,7 @@ func newChain(cfg Config, mem *engine.MemoryStore, tel *telemetry.Telemetry, log
 	if err != nil {
 		return nil, err
 	}
+	closers = append(closers, up.Close)
 	if c.batcher, err = engine.NewBatcher(engine.BatcherConfig{Store: up, MaxBatch: cfg.BatchMax,
 		MaxInFlight: cfg.BatchInFlight, Timeout: cfg.UpstreamTimeout, OnBatch: tel.ObserveBatch}); err != nil {
 		return nil, err

@@ -48,6 +48,7 @@ type BatcherConfig struct {
 // A lone request thus reaches the store without a goroutine switch.
 type Batcher struct {
 	store    Store
+	sender   Sender // store, when it is one: round trips are sent, not waited for
 	maxBatch int
 	inFlight int
 	timeout  time.Duration
@@ -62,6 +63,7 @@ type Batcher struct {
 
 	calls   sync.Pool
 	scratch sync.Pool // *batchScratch
+	waiters sync.Pool // *waiter
 	batches atomic.Uint64
 	decided atomic.Uint64
 }
@@ -89,6 +91,17 @@ type batchScratch struct {
 	batch []*call
 	reqs  []Request
 	res   []Result
+	start time.Time // when the round trip started, for OnBatch
+	// landed completes a round trip sent through a Sender: Batcher.landed
+	// bound to this scratch.
+	landed func(error)
+}
+
+// waiter is how a caller of Decide waits for a round trip sent through a
+// Sender.
+type waiter struct {
+	ch   chan error
+	done func(error)
 }
 
 // ErrClosed is returned by a Batcher's Decide after Close.
@@ -122,8 +135,18 @@ func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
 	}
 	b := &Batcher{store: cfg.Store, maxBatch: cfg.MaxBatch, inFlight: cfg.MaxInFlight,
 		timeout: cfg.Timeout, onBatch: cfg.OnBatch, now: cfg.Now}
+	b.sender, _ = cfg.Store.(Sender)
 	b.calls.New = func() any { return &call{wake: make(chan bool, 2)} }
-	b.scratch.New = func() any { return new(batchScratch) }
+	b.scratch.New = func() any {
+		sc := new(batchScratch)
+		sc.landed = func(err error) { b.landed(sc, err) }
+		return sc
+	}
+	b.waiters.New = func() any {
+		w := &waiter{ch: make(chan error, 1)}
+		w.done = func(err error) { w.ch <- err }
+		return w
+	}
 	return b, nil
 }
 
@@ -136,6 +159,13 @@ func (b *Batcher) Decide(ctx context.Context, reqs []Request, res []Result) erro
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if b.sender != nil {
+		w := b.waiters.Get().(*waiter)
+		b.Submit(reqs, res, w.done)
+		err := <-w.ch
+		b.waiters.Put(w)
 		return err
 	}
 	c := b.calls.Get().(*call)
@@ -169,9 +199,10 @@ func (b *Batcher) Decide(ctx context.Context, reqs []Request, res []Result) erro
 }
 
 // Submit queues reqs without waiting and calls done once their round trip
-// returns. When a round trip is free a goroutine leads it, so the caller
-// (an event loop) goes on at once; otherwise the requests gather for the
-// round trip after the one in flight.
+// returns. When a round trip is free the caller sends it through a Sender
+// and goes on at once, or else a goroutine leads it, so that the caller
+// (an event loop) goes on at once too; otherwise the requests gather for
+// the round trip after the one in flight.
 func (b *Batcher) Submit(reqs []Request, res []Result, done func(error)) {
 	if len(reqs) == 0 {
 		done(nil)
@@ -193,9 +224,54 @@ func (b *Batcher) Submit(reqs []Request, res []Result, done func(error)) {
 		b.leaders++
 	}
 	b.mu.Unlock()
-	if lead {
+	switch {
+	case lead && b.sender != nil:
+		b.send()
+	case lead:
 		go b.leadOn()
 	}
+}
+
+// send sends the queue's head through the Sender and returns; the round
+// trip's completion (landed) hands the lead on. A batch whose deadline
+// passed while it queued fails unsent, and the next is tried.
+func (b *Batcher) send() {
+	for {
+		sc := b.scratch.Get().(*batchScratch)
+		b.mu.Lock()
+		sc.batch = b.take(sc.batch[:0])
+		b.mu.Unlock()
+		if len(sc.batch) > 0 {
+			if deadline := b.gather(sc); time.Until(deadline) > 0 {
+				b.sender.Send(deadline, sc.reqs, sc.res, sc.landed)
+				return
+			}
+			b.finish(sc, ErrQueuedTooLong)
+		}
+		if !b.next(sc) {
+			return
+		}
+	}
+}
+
+// landed completes a round trip sent through the Sender, and sends the
+// next while calls are queued.
+func (b *Batcher) landed(sc *batchScratch, err error) {
+	b.finish(sc, err)
+	if b.next(sc) {
+		b.send()
+	}
+}
+
+// next puts sc back and hands the lead on; it reports whether the lead
+// stays with this leader (see handOff).
+func (b *Batcher) next(sc *batchScratch) (again bool) {
+	b.mu.Lock()
+	again = b.handOff()
+	b.mu.Unlock()
+	clear(sc.batch)
+	b.scratch.Put(sc)
+	return again
 }
 
 // leadOn leads round trips for as long as calls that do not wait are next.
@@ -218,12 +294,7 @@ func (b *Batcher) lead(self *call) (again bool) {
 	if len(sc.batch) > 0 {
 		b.run(sc)
 	}
-	b.mu.Lock()
-	again = b.handOff()
-	b.mu.Unlock()
-	clear(sc.batch)
-	b.scratch.Put(sc)
-	return again
+	return b.next(sc)
 }
 
 // take moves queued calls into batch, up to maxBatch requests (at least
@@ -271,6 +342,21 @@ func (b *Batcher) handOff() (again bool) {
 
 // run decides one batch and hands each caller its results.
 func (b *Batcher) run(sc *batchScratch) {
+	deadline := b.gather(sc)
+	var err error
+	if time.Until(deadline) <= 0 {
+		err = ErrQueuedTooLong
+	} else {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err = b.store.Decide(ctx, sc.reqs, sc.res)
+		cancel()
+	}
+	b.finish(sc, err)
+}
+
+// gather joins the batch's requests into sc.reqs, sizes sc.res, and
+// returns the round trip's deadline.
+func (b *Batcher) gather(sc *batchScratch) time.Time {
 	sc.reqs = sc.reqs[:0]
 	for _, c := range sc.batch {
 		sc.reqs = append(sc.reqs, c.reqs...)
@@ -279,9 +365,8 @@ func (b *Batcher) run(sc *batchScratch) {
 		sc.res = make([]Result, len(sc.reqs))
 	}
 	sc.res = sc.res[:len(sc.reqs)]
-	var start time.Time
 	if b.onBatch != nil {
-		start = b.now()
+		sc.start = b.now()
 	}
 	// The round trip is due when its oldest call is: a call that queued
 	// behind a slow round trip has only what is left of its own Timeout,
@@ -292,16 +377,13 @@ func (b *Batcher) run(sc *batchScratch) {
 			deadline = c.deadline
 		}
 	}
-	var err error
-	if time.Until(deadline) <= 0 {
-		err = ErrQueuedTooLong
-	} else {
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		err = b.store.Decide(ctx, sc.reqs, sc.res)
-		cancel()
-	}
+	return deadline
+}
+
+// finish hands each caller of a decided batch its results, or err.
+func (b *Batcher) finish(sc *batchScratch, err error) {
 	if b.onBatch != nil {
-		b.onBatch(start, len(sc.reqs), err)
+		b.onBatch(sc.start, len(sc.reqs), err)
 	}
 	b.batches.Add(1)
 	b.decided.Add(uint64(len(sc.reqs)))

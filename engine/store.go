@@ -1,6 +1,9 @@
 package engine
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Store decides requests against the state it keeps: the Redis store
 // (package upstream) or the in-memory store (MemoryStore).
@@ -51,4 +54,17 @@ func Submit(s Store, reqs []Request, res []Result, done func(error)) {
 		return
 	}
 	done(s.Decide(context.Background(), reqs, res))
+}
+
+// Sender is a Store that sends a batch without its caller waiting for the
+// round trip, so that a Batcher leads round trips on its callers'
+// goroutines (an event loop's among them) instead of starting one for
+// each. Send decides reqs into res as Decide does; it returns once the
+// batch is on its way, and done runs when every result is in, or with an
+// error by deadline. done runs exactly once, on another goroutine or,
+// when the store answers at once, before Send returns; it must be quick.
+// reqs and res belong to the store until done runs.
+type Sender interface {
+	Store
+	Send(deadline time.Time, reqs []Request, res []Result, done func(error))
 }

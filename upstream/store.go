@@ -57,6 +57,7 @@ type Store struct {
 	prefix  string
 	now     func() time.Time
 	bufs    sync.Pool // *buffers
+	pipe    *pipe     // nil on Cluster
 }
 
 var _ engine.Store = (*Store)(nil)
@@ -73,7 +74,11 @@ func New(cfg Config) (*Store, error) {
 		cfg.Prefix = DefaultPrefix
 	}
 	_, cluster := cfg.Client.(*redis.ClusterClient)
-	return &Store{client: cfg.Client, cluster: cluster, prefix: cfg.Prefix, now: cfg.Now}, nil
+	s := &Store{client: cfg.Client, cluster: cluster, prefix: cfg.Prefix, now: cfg.Now}
+	if !cluster {
+		s.pipe = newPipe(cfg.Client)
+	}
+	return s, nil
 }
 
 // Key returns the Redis key that holds key's state under algorithm a.
@@ -150,6 +155,11 @@ type buffers struct {
 	// replies holds a batch reply's decisions, one per request, or per
 	// limit of a multi-limit request.
 	replies [][lua.BatchFields]int64
+	// Pipe only: the batch's command as written, what its reply
+	// completes, and gotReply bound to these buffers.
+	out     []byte
+	sending sending
+	got     func(reply any, err error)
 	// nums holds the integer arguments, which args points into: a pointer
 	// in an interface allocates nothing, an int64 above 255 would. Each
 	// element is written before its pointer is taken and never after, so
@@ -168,7 +178,9 @@ func (s *Store) buffers() *buffers {
 	if b, ok := s.bufs.Get().(*buffers); ok {
 		return b
 	}
-	return &buffers{group: map[uint16]int{}, limitIndex: map[engine.Limit]int64{}, keyGroup: map[string]int{}}
+	b := &buffers{group: map[uint16]int{}, limitIndex: map[engine.Limit]int64{}, keyGroup: map[string]int{}}
+	b.got = func(reply any, err error) { s.gotReply(b, reply, err) }
+	return b
 }
 
 func (s *Store) release(b *buffers) {
@@ -214,9 +226,39 @@ func init() {
 // some requests met (a key of the wrong type) is theirs alone; the returned
 // error means the round trip failed (ctx done, Redis unreachable or unable
 // to serve), and then no result may be trusted.
+//
+// Off Cluster the batch goes on the store's pipe, as Send sends it, by
+// ctx's deadline or else the client's read timeout; ctx's cancellation
+// alone does not end the wait, since the reply still comes to res.
 func (s *Store) Decide(ctx context.Context, reqs []engine.Request, res []engine.Result) error {
+	if s.pipe != nil {
+		return s.decideOnPipe(ctx, reqs, res)
+	}
 	b := s.buffers()
 	defer s.release(b)
+	now, ok := s.prepare(b, reqs, res)
+	if !ok {
+		return nil
+	}
+	s.run(ctx, b.calls)
+	if s.cluster {
+		s.settle(ctx, b, reqs, now)
+	}
+	for k := range b.calls {
+		c := &b.calls[k]
+		reply, err := c.cmd.Slice()
+		if err := s.collect(b, c, reqs, res, reply, err); err != nil {
+			s.reloadSlots(ctx)
+			return err
+		}
+	}
+	return nil
+}
+
+// prepare validates reqs, failing the invalid ones in res, and plans the
+// calls that decide the others. It returns the clock argument the calls
+// take (nil: Redis's own), and false when no request is left to send.
+func (s *Store) prepare(b *buffers, reqs []engine.Request, res []engine.Result) (now any, ok bool) {
 	for i := range reqs {
 		if err := reqs[i].Validate(); err != nil {
 			res[i] = engine.Result{Err: err}
@@ -225,7 +267,7 @@ func (s *Store) Decide(ctx context.Context, reqs []engine.Request, res []engine.
 		b.valid = append(b.valid, i)
 	}
 	if len(b.valid) == 0 {
-		return nil
+		return nil, false
 	}
 	n := maxNumsPerRequest*len(b.valid) + 1
 	for _, i := range b.valid {
@@ -234,23 +276,12 @@ func (s *Store) Decide(ctx context.Context, reqs []engine.Request, res []engine.
 	if cap(b.nums) < n {
 		b.nums = make([]int64, 0, n)
 	}
-	var now any // nil: Redis's clock
 	if s.now != nil {
 		b.nums = append(b.nums, s.now().UnixMicro())
 		now = &b.nums[0]
 	}
 	s.plan(b, reqs, now)
-	s.run(ctx, b.calls)
-	if s.cluster {
-		s.settle(ctx, b, reqs, now)
-	}
-	for k := range b.calls {
-		if err := s.collect(b, &b.calls[k], reqs, res); err != nil {
-			s.reloadSlots(ctx)
-			return err
-		}
-	}
-	return nil
+	return now, true
 }
 
 // reloadSlots asks a Cluster client to reload its slot map after a failed
@@ -568,13 +599,14 @@ func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err,
 // cannot serve at all now, rather than that a request met a problem of its
 // own: they fail the batch, so that the caller falls back as its policy
 // says. A MOVED or ASK left is one go-redis did not follow in time: the
-// script did not run.
-var unavailable = []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "MASTERDOWN", "READONLY", "NOAUTH", "WRONGPASS", "NOPERM", "NOSCRIPT", "OOM"}
+// script did not run. Nor did it after a protocol error (an
+// unauthenticated client's long command), after which Redis closes the
+// connection.
+var unavailable = []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "MASTERDOWN", "READONLY", "NOAUTH", "WRONGPASS", "NOPERM", "NOSCRIPT", "OOM", "Protocol error"}
 
-// collect turns one call's reply into results. It returns an error only
+// collect turns one call's reply, or the error it met, into results. It returns an error only
 // when the call failed as a whole in a way that fails the batch.
-func (s *Store) collect(b *buffers, c *call, reqs []engine.Request, res []engine.Result) error {
-	reply, err := c.cmd.Slice()
+func (s *Store) collect(b *buffers, c *call, reqs []engine.Request, res []engine.Result, reply []any, err error) error {
 	if err != nil {
 		var rerr redis.Error
 		if !errors.As(err, &rerr) {

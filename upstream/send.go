@@ -1,0 +1,133 @@
+package upstream
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+var _ engine.Sender = (*Store)(nil)
+
+// Send implements engine.Sender: it decides reqs into res as Decide does,
+// but returns once the batch is written, and calls done when the results
+// are in or by deadline. On standalone and Sentinel Redis the batch goes
+// on the store's pipe, written by the caller itself; on Cluster, where a
+// batch may span nodes and meet redirects, Decide runs on a goroutine of
+// its own.
+func (s *Store) Send(deadline time.Time, reqs []engine.Request, res []engine.Result, done func(error)) {
+	if s.pipe == nil {
+		go func() {
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			err := s.Decide(ctx, reqs, res)
+			cancel()
+			done(err)
+		}()
+		return
+	}
+	b := s.buffers()
+	if _, ok := s.prepare(b, reqs, res); !ok {
+		s.release(b)
+		done(nil)
+		return
+	}
+	// Off Cluster, plan makes one call of the whole batch.
+	b.sending = sending{reqs: reqs, res: res, done: done, deadline: deadline}
+	b.out = appendScriptCall(b.out[:0], "EVALSHA", b.calls[0].script.SHA, &b.calls[0])
+	s.pipe.send(b.out, deadline, b.got)
+}
+
+// decideOnPipe is Decide off Cluster: Send, and wait.
+func (s *Store) decideOnPipe(ctx context.Context, reqs []engine.Request, res []engine.Result) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(s.pipe.timeout())
+	}
+	landed := make(chan error, 1)
+	s.Send(deadline, reqs, res, func(err error) { landed <- err })
+	return <-landed
+}
+
+// sending is a batch on the pipe: what its reply completes.
+type sending struct {
+	reqs     []engine.Request
+	res      []engine.Result
+	done     func(error)
+	deadline time.Time
+	evaled   bool // sent again as EVAL after NOSCRIPT
+}
+
+// gotReply completes a batch sent on the pipe with its reply. A Redis that
+// lost its scripts gets the call again as EVAL, which loads the script for
+// the next EVALSHA.
+func (s *Store) gotReply(b *buffers, reply any, err error) {
+	x, c := &b.sending, &b.calls[0]
+	var list []any
+	if err == nil {
+		switch v := reply.(type) {
+		case []any:
+			list = v
+		case replyError:
+			if isNoScript(v) && !x.evaled {
+				x.evaled = true
+				b.out = appendScriptCall(b.out[:0], "EVAL", c.script.Source, c)
+				s.pipe.send(b.out, x.deadline, b.got)
+				return
+			}
+			err = v
+		default:
+			err = fmt.Errorf("the reply is a %T, not an array", reply)
+		}
+	}
+	err = s.collect(b, c, x.reqs, x.res, list, err)
+	if redis.HasErrorPrefix(err, "READONLY") || redis.HasErrorPrefix(err, "MASTERDOWN") {
+		// Sentinel moved the master away: dial again, to the new one.
+		s.pipe.drop(err)
+	}
+	done := x.done
+	b.sending = sending{}
+	s.release(b)
+	done(err)
+}
+
+// appendScriptCall appends call c as a RESP command: name (EVALSHA or
+// EVAL), body (the script's SHA or source), its keys, its arguments.
+func appendScriptCall(buf []byte, name, body string, c *call) []byte {
+	buf = appendArrayHeader(buf, 3+len(c.keys)+len(c.args))
+	buf = appendBulk(buf, name)
+	buf = appendBulk(buf, body)
+	buf = appendBulkInt(buf, int64(len(c.keys)))
+	for _, k := range c.keys {
+		buf = appendBulk(buf, k)
+	}
+	for _, a := range c.args {
+		switch v := a.(type) {
+		case string:
+			buf = appendBulk(buf, v)
+		case *int64:
+			buf = appendBulkInt(buf, *v)
+		case int64:
+			buf = appendBulkInt(buf, v)
+		case int:
+			buf = appendBulkInt(buf, int64(v))
+		default:
+			// Every argument the store builds is one of the above.
+			buf = appendBulk(buf, fmt.Sprint(v))
+		}
+	}
+	return buf
+}
+
+// Close closes the store's own connection; the client is the caller's to
+// close.
+func (s *Store) Close() {
+	if s.pipe != nil {
+		s.pipe.close()
+	}
+}
