@@ -111,6 +111,7 @@ func (s *Server) start() {
 			return
 		}
 		if time.Now().After(deadline) {
+			s.Kill() // it may be running but unreachable: leave no server behind
 			log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
 			s.tb.Fatalf("redistest: redis-server on %s did not answer PING within 10s; its log:\n%s", s.Addr, log)
 		}
