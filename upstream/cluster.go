@@ -49,15 +49,19 @@ type processor interface {
 func (s *Store) eval(ctx context.Context, p redis.Cmdable, name, body string, c *call) *redis.Cmd {
 	pr, ok := p.(processor)
 	if !s.cluster || !ok {
-		if name == "eval" {
-			return p.Eval(ctx, body, c.keys, c.args...)
+		keys := make([]string, len(c.keys))
+		for i, k := range c.keys {
+			keys[i] = s.keyString(k)
 		}
-		return p.EvalSha(ctx, body, c.keys, c.args...)
+		if name == "eval" {
+			return p.Eval(ctx, body, keys, c.args...)
+		}
+		return p.EvalSha(ctx, body, keys, c.args...)
 	}
 	args := make([]any, 0, 3+len(c.keys)+len(c.args))
 	args = append(args, name, body, len(c.keys))
 	for _, k := range c.keys {
-		args = append(args, k)
+		args = append(args, s.keyString(k))
 	}
 	args = append(args, c.args...)
 	cmd := redis.NewCmd(ctx, args...)

@@ -36,7 +36,7 @@ func (s *Store) Send(deadline time.Time, reqs []engine.Request, res []engine.Res
 	}
 	// Off Cluster, plan makes one call of the whole batch.
 	b.sending = sending{reqs: reqs, res: res, done: done, deadline: deadline}
-	b.out = appendScriptCall(b.out[:0], "EVALSHA", b.calls[0].script.SHA, &b.calls[0])
+	b.out = s.appendScriptCall(b.out[:0], "EVALSHA", b.calls[0].script.SHA, &b.calls[0])
 	s.pipe.send(b.out, deadline, b.got)
 }
 
@@ -76,7 +76,7 @@ func (s *Store) gotReply(b *buffers, reply any, err error) {
 		case replyError:
 			if isNoScript(v) && !x.evaled {
 				x.evaled = true
-				b.out = appendScriptCall(b.out[:0], "EVAL", c.script.Source, c)
+				b.out = s.appendScriptCall(b.out[:0], "EVAL", c.script.Source, c)
 				s.pipe.send(b.out, x.deadline, b.got)
 				return
 			}
@@ -98,13 +98,13 @@ func (s *Store) gotReply(b *buffers, reply any, err error) {
 
 // appendScriptCall appends call c as a RESP command: name (EVALSHA or
 // EVAL), body (the script's SHA or source), its keys, its arguments.
-func appendScriptCall(buf []byte, name, body string, c *call) []byte {
+func (s *Store) appendScriptCall(buf []byte, name, body string, c *call) []byte {
 	buf = appendArrayHeader(buf, 3+len(c.keys)+len(c.args))
 	buf = appendBulk(buf, name)
 	buf = appendBulk(buf, body)
 	buf = appendBulkInt(buf, int64(len(c.keys)))
 	for _, k := range c.keys {
-		buf = appendBulk(buf, k)
+		buf = s.appendKey(buf, k)
 	}
 	for _, a := range c.args {
 		switch v := a.(type) {

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -101,6 +102,45 @@ func (s *Store) LimitKey(key string, l engine.NamedLimit) string {
 	return s.prefix + "{" + key + "}:" + l.Name + ":" + l.Limit.Algorithm.Short()
 }
 
+// keyRef is a Redis key in its parts: Key's (name empty) or LimitKey's,
+// not yet joined. A batch's keys are written out only as they are sent,
+// so that the pipe sends them without making a string of each.
+type keyRef struct {
+	key  string // the request's key
+	name string // a multi-limit request's limit's name
+	alg  engine.Algorithm
+}
+
+// keyString is k joined: what Key or LimitKey returns.
+func (s *Store) keyString(k keyRef) string {
+	if k.name == "" {
+		return s.Key(k.key, k.alg)
+	}
+	return s.prefix + "{" + k.key + "}:" + k.name + ":" + k.alg.Short()
+}
+
+// appendKey appends k joined, as a RESP bulk string.
+func (s *Store) appendKey(buf []byte, k keyRef) []byte {
+	short := k.alg.Short()
+	n := len(s.prefix) + len(k.key) + 3 + len(short)
+	if k.name != "" {
+		n += len(k.name) + 1
+	}
+	buf = append(buf, '$')
+	buf = strconv.AppendInt(buf, int64(n), 10)
+	buf = append(buf, "\r\n"...)
+	buf = append(buf, s.prefix...)
+	buf = append(buf, '{')
+	buf = append(buf, k.key...)
+	buf = append(buf, "}:"...)
+	if k.name != "" {
+		buf = append(buf, k.name...)
+		buf = append(buf, ':')
+	}
+	buf = append(buf, short...)
+	return append(buf, "\r\n"...)
+}
+
 // keyOf is the Redis key of request r's first (or only) limit: all of a
 // request's keys share its slot.
 func (s *Store) keyOf(r *engine.Request) string {
@@ -114,7 +154,7 @@ func (s *Store) keyOf(r *engine.Request) string {
 // replies go.
 type call struct {
 	script *lua.Script
-	keys   []string
+	keys   []keyRef
 	args   []any
 	reqs   []int // indices into the caller's reqs, in order
 	cmd    *redis.Cmd
@@ -131,7 +171,7 @@ type buffers struct {
 	slots   []uint16
 	group   map[uint16]int
 
-	keys  []string
+	keys  []keyRef
 	args  []any
 	calls []call
 	// Batch script only: each call's requests with a key's together
@@ -140,7 +180,7 @@ type buffers struct {
 	// request's group (reqGroup), and where each group starts in grouped
 	// (groupAt).
 	grouped   []int
-	keyGroup  map[string]int
+	keyGroup  map[keyRef]int
 	groupSize []int
 	reqGroup  []int
 	groupAt   []int
@@ -178,7 +218,7 @@ func (s *Store) buffers() *buffers {
 	if b, ok := s.bufs.Get().(*buffers); ok {
 		return b
 	}
-	b := &buffers{group: map[uint16]int{}, limitIndex: map[engine.Limit]int64{}, keyGroup: map[string]int{}}
+	b := &buffers{group: map[uint16]int{}, limitIndex: map[engine.Limit]int64{}, keyGroup: map[keyRef]int{}}
 	b.got = func(reply any, err error) { s.gotReply(b, reply, err) }
 	return b
 }
@@ -335,7 +375,7 @@ func (s *Store) appendCall(b *buffers, reqs []engine.Request, idx []int, now any
 	b.grouped = append(b.grouped, b.multi...)
 	for _, i := range b.multi {
 		for _, l := range reqs[i].Limits {
-			b.keys = append(b.keys, s.LimitKey(reqs[i].Key, l))
+			b.keys = append(b.keys, keyRef{key: reqs[i].Key, name: l.Name, alg: l.Limit.Algorithm})
 		}
 	}
 	a := len(b.args)
@@ -385,7 +425,7 @@ func (s *Store) group(b *buffers, reqs []engine.Request, idx []int) {
 	b.groupSize, b.reqGroup = b.groupSize[:0], b.reqGroup[:0]
 	k := len(b.keys)
 	for _, i := range idx {
-		key := s.Key(reqs[i].Key, reqs[i].Limit.Algorithm)
+		key := keyRef{key: reqs[i].Key, alg: reqs[i].Limit.Algorithm}
 		g, ok := b.keyGroup[key]
 		if !ok {
 			g = len(b.groupSize)
