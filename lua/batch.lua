@@ -40,9 +40,12 @@
 -- Reply: five integers per single-limit request, in order, then five per
 -- limit of each multi-limit request: allowed (1 or 0), remaining,
 -- retry_after (µs), reset_after (µs), delay (µs); except that where
--- requests in a row have the same five (the empty keys of a run, a hot
--- key's refusals), one integer r >= 2 after the first says that its five
--- stand for r - 1 more. Then the error messages, each once. A request
+-- requests in a row have the same allowed and the other four change by
+-- the same steps (the empty keys of a run and a hot key's refusals
+-- repeat a reply; a hot key's admissions count down), five integers
+-- after the first reply, r >= 2 and the four steps, stand for r - 1 more
+-- replies, each the one before plus the steps. Then the error messages,
+-- each once. A request
 -- that failed has, as allowed, -k, k the 1-based index of its message; a
 -- multi-limit request that failed has it for each of its limits.
 -- Redis writes each integer of a reply on its own; a batch of empty keys
@@ -151,19 +154,25 @@ if keys + multiKeys ~= #KEYS or held ~= n then
 end
 
 local out, errors, seen = {}, {}, {}
--- out holds o values; p1 to p5 are the last reply written there, which
--- repeats more times after it, not yet written.
+-- out holds o values. p1 to p5 are the last reply, written there or
+-- standing for the end of the run after it, not yet written: repeats
+-- more replies, each the one before with d2 to d5 added.
 local o, repeats, p1, p2, p3, p4, p5 = 0, 0
+local d2, d3, d4, d5
 
 -- emit replies to the next request.
 local function emit(a, b, c, d, e)
-  if a == p1 and b == p2 and c == p3 and d == p4 and e == p5 then
-    repeats = repeats + 1
-    return
+  if a == p1 then
+    local x2, x3, x4, x5 = b - p2, c - p3, d - p4, e - p5
+    if repeats == 0 or (x2 == d2 and x3 == d3 and x4 == d4 and x5 == d5) then
+      d2, d3, d4, d5, repeats = x2, x3, x4, x5, repeats + 1
+      p2, p3, p4, p5 = b, c, d, e
+      return
+    end
   end
   if repeats > 0 then
-    out[o + 1] = repeats + 1
-    o, repeats = o + 1, 0
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = repeats + 1, d2, d3, d4, d5
+    o, repeats = o + 5, 0
   end
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, b, c, d, e
   o, p1, p2, p3, p4, p5 = o + 5, a, b, c, d, e
@@ -375,8 +384,8 @@ for x = 1, q do
 end
 
 if repeats > 0 then
-  out[o + 1] = repeats + 1
-  o = o + 1
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = repeats + 1, d2, d3, d4, d5
+  o = o + 5
 end
 for e = 1, #errors do
   out[o + e] = errors[e]

@@ -72,7 +72,7 @@ func TestCalls(t *testing.T) {
 				"nope", "1", "1", "0",
 				"3", "1", "1", "1", "0", "1", "1", "1", "1", "1", "2", "1", "0",
 				"2", "1", "2", "1", "1", "0", now},
-			"1\n1\n0\n1000000\n0\n1\n0\n0\n1000000\n0\n-1\n0\n0\n0\n0\nERR sluice: unknown algorithm \"nope\"", ""},
+			"1\n1\n0\n1000000\n0\n2\n-1\n0\n0\n0\n-1\n0\n0\n0\n0\nERR sluice: unknown algorithm \"nope\"", ""}, // the second counts down from the first
 		{"batch of two errors", lua.Batch, []string{"a", "b"},
 			[]string{"2", "gcra", "x", "1", "0", "token", "2", "1", "1", "2", "1", "1", "1", "0", "1", "2", "1", "0", "1", "2", "1", "0", now},
 			"-1\n0\n0\n0\n0\n-2\n0\n0\n0\n0\n" +
@@ -81,23 +81,23 @@ func TestCalls(t *testing.T) {
 		{"batch decides a key's requests in turn", lua.Batch, []string{"s1", "s2"},
 			// s1 twice at cost 1, then s2 at cost 2
 			[]string{"1", "gcra", "1", "1000000", "1", "2", "2", "1", "1", "0", "1", "1", "2", "0", "2", "1", "2", "1", "1", "0", now},
-			"1\n1\n0\n1000000\n0\n1\n0\n0\n2000000\n0\n2", ""}, // s2's reply repeats s1's second: 2
+			"1\n1\n0\n1000000\n0\n2\n-1\n0\n1000000\n0\n1\n0\n0\n2000000\n0", ""}, // s1's second steps from its first; s2's repeats it, but by other steps
 		{"batch runs", lua.Batch, []string{"r1", "r2", "r3"},
 			// r1 at cost 1 then 2, r2 at cost 1, r3 at cost 0
 			[]string{"1", "gcra", "1", "1000000", "1", "4", "1", "1", "1", "0", "1", "1", "2", "0", "1", "1", "1", "0", "1", "1", "0", "0",
 				"2", "1", "2", "2", "1", "0", now},
-			"1\n1\n0\n1000000\n0\n0\n1\n1000000\n1000000\n0\n1\n1\n0\n1000000\n0\n1\n2\n0\n0\n0", ""},
+			"1\n1\n0\n1000000\n0\n0\n1\n1000000\n1000000\n0\n1\n1\n0\n1000000\n0\n2\n1\n0\n-1000000\n0", ""}, // r3's steps from r2's
 		{"batch peeks in a key's run", lua.Batch, []string{"p"},
 			// a peek, an admission, a peek, a refusal: only the admission writes
 			[]string{"1", "gcra", "1", "1000000", "0", "4", "1", "1", "1", "1", "1", "1", "1", "0", "1", "1", "1", "1", "1", "1", "1", "0",
 				"1", "1", "4", "0", now},
-			"1\n0\n0\n1000000\n0\n2\n0\n0\n1000000\n1000000\n0\n2", ""}, // each reply twice
+			"1\n0\n0\n1000000\n0\n2\n0\n0\n0\n0\n0\n0\n1000000\n1000000\n0\n2\n0\n0\n0\n0", ""}, // each reply twice
 		{"batch of empty keys replies once", lua.Batch, []string{"e1", "e2", "e3", "e4"},
 			[]string{"1", "gcra", "1", "1000000", "1", "1", "4", "1", "1", "0", "1", "4", "1", "0", now},
-			"1\n1\n0\n1000000\n0\n4", ""},
+			"1\n1\n0\n1000000\n0\n4\n0\n0\n0\n0", ""},
 		{"batch run with a bad cost", lua.Batch, []string{"c1", "c2", "c3"},
 			[]string{"1", "gcra", "1", "1000000", "1", "2", "1", "1", "1", "0", "2", "1", "-1", "0", "1", "3", "1", "0", now},
-			"1\n1\n0\n1000000\n0\n-1\n0\n0\n0\n0\n2\n" + // one message for both, one reply twice
+			"1\n1\n0\n1000000\n0\n-1\n0\n0\n0\n0\n2\n0\n0\n0\n0\n" + // one message for both, one reply twice
 				"ERR sluice: invalid cost \"-1\": want an integer in [0, 2^53)", ""},
 		{"batch runs short of the keys", lua.Batch, []string{"a", "b"},
 			[]string{"1", "gcra", "1", "1000000", "1", "1", "1", "1", "1", "0", "1", "1", "1", "0"}, "",
@@ -129,11 +129,11 @@ func TestCalls(t *testing.T) {
 			[]string{"2", "fixed", "2", "1000000", "0", "fixed", "3", "60000000", "0",
 				"1", "1", "1", "1", "0", "1", "1", "1",
 				"1", "2", "1", "0", "1", "2", now},
-			"1\n1\n0\n1000000\n0\n2\n1\n2\n0\n60000000\n0", ""}, // s's reply, then m:b's repeats it; m:d's
+			"1\n1\n0\n1000000\n0\n2\n0\n0\n0\n0\n1\n2\n0\n60000000\n0", ""}, // s's reply, then m:b's repeats it; m:d's
 		{"multi admits again, the day binds", lua.Batch, []string{"m:b", "m:d"},
 			[]string{"2", "fixed", "2", "1000000", "0", "fixed", "3", "60000000", "0", "0", "0",
 				"1", "2", "1", "0", "1", "2", now},
-			"1\n0\n0\n1000000\n0\n1\n1\n0\n60000000\n0", ""},
+			"1\n0\n0\n1000000\n0\n2\n1\n0\n59000000\n0", ""}, // m:d's steps from m:b's
 		{"multi refused by the burst charges nothing", lua.Batch, []string{"m:b", "m:d"},
 			[]string{"2", "fixed", "2", "1000000", "0", "fixed", "3", "60000000", "0", "0", "0",
 				"1", "2", "1", "0", "1", "2", now},
@@ -146,7 +146,7 @@ func TestCalls(t *testing.T) {
 		{"multi with a bad limit fails alone", lua.Batch, []string{"n:a", "n:b", "m:b"},
 			[]string{"2", "fixed", "2", "1000000", "0", "nope", "3", "60000000", "0", "0", "0",
 				"2", "2", "1", "0", "1", "2", "1", "1", "0", "1", now},
-			"-1\n0\n0\n0\n0\n2\n0\n0\n1000000\n1000000\n0\nERR sluice: unknown algorithm \"nope\"", ""},
+			"-1\n0\n0\n0\n0\n2\n0\n0\n0\n0\n0\n0\n1000000\n1000000\n0\nERR sluice: unknown algorithm \"nope\"", ""},
 		{"batch limit count", lua.Batch, []string{"a"}, []string{"two"}, "",
 			`ERR sluice: invalid number of limits "two"`},
 		{"bad now", lua.Batch, []string{"a"}, one("fixed", "1", "1000", "0", "1", "0", "soon"), "",

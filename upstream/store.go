@@ -682,9 +682,9 @@ func replyInts(v []int64, reply []any, at int, script string) error {
 }
 
 // collectBatch reads the batch script's reply (see batch.lua): five
-// integers per request (per limit of a multi-limit request), each run of
-// replies with the same five written once and followed by a count, then
-// the error messages.
+// integers per request (per limit of a multi-limit request), a run of
+// replies that step alike written as its first and then its length and
+// steps, then the error messages.
 func (s *Store) collectBatch(b *buffers, c *call, reqs []engine.Request, res []engine.Result, reply []any) error {
 	b.replies = b.replies[:0]
 	rows := 0
@@ -692,9 +692,12 @@ func (s *Store) collectBatch(b *buffers, c *call, reqs []engine.Request, res []e
 		rows += max(len(reqs[i].Limits), 1)
 	}
 	at := 0
-	var v [lua.BatchFields]int64
+	var v, step [lua.BatchFields]int64
 	for repeat := int64(0); len(b.replies) < rows; {
 		if repeat > 0 {
+			for j := 1; j < lua.BatchFields; j++ {
+				v[j] += step[j]
+			}
 			b.replies = append(b.replies, v)
 			repeat--
 			continue
@@ -703,10 +706,14 @@ func (s *Store) collectBatch(b *buffers, c *call, reqs []engine.Request, res []e
 			return err
 		}
 		if v[0] >= 2 {
+			// A run: its length and the steps of the other four fields.
 			if len(b.replies) == 0 {
 				return fmt.Errorf("upstream: eval %s: the reply repeats before it replies", c.script.Name)
 			}
-			repeat, at = v[0]-1, at+1
+			if err := replyInts(step[:], reply, at, c.script.Name); err != nil {
+				return err
+			}
+			repeat, at = step[0]-1, at+lua.BatchFields
 			v = b.replies[len(b.replies)-1]
 			continue
 		}
