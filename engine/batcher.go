@@ -11,8 +11,9 @@ import (
 // BatcherConfig configures a Batcher. Zero values mean the documented
 // defaults.
 type BatcherConfig struct {
-	// Store decides the batches: the Redis store.
-	Store Store
+	// Store decides the batches: the Redis store. A store that can only
+	// wait goes through Sending.
+	Store Sender
 	// MaxBatch caps the requests sent in one round trip. Zero means 1024.
 	// A single caller's pipeline larger than this still goes whole.
 	MaxBatch int
@@ -31,24 +32,24 @@ type BatcherConfig struct {
 	// in well under a millisecond, so a slow one is a failed one.
 	Timeout time.Duration
 	// Now is the clock OnBatch's start is read from; nil means time.Now.
-	// (The round trip's deadline is the context's, on the real clock.)
+	// (The round trip's deadline is on the real clock.)
 	Now func() time.Time
 }
 
 // Batcher is a Store that gathers the requests of all its callers into
-// batches for the Store behind it, so that many decisions share one round
+// batches for the Sender behind it, so that many decisions share one round
 // trip. It uses no timer: whatever is queued when a round trip can start
 // goes at once, and while round trips are in flight the next batch
 // gathers, so a lone request never waits and a busy one waits for at most
 // one round trip.
 //
-// There are no worker goroutines: a caller that finds a round trip free
-// leads it itself, sending the queue (its own request among it), and when
-// the round trip returns hands the lead to the first caller still queued.
-// A lone request thus reaches the store without a goroutine switch.
+// It has no goroutines of its own: a caller that finds a round trip free
+// sends it (its own requests among the queue) and goes on, and the round
+// trip's completion sends the next batch, if calls are queued, from the
+// goroutine that completed it. An event loop thus writes its batch to
+// Redis itself.
 type Batcher struct {
-	store    Store
-	sender   Sender // store, when it is one: round trips are sent, not waited for
+	store    Sender
 	maxBatch int
 	inFlight int
 	timeout  time.Duration
@@ -57,9 +58,9 @@ type Batcher struct {
 
 	mu      sync.Mutex
 	pending []*call       // guarded by mu
-	leaders int           // round trips led now, or handed to a caller about to lead; guarded by mu
+	flying  int           // round trips in flight, or about to be sent; guarded by mu
 	closed  bool          // guarded by mu
-	drained chan struct{} // closed when closed and leaders reaches 0; guarded by mu
+	drained chan struct{} // closed when closed and flying reaches 0; guarded by mu
 
 	calls   sync.Pool
 	scratch sync.Pool // *batchScratch
@@ -72,33 +73,24 @@ type Batcher struct {
 type call struct {
 	reqs []Request
 	res  []Result
-	err  error
-	// done, for a call that does not wait (Submit), is told when its
-	// results are in; a call that waits (Decide) is woken instead.
-	done func(error)
+	done func(error) // told when the results are in
 	// deadline is when the call's answer is due: Timeout after it was
 	// queued, however long it waited for a round trip to be free.
 	deadline time.Time
-	asked    bool // handed the lead, not yet taken; guarded by Batcher.mu
-	// wake tells the caller false when its results are in, true when it
-	// must lead a round trip. Two slots: a call asked to lead can be
-	// decided by another leader before it wakes.
-	wake chan bool
 }
 
-// batchScratch is a leader's buffers, pooled between round trips.
+// batchScratch is a round trip's buffers, pooled between round trips.
 type batchScratch struct {
 	batch []*call
 	reqs  []Request
 	res   []Result
 	start time.Time // when the round trip started, for OnBatch
-	// landed completes a round trip sent through a Sender: Batcher.landed
-	// bound to this scratch.
+	// landed completes the round trip: Batcher.landed bound to this
+	// scratch.
 	landed func(error)
 }
 
-// waiter is how a caller of Decide waits for a round trip sent through a
-// Sender.
+// waiter is how a caller of Decide waits for its round trip.
 type waiter struct {
 	ch   chan error
 	done func(error)
@@ -135,8 +127,7 @@ func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
 	}
 	b := &Batcher{store: cfg.Store, maxBatch: cfg.MaxBatch, inFlight: cfg.MaxInFlight,
 		timeout: cfg.Timeout, onBatch: cfg.OnBatch, now: cfg.Now}
-	b.sender, _ = cfg.Store.(Sender)
-	b.calls.New = func() any { return &call{wake: make(chan bool, 2)} }
+	b.calls.New = func() any { return new(call) }
 	b.scratch.New = func() any {
 		sc := new(batchScratch)
 		sc.landed = func(err error) { b.landed(sc, err) }
@@ -150,7 +141,7 @@ func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
 	return b, nil
 }
 
-// Decide queues reqs and waits for their round trip, leading it when one
+// Decide queues reqs and waits for their round trip, sending it when one
 // is free. It does not return before its round trip does, so res is never
 // written after it returns; the round trip's own deadline (Timeout) bounds
 // the wait, and ctx is only checked on entry.
@@ -161,55 +152,24 @@ func (b *Batcher) Decide(ctx context.Context, reqs []Request, res []Result) erro
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if b.sender != nil {
-		w := b.waiters.Get().(*waiter)
-		b.Submit(reqs, res, w.done)
-		err := <-w.ch
-		b.waiters.Put(w)
-		return err
-	}
-	c := b.calls.Get().(*call)
-	c.reqs, c.res, c.err, c.deadline = reqs, res, nil, time.Now().Add(b.timeout)
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		b.calls.Put(c)
-		return ErrClosed
-	}
-	b.pending = append(b.pending, c)
-	lead := b.leaders < b.inFlight
-	if lead {
-		b.leaders++
-	}
-	b.mu.Unlock()
-	for {
-		if lead && b.lead(c) {
-			// A call that does not wait is next: a goroutine of its own
-			// leads on, so that this caller is not kept for it.
-			go b.leadOn()
-		}
-		if lead = <-c.wake; !lead {
-			break
-		}
-	}
-	err := c.err
-	c.reqs, c.res = nil, nil
-	b.calls.Put(c)
+	w := b.waiters.Get().(*waiter)
+	b.Submit(reqs, res, w.done)
+	err := <-w.ch
+	b.waiters.Put(w)
 	return err
 }
 
 // Submit queues reqs without waiting and calls done once their round trip
-// returns. When a round trip is free the caller sends it through a Sender
-// and goes on at once, or else a goroutine leads it, so that the caller
-// (an event loop) goes on at once too; otherwise the requests gather for
-// the round trip after the one in flight.
+// returns. When a round trip is free the caller sends it and goes on at
+// once; otherwise the requests gather for the round trip after the one in
+// flight.
 func (b *Batcher) Submit(reqs []Request, res []Result, done func(error)) {
 	if len(reqs) == 0 {
 		done(nil)
 		return
 	}
 	c := b.calls.Get().(*call)
-	c.reqs, c.res, c.err, c.done, c.deadline = reqs, res, nil, done, time.Now().Add(b.timeout)
+	c.reqs, c.res, c.done, c.deadline = reqs, res, done, time.Now().Add(b.timeout)
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -219,22 +179,19 @@ func (b *Batcher) Submit(reqs []Request, res []Result, done func(error)) {
 		return
 	}
 	b.pending = append(b.pending, c)
-	lead := b.leaders < b.inFlight
-	if lead {
-		b.leaders++
+	free := b.flying < b.inFlight
+	if free {
+		b.flying++
 	}
 	b.mu.Unlock()
-	switch {
-	case lead && b.sender != nil:
+	if free {
 		b.send()
-	case lead:
-		go b.leadOn()
 	}
 }
 
-// send sends the queue's head through the Sender and returns; the round
-// trip's completion (landed) hands the lead on. A batch whose deadline
-// passed while it queued fails unsent, and the next is tried.
+// send sends the queue's head and returns; the round trip's completion
+// (landed) sends the next. A batch whose deadline passed while it queued
+// fails unsent, and the next is tried.
 func (b *Batcher) send() {
 	for {
 		sc := b.scratch.Get().(*batchScratch)
@@ -243,7 +200,7 @@ func (b *Batcher) send() {
 		b.mu.Unlock()
 		if len(sc.batch) > 0 {
 			if deadline := b.gather(sc); time.Until(deadline) > 0 {
-				b.sender.Send(deadline, sc.reqs, sc.res, sc.landed)
+				b.store.Send(deadline, sc.reqs, sc.res, sc.landed)
 				return
 			}
 			b.finish(sc, ErrQueuedTooLong)
@@ -254,8 +211,8 @@ func (b *Batcher) send() {
 	}
 }
 
-// landed completes a round trip sent through the Sender, and sends the
-// next while calls are queued.
+// landed completes a round trip, and sends the next while calls are
+// queued.
 func (b *Batcher) landed(sc *batchScratch, err error) {
 	b.finish(sc, err)
 	if b.next(sc) {
@@ -263,38 +220,22 @@ func (b *Batcher) landed(sc *batchScratch, err error) {
 	}
 }
 
-// next puts sc back and hands the lead on; it reports whether the lead
-// stays with this leader (see handOff).
+// next puts sc back and reports whether calls are queued for another
+// round trip; with none, the round trip's slot is given up.
 func (b *Batcher) next(sc *batchScratch) (again bool) {
-	b.mu.Lock()
-	again = b.handOff()
-	b.mu.Unlock()
 	clear(sc.batch)
 	b.scratch.Put(sc)
-	return again
-}
-
-// leadOn leads round trips for as long as calls that do not wait are next.
-func (b *Batcher) leadOn() {
-	for b.lead(nil) {
-	}
-}
-
-// lead runs one round trip for the queue's head, then hands the lead on,
-// and reports whether the lead stays with its caller (handOff). self is
-// the leading caller's call, which may still be queued; nil for leadOn.
-func (b *Batcher) lead(self *call) (again bool) {
-	sc := b.scratch.Get().(*batchScratch)
 	b.mu.Lock()
-	if self != nil {
-		self.asked = false // its turn is taken; if still queued, it may be asked again
+	defer b.mu.Unlock()
+	if len(b.pending) > 0 {
+		return true
 	}
-	sc.batch = b.take(sc.batch[:0])
-	b.mu.Unlock()
-	if len(sc.batch) > 0 {
-		b.run(sc)
+	b.flying--
+	if b.closed && b.flying == 0 && b.drained != nil {
+		close(b.drained)
+		b.drained = nil
 	}
-	return b.next(sc)
+	return false
 }
 
 // take moves queued calls into batch, up to maxBatch requests (at least
@@ -307,51 +248,12 @@ func (b *Batcher) take(batch []*call) []*call {
 			break
 		}
 		n += len(c.reqs)
-		c.asked = false
 		batch = append(batch, c)
 	}
 	rest := copy(b.pending, b.pending[i:])
 	clear(b.pending[rest:])
 	b.pending = b.pending[:rest]
 	return batch
-}
-
-// handOff passes this leader's turn to the first queued caller not already
-// asked to lead when that caller waits (Decide); when it does not wait
-// (Submit), the turn stays with this leader and handOff returns true. With
-// no one queued the turn is given up. b.mu is held.
-func (b *Batcher) handOff() (again bool) {
-	for _, c := range b.pending {
-		if c.asked {
-			continue
-		}
-		if c.done != nil {
-			return true
-		}
-		c.asked = true
-		c.wake <- true
-		return false
-	}
-	b.leaders--
-	if b.closed && b.leaders == 0 && b.drained != nil {
-		close(b.drained)
-		b.drained = nil
-	}
-	return false
-}
-
-// run decides one batch and hands each caller its results.
-func (b *Batcher) run(sc *batchScratch) {
-	deadline := b.gather(sc)
-	var err error
-	if time.Until(deadline) <= 0 {
-		err = ErrQueuedTooLong
-	} else {
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		err = b.store.Decide(ctx, sc.reqs, sc.res)
-		cancel()
-	}
-	b.finish(sc, err)
 }
 
 // gather joins the batch's requests into sc.reqs, sizes sc.res, and
@@ -390,20 +292,14 @@ func (b *Batcher) finish(sc *batchScratch, err error) {
 	off := 0
 	for _, c := range sc.batch {
 		n := len(c.reqs)
-		if err != nil {
-			c.err = err
-		} else {
+		if err == nil {
 			copy(c.res, sc.res[off:off+n])
 		}
 		off += n
-		if done := c.done; done != nil {
-			cerr := c.err
-			c.reqs, c.res, c.done = nil, nil, nil
-			b.calls.Put(c)
-			done(cerr)
-			continue
-		}
-		c.wake <- false
+		done := c.done
+		c.reqs, c.res, c.done = nil, nil, nil
+		b.calls.Put(c)
+		done(err)
 	}
 	clear(sc.reqs) // drop key strings for the collector
 	clear(sc.res)
@@ -422,7 +318,7 @@ func (b *Batcher) Close() {
 		return
 	}
 	b.closed = true
-	if b.leaders == 0 {
+	if b.flying == 0 {
 		b.mu.Unlock()
 		return
 	}

@@ -61,7 +61,7 @@ func (g *gateStore) waitBatches(t *testing.T, n int) {
 // own tests set theirs).
 func newBatcher(t *testing.T, store engine.Store, maxBatch, inFlight int) *engine.Batcher {
 	t.Helper()
-	b, err := engine.NewBatcher(engine.BatcherConfig{Store: store, MaxBatch: maxBatch, MaxInFlight: inFlight, Timeout: time.Minute})
+	b, err := engine.NewBatcher(engine.BatcherConfig{Store: engine.Sending(store), MaxBatch: maxBatch, MaxInFlight: inFlight, Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,115 +69,89 @@ func newBatcher(t *testing.T, store engine.Store, maxBatch, inFlight int) *engin
 	return b
 }
 
-// sender makes a store an engine.Sender that decides each batch on a
-// goroutine of its own by the batch's deadline, as upstream's Store does
-// on Cluster, so that the batcher's tests cover both ways it leads round
-// trips: waiting for Decide, and sending.
-type sender struct{ engine.Store }
-
-func (s sender) Send(deadline time.Time, reqs []engine.Request, res []engine.Result, done func(error)) {
-	go func() {
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		err := s.Decide(ctx, reqs, res)
-		cancel()
-		done(err)
-	}()
-}
-
-// eachLead runs f with the store as it is, whose round trips the batcher
-// waits for, and as a sender.
-func eachLead(t *testing.T, f func(t *testing.T, lead func(engine.Store) engine.Store)) {
-	t.Run("waits", func(t *testing.T) { f(t, func(s engine.Store) engine.Store { return s }) })
-	t.Run("sends", func(t *testing.T) { f(t, func(s engine.Store) engine.Store { return sender{s} }) })
-}
-
 var perHour = engine.Limit{Algorithm: engine.FixedWindow, Rate: 1000, Period: time.Hour}
 
 func TestBatcherGathersWhileABatchIsInFlight(t *testing.T) {
-	eachLead(t, func(t *testing.T, lead func(engine.Store) engine.Store) {
-		clock := enginetest.NewClock(enginetest.Epoch)
-		g := &gateStore{inner: openMemory(t, clock.Now), gate: make(chan struct{})}
-		b := newBatcher(t, lead(g), 0, 1)
+	clock := enginetest.NewClock(enginetest.Epoch)
+	g := &gateStore{inner: openMemory(t, clock.Now), gate: make(chan struct{})}
+	b := newBatcher(t, g, 0, 1)
 
-		var wg sync.WaitGroup
-		decide := func(key string) {
-			defer wg.Done()
-			res := make([]engine.Result, 1)
-			if err := b.Decide(context.Background(), []engine.Request{{Key: key, Limit: perHour, Cost: 1}}, res); err != nil || !res[0].Decision.Allowed {
-				t.Errorf("Decide(%s) = %v, %+v", key, err, res[0])
-			}
+	var wg sync.WaitGroup
+	decide := func(key string) {
+		defer wg.Done()
+		res := make([]engine.Result, 1)
+		if err := b.Decide(context.Background(), []engine.Request{{Key: key, Limit: perHour, Cost: 1}}, res); err != nil || !res[0].Decision.Allowed {
+			t.Errorf("Decide(%s) = %v, %+v", key, err, res[0])
 		}
+	}
+	wg.Add(1)
+	go decide("first")
+	g.waitBatches(t, 1) // the first batch is in flight and held
+	for range 10 {
 		wg.Add(1)
-		go decide("first")
-		g.waitBatches(t, 1) // the first batch is in flight and held
-		for range 10 {
-			wg.Add(1)
-			go decide("later")
+		go decide("later")
+	}
+	// Let the ten queue up behind the held batch, then release everything.
+	for i := 0; i < 5000; i++ {
+		if b.Queued() == 10 {
+			break
 		}
-		// Let the ten queue up behind the held batch, then release everything.
-		for i := 0; i < 5000; i++ {
-			if b.Queued() == 10 {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
-		close(g.gate)
-		wg.Wait()
-		if got := g.batchSizes(); len(got) != 2 || got[0] != 1 || got[1] != 10 {
-			t.Fatalf("batch sizes %v; want [1 10]: the ten gathered while the first was in flight", got)
-		}
-		if s := b.Stats(); s.Batches != 2 || s.Decisions != 11 {
-			t.Fatalf("stats %+v; want 2 batches of 11 decisions", s)
-		}
-	})
+		time.Sleep(time.Millisecond)
+	}
+	close(g.gate)
+	wg.Wait()
+	if got := g.batchSizes(); len(got) != 2 || got[0] != 1 || got[1] != 10 {
+		t.Fatalf("batch sizes %v; want [1 10]: the ten gathered while the first was in flight", got)
+	}
+	if s := b.Stats(); s.Batches != 2 || s.Decisions != 11 {
+		t.Fatalf("stats %+v; want 2 batches of 11 decisions", s)
+	}
 }
 
 // Submit never waits: with a batch held at the store, further Submits
 // return at once and gather into the next batch, and each done runs once
 // its results are in.
 func TestBatcherSubmitDoesNotWait(t *testing.T) {
-	eachLead(t, func(t *testing.T, lead func(engine.Store) engine.Store) {
-		clock := enginetest.NewClock(enginetest.Epoch)
-		g := &gateStore{inner: openMemory(t, clock.Now), gate: make(chan struct{})}
-		b := newBatcher(t, lead(g), 0, 1)
-		results := make(chan engine.Result, 11)
-		submit := func(key string) {
-			res := make([]engine.Result, 1)
-			b.Submit([]engine.Request{{Key: key, Limit: perHour, Cost: 1}}, res, func(err error) {
-				if err != nil {
-					t.Error(err)
-				}
-				results <- res[0]
-			})
-		}
-		submit("first")
-		g.waitBatches(t, 1) // held at the store
-		for range 10 {
-			submit("later") // returns although the round trip is held
-		}
-		if q := b.Queued(); q != 10 {
-			t.Fatalf("%d calls queued behind the held batch; want 10", q)
-		}
-		select {
-		case r := <-results:
-			t.Fatalf("a result came in while the store held the batch: %+v", r)
-		default:
-		}
-		close(g.gate)
-		for i := range 11 {
-			if r := <-results; !r.Decision.Allowed {
-				t.Errorf("result %d refused: %+v", i, r)
+	clock := enginetest.NewClock(enginetest.Epoch)
+	g := &gateStore{inner: openMemory(t, clock.Now), gate: make(chan struct{})}
+	b := newBatcher(t, g, 0, 1)
+	results := make(chan engine.Result, 11)
+	submit := func(key string) {
+		res := make([]engine.Result, 1)
+		b.Submit([]engine.Request{{Key: key, Limit: perHour, Cost: 1}}, res, func(err error) {
+			if err != nil {
+				t.Error(err)
 			}
+			results <- res[0]
+		})
+	}
+	submit("first")
+	g.waitBatches(t, 1) // held at the store
+	for range 10 {
+		submit("later") // returns although the round trip is held
+	}
+	if q := b.Queued(); q != 10 {
+		t.Fatalf("%d calls queued behind the held batch; want 10", q)
+	}
+	select {
+	case r := <-results:
+		t.Fatalf("a result came in while the store held the batch: %+v", r)
+	default:
+	}
+	close(g.gate)
+	for i := range 11 {
+		if r := <-results; !r.Decision.Allowed {
+			t.Errorf("result %d refused: %+v", i, r)
 		}
-		if got := g.batchSizes(); len(got) != 2 || got[0] != 1 || got[1] != 10 {
-			t.Fatalf("batch sizes %v; want [1 10]", got)
-		}
-	})
+	}
+	if got := g.batchSizes(); len(got) != 2 || got[0] != 1 || got[1] != 10 {
+		t.Fatalf("batch sizes %v; want [1 10]", got)
+	}
 }
 
 func TestBatcherSubmitAfterClose(t *testing.T) {
 	clock := enginetest.NewClock(enginetest.Epoch)
-	b, err := engine.NewBatcher(engine.BatcherConfig{Store: openMemory(t, clock.Now)})
+	b, err := engine.NewBatcher(engine.BatcherConfig{Store: engine.Sending(openMemory(t, clock.Now))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,65 +164,59 @@ func TestBatcherSubmitAfterClose(t *testing.T) {
 }
 
 func TestBatcherKeepsEachCallersOrder(t *testing.T) {
-	eachLead(t, func(t *testing.T, lead func(engine.Store) engine.Store) {
-		clock := enginetest.NewClock(enginetest.Epoch)
-		b := newBatcher(t, lead(openMemory(t, clock.Now)), 64, 4)
-		limit := engine.Limit{Algorithm: engine.FixedWindow, Rate: 100, Period: time.Hour}
-		var wg sync.WaitGroup
-		for c := range 20 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				key := "caller" + string(rune('a'+c))
-				reqs := make([]engine.Request, 100)
-				for i := range reqs {
-					reqs[i] = engine.Request{Key: key, Limit: limit, Cost: 1}
-				}
-				res := make([]engine.Result, len(reqs))
-				if err := b.Decide(context.Background(), reqs, res); err != nil {
-					t.Error(err)
+	clock := enginetest.NewClock(enginetest.Epoch)
+	b := newBatcher(t, openMemory(t, clock.Now), 64, 4)
+	limit := engine.Limit{Algorithm: engine.FixedWindow, Rate: 100, Period: time.Hour}
+	var wg sync.WaitGroup
+	for c := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := "caller" + string(rune('a'+c))
+			reqs := make([]engine.Request, 100)
+			for i := range reqs {
+				reqs[i] = engine.Request{Key: key, Limit: limit, Cost: 1}
+			}
+			res := make([]engine.Result, len(reqs))
+			if err := b.Decide(context.Background(), reqs, res); err != nil {
+				t.Error(err)
+				return
+			}
+			for i, r := range res {
+				if want := int64(99 - i); r.Err != nil || r.Decision.Remaining != want {
+					t.Errorf("%s request %d: %+v; want remaining %d", key, i, r, want)
 					return
 				}
-				for i, r := range res {
-					if want := int64(99 - i); r.Err != nil || r.Decision.Remaining != want {
-						t.Errorf("%s request %d: %+v; want remaining %d", key, i, r, want)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-	})
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func TestBatcherSendsAnOversizedPipelineWhole(t *testing.T) {
-	eachLead(t, func(t *testing.T, lead func(engine.Store) engine.Store) {
-		clock := enginetest.NewClock(enginetest.Epoch)
-		g := &gateStore{inner: openMemory(t, clock.Now)}
-		b := newBatcher(t, lead(g), 8, 1)
-		reqs := make([]engine.Request, 20)
-		for i := range reqs {
-			reqs[i] = engine.Request{Key: "big", Limit: perHour, Cost: 1}
-		}
-		if err := b.Decide(context.Background(), reqs, make([]engine.Result, 20)); err != nil {
-			t.Fatal(err)
-		}
-		if got := g.batchSizes(); len(got) != 1 || got[0] != 20 {
-			t.Fatalf("batch sizes %v; want one batch of 20", got)
-		}
-	})
+	clock := enginetest.NewClock(enginetest.Epoch)
+	g := &gateStore{inner: openMemory(t, clock.Now)}
+	b := newBatcher(t, g, 8, 1)
+	reqs := make([]engine.Request, 20)
+	for i := range reqs {
+		reqs[i] = engine.Request{Key: "big", Limit: perHour, Cost: 1}
+	}
+	if err := b.Decide(context.Background(), reqs, make([]engine.Result, 20)); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.batchSizes(); len(got) != 1 || got[0] != 20 {
+		t.Fatalf("batch sizes %v; want one batch of 20", got)
+	}
 }
 
 func TestBatcherReportsTheBatchError(t *testing.T) {
-	eachLead(t, func(t *testing.T, lead func(engine.Store) engine.Store) {
-		boom := errors.New("upstream: connection refused")
-		g := &gateStore{err: boom}
-		b := newBatcher(t, lead(g), 0, 2)
-		err := b.Decide(context.Background(), []engine.Request{{Key: "k", Limit: perHour, Cost: 1}}, make([]engine.Result, 1))
-		if !errors.Is(err, boom) {
-			t.Fatalf("Decide = %v; want %v", err, boom)
-		}
-	})
+	boom := errors.New("upstream: connection refused")
+	g := &gateStore{err: boom}
+	b := newBatcher(t, g, 0, 2)
+	err := b.Decide(context.Background(), []engine.Request{{Key: "k", Limit: perHour, Cost: 1}}, make([]engine.Result, 1))
+	if !errors.Is(err, boom) {
+		t.Fatalf("Decide = %v; want %v", err, boom)
+	}
 }
 
 // OnBatch is told of each round trip by the batcher's own clock, with its
@@ -261,7 +229,7 @@ func TestBatcherReportsEachBatch(t *testing.T) {
 		err   error
 	}
 	var got []report
-	b, err := engine.NewBatcher(engine.BatcherConfig{Store: openMemory(t, clock.Now), Now: clock.Now,
+	b, err := engine.NewBatcher(engine.BatcherConfig{Store: engine.Sending(openMemory(t, clock.Now)), Now: clock.Now,
 		OnBatch: func(start time.Time, size int, err error) { got = append(got, report{start, size, err}) }})
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +246,7 @@ func TestBatcherReportsEachBatch(t *testing.T) {
 
 func TestBatcherAfterClose(t *testing.T) {
 	clock := enginetest.NewClock(enginetest.Epoch)
-	b, err := engine.NewBatcher(engine.BatcherConfig{Store: openMemory(t, clock.Now)})
+	b, err := engine.NewBatcher(engine.BatcherConfig{Store: engine.Sending(openMemory(t, clock.Now))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,16 +259,14 @@ func TestBatcherAfterClose(t *testing.T) {
 }
 
 func TestBatcherConformance(t *testing.T) {
-	eachLead(t, func(t *testing.T, lead func(engine.Store) engine.Store) {
-		enginetest.Run(t, func(t *testing.T, now func() time.Time) engine.Store {
-			return newBatcher(t, lead(openMemory(t, now)), 0, 0)
-		})
+	enginetest.Run(t, func(t *testing.T, now func() time.Time) engine.Store {
+		return newBatcher(t, openMemory(t, now), 0, 0)
 	})
 }
 
 func BenchmarkBatcherDecide(b *testing.B) {
 	s, _ := engine.NewMemoryStore(engine.MemoryConfig{})
-	bt, _ := engine.NewBatcher(engine.BatcherConfig{Store: s})
+	bt, _ := engine.NewBatcher(engine.BatcherConfig{Store: engine.Sending(s)})
 	defer bt.Close()
 	reqs := make([]engine.Request, 16)
 	for i := range reqs {
@@ -315,51 +281,49 @@ func BenchmarkBatcherDecide(b *testing.B) {
 
 // Many callers with pipelines larger than MaxBatch, through few round
 // trips at a time: every call must be decided (none stranded in the queue
-// when leadership passes), each in order.
+// when a round trip lands), each in order.
 func TestBatcherNeverStrandsACall(t *testing.T) {
-	eachLead(t, func(t *testing.T, lead func(engine.Store) engine.Store) {
-		for _, inFlight := range []int{1, 2, 3} {
-			clock := enginetest.NewClock(enginetest.Epoch)
-			b := newBatcher(t, lead(openMemory(t, clock.Now)), 5, inFlight)
-			var wg sync.WaitGroup
-			for g := range 40 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range 50 {
-						n := 1 + g%7
-						reqs := make([]engine.Request, n)
-						for i := range reqs {
-							reqs[i] = engine.Request{Key: "strand", Limit: perHour, Cost: 0}
-						}
-						if g%2 == 0 { // half wait, half submit: neither may strand the other
-							if err := b.Decide(context.Background(), reqs, make([]engine.Result, n)); err != nil {
-								t.Error(err)
-								return
-							}
-							continue
-						}
-						landed := make(chan error, 1)
-						b.Submit(reqs, make([]engine.Result, n), func(err error) { landed <- err })
-						if err := <-landed; err != nil {
+	for _, inFlight := range []int{1, 2, 3} {
+		clock := enginetest.NewClock(enginetest.Epoch)
+		b := newBatcher(t, openMemory(t, clock.Now), 5, inFlight)
+		var wg sync.WaitGroup
+		for g := range 40 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 50 {
+					n := 1 + g%7
+					reqs := make([]engine.Request, n)
+					for i := range reqs {
+						reqs[i] = engine.Request{Key: "strand", Limit: perHour, Cost: 0}
+					}
+					if g%2 == 0 { // half wait, half submit: neither may strand the other
+						if err := b.Decide(context.Background(), reqs, make([]engine.Result, n)); err != nil {
 							t.Error(err)
 							return
 						}
+						continue
 					}
-				}()
-			}
-			done := make(chan struct{})
-			go func() { wg.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				t.Fatalf("in flight %d: callers still waiting after 30s, %d calls queued: a call was stranded", inFlight, b.Queued())
-			}
-			if q := b.Queued(); q != 0 {
-				t.Fatalf("%d calls left queued", q)
-			}
+					landed := make(chan error, 1)
+					b.Submit(reqs, make([]engine.Result, n), func(err error) { landed <- err })
+					if err := <-landed; err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
 		}
-	})
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("in flight %d: callers still waiting after 30s, %d calls queued: a call was stranded", inFlight, b.Queued())
+		}
+		if q := b.Queued(); q != 0 {
+			t.Fatalf("%d calls left queued", q)
+		}
+	}
 }
 
 // stalledStore answers nothing until its caller's deadline: a paused Redis.
@@ -374,32 +338,30 @@ func (stalledStore) Decide(ctx context.Context, _ []engine.Request, _ []engine.R
 // Timeout, counted from when it was queued, not a Timeout after the round
 // trip ahead of it gave up.
 func TestBatcherTimeoutCountsTheQueue(t *testing.T) {
-	eachLead(t, func(t *testing.T, lead func(engine.Store) engine.Store) {
-		const timeout = 400 * time.Millisecond
-		b, err := engine.NewBatcher(engine.BatcherConfig{Store: lead(stalledStore{}), Timeout: timeout})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
-		req := []engine.Request{{Key: "k", Limit: perHour, Cost: 1}}
-		first := make(chan error, 1)
-		b.Submit(req, make([]engine.Result, 1), func(err error) { first <- err })
-		time.Sleep(timeout / 2) // the first round trip is stalled at the store
-		queued := time.Now()
-		second := make(chan error, 1)
-		b.Submit(req, make([]engine.Result, 1), func(err error) { second <- err })
-		if err := <-first; err == nil {
-			t.Fatal("the stalled round trip succeeded")
-		}
-		err = <-second
-		waited := time.Since(queued)
-		if err == nil {
-			t.Fatal("the queued call succeeded against a stalled store")
-		}
-		// Without the queue counted it would wait about 1.5 × timeout from
-		// being queued; allow scheduling slack well below that.
-		if waited > timeout+timeout/4 {
-			t.Errorf("the queued call was answered %v after it was queued; want at most about %v", waited, timeout)
-		}
-	})
+	const timeout = 400 * time.Millisecond
+	b, err := engine.NewBatcher(engine.BatcherConfig{Store: engine.Sending(stalledStore{}), Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	req := []engine.Request{{Key: "k", Limit: perHour, Cost: 1}}
+	first := make(chan error, 1)
+	b.Submit(req, make([]engine.Result, 1), func(err error) { first <- err })
+	time.Sleep(timeout / 2) // the first round trip is stalled at the store
+	queued := time.Now()
+	second := make(chan error, 1)
+	b.Submit(req, make([]engine.Result, 1), func(err error) { second <- err })
+	if err := <-first; err == nil {
+		t.Fatal("the stalled round trip succeeded")
+	}
+	err = <-second
+	waited := time.Since(queued)
+	if err == nil {
+		t.Fatal("the queued call succeeded against a stalled store")
+	}
+	// Without the queue counted it would wait about 1.5 × timeout from
+	// being queued; allow scheduling slack well below that.
+	if waited > timeout+timeout/4 {
+		t.Errorf("the queued call was answered %v after it was queued; want at most about %v", waited, timeout)
+	}
 }

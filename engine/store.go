@@ -57,7 +57,7 @@ func Submit(s Store, reqs []Request, res []Result, done func(error)) {
 }
 
 // Sender is a Store that sends a batch without its caller waiting for the
-// round trip, so that a Batcher leads round trips on its callers'
+// round trip, so that a Batcher sends round trips from its callers'
 // goroutines (an event loop's among them) instead of starting one for
 // each. Send decides reqs into res as Decide does; it returns once the
 // batch is on its way, and done runs when every result is in, or with an
@@ -67,4 +67,19 @@ func Submit(s Store, reqs []Request, res []Result, done func(error)) {
 type Sender interface {
 	Store
 	Send(deadline time.Time, reqs []Request, res []Result, done func(error))
+}
+
+// Sending makes a store that can only wait a Sender: each batch is decided
+// by Decide, by its deadline, on a goroutine of its own.
+func Sending(s Store) Sender { return sending{s} }
+
+type sending struct{ Store }
+
+func (s sending) Send(deadline time.Time, reqs []Request, res []Result, done func(error)) {
+	go func() {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err := s.Decide(ctx, reqs, res)
+		cancel()
+		done(err)
+	}()
 }

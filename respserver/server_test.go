@@ -595,7 +595,7 @@ func TestNothingWaitsBehindAHeldBatch(t *testing.T) {
 	for _, loops := range []int{1, -1} {
 		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) {
 			slow := &slowKeyStore{Store: memStore(t), entered: make(chan struct{}, 1), release: make(chan struct{})}
-			b, err := engine.NewBatcher(engine.BatcherConfig{Store: slow, MaxInFlight: 2})
+			b, err := engine.NewBatcher(engine.BatcherConfig{Store: engine.Sending(slow), MaxInFlight: 2})
 			if err != nil {
 				t.Fatal(err)
 			}

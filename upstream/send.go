@@ -20,12 +20,7 @@ var _ engine.Sender = (*Store)(nil)
 // its own.
 func (s *Store) Send(deadline time.Time, reqs []engine.Request, res []engine.Result, done func(error)) {
 	if s.pipe == nil {
-		go func() {
-			ctx, cancel := context.WithDeadline(context.Background(), deadline)
-			err := s.Decide(ctx, reqs, res)
-			cancel()
-			done(err)
-		}()
+		engine.Sending(s).Send(deadline, reqs, res, done)
 		return
 	}
 	b := s.buffers()
