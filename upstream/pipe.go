@@ -123,7 +123,7 @@ func (p *pipe) send(cmd []byte, deadline time.Time, got func(reply any, err erro
 func (p *pipe) write(conn net.Conn, cmd []byte, deadline time.Time) error {
 	_ = conn.SetWriteDeadline(deadline)
 	if _, err := conn.Write(cmd); err != nil {
-		return fmt.Errorf("upstream: write to %s: %w", p.opt.Addr, err)
+		return fmt.Errorf("upstream: write to %s: %w", conn.RemoteAddr(), err)
 	}
 	return nil
 }
@@ -142,7 +142,9 @@ func (p *pipe) dial(deadline time.Time) {
 	}
 	cancel()
 	if err != nil {
-		err = fmt.Errorf("upstream: connect to %s: %w", p.opt.Addr, err)
+		// The dialer's error names the address it dialed; a Sentinel
+		// client's own Addr names none.
+		err = fmt.Errorf("upstream: connect: %w", err)
 	}
 	p.wmu.Lock()
 	p.mu.Lock()
@@ -243,13 +245,13 @@ func (p *pipe) read(conn net.Conn) {
 				// owed, so nothing is late.
 				continue
 			}
-			p.fail(conn, fmt.Errorf("upstream: read from %s: %w", p.opt.Addr, err))
+			p.fail(conn, fmt.Errorf("upstream: read from %s: %w", conn.RemoteAddr(), err))
 			return
 		}
 		p.mu.Lock()
 		if p.conn != conn || len(p.owed) == 0 {
 			p.mu.Unlock()
-			p.fail(conn, fmt.Errorf("upstream: %s sent a reply nothing asked for", p.opt.Addr))
+			p.fail(conn, fmt.Errorf("upstream: %s sent a reply nothing asked for", conn.RemoteAddr()))
 			return
 		}
 		o := p.owed[0]
