@@ -81,9 +81,10 @@ func (p *pipe) timeout() time.Duration {
 }
 
 // send writes cmd, a whole RESP command, and has got called with its
-// reply, or with an error if none comes by deadline. got runs once, on
-// another goroutine or, when the pipe is closed, before send returns. A
-// reply that is a Redis error reaches got as a value of type replyError.
+// reply, or with an error if none comes by deadline. got runs once: on
+// another goroutine, or before send returns when the pipe is closed or
+// the write fails (which fails every reply owed). A reply that is a Redis
+// error reaches got as a value of type replyError.
 func (p *pipe) send(cmd []byte, deadline time.Time, got func(reply any, err error)) {
 	p.wmu.Lock()
 	p.mu.Lock()
