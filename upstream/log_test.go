@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +21,7 @@ import (
 // lines. A pool dial that fails makes go-redis log; here a client is
 // pointed at a port nothing listens on.
 func TestGoRedisLogsThroughSlog(t *testing.T) {
-	var buf bytes.Buffer
+	var buf lockedBuffer // go-redis's pool logs from goroutines of its own
 	upstream.LogTo(slog.New(slog.NewJSONHandler(&buf, nil)))
 	t.Cleanup(func() { upstream.LogTo(slog.Default()) })
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)), MaxRetries: -1,
@@ -43,4 +44,28 @@ func TestGoRedisLogsThroughSlog(t *testing.T) {
 			t.Errorf("go-redis line %q: want level WARN and source go-redis", line)
 		}
 	}
+}
+
+// lockedBuffer is a bytes.Buffer that goroutines may share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Len()
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

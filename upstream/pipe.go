@@ -39,6 +39,11 @@ type pipe struct {
 	// before mu. mu is never held across a write, so a reader can take
 	// its replies while a writer waits for room in the socket.
 	wmu sync.Mutex
+	// out is the command being written, copied from its sender's buffer
+	// under mu: once its reply is owed, a failure elsewhere can hand the
+	// sender its error, and its buffer back to its pool, while the write
+	// is still going. Guarded by wmu.
+	out []byte
 
 	mu      sync.Mutex
 	conn    net.Conn // nil: not connected; guarded by mu
@@ -111,8 +116,9 @@ func (p *pipe) send(cmd []byte, deadline time.Time, got func(reply any, err erro
 		// is owed: this reply's deadline is the one to wait for now.
 		_ = conn.SetReadDeadline(deadline)
 	}
+	p.out = append(p.out[:0], cmd...)
 	p.mu.Unlock()
-	err := p.write(conn, cmd, deadline)
+	err := p.write(conn, p.out, deadline)
 	p.wmu.Unlock()
 	if err != nil {
 		p.fail(conn, err)
