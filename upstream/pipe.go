@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tidwall/redcon"
 )
 
 // pipe is one connection to a standalone (or Sentinel's current master)
@@ -441,34 +442,17 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 
 // appendCommand appends a RESP command of bulk strings.
 func appendCommand(buf []byte, name string, args ...string) []byte {
-	buf = appendArrayHeader(buf, 1+len(args))
-	buf = appendBulk(buf, name)
+	buf = redcon.AppendArray(buf, 1+len(args))
+	buf = redcon.AppendBulkString(buf, name)
 	for _, a := range args {
-		buf = appendBulk(buf, a)
+		buf = redcon.AppendBulkString(buf, a)
 	}
 	return buf
 }
 
-func appendArrayHeader(buf []byte, n int) []byte {
-	buf = append(buf, '*')
-	buf = strconv.AppendInt(buf, int64(n), 10)
-	return append(buf, '\r', '\n')
-}
-
-func appendBulk(buf []byte, s string) []byte {
-	buf = append(buf, '$')
-	buf = strconv.AppendInt(buf, int64(len(s)), 10)
-	buf = append(buf, '\r', '\n')
-	buf = append(buf, s...)
-	return append(buf, '\r', '\n')
-}
-
+// appendBulkInt appends n as a bulk string, without the allocation
+// redcon.AppendBulkInt makes for its digits.
 func appendBulkInt(buf []byte, n int64) []byte {
 	var d [20]byte
-	digits := strconv.AppendInt(d[:0], n, 10)
-	buf = append(buf, '$')
-	buf = strconv.AppendInt(buf, int64(len(digits)), 10)
-	buf = append(buf, '\r', '\n')
-	buf = append(buf, digits...)
-	return append(buf, '\r', '\n')
+	return redcon.AppendBulk(buf, strconv.AppendInt(d[:0], n, 10))
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tidwall/redcon"
 
 	"github.com/sluice-rl/sluice/engine"
 )
@@ -94,9 +95,9 @@ func (s *Store) gotReply(b *buffers, reply any, err error) {
 // appendScriptCall appends call c as a RESP command: name (EVALSHA or
 // EVAL), body (the script's SHA or source), its keys, its arguments.
 func (s *Store) appendScriptCall(buf []byte, name, body string, c *call) []byte {
-	buf = appendArrayHeader(buf, 3+len(c.keys)+len(c.args))
-	buf = appendBulk(buf, name)
-	buf = appendBulk(buf, body)
+	buf = redcon.AppendArray(buf, 3+len(c.keys)+len(c.args))
+	buf = redcon.AppendBulkString(buf, name)
+	buf = redcon.AppendBulkString(buf, body)
 	buf = appendBulkInt(buf, int64(len(c.keys)))
 	for _, k := range c.keys {
 		buf = s.appendKey(buf, k)
@@ -104,7 +105,7 @@ func (s *Store) appendScriptCall(buf []byte, name, body string, c *call) []byte 
 	for _, a := range c.args {
 		switch v := a.(type) {
 		case string:
-			buf = appendBulk(buf, v)
+			buf = redcon.AppendBulkString(buf, v)
 		case *int64:
 			buf = appendBulkInt(buf, *v)
 		case int64:
@@ -113,7 +114,7 @@ func (s *Store) appendScriptCall(buf []byte, name, body string, c *call) []byte 
 			buf = appendBulkInt(buf, int64(v))
 		default:
 			// Every argument the store builds is one of the above.
-			buf = appendBulk(buf, fmt.Sprint(v))
+			buf = redcon.AppendBulkString(buf, fmt.Sprint(v))
 		}
 	}
 	return buf

@@ -92,7 +92,7 @@ func New(cfg Config) (*Store, error) {
 // sidecar of one version never reads state that one of another wrote in
 // a layout it does not know; see the README's "Rolling updates".
 func (s *Store) Key(key string, a engine.Algorithm) string {
-	return s.prefix + "{" + key + "}:" + a.Short()
+	return s.keyString(keyRef{key: key, alg: a})
 }
 
 // LimitKey returns the Redis key that holds the state of limit l of a
@@ -101,7 +101,7 @@ func (s *Store) Key(key string, a engine.Algorithm) string {
 // (engine.ValidateLimitName), so no two (key, name) pairs and no
 // single-limit key ever meet.
 func (s *Store) LimitKey(key string, l engine.NamedLimit) string {
-	return s.prefix + "{" + key + "}:" + l.Name + ":" + l.Limit.Algorithm.Short()
+	return s.keyString(keyRef{key: key, name: l.Name, alg: l.Limit.Algorithm})
 }
 
 // keyRef is a Redis key in its parts: Key's (name empty) or LimitKey's,
@@ -116,7 +116,7 @@ type keyRef struct {
 // keyString is k joined: what Key or LimitKey returns.
 func (s *Store) keyString(k keyRef) string {
 	if k.name == "" {
-		return s.Key(k.key, k.alg)
+		return s.prefix + "{" + k.key + "}:" + k.alg.Short()
 	}
 	return s.prefix + "{" + k.key + "}:" + k.name + ":" + k.alg.Short()
 }
