@@ -124,8 +124,12 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	if loops == 0 {
 		loops = -1 // respserver's "a goroutine per connection"
 	}
-	if s.resp, err = respserver.New(respserver.Config{Service: s.svc, RequirePass: cfg.RequirePass, Logger: log,
-		MaxConns: cfg.MaxClients, MaxInputMemory: int64(cfg.MaxInputMemory), Info: s.infoSections(), Keys: s.mem.Len, Loops: loops}); err != nil {
+	rcfg := respserver.Config{Service: s.svc, RequirePass: cfg.RequirePass, Logger: log,
+		MaxConns: cfg.MaxClients, MaxInputMemory: int64(cfg.MaxInputMemory), Info: s.infoSections(), Keys: s.mem.Len, Loops: loops}
+	if s.chain != nil {
+		rcfg.Upstream = s.chain.up
+	}
+	if s.resp, err = respserver.New(rcfg); err != nil {
 		return err
 	}
 	s.tel.SetSources(s.sources())

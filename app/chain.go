@@ -29,6 +29,7 @@ import (
 // Leases (RL.ACQUIRE, RL.RELEASE) go from the guard straight to upstream.
 type chain struct {
 	kind    upstream.Kind
+	up      *upstream.Store // its replies are read by the RESP server's first event loop
 	batcher *engine.Batcher
 	deny    *engine.DenyCache
 	guard   *engine.Guard
@@ -65,6 +66,7 @@ func newChain(cfg Config, mem *engine.MemoryStore, tel *telemetry.Telemetry, log
 		return nil, err
 	}
 	closers = append(closers, up.Close)
+	c.up = up
 	if c.batcher, err = engine.NewBatcher(engine.BatcherConfig{Store: up, MaxBatch: cfg.BatchMax,
 		MaxInFlight: cfg.BatchInFlight, Timeout: cfg.UpstreamTimeout, OnBatch: tel.ObserveBatch}); err != nil {
 		return nil, err

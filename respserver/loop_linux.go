@@ -34,7 +34,9 @@ import (
 // errors, deny-cache hits, the in-memory store), and queueing each
 // connection's next decisions behind its batch in flight. When a batch
 // lands, the goroutine that completed it puts its segments on the loop's
-// landed queue and wakes the loop, which writes the replies in order. A
+// landed queue and wakes the loop, which writes the replies in order. The
+// first loop reads the upstream store's replies itself (Config.Upstream),
+// so that its batches land on it without a wake-up. A
 // command that waits on Redis without being a decision (RL.RESET) runs on
 // a goroutine of its own and lands the same way.
 type loop struct {
@@ -48,12 +50,14 @@ type loop struct {
 	landed   []*segment  // guarded by mu: segments whose results are in
 	evicts   []*client   // guarded by mu: connections the input budget closes
 	asks     []*loopConn // guarded by mu: connections other goroutines asked about: CLIENT KILL, MONITOR lines (asks_linux.go)
-	deciding bool        // guarded by mu: the loop is inside Service.Decide; it takes landings itself after
+	deciding bool        // guarded by mu: the loop is inside Service.Decide or pumping the upstream; it takes landings itself after
 	stopped  bool        // guarded by mu: adopts no more connections
 	ended    bool        // guarded by mu: the loop has closed its descriptors
 
 	drainAt atomic.Int64 // UnixNano at which to close every connection; 0: none
 	stopNow atomic.Bool
+
+	upstream Upstream // the store this loop reads the replies of; nil: none
 
 	// The loop goroutine's own.
 	conns   map[int]*loopConn
@@ -81,6 +85,10 @@ type round struct {
 	landed func()
 }
 
+// upstreamEvent is the epoll data of the upstream store's connection: no
+// descriptor's number.
+const upstreamEvent = -2
+
 // maxQueued bounds the replies a connection may owe behind its batch in
 // flight before the loop stops reading it until that batch lands.
 const maxQueued = 4096
@@ -97,6 +105,10 @@ func startLoops(s *Server, n int) ([]*loop, error) {
 			return nil, fmt.Errorf("respserver: event loop: %w", err)
 		}
 		loops = append(loops, l)
+		if len(loops) == 1 && s.cfg.Upstream != nil {
+			l.upstream = s.cfg.Upstream
+			l.upstream.PollWith(l.watchUpstream)
+		}
 		go l.run()
 	}
 	return loops, nil
@@ -251,8 +263,12 @@ func (l *loop) run() {
 		}
 		for _, ev := range l.events[:n] {
 			fd := int(ev.Fd)
-			if fd == l.wake {
+			switch fd {
+			case l.wake:
 				l.welcome()
+				continue
+			case upstreamEvent:
+				l.pumpUpstream()
 				continue
 			}
 			lc := l.conns[fd]
@@ -282,6 +298,25 @@ func (l *loop) wait(timeout int) (int, error) {
 	}
 	runtime.Gosched()
 	return unix.EpollWait(l.ep, l.events, timeout)
+}
+
+// watchUpstream adds the upstream store's connection to the loop's epoll;
+// the store calls it, on any goroutine, when it connects. The connection
+// leaves the epoll when the store closes it.
+func (l *loop) watchUpstream(fd int) error {
+	return unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: upstreamEvent})
+}
+
+// pumpUpstream reads the upstream store's replies that have come: their
+// batches land on this goroutine, taken at the end of the turn.
+func (l *loop) pumpUpstream() {
+	l.mu.Lock()
+	l.deciding = true
+	l.mu.Unlock()
+	l.upstream.Pump()
+	l.mu.Lock()
+	l.deciding = false
+	l.mu.Unlock()
 }
 
 // drainLeft is how long connections are still served while draining.
@@ -560,6 +595,9 @@ func (l *loop) closeIdle() {
 
 // end closes everything the loop holds, once it stops.
 func (l *loop) end() {
+	if l.upstream != nil {
+		l.upstream.Unpoll() // before ep closes
+	}
 	l.mu.Lock()
 	l.stopped = true
 	in := l.incoming

@@ -65,6 +65,21 @@ type Config struct {
 	// together. Zero means 1. -1, and any system but Linux, gives each
 	// connection a goroutine of its own instead.
 	Loops int
+	// Upstream, if set, is the store whose replies the first event loop
+	// reads itself: the loop watches the store's connection in its own
+	// epoll and pumps it when a reply has come, so that the reply reaches
+	// the loop that answers it with no thread woken in between.
+	Upstream Upstream
+}
+
+// Upstream is a store an event loop can read the replies of
+// (upstream.Store): PollWith hands the loop a function that adds a
+// connection's descriptor to its epoll, the loop calls Pump when the
+// descriptor is readable, and Unpoll when it ends.
+type Upstream interface {
+	PollWith(watch func(fd int) error)
+	Pump()
+	Unpoll()
 }
 
 // InfoSection is one section of INFO, read each time INFO asks.

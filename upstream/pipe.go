@@ -1,12 +1,9 @@
 package upstream
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strconv"
@@ -28,6 +25,11 @@ import (
 // trip: a goroutine start and a thread wake-up more on every round trip
 // than a write from the loop itself and one reader.
 //
+// An event loop can read the replies itself instead (pollWith): it
+// watches the connection's descriptor in its own epoll and pumps the pipe
+// when it is readable, so that a reply reaches the loop that answers it
+// with no thread woken in between.
+//
 // It dials when first needed, with the client's own dialer (TLS and
 // Sentinel's master discovery included), and authenticates and selects the
 // database as the client's options say. A reply that does not come by its
@@ -48,10 +50,19 @@ type pipe struct {
 
 	mu      sync.Mutex
 	conn    net.Conn // nil: not connected; guarded by mu
+	rd      *replies // conn's replies; guarded by mu
+	polled  bool     // an event loop reads rd (pump), not a goroutine; guarded by mu
 	dialing bool     // a goroutine is dialing; guarded by mu
 	queued  []byte   // commands sent while dialing; guarded by mu
 	owed    []owed   // the replies owed, oldest first; guarded by mu
 	closed  bool     // guarded by mu
+	// late fires at the oldest owed reply's deadline, or before it (it is
+	// not moved when a reply comes), and fails the connection if that
+	// reply is late. Guarded by mu.
+	late *time.Timer
+	// watch, if set, is the event loop that reads the connections dialed
+	// from now on: it watches the descriptor it is given. Guarded by mu.
+	watch func(fd int) error
 }
 
 // owed is a reply a sender waits for.
@@ -113,9 +124,7 @@ func (p *pipe) send(cmd []byte, deadline time.Time, got func(reply any, err erro
 		return
 	}
 	if len(p.owed) == 1 {
-		// The reader waits with no deadline, or a past one, while nothing
-		// is owed: this reply's deadline is the one to wait for now.
-		_ = conn.SetReadDeadline(deadline)
+		p.awaitLocked(deadline)
 	}
 	p.out = append(p.out[:0], cmd...)
 	p.mu.Unlock()
@@ -134,6 +143,34 @@ func (p *pipe) write(conn net.Conn, cmd []byte, deadline time.Time) error {
 		return fmt.Errorf("upstream: write to %s: %w", conn.RemoteAddr(), err)
 	}
 	return nil
+}
+
+// awaitLocked has the late timer fire at deadline, the oldest owed
+// reply's. p.mu is held.
+func (p *pipe) awaitLocked(deadline time.Time) {
+	if p.late == nil {
+		p.late = time.AfterFunc(time.Until(deadline), p.checkLate)
+		return
+	}
+	p.late.Reset(time.Until(deadline))
+}
+
+// checkLate fails the connection if the oldest reply owed on it is past
+// its deadline, or waits for that deadline.
+func (p *pipe) checkLate() {
+	p.mu.Lock()
+	conn := p.conn
+	if conn == nil || len(p.owed) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	if wait := time.Until(p.owed[0].deadline); wait > 0 {
+		p.late.Reset(wait)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	p.fail(conn, fmt.Errorf("upstream: read from %s: %w", conn.RemoteAddr(), os.ErrDeadlineExceeded))
 }
 
 // dial connects, writes what was sent meanwhile and starts the reader; on
@@ -171,16 +208,22 @@ func (p *pipe) dial(deadline time.Time) {
 		}
 		return
 	}
-	p.conn = conn
+	p.conn, p.rd = conn, newReplies(conn)
+	p.polled = false
+	if fd, ok := p.rd.fd(); ok && p.watch != nil {
+		p.polled = p.watch(fd) == nil
+	}
+	if !p.polled {
+		go p.read(p.rd)
+	}
 	cmds := p.queued
 	p.queued = nil
 	write := time.Time{}
 	if len(p.owed) > 0 {
-		_ = conn.SetReadDeadline(p.owed[0].deadline)
+		p.awaitLocked(p.owed[0].deadline)
 		write = p.owed[len(p.owed)-1].deadline
 	}
 	p.mu.Unlock()
-	go p.read(conn)
 	err = p.write(conn, cmds, write)
 	p.wmu.Unlock()
 	if err != nil {
@@ -225,9 +268,9 @@ func (p *pipe) hello(ctx context.Context, conn net.Conn) error {
 	if _, err := conn.Write(buf); err != nil {
 		return err
 	}
-	r := bufio.NewReader(conn)
+	r := newReplies(conn)
 	for _, c := range cmds {
-		reply, err := readReply(r)
+		reply, err := r.next()
 		if err != nil {
 			return err
 		}
@@ -235,7 +278,7 @@ func (p *pipe) hello(ctx context.Context, conn net.Conn) error {
 			return fmt.Errorf("%s: %w", c[0], rerr)
 		}
 	}
-	if r.Buffered() > 0 {
+	if r.off < len(r.buf) {
 		return errors.New("more replies than commands")
 	}
 	return nil
@@ -243,45 +286,81 @@ func (p *pipe) hello(ctx context.Context, conn net.Conn) error {
 
 // read reads replies until the connection fails, handing each to the
 // sender it is owed to.
-func (p *pipe) read(conn net.Conn) {
-	r := bufio.NewReaderSize(conn, 64<<10)
+func (p *pipe) read(r *replies) {
 	for {
-		reply, err := readReply(r)
+		reply, err := r.next()
 		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) && r.Buffered() == 0 && p.owesNothing(conn) {
-				// The deadline of a reply that came in time: nothing is
-				// owed, so nothing is late.
-				continue
-			}
-			p.fail(conn, fmt.Errorf("upstream: read from %s: %w", conn.RemoteAddr(), err))
+			p.fail(r.conn, fmt.Errorf("upstream: read from %s: %w", r.conn.RemoteAddr(), err))
 			return
 		}
-		p.mu.Lock()
-		if p.conn != conn || len(p.owed) == 0 {
-			p.mu.Unlock()
-			p.fail(conn, fmt.Errorf("upstream: %s sent a reply nothing asked for", conn.RemoteAddr()))
+		if !p.deliver(r.conn, reply) {
 			return
 		}
-		o := p.owed[0]
-		p.owed = p.owed[:copy(p.owed, p.owed[1:])]
-		if len(p.owed) > 0 {
-			_ = conn.SetReadDeadline(p.owed[0].deadline)
-		}
-		p.mu.Unlock()
-		o.got(reply, nil)
 	}
 }
 
-// owesNothing tells whether conn is the pipe's connection and no reply is
-// owed on it; it then waits with no deadline.
-func (p *pipe) owesNothing(conn net.Conn) bool {
+// deliver hands a reply read on conn to the sender it is owed to. A reply
+// nothing is owed for fails the connection; deliver then reports false.
+func (p *pipe) deliver(conn net.Conn, reply any) bool {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.conn != conn || len(p.owed) > 0 {
+	if p.conn != conn || len(p.owed) == 0 {
+		p.mu.Unlock()
+		p.fail(conn, fmt.Errorf("upstream: %s sent a reply nothing asked for", conn.RemoteAddr()))
 		return false
 	}
-	_ = conn.SetReadDeadline(time.Time{})
+	o := p.owed[0]
+	p.owed = p.owed[:copy(p.owed, p.owed[1:])]
+	p.mu.Unlock()
+	o.got(reply, nil)
 	return true
+}
+
+// pollWith has an event loop read the replies of the connections dialed
+// from now on: watch adds a connection's descriptor to the loop's epoll,
+// and the loop calls pump whenever it is readable. A connection whose
+// descriptor cannot be watched (TLS) still has a reader goroutine, and so
+// does the one open now, if any.
+func (p *pipe) pollWith(watch func(fd int) error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.watch = watch
+}
+
+// unpoll ends pollWith, on the loop's goroutine, before its epoll closes:
+// the connection it read gets a reader goroutine.
+func (p *pipe) unpoll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.watch = nil
+	if p.polled {
+		p.polled = false
+		go p.read(p.rd)
+	}
+}
+
+// pump reads the replies that have come on a polled connection and hands
+// each to its sender, on the caller's goroutine: the event loop's.
+func (p *pipe) pump() {
+	p.mu.Lock()
+	r, polled := p.rd, p.polled
+	p.mu.Unlock()
+	if !polled {
+		return // a stale readiness of a connection since closed
+	}
+	if err := r.fill(); err != nil {
+		p.fail(r.conn, fmt.Errorf("upstream: read from %s: %w", r.conn.RemoteAddr(), err))
+		return
+	}
+	for {
+		reply, ok, err := r.take()
+		if err != nil {
+			p.fail(r.conn, fmt.Errorf("upstream: read from %s: %w", r.conn.RemoteAddr(), err))
+			return
+		}
+		if !ok || !p.deliver(r.conn, reply) {
+			return
+		}
+	}
 }
 
 // fail closes conn, if it is still the pipe's, and fails every reply owed
@@ -292,7 +371,7 @@ func (p *pipe) fail(conn net.Conn, err error) {
 		p.mu.Unlock()
 		return
 	}
-	p.conn = nil
+	p.conn, p.rd, p.polled = nil, nil, false
 	owed := p.owed
 	p.owed = nil
 	p.mu.Unlock()
@@ -325,120 +404,7 @@ func (p *pipe) close() {
 	}
 }
 
-// replyError is an error reply of Redis's. It is a redis.Error, so that
-// go-redis's redis.HasErrorPrefix reads it as it reads its own.
-type replyError string
-
-func (e replyError) Error() string { return string(e) }
-func (replyError) RedisError()     {}
-
 var _ redis.Error = replyError("")
-
-// maxReplyDepth bounds the nesting of arrays in a reply; the batch
-// script's reply is one flat array.
-const maxReplyDepth = 8
-
-// maxReplyLen bounds a bulk string's or an array's length in a reply, so
-// that a corrupt length cannot ask for gigabytes.
-const maxReplyLen = 512 << 20
-
-// readReply reads one RESP2 reply: an int64, a string (simple or bulk), nil
-// (a null), a []any, or a replyError.
-func readReply(r *bufio.Reader) (any, error) {
-	return readReplyAt(r, 0)
-}
-
-func readReplyAt(r *bufio.Reader, depth int) (any, error) {
-	line, err := readLine(r)
-	if err != nil {
-		return nil, err
-	}
-	if len(line) == 0 {
-		return nil, errors.New("empty reply line")
-	}
-	body := line[1:]
-	switch line[0] {
-	case '+':
-		return string(body), nil
-	case '-':
-		return replyError(body), nil
-	case ':':
-		n, err := strconv.ParseInt(string(body), 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("bad integer reply %q", body)
-		}
-		return n, nil
-	case '$':
-		n, err := replyLen(body)
-		if err != nil || n < 0 {
-			return nil, err
-		}
-		buf, err := readBulk(r, n+2)
-		if err != nil {
-			return nil, err
-		}
-		if buf[n] != '\r' || buf[n+1] != '\n' {
-			return nil, errors.New("bulk string reply not ended by CRLF")
-		}
-		return string(buf[:n]), nil
-	case '*':
-		n, err := replyLen(body)
-		if err != nil || n < 0 {
-			return nil, err
-		}
-		if depth >= maxReplyDepth {
-			return nil, errors.New("reply nested too deep")
-		}
-		a := make([]any, 0, min(n, 1024))
-		for range n {
-			v, err := readReplyAt(r, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			a = append(a, v)
-		}
-		return a, nil
-	}
-	return nil, fmt.Errorf("unknown reply type %q", line[0])
-}
-
-// replyLen reads a bulk string's or an array's length: -1 is a null.
-func replyLen(b []byte) (int, error) {
-	n, err := strconv.Atoi(string(b))
-	if err != nil || n < -1 || n > maxReplyLen {
-		return 0, fmt.Errorf("bad reply length %q", b)
-	}
-	return n, nil
-}
-
-// readBulk reads n bytes. A long one grows its buffer as the bytes come,
-// so that a corrupt length is not an allocation of its size.
-func readBulk(r *bufio.Reader, n int) ([]byte, error) {
-	if n <= 64<<10 {
-		buf := make([]byte, n)
-		_, err := io.ReadFull(r, buf)
-		return buf, err
-	}
-	var b bytes.Buffer
-	_, err := io.CopyN(&b, r, int64(n))
-	return b.Bytes(), err
-}
-
-// readLine reads a line ended by CRLF, without it. The line is valid until
-// the next read.
-func readLine(r *bufio.Reader) ([]byte, error) {
-	line, err := r.ReadSlice('\n')
-	if err != nil {
-		if errors.Is(err, bufio.ErrBufferFull) {
-			return nil, errors.New("reply line too long")
-		}
-		return nil, err
-	}
-	if len(line) < 2 || line[len(line)-2] != '\r' {
-		return nil, errors.New("reply line not ended by CRLF")
-	}
-	return line[:len(line)-2], nil
-}
 
 // appendCommand appends a RESP command of bulk strings.
 func appendCommand(buf []byte, name string, args ...string) []byte {

@@ -1,17 +1,17 @@
 package upstream
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"reflect"
 	"strings"
 	"testing"
 )
 
-// FuzzReadReply: no input makes the reply reader panic, and every command
-// the pipe writes reads back as the array of strings it was built from.
-func FuzzReadReply(f *testing.F) {
+// FuzzParseReply: no input makes the reply parser panic; every prefix of
+// a reply is incomplete, never an error nor another reply, so that a
+// reply read in pieces parses as one read whole; and every command the
+// pipe writes parses back as the array of strings it was built from.
+func FuzzParseReply(f *testing.F) {
 	for _, seed := range []string{
 		"*2\r\n:1\r\n$3\r\nabc\r\n",
 		"-NOSCRIPT No matching script\r\n",
@@ -31,17 +31,18 @@ func FuzzReadReply(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r := bufio.NewReaderSize(bytes.NewReader(data), 64)
-		for range 8 {
-			if _, err := readReply(r); err != nil {
-				break
+		if _, n, err := parseReply(data, 0); err == nil {
+			for k := range n {
+				if v, _, err := parseReply(data[:k], 0); err != errIncomplete {
+					t.Fatalf("the first %d bytes of a %d-byte reply parse as %#v, %v; want incomplete", k, n, v, err)
+				}
 			}
 		}
 		args := strings.Split(string(data), "\x00")
 		cmd := appendCommand(nil, args[0], args[1:]...)
-		got, err := readReply(bufio.NewReader(bytes.NewReader(cmd)))
-		if err != nil {
-			t.Fatalf("reading back %q: %v", cmd, err)
+		got, n, err := parseReply(cmd, 0)
+		if err != nil || n != len(cmd) {
+			t.Fatalf("parsing back %q: %d bytes of %d, %v", cmd, n, len(cmd), err)
 		}
 		want := make([]any, len(args))
 		for i, a := range args {
@@ -53,13 +54,15 @@ func FuzzReadReply(f *testing.F) {
 	})
 }
 
-// The reader tells Redis's error replies from broken input: the first is
-// a value the sender gets, the second fails the connection.
-func TestReadReplyKinds(t *testing.T) {
+// The parser tells Redis's error replies from broken input, and both from
+// a reply not all read yet: the first is a value the sender gets, the
+// second fails the connection, the third waits for more.
+func TestParseReplyKinds(t *testing.T) {
 	for _, c := range []struct {
-		in      string
-		want    any
-		invalid bool
+		in         string
+		want       any
+		invalid    bool
+		incomplete bool
 	}{
 		{in: ":-42\r\n", want: int64(-42)},
 		{in: "$3\r\nabc\r\n", want: "abc"},
@@ -68,18 +71,23 @@ func TestReadReplyKinds(t *testing.T) {
 		{in: "*2\r\n:1\r\n*1\r\n+x\r\n", want: []any{int64(1), []any{"x"}}},
 		{in: "$3\r\nabcd\r\n", invalid: true},
 		{in: ":1\n", invalid: true},
-		{in: "*1\r\n", invalid: true},
+		{in: "*1\r\n", incomplete: true},
+		{in: "$3\r\nab", incomplete: true},
+		{in: ":12", incomplete: true},
 		{in: strings.Repeat("*1\r\n", maxReplyDepth+1) + ":1\r\n", invalid: true},
 	} {
-		got, err := readReply(bufio.NewReader(strings.NewReader(c.in)))
-		if c.invalid {
-			if err == nil {
-				t.Errorf("%q read as %#v; want an error", c.in, got)
+		got, n, err := parseReply([]byte(c.in), 0)
+		switch {
+		case c.incomplete:
+			if err != errIncomplete {
+				t.Errorf("%q parsed as %#v, %v; want incomplete", c.in, got, err)
 			}
-			continue
-		}
-		if err != nil || !reflect.DeepEqual(got, c.want) {
-			t.Errorf("%q read as %#v, %v; want %#v", c.in, got, err, c.want)
+		case c.invalid:
+			if err == nil || err == errIncomplete {
+				t.Errorf("%q parsed as %#v, %v; want an error", c.in, got, err)
+			}
+		case err != nil || n != len(c.in) || !reflect.DeepEqual(got, c.want):
+			t.Errorf("%q parsed as %#v (%d bytes), %v; want %#v", c.in, got, n, err, c.want)
 		}
 	}
 	var rerr interface{ RedisError() }

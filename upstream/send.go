@@ -127,3 +127,31 @@ func (s *Store) Close() {
 		s.pipe.close()
 	}
 }
+
+// PollWith has an event loop read the replies to batches from now on, in
+// its own epoll, instead of a goroutine of the store's: watch adds a
+// descriptor to the loop's epoll, and the loop calls Pump whenever it is
+// readable. A reply then reaches the loop that answers it with no thread
+// woken in between. On Cluster, and on a connection with no descriptor
+// (TLS), replies are read as before.
+func (s *Store) PollWith(watch func(fd int) error) {
+	if s.pipe != nil {
+		s.pipe.pollWith(watch)
+	}
+}
+
+// Pump reads the replies that have come and completes their batches, on
+// the caller's goroutine: the event loop's that PollWith named.
+func (s *Store) Pump() {
+	if s.pipe != nil {
+		s.pipe.pump()
+	}
+}
+
+// Unpoll ends PollWith, on the event loop's goroutine, before its epoll
+// closes: the store reads its replies itself again.
+func (s *Store) Unpoll() {
+	if s.pipe != nil {
+		s.pipe.unpoll()
+	}
+}
