@@ -226,7 +226,7 @@ func readReply(r *bufio.Reader) (string, error) {
 // with "address already in use". Below the range only another listener
 // can take it, and this process never hands a port out twice. Ports stay
 // under 22768 so that a Cluster node's bus port (port + 10000) is below
-// the range too.
+// the range too, and that port must be free as well.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
 	for range 1000 {
@@ -234,15 +234,23 @@ func FreePort(tb testing.TB) int {
 		if _, taken := handedOut.LoadOrStore(port, true); taken {
 			continue
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
+		if !free(port) || !free(port+10000) {
 			continue
 		}
-		ln.Close()
 		return port
 	}
 	tb.Fatalf("redistest: no free port in [%d, %d) after 1000 tries", portsFrom, portsTo)
 	return 0
+}
+
+// free tells whether a loopback port can be listened on now.
+func free(port int) bool {
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return false
+	}
+	ln.Close()
+	return true
 }
 
 // The range FreePort picks from, and the ports it has handed out.
