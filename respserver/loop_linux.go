@@ -288,9 +288,13 @@ func (l *loop) run() {
 }
 
 // wait waits for events. It looks first without blocking, and before it
-// blocks lets the goroutines this turn started (the batcher's round trip)
-// run on this thread: a loop that blocks in epoll_wait at once leaves them
-// to another thread, which costs a wake-up or two on every round.
+// blocks lets the goroutines this turn woke run on this thread (a TLS
+// upstream's reply reader, an RL.RESET): a loop that blocks in epoll_wait
+// at once leaves them to another thread, which costs a wake-up or two.
+// Where the loop reads the upstream's replies itself the yield finds
+// little to run, but the moment it takes gathers a little more for the
+// next batch: without it, measured at -P 1, batches were smaller and Redis
+// spent about a tenth more per decision, for no more throughput.
 func (l *loop) wait(timeout int) (int, error) {
 	n, err := unix.EpollWait(l.ep, l.events, 0)
 	if n != 0 || err != nil || timeout == 0 {
