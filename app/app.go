@@ -127,7 +127,7 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	rcfg := respserver.Config{Service: s.svc, RequirePass: cfg.RequirePass, Logger: log,
 		MaxConns: cfg.MaxClients, MaxInputMemory: int64(cfg.MaxInputMemory), Info: s.infoSections(), Keys: s.mem.Len, Loops: loops}
 	if s.chain != nil {
-		rcfg.Upstream = s.chain.up
+		rcfg.Upstream, rcfg.RoundParts = s.chain.up, cfg.BatchInFlight
 	}
 	if s.resp, err = respserver.New(rcfg); err != nil {
 		return err

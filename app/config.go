@@ -74,7 +74,7 @@ func DefaultConfig() Config {
 		ShutdownTimeout: 10 * time.Second,
 		AdminListen:     "127.0.0.1:9380",
 		BatchMax:        1024,
-		BatchInFlight:   1,
+		BatchInFlight:   2,
 		MaxKeys:         100_000,
 		DenyCacheSize:   50_000,
 		MaxClients:      10_000,

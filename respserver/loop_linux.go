@@ -56,6 +56,7 @@ type loop struct {
 
 	drainAt atomic.Int64 // UnixNano at which to close every connection; 0: none
 	stopNow atomic.Bool
+	cuts    atomic.Int64 // rounds handed over in parts
 
 	upstream Upstream // the store this loop reads the replies of; nil: none
 
@@ -65,6 +66,9 @@ type loop struct {
 	events  []unix.EpollEvent
 	batches []*service.Batch // a round's batches, reused
 	taking  []*segment       // the landed queue, swapped out
+	parting []*segment       // a round's segments while decide cuts it
+	sizes   []int            // a round's batch sizes, for cutRound
+	ends    []int            // where decide cuts a round
 	rounds  sync.Pool        // *round
 }
 
@@ -496,12 +500,74 @@ func (l *loop) handOver() bool {
 	l.mu.Lock()
 	l.deciding = true
 	l.mu.Unlock()
-	l.s.cfg.Service.Decide(bs, r.landed)
+	l.decide(r, bs)
 	l.mu.Lock()
 	l.deciding = false
 	l.mu.Unlock()
 	clear(l.batches)
 	return true
+}
+
+// decide hands a round's batches, whose segments r holds, to the service.
+// A large round goes in Config.RoundParts parts of about equal size,
+// whole connections each, which the store sends as round trips in flight
+// together: Redis then decides one part while the loop writes the
+// replies of another and reads what their clients send next. Handed over
+// whole, the round keeps the loop, Redis and the clients in lockstep,
+// each idle while another works (at -P 16 it measured 1.5 times direct
+// calls whole, and 1.8 in two parts).
+func (l *loop) decide(r *round, bs []*service.Batch) {
+	l.sizes = l.sizes[:0]
+	for _, b := range bs {
+		l.sizes = append(l.sizes, b.Len())
+	}
+	l.ends = cutRound(l.sizes, l.s.cfg.RoundParts, l.ends[:0])
+	if len(l.ends) == 1 {
+		l.s.cfg.Service.Decide(bs, r.landed)
+		return
+	}
+	l.cuts.Add(1)
+	l.parting = append(l.parting[:0], r.segs...)
+	r.segs = r.segs[:0]
+	from := 0
+	for _, end := range l.ends {
+		part := r
+		if from > 0 {
+			part = l.rounds.Get().(*round)
+		}
+		part.segs = append(part.segs, l.parting[from:end]...)
+		// part may land, and go back to the pool, before Decide returns.
+		l.s.cfg.Service.Decide(bs[from:end], part.landed)
+		from = end
+	}
+	clear(l.parting)
+}
+
+// splitFrom is the fewest decisions a round must hold to be cut into
+// parts: below it a batch's own cost at Redis (the EVALSHA, its
+// arguments) is no longer small beside its decisions'.
+const splitFrom = 128
+
+// cutRound cuts a round of batches of the given sizes into at most parts
+// parts of about equal size, whole batches each, and appends where each
+// part ends to ends: one end, len(sizes), when the round stays whole.
+func cutRound(sizes []int, parts int, ends []int) []int {
+	total := 0
+	for _, n := range sizes {
+		total += n
+	}
+	if parts < 2 || len(sizes) < 2 || total < splitFrom {
+		return append(ends, len(sizes))
+	}
+	each := (total + parts - 1) / parts
+	n := 0
+	for i, size := range sizes {
+		if n += size; n >= each || i == len(sizes)-1 {
+			ends = append(ends, i+1)
+			n = 0
+		}
+	}
+	return ends
 }
 
 // recoverRound turns a panic while handing a round over into an internal

@@ -70,6 +70,11 @@ type Config struct {
 	// epoll and pumps it when a reply has come, so that the reply reaches
 	// the loop that answers it with no thread woken in between.
 	Upstream Upstream
+	// RoundParts is how many parts an event loop hands a round of many
+	// decisions over in: as many as the store sends round trips at once,
+	// so that Redis decides one part while the loop answers another. Zero
+	// or 1 hands every round over whole.
+	RoundParts int
 }
 
 // Upstream is a store an event loop can read the replies of
