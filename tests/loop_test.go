@@ -4,9 +4,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/internal/redistest"
 )
@@ -182,4 +185,45 @@ func TestReadinessFollowsRedisWithoutTraffic(t *testing.T) {
 	}
 	r.Kill()
 	within(t, 5*time.Second, "/readyz 503 once Redis is killed, with no traffic", func() bool { return readyz() == http.StatusServiceUnavailable })
+}
+
+// With two event loops, the first reads every batch's reply from Redis,
+// the second's included, and each connection gets exactly its own
+// decisions, in order: a failed or misdelivered batch would be refused
+// (--on-upstream-failure deny) or counted against the wrong key.
+func TestTwoLoopsShareTheStoresReplies(t *testing.T) {
+	r := redistest.Start(t)
+	s := startSluice(t, "--upstream", "redis://"+r.Addr, "--io-loops", "2", "--on-upstream-failure", "deny")
+	ctx := ctxT(t)
+	const conns, pipeline, rounds = 8, 30, 4
+	var wg sync.WaitGroup
+	for c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rdb := redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: 1, Protocol: 2, DisableIdentity: true})
+			defer rdb.Close()
+			key := "two-loops:" + itoa(c)
+			for round := range rounds {
+				p := rdb.Pipeline()
+				cmds := make([]*redis.Cmd, pipeline)
+				for i := range cmds {
+					cmds[i] = p.Do(ctx, "RL.FIXED", key, "1000", "1m")
+				}
+				if _, err := p.Exec(ctx); err != nil {
+					t.Errorf("%s round %d: %v", key, round, err)
+					return
+				}
+				for i, cmd := range cmds {
+					v, _ := cmd.Slice()
+					want := int64(1000 - (round*pipeline + i + 1))
+					if len(v) != 5 || v[0] != int64(1) || v[2] != want {
+						t.Errorf("%s round %d request %d: %v; want allowed with %d remaining", key, round, i, v, want)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
