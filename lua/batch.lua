@@ -177,6 +177,20 @@ local function emit(a, b, c, d, e)
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, b, c, d, e
   o, p1, p2, p3, p4, p5 = o + 5, a, b, c, d, e
 end
+-- emitRun emits replies to the next m requests: the first a to e, each
+-- next one with d2 to d5 added. Three are emitted one by one, which
+-- leaves them the run in progress, stepping by d2 to d5; the rest only
+-- lengthen it.
+local function emitRun(m, a, b, c, d, e, x2, x3, x4, x5)
+  for j = 0, min(m, 3) - 1 do
+    emit(a, b + j * x2, c + j * x3, d + j * x4, e + j * x5)
+  end
+  if m > 3 then
+    local more = m - 3
+    repeats = repeats + more
+    p2, p3, p4, p5 = p2 + more * x2, p3 + more * x3, p4 + more * x4, p5 + more * x5
+  end
+end
 -- i is the request being decided, in request run k, which has left
 -- requests after it; it belongs to the key KEYS[ki], in key run kk, which
 -- has keysLeft keys after this one, and the key has reqsLeft requests
@@ -255,6 +269,26 @@ local function decided()
     end
     emit(allowed and 1 or 0, remaining, retry, reset, delay)
     i = i + 1
+    -- The key's next requests in this run may step alike: an algorithm
+    -- that can tell (A.many) decides them at once, in a time that does
+    -- not grow with their number.
+    local more = min(left, reqsLeft)
+    if s and more >= 4 and A.many then
+      local replies = A.many(s, key, now, L, run.cost, run.peek, more)
+      if replies then
+        for _, x in ipairs(replies) do
+          emitRun(x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9], x[10])
+        end
+        i, left, reqsLeft = i + more, left - more, reqsLeft - more
+        if reqsLeft == 0 then
+          if s.dirty then
+            flush()
+          else
+            s = nil
+          end
+        end
+      end
+    end
   end
 end
 while i <= n do

@@ -163,5 +163,40 @@ local function newBucket(extra, leaky, token)
     redis.call('SET', key, stored(s.a, s.f, L.d), px(now, up(s.a, s.f)))
   end
 
-  return {prepare = prepare, read = read, step = step, write = write}
+  -- many decides the next m requests of cost on s, all at once, where
+  -- they step alike: with an interval of whole µs and z with no fraction,
+  -- each admission moves z, reset_after and a leaky bucket's delay on by
+  -- cost intervals and remaining down by cost, and once one is refused
+  -- the rest are refused alike, z unchanged. It returns up to two runs of
+  -- replies, each {count, first reply, its steps}, or nil where the steps
+  -- would not be alike (a peek, cost 0, a fraction).
+  local function many(s, key, now, L, cost, peek, m)
+    if peek or cost <= 0 or L.r ~= 0 or s.f ~= 0 then
+      return nil
+    end
+    local c = cost * L.q
+    local from = max(s.a, now)
+    -- k admitted: each ends c past the one before, within capacity. The
+    -- division is a float's: the checks after it make k exact.
+    local k = min(max(floor((L.ta - (from - now)) / c), 0), m)
+    while k > 0 and from + k * c - now > L.ta do
+      k = k - 1
+    end
+    while k < m and from + (k + 1) * c - now <= L.ta do
+      k = k + 1
+    end
+    local out = {}
+    if k > 0 then
+      local allowed, remaining, retry, reset, delay = step(s, key, now, L, cost, false)
+      s.a = s.a + (k - 1) * c
+      out[1] = {k, allowed and 1 or 0, remaining, retry, reset, delay, -cost, 0, c, leaky and c or 0}
+    end
+    if k < m then
+      local allowed, remaining, retry, reset, delay = step(s, key, now, L, cost, false)
+      out[#out + 1] = {m - k, allowed and 1 or 0, remaining, retry, reset, delay, 0, 0, 0, 0}
+    end
+    return out
+  end
+
+  return {prepare = prepare, read = read, step = step, write = write, many = many}
 end

@@ -22,6 +22,11 @@ var HotLimits = []engine.Limit{
 	{Algorithm: engine.LeakyBucket, Rate: 30, Period: time.Second, Burst: 9},
 	{Algorithm: engine.GCRA, Rate: 10, Period: time.Second, Burst: 14},
 	{Algorithm: engine.GCRA, Rate: 700_000, Period: time.Second, Burst: 40},
+	// Whole-µs intervals, where a long run of one key steps alike and a
+	// store may decide it at once.
+	{Algorithm: engine.GCRA, Rate: 1000, Period: time.Second, Burst: 90},
+	{Algorithm: engine.TokenBucket, Rate: 100, Period: time.Second, Burst: 45},
+	{Algorithm: engine.LeakyBucket, Rate: 50, Period: time.Second, Burst: 20},
 }
 
 // StateCheck compares the state store a keeps for keyA under alg with the
@@ -55,23 +60,32 @@ func HotRuns(t *testing.T, open Opener, same StateCheck) {
 			for round := range 40 {
 				n := 1 + rng.IntN(60)
 				reqs := make([]engine.Request, n)
-				for i := range reqs {
-					key := names[0]
-					if rng.IntN(5) == 0 {
-						key = names[1+rng.IntN(2)]
+				// Every third batch is one long run: the hot key, one
+				// limit and cost, no peek.
+				if round%3 == 2 {
+					cost := 1 + rng.Int64N(3)
+					for i := range reqs {
+						reqs[i] = engine.Request{Key: prefix + ":whole:" + names[0], Limit: l, Cost: cost}
 					}
-					lim := l
-					if rng.IntN(15) == 0 {
-						lim = other
+				} else {
+					for i := range reqs {
+						key := names[0]
+						if rng.IntN(5) == 0 {
+							key = names[1+rng.IntN(2)]
+						}
+						lim := l
+						if rng.IntN(15) == 0 {
+							lim = other
+						}
+						cost := int64(1)
+						if rng.IntN(3) == 0 {
+							cost = rng.Int64N(lim.Capacity()/3 + 2)
+						}
+						if rng.IntN(40) == 0 {
+							cost = -1
+						}
+						reqs[i] = engine.Request{Key: prefix + ":whole:" + key, Limit: lim, Cost: cost, Peek: rng.IntN(6) == 0}
 					}
-					cost := int64(1)
-					if rng.IntN(3) == 0 {
-						cost = rng.Int64N(lim.Capacity()/3 + 2)
-					}
-					if rng.IntN(40) == 0 {
-						cost = -1
-					}
-					reqs[i] = engine.Request{Key: prefix + ":whole:" + key, Limit: lim, Cost: cost, Peek: rng.IntN(6) == 0}
 				}
 				got := make([]engine.Result, n)
 				if err := whole.Decide(ctx, reqs, got); err != nil {
