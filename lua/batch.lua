@@ -210,6 +210,18 @@ local function flush()
   end
 end
 
+-- release lets the key's state go once its last request is decided,
+-- writing it if a step changed it.
+local function release()
+  if reqsLeft == 0 then
+    if s.dirty then
+      flush()
+    else
+      s = nil
+    end
+  end
+end
+
 -- errorIndex is the 1-based index of an error's message, each once.
 local function errorIndex(msg)
   -- redis.call and fail raise {err = message}; anything else a string.
@@ -260,13 +272,7 @@ local function decided()
     if allowed == nil then
       allowed, remaining, retry, reset, delay = A.step(s, key, now, L, run.cost, run.peek)
     end
-    if reqsLeft == 0 then
-      if s.dirty then
-        flush()
-      else
-        s = nil
-      end
-    end
+    release()
     emit(allowed and 1 or 0, remaining, retry, reset, delay)
     i = i + 1
     -- The key's next requests in this run may step alike: an algorithm
@@ -280,13 +286,7 @@ local function decided()
           emitRun(x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9], x[10])
         end
         i, left, reqsLeft = i + more, left - more, reqsLeft - more
-        if reqsLeft == 0 then
-          if s.dirty then
-            flush()
-          else
-            s = nil
-          end
-        end
+        release()
       end
     end
   end
