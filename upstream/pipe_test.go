@@ -69,6 +69,7 @@ func TestParseReplyKinds(t *testing.T) {
 		{in: "$-1\r\n", want: nil},
 		{in: "-READONLY You can't write\r\n", want: replyError("READONLY You can't write")},
 		{in: "*2\r\n:1\r\n*1\r\n+x\r\n", want: []any{int64(1), []any{"x"}}},
+		{in: "*2\r\n+\r\n-\r\n", want: []any{"", replyError("")}},
 		{in: "$3\r\nabcd\r\n", invalid: true},
 		{in: ":1\n", invalid: true},
 		{in: "*1\r\n", incomplete: true},

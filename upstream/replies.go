@@ -186,9 +186,9 @@ func parseReply(b []byte, depth int) (v any, n int, err error) {
 		if depth >= maxReplyDepth {
 			return nil, 0, errors.New("reply nested too deep")
 		}
-		// Each element takes at least 4 bytes (":0\r\n"): an array that
+		// Each element takes at least 3 bytes ("+\r\n"): an array that
 		// cannot be whole yet is not allocated.
-		if len(b)-n < 4*size {
+		if len(b)-n < 3*size {
 			return nil, 0, errIncomplete
 		}
 		a := make([]any, size)
