@@ -167,30 +167,7 @@ func TestBatcherKeepsEachCallersOrder(t *testing.T) {
 	clock := enginetest.NewClock(enginetest.Epoch)
 	b := newBatcher(t, openMemory(t, clock.Now), 64, 4)
 	limit := engine.Limit{Algorithm: engine.FixedWindow, Rate: 100, Period: time.Hour}
-	var wg sync.WaitGroup
-	for c := range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key := "caller" + string(rune('a'+c))
-			reqs := make([]engine.Request, 100)
-			for i := range reqs {
-				reqs[i] = engine.Request{Key: key, Limit: limit, Cost: 1}
-			}
-			res := make([]engine.Result, len(reqs))
-			if err := b.Decide(context.Background(), reqs, res); err != nil {
-				t.Error(err)
-				return
-			}
-			for i, r := range res {
-				if want := int64(99 - i); r.Err != nil || r.Decision.Remaining != want {
-					t.Errorf("%s request %d: %+v; want remaining %d", key, i, r, want)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	enginetest.ManyCallers(t, b, limit, 20, 1, func(int) int { return 100 })
 }
 
 func TestBatcherSendsAnOversizedPipelineWhole(t *testing.T) {

@@ -318,12 +318,17 @@ func (l *loop) watchUpstream(fd int) error {
 // pumpUpstream reads the upstream store's replies that have come: their
 // batches land on this goroutine, taken at the end of the turn.
 func (l *loop) pumpUpstream() {
-	l.mu.Lock()
-	l.deciding = true
-	l.mu.Unlock()
+	l.setDeciding(true)
 	l.upstream.Pump()
+	l.setDeciding(false)
+}
+
+// setDeciding says whether the loop itself is running what may land
+// segments (Service.Decide, the upstream's pump): while it is, a landing
+// does not wake it, as it takes the landed queue itself after.
+func (l *loop) setDeciding(on bool) {
 	l.mu.Lock()
-	l.deciding = false
+	l.deciding = on
 	l.mu.Unlock()
 }
 
@@ -497,13 +502,9 @@ func (l *loop) handOver() bool {
 		l.rounds.Put(r)
 		return false
 	}
-	l.mu.Lock()
-	l.deciding = true
-	l.mu.Unlock()
+	l.setDeciding(true)
 	l.decide(r, bs)
-	l.mu.Lock()
-	l.deciding = false
-	l.mu.Unlock()
+	l.setDeciding(false)
 	clear(l.batches)
 	return true
 }

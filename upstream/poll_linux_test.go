@@ -1,9 +1,6 @@
 package upstream_test
 
 import (
-	"context"
-	"fmt"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -12,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/enginetest"
 	"github.com/sluice-rl/sluice/upstream"
 )
 
@@ -69,28 +67,7 @@ func TestPolledDecides(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	limit := limitOf(engine.GCRA, 1000, time.Hour)
-	var wg sync.WaitGroup
-	for c := range 10 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key := fmt.Sprint("caller-", c)
-			for round := range 20 {
-				reqs := []engine.Request{{Key: key, Limit: limit, Cost: 1}, {Key: key, Limit: limit, Cost: 2}}
-				res := make([]engine.Result, len(reqs))
-				if err := b.Decide(context.Background(), reqs, res); err != nil {
-					t.Error(err)
-					return
-				}
-				if want := int64(1000 - 3*(round+1)); res[1].Err != nil || res[1].Decision.Remaining != want {
-					t.Errorf("%s round %d: %+v; want remaining %d", key, round, res, want)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	enginetest.ManyCallers(t, b, limitOf(engine.GCRA, 1000, time.Hour), 10, 20, func(int) int { return 2 })
 	if got := l.watched.Load(); got != 1 {
 		t.Fatalf("the loop was handed %d connections; want 1", got)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/enginetest"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/upstream"
 )
@@ -140,32 +140,7 @@ func TestSendManyInFlight(t *testing.T) {
 	}
 	defer b.Close()
 	limit := limitOf(engine.TokenBucket, 1000, time.Hour)
-	var wg sync.WaitGroup
-	for c := range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			key := fmt.Sprint("caller-", c)
-			for round := range 10 {
-				reqs := make([]engine.Request, 1+c%5)
-				for i := range reqs {
-					reqs[i] = engine.Request{Key: key, Limit: limit, Cost: 1}
-				}
-				res := make([]engine.Result, len(reqs))
-				if err := b.Decide(context.Background(), reqs, res); err != nil {
-					t.Error(err)
-					return
-				}
-				for i, r := range res {
-					if want := int64(1000 - (round*len(reqs) + i + 1)); r.Err != nil || r.Decision.Remaining != want {
-						t.Errorf("%s round %d request %d: %+v; want remaining %d", key, round, i, r, want)
-						return
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	enginetest.ManyCallers(t, b, limit, 20, 10, func(c int) int { return 1 + c%5 })
 }
 
 // Nothing listening: the batch fails with the dial's error by its
