@@ -133,7 +133,7 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 		return err
 	}
 	s.tel.SetSources(s.sources())
-	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+	if s.ln, err = listenRESP(cfg.Listen, cfg.ListenPerm); err != nil {
 		return err
 	}
 	log.Info("listening", "addr", s.ln.Addr().String(), "version", version.String(), "auth", cfg.RequirePass != "")

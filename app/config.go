@@ -19,7 +19,8 @@ import (
 // Config is every setting of a sidecar. DefaultConfig gives the documented
 // defaults; Register makes each a flag; Validate checks them all.
 type Config struct {
-	Listen          string             // RESP address
+	Listen          string             // RESP address: host:port, or unix:PATH
+	ListenPerm      string             // a Unix socket's permission bits, octal; empty: as the umask makes them
 	Upstream        string             // central Redis address; empty: the in-memory store
 	KeyPrefix       string             // prefix of every key written to the upstream
 	Policies        string             // the policies file; empty: none
@@ -89,7 +90,9 @@ func DefaultConfig() Config {
 // container arguments all come from it.
 func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen,
-		"`address` to serve RESP on. A non-loopback address needs --requirepass")
+		"`address` to serve RESP on: host:port, or unix:PATH for a Unix socket. A non-loopback address needs --requirepass")
+	fs.StringVar(&c.ListenPerm, "listen-perm", c.ListenPerm,
+		"permission `bits` of a unix: --listen socket, in octal (660: its owner and group may connect); empty: as the umask makes them")
 	fs.StringVar(&c.Upstream, "upstream", c.Upstream,
 		"central Redis `address` (see below); empty: the in-memory store, limits local to this process")
 	fs.StringVar(&c.KeyPrefix, "key-prefix", c.KeyPrefix,
@@ -185,8 +188,8 @@ func ApplyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 // Validate checks every setting, naming the flag of the first that is
 // wrong.
 func (c *Config) Validate() error {
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return fmt.Errorf("invalid --listen %q: %v", c.Listen, err)
+	if err := c.validateListen(); err != nil {
+		return err
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("invalid --log-format %q: must be text or json", c.LogFormat)
@@ -229,9 +232,6 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxInputMemory <= 0 {
 		return fmt.Errorf("invalid --max-input-memory %q: must be a positive size such as 256mb", c.MaxInputMemory.String())
-	}
-	if err := checkListen(c.Listen, c.RequirePass); err != nil {
-		return err
 	}
 	if err := c.validateGRPC(); err != nil {
 		return err
@@ -302,14 +302,27 @@ func orZero(ok bool) string {
 	return ""
 }
 
-// checkListen is Redis's protected mode: serving beyond this machine
-// without a password would hand every quota to anyone who can connect.
-func checkListen(addr, pass string) error {
+// validateListen checks --listen and --listen-perm, and is Redis's
+// protected mode: serving beyond this machine without a password would
+// hand every quota to anyone who can connect. A Unix socket is reached
+// only on this machine, by whom its permissions let in.
+func (c *Config) validateListen() error {
+	addr := c.Listen
+	if path := socketPath(addr); path != "" {
+		_, err := parsePerm(c.ListenPerm)
+		return err
+	}
+	if addr == unixPrefix {
+		return fmt.Errorf("invalid --listen %q: want unix:PATH, the socket's path", addr)
+	}
+	if c.ListenPerm != "" {
+		return fmt.Errorf("invalid --listen-perm %q: it applies to a Unix socket (--listen unix:PATH), not to %q", c.ListenPerm, addr)
+	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("invalid --listen %q: %v", addr, err)
 	}
-	if pass != "" || isLoopback(host) {
+	if c.RequirePass != "" || isLoopback(host) {
 		return nil
 	}
 	return fmt.Errorf("refusing to listen on %q without a password: it is reachable from other machines. "+

@@ -84,10 +84,17 @@ func main() {
 		}
 	}
 	redisPort, sluicePort, memPort, constPort := freePort(), freePort(), freePort(), freePort()
-	start("redis-server", "--port", redisPort, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	redisSocket, sluiceSocket := filepath.Join(dir, "redis.sock"), filepath.Join(dir, "sluice.sock")
+	start("redis-server", "--port", redisPort, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
+		"--unixsocket", redisSocket, "--unixsocketperm", "700")
 	waitPort(redisPort)
 	sluicePID := start(sluiceBin, "--listen", "127.0.0.1:"+sluicePort, "--admin-listen", "127.0.0.1:"+freePort(),
 		"--upstream", "redis://127.0.0.1:"+redisPort)
+	// The same sidecar on a Unix socket (--listen unix:PATH), as an
+	// application in its pod can reach it; Redis is still reached over TCP.
+	sluiceUnixPID := start(sluiceBin, "--listen", "unix:"+sluiceSocket, "--admin-listen", "127.0.0.1:"+freePort(),
+		"--upstream", "redis://127.0.0.1:"+redisPort)
+	waitSocket(sluiceSocket)
 	memPID := start(sluiceBin, "--listen", "127.0.0.1:"+memPort, "--admin-listen", "127.0.0.1:"+freePort())
 	constPID := start(constBin, "--listen", "127.0.0.1:"+constPort)
 	for _, p := range []string{sluicePort, memPort, constPort} {
@@ -109,41 +116,72 @@ func main() {
 
 	// Many keys, all allowed: GCRA through CL.THROTTLE (burst 1000 at
 	// 1000/s), and a token bucket through RL.TOKEN, against the baselines.
+	// Where Sluice runs short of a target, Redis answering PING under the
+	// same load is beside it: no RESP server goes faster on this machine,
+	// so a ratio of direct calls above PING's cannot be reached here.
+	ping := []string{"PING"}
+	pingTCP, pingUnix := target{port: redisPort, args: ping}, target{socket: redisSocket, args: ping}
 	gcraDirect := []string{"EVALSHA", baseline.GCRA.SHA, "1", "k:__rand_int__", "1000", "1000", "1", "1"}
 	gcraSidecar := []string{"CL.THROTTLE", "k:__rand_int__", "1000", "1000", "1", "1"}
 	tokenDirect := []string{"EVALSHA", baseline.Token.SHA, "1", "t:__rand_int__", "1000", "1000", "1000", "1"}
 	tokenSidecar := []string{"RL.TOKEN", "t:__rand_int__", "1000", "1000", "1s"}
 	for _, k := range []int{1_000_000, 100_000} {
 		for _, p := range []int{16, 1} {
-			c := compare(rdb, *requests, *clients, p, target{redisPort, gcraDirect, k, 0}, target{sluicePort, gcraSidecar, k, sluicePID})
+			var ceiling []target
+			if p == 1 {
+				ceiling = append(ceiling, pingTCP)
+			}
+			c := compare(rdb, *requests, *clients, p, target{port: redisPort, args: gcraDirect, keys: k},
+				target{port: sluicePort, args: gcraSidecar, keys: k, pid: sluicePID}, ceiling...)
 			report(fmt.Sprintf("GCRA, keys from %d, -P %d", k, p), c)
 		}
-		c := compare(rdb, *requests, *clients, 16, target{redisPort, tokenDirect, k, 0}, target{sluicePort, tokenSidecar, k, sluicePID})
+		c := compare(rdb, *requests, *clients, 16, target{port: redisPort, args: tokenDirect, keys: k},
+			target{port: sluicePort, args: tokenSidecar, keys: k, pid: sluicePID})
 		report(fmt.Sprintf("token bucket, keys from %d, -P 16", k), c)
 	}
 
 	// One hot key allowed: a limit high enough to admit everything.
 	hotDirect := []string{"EVALSHA", baseline.GCRA.SHA, "1", "hot-open", "1000000000", "1000000", "1", "1"}
 	hotSidecar := []string{"CL.THROTTLE", "hot-open", "1000000000", "1000000", "1", "1"}
-	c := compare(rdb, *requests, *clients, 16, target{redisPort, hotDirect, 0, 0}, target{sluicePort, hotSidecar, 0, sluicePID})
+	c := compare(rdb, *requests, *clients, 16, target{port: redisPort, args: hotDirect},
+		target{port: sluicePort, args: hotSidecar, pid: sluicePID})
 	report("one hot key allowed, -P 16", c)
 
 	// One hot key refused: burst 0 at 1 per hour.
 	coldDirect := []string{"EVALSHA", baseline.GCRA.SHA, "1", "hot", "0", "1", "3600", "1"}
 	coldSidecar := []string{"CL.THROTTLE", "hot", "0", "1", "3600", "1"}
-	c = compare(rdb, *requests, *clients, 16, target{redisPort, coldDirect, 0, 0}, target{sluicePort, coldSidecar, 0, sluicePID})
+	c = compare(rdb, *requests, *clients, 16, target{port: redisPort, args: coldDirect},
+		target{port: sluicePort, args: coldSidecar, pid: sluicePID}, pingTCP)
 	report("one hot key refused, -P 16", c)
 	fmt.Printf("    round trips reaching Redis through Sluice: %.2f%% of requests\n", 100*c.b.evalshaPerRequest)
 
+	// The application reaching its sidecar over a Unix socket; direct
+	// calls stay on TCP, as a central Redis is on another machine.
+	for _, row := range []struct {
+		name   string
+		p      int
+		direct []string
+		keys   int
+		side   []string
+	}{
+		{"GCRA, keys from 1000000, -P 16, Unix socket", 16, gcraDirect, 1_000_000, gcraSidecar},
+		{"GCRA, keys from 1000000, -P 1, Unix socket", 1, gcraDirect, 1_000_000, gcraSidecar},
+		{"one hot key refused, -P 16, Unix socket", 16, coldDirect, 0, coldSidecar},
+	} {
+		c := compare(rdb, *requests, *clients, row.p, target{port: redisPort, args: row.direct, keys: row.keys},
+			target{socket: sluiceSocket, args: row.side, keys: row.keys, pid: sluiceUnixPID}, pingUnix)
+		report(row.name, c)
+	}
+
 	// One client, one request at a time: latency.
 	// A tenth of the requests: plenty for a median, and ten times faster.
-	c = compare(rdb, *requests/10, 1, 1, target{redisPort, gcraDirect, 0, 0}, target{sluicePort, gcraSidecar, 0, sluicePID})
+	c = compare(rdb, *requests/10, 1, 1, target{port: redisPort, args: gcraDirect},
+		target{port: sluicePort, args: gcraSidecar, pid: sluicePID})
 	fmt.Printf("%-40s p50 direct %.3f ms, Sluice %.3f ms, difference %+.3f ms\n", "-c 1 latency", c.a.p50, c.b.p50, c.b.p50-c.a.p50)
 
 	// The in-memory store against a server that answers from nothing, and
 	// Redis answering PING beside them: the ceiling of any RESP server on
 	// this machine. Keys from 100,000, the default --max-keys.
-	ping := []string{"PING"}
 	for _, p := range []int{1, 16} {
 		n := *requests
 		if p > 1 {
@@ -152,21 +190,23 @@ func main() {
 			// average out the machine's hiccups.
 			n *= 5
 		}
-		c := compare(nil, n, *clients, p, target{constPort, gcraSidecar, 0, constPID}, target{memPort, gcraSidecar, 0, memPID})
-		pc := compare(nil, n, *clients, p, target{redisPort, ping, 0, 0}, target{memPort, gcraSidecar, 0, memPID})
+		c := compare(nil, n, *clients, p, target{port: constPort, args: gcraSidecar, pid: constPID},
+			target{port: memPort, args: gcraSidecar, pid: memPID})
+		pc := compare(nil, n, *clients, p, pingTCP, target{port: memPort, args: gcraSidecar, pid: memPID})
 		fmt.Printf("%-40s constant reply %9.0f/s, Sluice in-memory %9.0f/s, ratio %.2f; to Redis answering PING %.2f; CPU µs per request: constant %.2f, Sluice %.2f\n",
 			fmt.Sprintf("in-memory store, -P %d", p), c.a.rps, c.b.rps, c.ratio, pc.ratio, c.a.serverCPU, c.b.serverCPU)
 	}
 }
 
-// target is one side of a comparison: the server redis-benchmark loads,
-// the command it sends, how many distinct keys __rand_int__ draws from (0
-// means 100,000), and the process whose CPU time is counted (0: none).
+// target is one side of a comparison: the server redis-benchmark loads
+// (a port on 127.0.0.1, or a Unix socket's path), the command it sends,
+// how many distinct keys __rand_int__ draws from (0 means 100,000), and
+// the process whose CPU time is counted (0: none).
 type target struct {
-	port string
-	args []string
-	keys int
-	pid  int
+	port, socket string
+	args         []string
+	keys         int
+	pid          int
 }
 
 // sample is one redis-benchmark run.
@@ -179,26 +219,34 @@ type sample struct {
 }
 
 // comparison is the median of several runs of each side, and the medians
-// of the ratios b/a of the runs made one after the other.
+// of the ratios b/a of the runs made one after the other; ceiling is the
+// median ratio to a of a third target run beside them (0: none).
 type comparison struct {
-	a, b            sample
-	ratio, cpuRatio float64
+	a, b                     sample
+	ratio, cpuRatio, ceiling float64
 }
 
 // compare runs redis-benchmark, n requests from c clients, against a and
-// then b, *runs times, so that the machine's drift, which is large on a
-// shared VM, touches both sides alike; each ratio is taken within one pair
-// of runs.
-func compare(rdb *redis.Client, n, c, pipeline int, a, b target) comparison {
+// then b (and then the ceiling, if one is given), *runs times, so that the
+// machine's drift, which is large on a shared VM, touches every side
+// alike; each ratio is taken within one round of runs.
+func compare(rdb *redis.Client, n, c, pipeline int, a, b target, ceiling ...target) comparison {
 	var as, bs []sample
-	var ratios, cpuRatios []float64
+	var ratios, cpuRatios, ceilings []float64
 	for range *runs {
 		x, y := once(rdb, n, c, pipeline, a), once(rdb, n, c, pipeline, b)
 		as, bs = append(as, x), append(bs, y)
 		ratios = append(ratios, y.rps/x.rps)
 		cpuRatios = append(cpuRatios, y.redisCPU/x.redisCPU)
+		for _, t := range ceiling {
+			ceilings = append(ceilings, once(rdb, n, c, pipeline, t).rps/x.rps)
+		}
 	}
-	return comparison{a: medianSample(as), b: medianSample(bs), ratio: median(ratios), cpuRatio: median(cpuRatios)}
+	cmp := comparison{a: medianSample(as), b: medianSample(bs), ratio: median(ratios), cpuRatio: median(cpuRatios)}
+	if len(ceilings) > 0 {
+		cmp.ceiling = median(ceilings)
+	}
+	return cmp
 }
 
 func once(rdb *redis.Client, n, c, pipeline int, t target) sample {
@@ -233,9 +281,13 @@ func medianSample(ss []sample) sample {
 // process's CPU per request, redis-benchmark's included: where they all
 // share the machine's CPUs, as here, that sum is what bounds throughput.
 func report(name string, c comparison) {
-	fmt.Printf("%-40s direct %9.0f/s, Sluice %9.0f/s, ratio %.2f; Redis CPU µs per request: direct %.2f, Sluice %.2f (%.0f%%); Sluice's own %.2f; all processes: direct %.2f, Sluice %.2f\n",
+	fmt.Printf("%-40s direct %9.0f/s, Sluice %9.0f/s, ratio %.2f; Redis CPU µs per request: direct %.2f, Sluice %.2f (%.0f%%); Sluice's own %.2f; all processes: direct %.2f, Sluice %.2f",
 		name, c.a.rps, c.b.rps, c.ratio, c.a.redisCPU, c.b.redisCPU, 100*c.cpuRatio, c.b.serverCPU,
 		c.a.redisCPU+c.a.clientCPU, c.b.redisCPU+c.b.serverCPU+c.b.clientCPU)
+	if c.ceiling > 0 {
+		fmt.Printf("; Redis answering PING: %.2f times direct", c.ceiling)
+	}
+	fmt.Println()
 }
 
 // benchmark runs redis-benchmark once and returns requests per second, the
@@ -245,8 +297,12 @@ func benchmark(t target, c, pipeline, n int) (rps, p50, cpu float64) {
 	if keys == 0 {
 		keys = 100_000
 	}
-	cmdArgs := []string{"-h", "127.0.0.1", "-p", t.port, "-c", strconv.Itoa(c), "-n", strconv.Itoa(n),
-		"-P", strconv.Itoa(pipeline), "-r", strconv.Itoa(keys), "--csv"}
+	cmdArgs := []string{"-h", "127.0.0.1", "-p", t.port}
+	if t.socket != "" {
+		cmdArgs = []string{"-s", t.socket}
+	}
+	cmdArgs = append(cmdArgs, "-c", strconv.Itoa(c), "-n", strconv.Itoa(n),
+		"-P", strconv.Itoa(pipeline), "-r", strconv.Itoa(keys), "--csv")
 	cmd := exec.Command("redis-benchmark", append(cmdArgs, t.args...)...)
 	out, err := cmd.Output()
 	if err != nil {
@@ -338,6 +394,17 @@ func waitPort(port string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	fatalf("nothing listens on port %s after 5s", port)
+}
+
+func waitSocket(path string) {
+	for range 500 {
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fatalf("nothing listens on %s after 5s", path)
 }
 
 func cpuModel() string {

@@ -377,3 +377,21 @@ func (c *client) ranSubcommand(cmd string, sub []byte) {
 		c.shown = nil // the next command stores its own name again
 	}
 }
+
+// connAddrs are the addr and laddr CLIENT LIST shows for nc. A Unix
+// socket's clients have no address of their own: Redis shows the socket's
+// path and port 0 for both, and so does Sluice.
+func connAddrs(nc net.Conn) (addr, laddr string) {
+	if u, ok := nc.LocalAddr().(*net.UnixAddr); ok && u != nil {
+		a := u.Name + ":0"
+		return a, a
+	}
+	return addrString(nc.RemoteAddr()), addrString(nc.LocalAddr())
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}

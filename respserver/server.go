@@ -258,8 +258,9 @@ func (s *Server) register(nc net.Conn, l *loop) *client {
 		_ = nc.Close()
 		return nil
 	}
-	c := newClient(s, nc.RemoteAddr().String())
-	c.laddr = nc.LocalAddr().String()
+	addr, laddr := connAddrs(nc)
+	c := newClient(s, addr)
+	c.laddr = laddr
 	c.loop = l
 	if l == nil {
 		c.netConn = nc

@@ -66,8 +66,9 @@ func (b *syncBuffer) String() string {
 
 // sluice is one running binary.
 type sluice struct {
-	Addr  string
-	Port  int
+	Net   string // "tcp", or "unix" for a Unix socket
+	Addr  string // host:port, or the socket's path
+	Port  int    // 0 on a Unix socket
 	Admin string // the admin HTTP server's address: /metrics, /healthz, /readyz
 	cmd   *exec.Cmd
 	logs  *syncBuffer
@@ -86,10 +87,26 @@ func startSluice(t *testing.T, args ...string) *sluice {
 // that directory gives them ("" is this one).
 func startSluiceIn(t *testing.T, dir string, args ...string) *sluice {
 	t.Helper()
-	s := &sluice{Port: redistest.FreePort(t), logs: &syncBuffer{}, done: make(chan error, 1)}
-	s.Addr = fmt.Sprintf("127.0.0.1:%d", s.Port)
+	port := redistest.FreePort(t)
+	return launch(t, dir, "tcp", fmt.Sprintf("127.0.0.1:%d", port), port, args...)
+}
+
+// startSluiceUnix is startSluice listening on a Unix socket at path.
+func startSluiceUnix(t *testing.T, path string, args ...string) *sluice {
+	t.Helper()
+	return launch(t, "", "unix", path, 0, args...)
+}
+
+// launch runs the binary serving RESP on addr of network net.
+func launch(t *testing.T, dir, network, addr string, port int, args ...string) *sluice {
+	t.Helper()
+	s := &sluice{Net: network, Addr: addr, Port: port, logs: &syncBuffer{}, done: make(chan error, 1)}
+	listen := addr
+	if network == "unix" {
+		listen = "unix:" + addr
+	}
 	s.Admin = fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
-	s.cmd = exec.Command(sluiceBin, append([]string{"--listen", s.Addr, "--admin-listen", s.Admin, "--log-level", "debug"}, args...)...)
+	s.cmd = exec.Command(sluiceBin, append([]string{"--listen", listen, "--admin-listen", s.Admin, "--log-level", "debug"}, args...)...)
 	s.cmd.Env = cleanEnv()
 	s.cmd.Dir = dir
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
@@ -100,7 +117,7 @@ func startSluiceIn(t *testing.T, dir string, args ...string) *sluice {
 	t.Cleanup(func() { s.stop(t) })
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if c, err := net.DialTimeout("tcp", s.Addr, time.Second); err == nil {
+		if c, err := net.DialTimeout(s.Net, s.Addr, time.Second); err == nil {
 			c.Close()
 			return s
 		}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"flag"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -83,6 +85,10 @@ func TestVersion(t *testing.T) {
 }
 
 func TestRunRefusesBadConfig(t *testing.T) {
+	notSocket := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notSocket, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -91,6 +97,11 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{[]string{"--listen", "0.0.0.0:0"}, 2, "refusing to listen on"},
 		{[]string{"--listen", ":0"}, 2, "without a password"},
 		{[]string{"--listen", "nonsense"}, 2, "invalid --listen"},
+		{[]string{"--listen", "unix:"}, 2, "want unix:PATH"},
+		{[]string{"--listen", "127.0.0.1:0", "--listen-perm", "660"}, 2, "it applies to a Unix socket"},
+		{[]string{"--listen", "unix:/run/x.sock", "--listen-perm", "rw"}, 2, `invalid --listen-perm "rw"`},
+		{[]string{"--listen", "unix:/run/x.sock", "--listen-perm", "1777"}, 2, `invalid --listen-perm "1777"`},
+		{[]string{"--listen", "unix:" + notSocket, "--admin-listen", "off"}, 1, "the path exists and is not a socket"},
 		{[]string{"--log-level", "loud"}, 2, `invalid value "loud" for flag -log-level`},
 		{[]string{"--log-format", "xml"}, 2, "invalid --log-format"},
 		{[]string{"--listen", "127.0.0.1:0", "--admin-listen", "off", "--policies", "/nonexistent/p.yaml"}, 1, "/nonexistent/p.yaml"},
