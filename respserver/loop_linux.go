@@ -59,6 +59,13 @@ type loop struct {
 	cuts    atomic.Int64 // rounds handed over in parts
 
 	upstream Upstream // the store this loop reads the replies of; nil: none
+	// smallRound: the last round went whole, too small to be cut in
+	// parts; missed: holds in a row that no reply ended; holdOff: no hold
+	// before it (see holdUpstream).
+	smallRound bool
+	missed     int
+	holdOff    time.Time
+	holdFDs    [1]unix.PollFd
 
 	// The loop goroutine's own.
 	conns   map[int]*loopConn
@@ -291,7 +298,9 @@ func (l *loop) run() {
 	}
 }
 
-// wait waits for events. It looks first without blocking, and before it
+// wait waits for events. While a small round is at the upstream, it may
+// first wait for its reply alone (holdUpstream). It looks without
+// blocking, and before it
 // blocks lets the goroutines this turn woke run on this thread (a TLS
 // upstream's reply reader, an RL.RESET): a loop that blocks in epoll_wait
 // at once leaves them to another thread, which costs a wake-up or two.
@@ -300,12 +309,65 @@ func (l *loop) run() {
 // next batch: without it, measured at -P 1, batches were smaller and Redis
 // spent about a tenth more per decision, for no more throughput.
 func (l *loop) wait(timeout int) (int, error) {
+	if timeout != 0 && l.holdUpstream() {
+		l.events[0] = unix.EpollEvent{Events: unix.EPOLLIN, Fd: upstreamEvent}
+		return 1, nil
+	}
 	n, err := unix.EpollWait(l.ep, l.events, 0)
 	if n != 0 || err != nil || timeout == 0 {
 		return n, err
 	}
 	runtime.Gosched()
 	return unix.EpollWait(l.ep, l.events, timeout)
+}
+
+// holdFor is how long the loop waits for the reply of a small round in
+// flight before it reads its connections again; after maxMissed holds in
+// a row that no reply ended, it does not hold for holdOffFor.
+const (
+	holdFor    = 300 * time.Microsecond
+	maxMissed  = 8
+	holdOffFor = 100 * time.Millisecond
+)
+
+// holdUpstream waits up to holdFor for the upstream's reply to the small
+// round in flight, and reports whether it came; the loop's connections
+// are not read meanwhile. Read at once, the requests that come during a
+// round trip make one small batch after another, each a wake-up of the
+// loop; held, they wait in their sockets until the reply is written and
+// are then read together, while the loop sleeps. Side by side (6 pairs
+// at -P 16, 8 at -P 1, over a million keys), it took Sluice's CPU at
+// -P 16 from 2.05 to 1.75 µs a request, and redis-benchmark's p50 at
+// -P 1 from 0.38 to 0.29 ms, throughput unchanged. A Redis that misses
+// maxMissed holds in a row (far away, paused, slow) is not held for
+// during holdOffFor: the loop then reads its connections as soon as they
+// send, and what waits in them waits holdFor at most, now and then.
+func (l *loop) holdUpstream() bool {
+	if !l.smallRound || l.upstream == nil {
+		return false
+	}
+	fd := l.upstream.Owing()
+	if fd < 0 {
+		return false
+	}
+	now := time.Now()
+	if now.Before(l.holdOff) {
+		return false
+	}
+	l.holdFDs[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
+	ts := unix.NsecToTimespec(int64(holdFor))
+	n, err := unix.Ppoll(l.holdFDs[:], &ts, nil)
+	if n > 0 {
+		l.missed = 0
+		return true
+	}
+	if err == nil {
+		if l.missed++; l.missed >= maxMissed {
+			l.missed = 0
+			l.holdOff = now.Add(holdOffFor)
+		}
+	}
+	return false
 }
 
 // watchUpstream adds the upstream store's connection to the loop's epoll;
@@ -523,6 +585,7 @@ func (l *loop) decide(r *round, bs []*service.Batch) {
 		l.sizes = append(l.sizes, b.Len())
 	}
 	l.ends = cutRound(l.sizes, l.s.cfg.RoundParts, l.ends[:0])
+	l.smallRound = len(l.ends) == 1
 	if len(l.ends) == 1 {
 		l.s.cfg.Service.Decide(bs, r.landed)
 		return

@@ -85,6 +85,9 @@ type Upstream interface {
 	PollWith(watch func(fd int) error)
 	Pump()
 	Unpoll()
+	// Owing is the descriptor of the connection the loop reads while
+	// replies are owed on it, else -1.
+	Owing() int
 }
 
 // InfoSection is one section of INFO, read each time INFO asks.

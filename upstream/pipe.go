@@ -52,6 +52,7 @@ type pipe struct {
 	conn    net.Conn // nil: not connected; guarded by mu
 	rd      *replies // conn's replies; guarded by mu
 	polled  bool     // an event loop reads rd (pump), not a goroutine; guarded by mu
+	pollFD  int      // rd's descriptor while polled, else -1; guarded by mu
 	dialing bool     // a goroutine is dialing; guarded by mu
 	queued  []byte   // commands sent while dialing; guarded by mu
 	owed    []owed   // the replies owed, oldest first; guarded by mu
@@ -85,7 +86,7 @@ func newPipe(client redis.UniversalClient) *pipe {
 	if opt.StreamingCredentialsProvider != nil || opt.Dialer == nil {
 		return nil
 	}
-	return &pipe{opt: opt}
+	return &pipe{opt: opt, pollFD: -1}
 }
 
 // timeout is how long a reply may take when its sender set no deadline:
@@ -209,9 +210,9 @@ func (p *pipe) dial(deadline time.Time) {
 		return
 	}
 	p.conn, p.rd = conn, newReplies(conn)
-	p.polled = false
-	if fd, ok := p.rd.fd(); ok && p.watch != nil {
-		p.polled = p.watch(fd) == nil
+	p.polled, p.pollFD = false, -1
+	if fd, ok := p.rd.fd(); ok && p.watch != nil && p.watch(fd) == nil {
+		p.polled, p.pollFD = true, fd
 	}
 	if !p.polled {
 		go p.read(p.rd)
@@ -333,9 +334,20 @@ func (p *pipe) unpoll() {
 	defer p.mu.Unlock()
 	p.watch = nil
 	if p.polled {
-		p.polled = false
+		p.polled, p.pollFD = false, -1
 		go p.read(p.rd)
 	}
+}
+
+// owing is the descriptor of the polled connection while it owes
+// replies, else -1.
+func (p *pipe) owing() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.owed) == 0 {
+		return -1
+	}
+	return p.pollFD
 }
 
 // pump reads the replies that have come on a polled connection and hands
@@ -371,7 +383,7 @@ func (p *pipe) fail(conn net.Conn, err error) {
 		p.mu.Unlock()
 		return
 	}
-	p.conn, p.rd, p.polled = nil, nil, false
+	p.conn, p.rd, p.polled, p.pollFD = nil, nil, false, -1
 	owed := p.owed
 	p.owed = nil
 	p.mu.Unlock()

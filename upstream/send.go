@@ -148,6 +148,16 @@ func (s *Store) Pump() {
 	}
 }
 
+// Owing is the descriptor of the connection the event loop reads (see
+// PollWith) while replies are owed on it, else -1: the loop may wait on it
+// for a reply that is about to come (respserver's hold).
+func (s *Store) Owing() int {
+	if s.pipe == nil {
+		return -1
+	}
+	return s.pipe.owing()
+}
+
 // Unpoll ends PollWith, on the event loop's goroutine, before its epoll
 // closes: the store reads its replies itself again.
 func (s *Store) Unpoll() {
