@@ -50,6 +50,7 @@ type client struct {
 	// What other connections read of this one, for CLIENT LIST and
 	// CLIENT KILL (clientlist.go): set before it is shared, or atomic.
 	laddr   string
+	monAddr string // its address on MONITOR lines
 	created time.Time
 	fd      atomic.Int32           // its descriptor; -1 when unknown
 	active  atomic.Int64           // UnixNano of its last read, for idle=
@@ -136,6 +137,7 @@ func newClient(s *Server, addr string) *client {
 		s:       s,
 		id:      s.nextID.Add(1),
 		addr:    addr,
+		monAddr: addr,
 		proto:   2,
 		authed:  s.cfg.RequirePass == "",
 		created: time.Now(),

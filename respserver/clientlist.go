@@ -378,15 +378,17 @@ func (c *client) ranSubcommand(cmd string, sub []byte) {
 	}
 }
 
-// connAddrs are the addr and laddr CLIENT LIST shows for nc. A Unix
-// socket's clients have no address of their own: Redis shows the socket's
-// path and port 0 for both, and so does Sluice.
-func connAddrs(nc net.Conn) (addr, laddr string) {
+// connAddrs are the addr and laddr CLIENT LIST shows for nc, and the
+// address its MONITOR lines show. A Unix socket's clients have no address
+// of their own: Redis shows the socket's path and port 0 for both, and
+// unix:PATH on MONITOR lines, and so does Sluice.
+func connAddrs(nc net.Conn) (addr, laddr, monAddr string) {
 	if u, ok := nc.LocalAddr().(*net.UnixAddr); ok && u != nil {
 		a := u.Name + ":0"
-		return a, a
+		return a, a, "unix:" + u.Name
 	}
-	return addrString(nc.RemoteAddr()), addrString(nc.LocalAddr())
+	addr = addrString(nc.RemoteAddr())
+	return addr, addrString(nc.LocalAddr()), addr
 }
 
 func addrString(a net.Addr) string {

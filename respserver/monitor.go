@@ -174,7 +174,7 @@ func (c *client) feedCommand(args [][]byte) {
 	if hiddenFromMonitor(args) {
 		return
 	}
-	c.monLine = appendMonitorLine(c.monLine[:0], time.Now(), c.addr, args)
+	c.monLine = appendMonitorLine(c.monLine[:0], time.Now(), c.monAddr, args)
 	c.monLine = append(c.monLine, "\r\n"...)
 	c.s.feed(c.monLine)
 }
@@ -189,14 +189,14 @@ func (c *client) queueMonitored(cmd *command, args [][]byte) {
 	if len(g.pend) > n {
 		p := &g.pend[n]
 		p.mon = int32(len(g.mon)) + 1
-		g.mon = appendMonitorLine(g.mon, now, c.addr, args)
+		g.mon = appendMonitorLine(g.mon, now, c.monAddr, args)
 		g.mon = append(g.mon, '\n')
 		return
 	}
 	// Answered at once: c.out ends with its "-ERR …\r\n".
 	msg := c.out[o:]
 	msg = bytes.TrimSuffix(bytes.TrimPrefix(msg, []byte("-")), []byte("\r\n"))
-	c.monLine = appendMonitorLine(c.monLine[:0], now, c.addr, args)
+	c.monLine = appendMonitorLine(c.monLine[:0], now, c.monAddr, args)
 	c.monLine = appendErrorOutcome(c.monLine, str(msg))
 	c.s.feed(c.monLine)
 }

@@ -261,9 +261,9 @@ func (s *Server) register(nc net.Conn, l *loop) *client {
 		_ = nc.Close()
 		return nil
 	}
-	addr, laddr := connAddrs(nc)
+	addr, laddr, monAddr := connAddrs(nc)
 	c := newClient(s, addr)
-	c.laddr = laddr
+	c.laddr, c.monAddr = laddr, monAddr
 	c.loop = l
 	if l == nil {
 		c.netConn = nc

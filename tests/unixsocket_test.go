@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bufio"
 	"bytes"
 	"net"
 	"os"
@@ -76,6 +77,27 @@ func TestUnixSocket(t *testing.T) {
 			}
 			if want := "addr=" + path + ":0 laddr=" + path + ":0"; !strings.Contains(list, want) {
 				t.Errorf("CLIENT LIST = %q, want %q as Redis shows a Unix socket's client", list, want)
+			}
+
+			// A MONITOR line names a socket's client as Redis does.
+			mon, err := net.Dial("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer mon.Close()
+			_ = mon.SetDeadline(time.Now().Add(10 * time.Second))
+			monRd := bufio.NewReader(mon)
+			if _, err := mon.Write([]byte("MONITOR\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			if line, err := monRd.ReadString('\n'); err != nil || line != "+OK\r\n" {
+				t.Fatalf("MONITOR: %q, %v", line, err)
+			}
+			if err := rdb.Echo(ctx, "seen").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if line, err := monRd.ReadString('\n'); err != nil || !strings.Contains(line, " [0 unix:"+path+`] "echo" "seen"`) {
+				t.Errorf("MONITOR line %q, %v; want the client as [0 unix:%s]", line, err, path)
 			}
 
 			out, err := exec.Command("redis-cli", "-s", path, "RL.GCRA", key+":cli", "2", "10", "1m").CombinedOutput()
