@@ -17,11 +17,10 @@ const unixPrefix = "unix:"
 
 // socketPath is the path of a Unix socket address (unix:PATH), or "".
 func socketPath(addr string) string {
-	path, _ := strings.CutPrefix(addr, unixPrefix)
-	if path == addr {
-		return ""
+	if path, ok := strings.CutPrefix(addr, unixPrefix); ok {
+		return path
 	}
-	return path
+	return ""
 }
 
 // parsePerm reads --listen-perm: octal permission bits such as 660; ""

@@ -51,8 +51,7 @@ type pipe struct {
 	mu      sync.Mutex
 	conn    net.Conn // nil: not connected; guarded by mu
 	rd      *replies // conn's replies; guarded by mu
-	polled  bool     // an event loop reads rd (pump), not a goroutine; guarded by mu
-	pollFD  int      // rd's descriptor while polled, else -1; guarded by mu
+	pollFD  int      // rd's descriptor while an event loop reads rd (pump), not a goroutine; else -1; guarded by mu
 	dialing bool     // a goroutine is dialing; guarded by mu
 	queued  []byte   // commands sent while dialing; guarded by mu
 	owed    []owed   // the replies owed, oldest first; guarded by mu
@@ -210,11 +209,11 @@ func (p *pipe) dial(deadline time.Time) {
 		return
 	}
 	p.conn, p.rd = conn, newReplies(conn)
-	p.polled, p.pollFD = false, -1
+	p.pollFD = -1
 	if fd, ok := p.rd.fd(); ok && p.watch != nil && p.watch(fd) == nil {
-		p.polled, p.pollFD = true, fd
+		p.pollFD = fd
 	}
-	if !p.polled {
+	if p.pollFD < 0 {
 		go p.read(p.rd)
 	}
 	cmds := p.queued
@@ -333,8 +332,8 @@ func (p *pipe) unpoll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.watch = nil
-	if p.polled {
-		p.polled, p.pollFD = false, -1
+	if p.pollFD >= 0 {
+		p.pollFD = -1
 		go p.read(p.rd)
 	}
 }
@@ -354,7 +353,7 @@ func (p *pipe) owing() int {
 // each to its sender, on the caller's goroutine: the event loop's.
 func (p *pipe) pump() {
 	p.mu.Lock()
-	r, polled := p.rd, p.polled
+	r, polled := p.rd, p.pollFD >= 0
 	p.mu.Unlock()
 	if !polled {
 		return // a stale readiness of a connection since closed
@@ -383,7 +382,7 @@ func (p *pipe) fail(conn net.Conn, err error) {
 		p.mu.Unlock()
 		return
 	}
-	p.conn, p.rd, p.polled, p.pollFD = nil, nil, false, -1
+	p.conn, p.rd, p.pollFD = nil, nil, -1
 	owed := p.owed
 	p.owed = nil
 	p.mu.Unlock()
