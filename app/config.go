@@ -308,7 +308,7 @@ func orZero(ok bool) string {
 // only on this machine, by whom its permissions let in.
 func (c *Config) validateListen() error {
 	addr := c.Listen
-	if path := socketPath(addr); path != "" {
+	if path := SocketPath(addr); path != "" {
 		_, err := parsePerm(c.ListenPerm)
 		return err
 	}

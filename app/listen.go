@@ -15,8 +15,8 @@ import (
 // unixPrefix marks a --listen address that is a Unix socket's path.
 const unixPrefix = "unix:"
 
-// socketPath is the path of a Unix socket address (unix:PATH), or "".
-func socketPath(addr string) string {
+// SocketPath is the path of a Unix socket address (unix:PATH), or "".
+func SocketPath(addr string) string {
 	if path, ok := strings.CutPrefix(addr, unixPrefix); ok {
 		return path
 	}
@@ -43,7 +43,7 @@ func parsePerm(s string) (fs.FileMode, error) {
 // that has gone is replaced; one that a live process serves is not. The
 // file is removed when the listener closes.
 func listenRESP(addr, perm string) (net.Listener, error) {
-	path := socketPath(addr)
+	path := SocketPath(addr)
 	if path == "" {
 		return net.Listen("tcp", addr)
 	}

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +31,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/sluice-rl/sluice/inject"
 	"github.com/sluice-rl/sluice/inject/injecttest"
 	"github.com/sluice-rl/sluice/internal/redistest"
 )
@@ -85,8 +88,8 @@ func resolveEnv(t *testing.T, objs []injecttest.Object, c corev1.Container) map[
 
 // mountedFiles writes the files of each volume the container mounts into
 // dir, from the rendered ConfigMaps or from given (volume name → file →
-// content, for a Secret made outside the rendering), and returns each
-// mount path's directory here.
+// content, for a Secret made outside the rendering), an emptyDir empty,
+// and returns each mount path's directory here.
 func mountedFiles(t *testing.T, objs []injecttest.Object, spec corev1.PodSpec, c corev1.Container, dir string,
 	given ...map[string]map[string][]byte) map[string]string {
 	t.Helper()
@@ -96,6 +99,9 @@ func mountedFiles(t *testing.T, objs []injecttest.Object, spec corev1.PodSpec, c
 		for _, v := range spec.Volumes {
 			if v.Name != m.Name {
 				continue
+			}
+			if v.EmptyDir != nil {
+				files = map[string][]byte{}
 			}
 			if v.ConfigMap != nil {
 				cm := injecttest.Find[*corev1.ConfigMap](objs, "v1/ConfigMap", v.ConfigMap.Name)
@@ -133,10 +139,11 @@ func mountedFiles(t *testing.T, objs []injecttest.Object, spec corev1.PodSpec, c
 // process is a rendered container run here as a process of the built
 // binary.
 type process struct {
-	c     corev1.Container
-	ports map[string]string // the manifest's port number → the free port here
-	cmd   *exec.Cmd
-	out   *syncBuffer
+	c      corev1.Container
+	ports  map[string]string // the manifest's port number → the free port here
+	mounts map[string]string // the manifest's mount path → the directory here
+	cmd    *exec.Cmd
+	out    *syncBuffer
 	// exited is closed once the process has been waited for; err is then
 	// Wait's result.
 	exited chan struct{}
@@ -170,8 +177,8 @@ var listenArg = regexp.MustCompile(`^(--[a-z-]+=)[0-9.]*:([0-9]+)$`)
 func run(t *testing.T, objs []injecttest.Object, spec corev1.PodSpec, c corev1.Container, extra []string,
 	env func(map[string]string), given ...map[string]map[string][]byte) *process {
 	t.Helper()
-	p := &process{c: c, ports: map[string]string{}}
 	mounts := mountedFiles(t, objs, spec, c, t.TempDir(), given...)
+	p := &process{c: c, ports: map[string]string{}, mounts: mounts}
 	vars := resolveEnv(t, objs, c)
 	if env != nil {
 		env(vars)
@@ -391,6 +398,59 @@ func TestRenderedSidecarRuns(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A pod that asks for a Unix socket (sluice.io/listen: unix:PATH),
+// injected and run as the binary: every container of the pod mounts the
+// socket's volume where the sidecar does, and the sidecar decides on the
+// socket it makes there, open to their users.
+func TestInjectedSocketSidecarRuns(t *testing.T) {
+	var out, errs bytes.Buffer
+	args := []string{"-f", "../inject/testdata/unix-socket/in.yaml", "--upstream-secret=", "--policies-configmap="}
+	if code := inject.Main(args, nil, &out, &errs); code != 0 {
+		t.Fatalf("sluice inject: exit %d: %s", code, errs.String())
+	}
+	objs := injecttest.DecodeStrict(t, out.Bytes())
+	spec := injecttest.Find[*appsv1.Deployment](objs, "apps/v1/Deployment", "api").Spec.Template.Spec
+	c, _ := sidecarOf(t, spec)
+	var want corev1.VolumeMount
+	ok := false
+	for _, m := range c.VolumeMounts {
+		if m.Name == inject.SocketVolume {
+			want, ok = m, true
+		}
+	}
+	if !ok {
+		t.Fatalf("the sidecar mounts no %s: %+v", inject.SocketVolume, c.VolumeMounts)
+	}
+	for _, other := range slices.Concat(spec.InitContainers, spec.Containers) {
+		same := func(m corev1.VolumeMount) bool { return m.Name == want.Name && m.MountPath == want.MountPath }
+		if other.Name != inject.ContainerName && !slices.ContainsFunc(other.VolumeMounts, same) {
+			t.Errorf("container %s does not mount %+v: %+v", other.Name, want, other.VolumeMounts)
+		}
+	}
+
+	p := run(t, objs, spec, c, nil, nil)
+	p.started(t, nil)
+	sock := filepath.Join(p.mounts[want.MountPath], "sluice.sock")
+	st, err := os.Stat(sock)
+	if err != nil {
+		t.Fatalf("no socket where the containers look: %v; output:\n%s", err, p.out.String())
+	}
+	if st.Mode()&fs.ModeSocket == 0 || st.Mode().Perm() != 0o666 {
+		t.Errorf("%s: mode %v; want a socket, rw for every user", sock, st.Mode())
+	}
+	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: sock, MaxRetries: -1, Protocol: 2})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	reply, err := rdb.Do(ctx, "CL.THROTTLE", "user:42", "0", "1", "60", "1").Slice()
+	if err != nil || len(reply) != 5 || reply[0] != int64(0) {
+		t.Fatalf("CL.THROTTLE on the socket: %v, %v; output:\n%s", reply, err, p.out.String())
+	}
+	if reply, err := rdb.Do(ctx, "CL.THROTTLE", "user:42", "0", "1", "60", "1").Slice(); err != nil || reply[0] != int64(1) {
+		t.Errorf("second CL.THROTTLE: %v, %v; want refused", reply, err)
 	}
 }
 

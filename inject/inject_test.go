@@ -88,6 +88,14 @@ func TestErrors(t *testing.T) {
 		{"listen beyond loopback", pod("    sluice.io/listen: 0.0.0.0:6380\n"), nil, 1, "refusing to listen on"},
 		{"volume taken", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: a\n    image: a\n" +
 			"  volumes:\n  - name: sluice-policies\n    emptyDir: {}\n", nil, 1, "already has a volume named sluice-policies"},
+		{"socket in /", pod("    sluice.io/listen: unix:/sluice.sock\n"), nil, 1, "the socket needs a directory of its own"},
+		{"socket path relative", pod("    sluice.io/listen: unix:run/sluice.sock\n"), nil, 1, "must be absolute and clean"},
+		{"socket path unclean", pod("    sluice.io/listen: unix:/run/../sluice/s.sock\n"), nil, 1, "must be absolute and clean"},
+		{"socket over the policies", pod("    sluice.io/listen: unix:/etc/sluice/s.sock\n"), nil, 1, "would overlap the policies' /etc/sluice/policies"},
+		{"socket's directory mounted", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations:\n    sluice.io/listen: unix:/run/s/s.sock\n" +
+			"spec:\n  containers:\n  - name: a\n    image: a\n    volumeMounts:\n    - name: run\n      mountPath: /run/s\n" +
+			"  volumes:\n  - name: run\n    emptyDir: {}\n", nil, 1, "container a already mounts run at /run/s, where the sidecar's socket goes"},
+		{"socket perm on TCP", pod("    sluice.io/listen-perm: \"660\"\n"), nil, 1, "applies to a Unix socket"},
 		{"upstream flag", pod(""), []string{"--upstream=redis://r:6379"}, 2, "--upstream is not an injector setting"},
 		{"policies flag", pod(""), []string{"--policies=/p.yaml"}, 2, "give --policies-configmap"},
 		{"bad flag", pod(""), []string{"--io-loops=-1"}, 2, "invalid --io-loops"},

@@ -100,6 +100,18 @@ func (s Settings) Pod(meta metav1.ObjectMeta, spec corev1.PodSpec) (Result, erro
 
 	var p []Operation
 	p = addToMap(p, "/metadata/annotations", meta.Annotations == nil, annotations)
+	// The socket's volume goes into the containers the sidecar serves
+	// before the sidecar goes in, while their indexes are the pod's.
+	if m, ok := ps.SocketMount(); ok {
+		if p, err = addMount(p, "/spec/containers", spec.Containers, m); err != nil {
+			return Result{}, err
+		}
+		if ps.Native { // a plain sidecar starts after the init containers
+			if p, err = addMount(p, "/spec/initContainers", spec.InitContainers, m); err != nil {
+				return Result{}, err
+			}
+		}
+	}
 	if ps.Native {
 		// First of the init containers, so that it serves the ones after
 		// it as well as the application.
@@ -126,6 +138,24 @@ func (s Settings) Pod(meta metav1.ObjectMeta, spec corev1.PodSpec) (Result, erro
 		}
 	}
 	return Result{Patch: p}, nil
+}
+
+// addMount adds m to each of containers, at path in the pod.
+func addMount(p []Operation, path string, containers []corev1.Container, m corev1.VolumeMount) ([]Operation, error) {
+	for i, c := range containers {
+		for _, have := range c.VolumeMounts {
+			if have.MountPath == m.MountPath {
+				return nil, fmt.Errorf("container %s already mounts %s at %s, where the sidecar's socket goes", c.Name, have.Name, m.MountPath)
+			}
+		}
+		at := path + "/" + strconv.Itoa(i) + "/volumeMounts"
+		if len(c.VolumeMounts) == 0 {
+			p = append(p, Operation{"add", at, []corev1.VolumeMount{m}})
+		} else {
+			p = append(p, Operation{"add", at + "/-", m})
+		}
+	}
+	return p, nil
 }
 
 // addToMap adds entries to the map at path: the whole map when it is

@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -31,6 +32,7 @@ import (
 const (
 	ContainerName    = "sluice"
 	PoliciesVolume   = "sluice-policies"
+	SocketVolume     = "sluice-socket"
 	PoliciesDir      = "/etc/sluice/policies"
 	PoliciesKey      = "policies.yaml"
 	AdminPortName    = "sluice-admin"
@@ -43,6 +45,10 @@ const (
 	StatusKey = AnnotationPrefix + "status"
 	// User is the image's numeric user and group.
 	User = 65532
+	// SocketPerm is a Unix socket's mode when the pod gives none: every
+	// container of the pod runs as a user of its own choosing, and none
+	// but the pod's containers mount the volume the socket is in.
+	SocketPerm = "666"
 )
 
 // DefaultImage is the image of this version of Sluice. A tag holds no '+',
@@ -194,9 +200,51 @@ func (s *Settings) Validate() error {
 	if _, err := s.adminPort(); err != nil {
 		return err
 	}
+	if err := s.checkSocket(); err != nil {
+		return err
+	}
+	c := s.sidecarConfig()
+	return c.Validate()
+}
+
+// socketDir is the directory of the Unix socket the sidecar listens on
+// (--listen unix:PATH), which the injector makes a volume that every
+// container of the pod mounts; "" for TCP.
+func (s *Settings) socketDir() string {
+	if path := app.SocketPath(s.Sidecar.Listen); path != "" {
+		return filepath.Dir(path)
+	}
+	return ""
+}
+
+// checkSocket refuses a socket path the shared volume cannot hold.
+func (s *Settings) checkSocket() error {
+	path := app.SocketPath(s.Sidecar.Listen)
+	if path == "" {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	switch {
+	case !filepath.IsAbs(path) || filepath.Clean(path) != path:
+		return fmt.Errorf("invalid --listen %q: the socket's path must be absolute and clean, as the containers mount its directory", s.Sidecar.Listen)
+	case dir == "/":
+		return fmt.Errorf("invalid --listen %q: the socket needs a directory of its own, which the containers mount; not /", s.Sidecar.Listen)
+	case s.PoliciesConfigMap != "" && (strings.HasPrefix(dir+"/", PoliciesDir+"/") || strings.HasPrefix(PoliciesDir+"/", dir+"/")):
+		return fmt.Errorf("invalid --listen %q: the socket's directory would overlap the policies' %s", s.Sidecar.Listen, PoliciesDir)
+	}
+	return nil
+}
+
+// sidecarConfig is the sidecar's settings as the container runs them:
+// the policies file where the ConfigMap is mounted, and a socket's mode
+// open to the pod's other containers unless the pod gives one.
+func (s *Settings) sidecarConfig() app.Config {
 	c := s.Sidecar
 	c.Policies = s.policiesFile()
-	return c.Validate()
+	if s.socketDir() != "" && c.ListenPerm == "" {
+		c.ListenPerm = SocketPerm
+	}
+	return c
 }
 
 func (s *Settings) adminPort() (int32, error) {
@@ -225,8 +273,7 @@ func (s *Settings) Args() []string {
 	d := app.DefaultConfig()
 	d.Register(defaults)
 	cur := flag.NewFlagSet("sidecar", flag.ContinueOnError)
-	c := s.Sidecar
-	c.Policies = s.policiesFile()
+	c := s.sidecarConfig()
 	c.Register(cur)
 	var args []string
 	cur.VisitAll(func(f *flag.Flag) {
@@ -288,7 +335,24 @@ func (s *Settings) Container() (corev1.Container, []corev1.Volume) {
 		volumes = append(volumes, corev1.Volume{Name: PoliciesVolume, VolumeSource: corev1.VolumeSource{
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: s.PoliciesConfigMap}}}})
 	}
+	if m, ok := s.SocketMount(); ok {
+		// The root filesystem is read-only, and the application's
+		// containers must see the socket: a volume of the pod's own.
+		c.VolumeMounts = append(c.VolumeMounts, m)
+		volumes = append(volumes, corev1.Volume{Name: SocketVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	}
 	return c, volumes
+}
+
+// SocketMount is the mount of the volume that holds the sidecar's Unix
+// socket, the same in the sidecar and in the containers it serves; false
+// when the sidecar listens on TCP.
+func (s *Settings) SocketMount() (corev1.VolumeMount, bool) {
+	dir := s.socketDir()
+	if dir == "" {
+		return corev1.VolumeMount{}, false
+	}
+	return corev1.VolumeMount{Name: SocketVolume, MountPath: dir}, true
 }
 
 func (s *Settings) resources() corev1.ResourceRequirements {
