@@ -220,9 +220,10 @@ type sample struct {
 
 // comparison is the median of several runs of each side, and the medians
 // of the ratios b/a of the runs made one after the other; ceiling is the
-// median ratio to a of a third target run beside them (0: none).
+// median ratio to a of a third target run beside them (0: none), and c
+// the median of its runs.
 type comparison struct {
-	a, b                     sample
+	a, b, c                  sample
 	ratio, cpuRatio, ceiling float64
 }
 
@@ -231,7 +232,7 @@ type comparison struct {
 // machine's drift, which is large on a shared VM, touches every side
 // alike; each ratio is taken within one round of runs.
 func compare(rdb *redis.Client, n, c, pipeline int, a, b target, ceiling ...target) comparison {
-	var as, bs []sample
+	var as, bs, cs []sample
 	var ratios, cpuRatios, ceilings []float64
 	for range *runs {
 		x, y := once(rdb, n, c, pipeline, a), once(rdb, n, c, pipeline, b)
@@ -239,12 +240,13 @@ func compare(rdb *redis.Client, n, c, pipeline int, a, b target, ceiling ...targ
 		ratios = append(ratios, y.rps/x.rps)
 		cpuRatios = append(cpuRatios, y.redisCPU/x.redisCPU)
 		for _, t := range ceiling {
-			ceilings = append(ceilings, once(rdb, n, c, pipeline, t).rps/x.rps)
+			z := once(rdb, n, c, pipeline, t)
+			cs, ceilings = append(cs, z), append(ceilings, z.rps/x.rps)
 		}
 	}
 	cmp := comparison{a: medianSample(as), b: medianSample(bs), ratio: median(ratios), cpuRatio: median(cpuRatios)}
 	if len(ceilings) > 0 {
-		cmp.ceiling = median(ceilings)
+		cmp.c, cmp.ceiling = medianSample(cs), median(ceilings)
 	}
 	return cmp
 }
@@ -285,10 +287,16 @@ func report(name string, c comparison) {
 		name, c.a.rps, c.b.rps, c.ratio, c.a.redisCPU, c.b.redisCPU, 100*c.cpuRatio, c.b.serverCPU,
 		c.a.redisCPU+c.a.clientCPU, c.b.redisCPU+c.b.serverCPU+c.b.clientCPU)
 	if c.ceiling > 0 {
-		fmt.Printf("; Redis answering PING: %.2f times direct", c.ceiling)
+		// redis-benchmark is one thread: near 100% of a CPU, it is the
+		// load generator that sets the rate, not the server.
+		fmt.Printf("; Redis answering PING: %.2f times direct; redis-benchmark busy %.0f%% of a CPU through Sluice, %.0f%% against PING",
+			c.ceiling, 100*c.b.clientBusy(), 100*c.c.clientBusy())
 	}
 	fmt.Println()
 }
+
+// clientBusy is the share of one CPU redis-benchmark used in a run.
+func (s sample) clientBusy() float64 { return s.clientCPU * s.rps / 1e6 }
 
 // benchmark runs redis-benchmark once and returns requests per second, the
 // p50 latency in milliseconds and redis-benchmark's own CPU seconds.
