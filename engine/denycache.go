@@ -130,11 +130,12 @@ func (c *DenyCache) answer(reqs []Request, res []Result) *misses {
 	// nothing: one look at its size spares a locked lookup per request. A
 	// refusal remembered meanwhile is missed, and Redis decides instead.
 	if c.entries.Len() > 0 {
+		var last lastLookup
 		for i := range reqs {
 			// Every result is set here, so that the hits can be told from
 			// the misses below by their path alone.
 			res[i] = Result{}
-			if d, ok := c.lookup(&reqs[i], now); ok {
+			if d, ok := c.lookup(&reqs[i], now, &last); ok {
 				res[i] = Result{Decision: d, Path: PathDenyCache}
 				hits++
 			}
@@ -189,12 +190,27 @@ func (m *misses) finishAndCallDone(err error) {
 	done(m.finish(err))
 }
 
-// lookup returns the local refusal for r, if one applies at now.
-func (c *DenyCache) lookup(r *Request, now time.Time) (Decision, bool) {
+// lastLookup is the entry a batch's last lookup found, or that there was
+// none: a hot key's requests come in a row, and one look into the LRU (a
+// lock, a hash, a move to the front) serves the whole row.
+type lastLookup struct {
+	key   stateKey
+	e     denial
+	found bool
+	set   bool
+}
+
+// lookup returns the local refusal for r, if one applies at now; last is
+// the batch's lookup before.
+func (c *DenyCache) lookup(r *Request, now time.Time, last *lastLookup) (Decision, bool) {
 	if r.Cost == 0 || r.Cost > r.Capacity() {
 		return Decision{}, false // a look, or a cost the store refuses as invalid
 	}
-	e, ok := c.entries.Get(denialKey(r))
+	if k := denialKey(r); !last.set || k != last.key {
+		last.e, last.found = c.entries.Get(k)
+		last.key, last.set = k, true
+	}
+	e, ok := &last.e, last.found
 	if !ok || e.limit != r.Limit || !sameLimits(e.limits, r.Limits) || r.Cost < e.cost || !now.Before(e.until) ||
 		(r.Detail != nil && e.detail == nil) {
 		return Decision{}, false

@@ -184,6 +184,25 @@ func BenchmarkDenyCacheHit(b *testing.B) {
 	}
 }
 
+// A pipeline of 16 requests for one refused key: one batch.
+func BenchmarkDenyCacheHotBatch(b *testing.B) {
+	s, _ := engine.NewMemoryStore(engine.MemoryConfig{})
+	c, _ := engine.NewDenyCache(engine.DenyCacheConfig{Store: s})
+	reqs := make([]engine.Request, 16)
+	for i := range reqs {
+		reqs[i] = engine.Request{Key: "hot", Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Hour}, Cost: 1}
+	}
+	res := make([]engine.Result, len(reqs))
+	_ = c.Decide(context.Background(), reqs, res)
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = c.Decide(context.Background(), reqs, res)
+	}
+	if res[0].Decision.Allowed || res[15].Path != engine.PathDenyCache {
+		b.Fatal("expected cached refusals")
+	}
+}
+
 func BenchmarkDenyCacheMiss(b *testing.B) {
 	s, _ := engine.NewMemoryStore(engine.MemoryConfig{})
 	c, _ := engine.NewDenyCache(engine.DenyCacheConfig{Store: s})
@@ -205,7 +224,11 @@ func TestDenyCacheMixedBatch(t *testing.T) {
 	decideOne(t, c, hot)
 	decideOne(t, c, hot) // refused: now remembered
 	cold := engine.Request{Key: "cold", Limit: perHour, Cost: 1}
-	reqs := []engine.Request{hot, cold, hot, cold}
+	// The hot key under a limit that was not refused, right after a
+	// request the cache answered: the same key, but no refusal of its own.
+	other := hot
+	other.Limit.Burst = 10
+	reqs := []engine.Request{hot, cold, hot, hot, other, cold}
 	res := make([]engine.Result, len(reqs))
 	for i := range res {
 		res[i] = engine.Result{Path: engine.PathDenyCache} // stale results from an earlier use
@@ -214,14 +237,15 @@ func TestDenyCacheMixedBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	sizes := g.batchSizes()
-	if last := sizes[len(sizes)-1]; last != 2 {
-		t.Fatalf("round trip of %d requests; want the 2 misses only", last)
+	if last := sizes[len(sizes)-1]; last != 3 {
+		t.Fatalf("round trip of %d requests; want the 3 misses only", last)
 	}
 	for i, want := range []struct {
 		path      engine.Path
 		allowed   bool
 		remaining int64
-	}{{engine.PathDenyCache, false, 0}, {engine.PathStore, true, 999}, {engine.PathDenyCache, false, 0}, {engine.PathStore, true, 998}} {
+	}{{engine.PathDenyCache, false, 0}, {engine.PathStore, true, 999}, {engine.PathDenyCache, false, 0},
+		{engine.PathDenyCache, false, 0}, {engine.PathStore, true, 9}, {engine.PathStore, true, 998}} {
 		if r := res[i]; r.Err != nil || r.Path != want.path || r.Decision.Allowed != want.allowed || r.Decision.Remaining != want.remaining {
 			t.Errorf("result %d: %+v; want path %v, allowed %v, remaining %d", i, r, want.path, want.allowed, want.remaining)
 		}
