@@ -174,6 +174,12 @@ func TestMemoryHotRuns(t *testing.T) {
 	})
 }
 
+// TestMemoryHotMultiRuns: a batch's requests on one key under a policy of
+// several limits reply exactly as the same requests one by one.
+func TestMemoryHotMultiRuns(t *testing.T) {
+	enginetest.HotMultiRuns(t, openMemory, nil)
+}
+
 // TestMultiProperty: the memory store decides multi-limit requests as the
 // model does, and a refusal takes nothing from any limit.
 func TestMultiProperty(t *testing.T) {

@@ -20,7 +20,10 @@
 -- (a peek at the request's cost); if all admit and it is no peek, each is
 -- charged; if any refuses, none is, and each limit with room reports what
 -- it has (a look at cost 0). Its keys are its own: no single-limit
--- request shares them, so they come after all the others.
+-- request shares them, so they come after all the others. A key's
+-- multi-limit requests come together too, so that those on the same keys
+-- under the same limits (a hot tenant under a policy) are decided as a
+-- run, reading and writing each limit's key once.
 --
 -- KEYS[i]  the i-th key: the single-limit requests' keys, then each
 --          multi-limit request's, one per limit
@@ -324,9 +327,24 @@ local function again(L, key, s, cost, peek)
   local allowed, remaining, retry, reset, delay = L.alg.step(s, key, now, L, cost, peek)
   return {allowed, remaining, retry, reset, delay}
 end
-local function decideMulti(R, base)
+-- writeHeld writes the states of R's limits that steps changed.
+local function writeHeld(states, R, base)
+  for j = 1, R.n do
+    local s = states[j]
+    if s.dirty then
+      local L = limits[tonumber(ARGV[R.at + j - 1])]
+      L.alg.write(KEYS[base + j], now, s, L)
+    end
+  end
+end
+-- decideMulti decides multi-limit request R, whose keys follow KEYS[base].
+-- held is the states of R's limits that the request before it left, when
+-- R continues its run (see below); nil: each limit is read. When the run
+-- goes on after R, it returns the states to hold for the next request;
+-- otherwise it writes what the run changed, and returns nil.
+local function decideMulti(R, base, held, goesOn)
   local cost = param(R.cost, 'cost')
-  local Ls = {}
+  local Ls, own, seenAlg = {}, true, {}
   for j = 1, R.n do
     local L = limits[tonumber(ARGV[R.at + j - 1])]
     if not L then
@@ -334,25 +352,29 @@ local function decideMulti(R, base)
     elseif L.err then
       error(L.err, 0)
     end
-    Ls[j] = L
+    if seenAlg[L.alg] then
+      own = false
+    end
+    Ls[j], seenAlg[L.alg] = L, true
   end
   -- Each limit looks at the request's cost. An algorithm keeps one
   -- state at a time, so when every limit has an algorithm of its own
   -- (the usual policy: a burst and a quota) their states, all read, stay
   -- valid, and the charge (or the look at cost 0 after a refusal) goes on
   -- from them without reading again; otherwise each limit is read again.
-  local refused, own, states, seenAlg = nil, true, {}, {}
+  local refused, states = nil, held or {}
   for j = 1, R.n do
     local L, key = Ls[j], KEYS[base + j]
-    local p, s = look(L, key, cost)
-    if seenAlg[L.alg] then
-      own = false
+    local p
+    if held then
+      p = again(L, key, states[j], cost, true)
+    else
+      p, states[j] = look(L, key, cost)
     end
-    seenAlg[L.alg], states[j] = true, s
     if not p[1] then
       refused = refused or j
     elseif refused then
-      p = again(L, key, s, 0, true)
+      p = again(L, key, states[j], 0, true)
     end
     parts[j] = p
   end
@@ -364,20 +386,20 @@ local function decideMulti(R, base)
         parts[j] = look(Ls[j], KEYS[base + j], 0)
       end
     end
-    return
-  end
-  if R.peek then
-    return
+  elseif own and not R.peek then
+    for j = 1, R.n do
+      parts[j] = again(Ls[j], KEYS[base + j], states[j], cost, false)
+    end
   end
   if own then
-    for j = 1, R.n do
-      local L, key, s = Ls[j], KEYS[base + j], states[j]
-      parts[j] = again(L, key, s, cost, false)
-      if s.dirty then
-        L.alg.write(key, now, s, L)
-      end
+    if goesOn then
+      return states
     end
-    return
+    writeHeld(states, R, base)
+    return nil
+  end
+  if refused or R.peek then
+    return nil
   end
   for j = 1, R.n do
     local L, key = Ls[j], KEYS[base + j]
@@ -399,19 +421,44 @@ local function decideMulti(R, base)
     parts[j] = {allowed, remaining, retry, reset, delay}
   end
 end
-local base = keys
+
+-- A run is multi-limit requests in a row on the same keys under the same
+-- limits, each an algorithm of its own: a hot key under a policy, whose
+-- requests the caller brings together. The run's first request reads
+-- each limit's key; the others decide against the states the one before
+-- left, and its last writes each key once. A request that fails raises
+-- before it changes a state, so the run goes on from the states before
+-- it; a run that ends at a request that failed writes those.
+local function continues(R, base, P, pbase)
+  if R.n ~= P.n then
+    return false
+  end
+  for j = 0, R.n - 1 do
+    if KEYS[base + 1 + j] ~= KEYS[pbase + 1 + j] or ARGV[R.at + j] ~= ARGV[P.at + j] then
+      return false
+    end
+  end
+  return true
+end
+local base, held = keys, nil
 for x = 1, q do
-  local R = multis[x]
-  local ok, msg = pcall(decideMulti, R, base)
+  local R, after = multis[x], multis[x + 1]
+  local goesOn = after ~= nil and continues(after, base + R.n, R, base)
+  local ok, kept = pcall(decideMulti, R, base, held, goesOn)
   if ok then
+    held = kept
     for j = 1, R.n do
       local p = parts[j]
       emit(p[1] and 1 or 0, p[2], p[3], p[4], p[5])
     end
   else
-    local e = errorIndex(msg)
+    local e = errorIndex(kept)
     for _ = 1, R.n do
       emit(-e, 0, 0, 0, 0)
+    end
+    if held and not goesOn then
+      pcall(writeHeld, held, R, base)
+      held = nil
     end
   end
   base = base + R.n

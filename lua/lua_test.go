@@ -147,6 +147,30 @@ func TestCalls(t *testing.T) {
 			[]string{"2", "fixed", "2", "1000000", "0", "nope", "3", "60000000", "0", "0", "0",
 				"2", "2", "1", "0", "1", "2", "1", "1", "0", "1", now},
 			"-1\n0\n0\n0\n0\n2\n0\n0\n0\n0\n0\n0\n1000000\n1000000\n0\nERR sluice: unknown algorithm \"nope\"", ""},
+		// A run: three requests on one key under GCRA (10 a second,
+		// burst 9) and a fixed window (3 a minute), the second with a
+		// bad cost. Each limit's key is read once and written once, and
+		// the third goes on from the first.
+		{"multi run with a bad cost", lua.Batch, []string{"h:b", "h:d", "h:b", "h:d", "h:b", "h:d"},
+			[]string{"2", "gcra", "10", "1000000", "9", "fixed", "3", "60000000", "0", "0", "0",
+				"3", "2", "1", "0", "1", "2", "2", "x", "0", "1", "2", "2", "1", "0", "1", "2", now},
+			"1\n9\n0\n100000\n0\n2\n-7\n0\n59900000\n0\n" + // the first's two replies
+				"-1\n0\n0\n0\n0\n2\n0\n0\n0\n0\n" + // the second's error, for each limit
+				"1\n8\n0\n200000\n0\n2\n-7\n0\n59800000\n0\n" + // the third's
+				"ERR sluice: invalid cost \"x\": want an integer in [0, 2^53)", ""},
+		{"multi run stored both charges", lua.Batch, []string{"h:b", "h:d"},
+			[]string{"2", "gcra", "10", "1000000", "9", "fixed", "3", "60000000", "0", "0", "0",
+				"1", "2", "0", "1", "1", "2", now},
+			"1\n8\n0\n200000\n0\n2\n-7\n0\n59800000\n0", ""},
+		{"multi run ending at a bad cost stores the charge before it", lua.Batch, []string{"e:b", "e:d", "e:b", "e:d"},
+			[]string{"2", "gcra", "10", "1000000", "9", "fixed", "3", "60000000", "0", "0", "0",
+				"2", "2", "1", "0", "1", "2", "2", "x", "0", "1", "2", now},
+			"1\n9\n0\n100000\n0\n2\n-7\n0\n59900000\n0\n-1\n0\n0\n0\n0\n2\n0\n0\n0\n0\n" +
+				"ERR sluice: invalid cost \"x\": want an integer in [0, 2^53)", ""},
+		{"multi run's charge is stored", lua.Batch, []string{"e:b", "e:d"},
+			[]string{"2", "gcra", "10", "1000000", "9", "fixed", "3", "60000000", "0", "0", "0",
+				"1", "2", "0", "1", "1", "2", now},
+			"1\n9\n0\n100000\n0\n2\n-7\n0\n59900000\n0", ""},
 		{"batch limit count", lua.Batch, []string{"a"}, []string{"two"}, "",
 			`ERR sluice: invalid number of limits "two"`},
 		{"bad now", lua.Batch, []string{"a"}, one("fixed", "1", "1000", "0", "1", "0", "soon"), "",

@@ -3,6 +3,8 @@ package upstream_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,5 +107,46 @@ func TestOlderSidecarState(t *testing.T) {
 	}
 	if got, _ := srv.Do("GET", "old:{api:carol}:gcra2"); got != "garbage" {
 		t.Errorf("the other format's key now holds %q", got)
+	}
+}
+
+// TestHotPolicyReadsEachLimitOnce: a batch's requests on one key under a
+// policy of several limits, interleaved with another key's, are decided
+// as a run: each limit's key is read once and written once for the
+// batch, not once per request.
+func TestHotPolicyReadsEachLimitOnce(t *testing.T) {
+	srv, client := standalone(t)
+	s := newStore(t, upstream.Config{Client: client, Prefix: "hotpolicy:"})
+	policy := []engine.NamedLimit{
+		{Name: "burst", Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1000, Period: time.Second, Burst: 1000}},
+		{Name: "daily", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 100_000, Period: 24 * time.Hour}},
+	}
+	var reqs []engine.Request
+	for i := range 200 {
+		key := "tenant:hot"
+		if i%10 == 0 {
+			key = "tenant:other"
+		}
+		reqs = append(reqs, engine.Request{Key: key, Limits: policy, Cost: 1, Detail: make([]engine.Decision, len(policy))})
+	}
+	decide(t, s, reqs[:1]...) // loads the script
+	mustDo(t, srv, "CONFIG", "RESETSTAT")
+	for _, r := range decide(t, s, reqs...) {
+		if r.Err != nil || !r.Decision.Allowed {
+			t.Fatalf("%+v; want admitted", r)
+		}
+	}
+	calls := map[string]int{}
+	for line := range strings.SplitSeq(mustDo(t, srv, "INFO", "commandstats"), "\r\n") {
+		if name, v, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls="); ok {
+			calls[name], _ = strconv.Atoi(v[:strings.IndexByte(v, ',')])
+		}
+	}
+	// Per client key, the token bucket's GET and SET, and the fixed
+	// window's HMGET, HSET and PEXPIRE: once each for each of the two.
+	for _, c := range []string{"get", "set", "hmget", "hset", "pexpire"} {
+		if calls[c] != 2 {
+			t.Errorf("%d %s for %d requests on two keys; want 2 (commands: %v)", calls[c], strings.ToUpper(c), len(reqs), calls)
+		}
 	}
 }

@@ -192,8 +192,10 @@ type buffers struct {
 	limitIndex map[engine.Limit]int64
 	reqLimit   []int64
 	// multi holds one call's multi-limit requests while its single-limit
-	// ones are grouped.
-	multi []int
+	// ones are grouped; multiKey and multiBy bring each key's together.
+	multi    []int
+	multiKey map[string]int
+	multiBy  []slotted
 	// replies holds a batch reply's decisions, one per request, or per
 	// limit of a multi-limit request.
 	replies [][lua.BatchFields]int64
@@ -220,7 +222,7 @@ func (s *Store) buffers() *buffers {
 	if b, ok := s.bufs.Get().(*buffers); ok {
 		return b
 	}
-	b := &buffers{group: map[uint16]int{}, limitIndex: map[engine.Limit]int64{}, keyGroup: map[keyRef]int{}}
+	b := &buffers{group: map[uint16]int{}, limitIndex: map[engine.Limit]int64{}, keyGroup: map[keyRef]int{}, multiKey: map[string]int{}}
 	b.got = func(reply any, err error) { s.gotReply(b, reply, err) }
 	return b
 }
@@ -233,8 +235,9 @@ func (s *Store) release(b *buffers) {
 	b.keys, b.args, b.calls, b.nums = b.keys[:0], b.args[:0], b.calls[:0], b.nums[:0]
 	clear(b.group)
 	clear(b.limitIndex)
-	b.limits, b.reqLimit, b.replies, b.multi = b.limits[:0], b.reqLimit[:0], b.replies[:0], b.multi[:0]
+	b.limits, b.reqLimit, b.replies, b.multi, b.multiBy = b.limits[:0], b.reqLimit[:0], b.replies[:0], b.multi[:0], b.multiBy[:0]
 	clear(b.keyGroup)
+	clear(b.multiKey)
 	b.grouped, b.groupSize, b.reqGroup, b.groupAt = b.grouped[:0], b.groupSize[:0], b.reqGroup[:0], b.groupAt[:0]
 	s.bufs.Put(b)
 }
@@ -373,6 +376,7 @@ func (s *Store) appendCall(b *buffers, reqs []engine.Request, idx []int, now any
 		}
 	}
 	s.group(b, reqs, single)
+	b.groupMulti(reqs)
 	singles := len(b.grouped) - g
 	b.grouped = append(b.grouped, b.multi...)
 	for _, i := range b.multi {
@@ -454,6 +458,34 @@ func (s *Store) group(b *buffers, reqs []engine.Request, idx []int) {
 		g := b.reqGroup[q]
 		b.grouped[b.groupAt[g]] = i
 		b.groupAt[g]++
+	}
+}
+
+// groupMulti brings each key's multi-limit requests in b.multi together,
+// in the order of the keys' first requests and each key's in its own
+// order, so that the script decides a hot key's requests under a policy
+// as a run, reading and writing each limit once (see batch.lua). No two
+// keys' limits share a Redis key, so this decides as b.multi's order.
+func (b *buffers) groupMulti(reqs []engine.Request) {
+	if len(b.multi) < 2 {
+		return
+	}
+	clear(b.multiKey)
+	b.multiBy = b.multiBy[:0]
+	for _, i := range b.multi {
+		g, ok := b.multiKey[reqs[i].Key]
+		if !ok {
+			g = len(b.multiKey)
+			b.multiKey[reqs[i].Key] = g
+		}
+		b.multiBy = append(b.multiBy, slotted{group: g, req: i})
+	}
+	if len(b.multiKey) == len(b.multi) {
+		return // no key twice: the order stands
+	}
+	slices.SortStableFunc(b.multiBy, func(x, y slotted) int { return x.group - y.group })
+	for k, e := range b.multiBy {
+		b.multi[k] = e.req
 	}
 }
 

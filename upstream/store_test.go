@@ -789,6 +789,26 @@ func TestHotRuns(t *testing.T) {
 	})
 }
 
+// TestHotMultiRuns: a hot key's requests under a policy of several
+// limits, which the batch script decides as a run reading and writing
+// each limit once, reply exactly as the same requests one by one, limit by
+// limit, and leave each limit's key exactly as they would. Standalone and
+// on Cluster.
+func TestHotMultiRuns(t *testing.T) {
+	eachTopology(t, func(t *testing.T, top topology) {
+		enginetest.HotMultiRuns(t, func(t *testing.T, now func() time.Time) engine.Store {
+			return newStore(t, upstream.Config{Client: top.client, Prefix: "hotmulti:", Now: now})
+		}, func(t *testing.T, a, b engine.Store, l engine.NamedLimit, keyA, keyB string, _ time.Time) {
+			t.Helper()
+			da := dumpKey(t, top.client, a.(*upstream.Store).LimitKey(keyA, l))
+			db := dumpKey(t, top.client, b.(*upstream.Store).LimitKey(keyB, l))
+			if da != db {
+				t.Fatalf("%s, limit %s: one by one Redis holds\n%s\nin batches\n%s", keyA, l.Name, da, db)
+			}
+		})
+	})
+}
+
 // dumpKey prints a key's type, value and expire time.
 func dumpKey(tb testing.TB, c redis.UniversalClient, key string) string {
 	tb.Helper()

@@ -20,6 +20,10 @@
 //	       policy of one limit (GCRA, 10 a second, burst 10), and one of
 //	       two (that, and a fixed window of 100,000 a day), all-or-nothing;
 //	       -sizes 16 is RL.ALLOW at redis-benchmark's -P 16
+//	hotpolicy
+//	       every request of a batch on one key under a policy of two
+//	       limits (GCRA and a fixed window) that admit them all: a hot
+//	       tenant under RL.ALLOW, decided as one run
 //
 //	go run ./bench/scriptcost
 //	go run ./bench/scriptcost -sizes 16,256,1024 -runs 7 -alg gcra,fixed
@@ -52,7 +56,7 @@ var (
 	runs      = flag.Int("runs", 5, "runs of each measurement; the median is reported")
 	decisions = flag.Int("n", 100_000, "decisions per run (rounded up to whole batches)")
 	algs      = flag.String("alg", "gcra,token,leaky,fixed,sliding,log", "algorithms, by short name")
-	scenarios = flag.String("scenario", "fresh,hot,floor,policy1,policy2", "scenarios: fresh, hot, floor, policy1, policy2")
+	scenarios = flag.String("scenario", "fresh,hot,floor,policy1,policy2,hotpolicy", "scenarios: fresh, hot, floor, policy1, policy2, hotpolicy")
 	keySpace  = flag.Int("keys", 100_000, "client keys the policy scenarios pick from")
 	server    = flag.String("redis-server", "redis-server", "the redis-server binary")
 )
@@ -128,7 +132,9 @@ func main() {
 		case "floor":
 			m.row(sc, "-", ns, m.floor)
 		case "policy1", "policy2":
-			m.row(sc, "-", ns, func(n int) (float64, error) { return m.policy(n, sc == "policy2") })
+			m.row(sc, "-", ns, func(n int) (float64, error) { return m.policy(n, sc == "policy2", false) })
+		case "hotpolicy":
+			m.row(sc, "-", ns, func(n int) (float64, error) { return m.policy(n, true, true) })
 		case "fresh", "hot":
 			for _, a := range as {
 				m.row(sc, a.Short(), ns, func(n int) (float64, error) { return m.batches(sc, a, n) })
@@ -243,10 +249,16 @@ var policyLimits = []engine.NamedLimit{
 	{Name: "daily", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 100_000, Period: 24 * time.Hour}},
 }
 
+// hotPolicyLimits admit every request of the hotpolicy scenario.
+var hotPolicyLimits = []engine.NamedLimit{
+	{Name: "burst", Limit: hotLimit(engine.GCRA)},
+	{Name: "daily", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 1_000_000_000_000, Period: 24 * time.Hour}},
+}
+
 // policy runs batches of n requests, as RL.ALLOW hands them to the store,
-// on client keys picked at random from -keys, under a policy of one limit
-// or of two, and returns Redis's µs per decision.
-func (m *meter) policy(n int, two bool) (float64, error) {
+// on client keys picked at random from -keys (or all on one, hot), under a
+// policy of one limit or of two, and returns Redis's µs per decision.
+func (m *meter) policy(n int, two, hot bool) (float64, error) {
 	reqs := make([]engine.Request, n)
 	res := make([]engine.Result, n)
 	rounds := (*decisions + n - 1) / n
@@ -260,9 +272,12 @@ func (m *meter) policy(n int, two bool) (float64, error) {
 		}
 		for i := range reqs {
 			reqs[i] = engine.Request{Key: "pol:" + strconv.Itoa(rng.IntN(*keySpace)), Cost: 1}
-			if two {
+			switch {
+			case hot:
+				reqs[i].Key, reqs[i].Limits = "pol:hot:"+strconv.Itoa(m.serial), hotPolicyLimits
+			case two:
 				reqs[i].Limits = policyLimits
-			} else {
+			default:
 				reqs[i].Limit = policyLimits[0].Limit
 			}
 		}

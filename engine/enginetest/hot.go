@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -114,6 +115,137 @@ func HotRuns(t *testing.T, open Opener, same StateCheck) {
 					clock.Advance(time.Duration(rng.Int64N(int64(l.Period)/l.Rate+1)) / time.Microsecond * time.Microsecond)
 				default:
 					clock.Advance(time.Duration(rng.Int64N(int64(l.Period))) / time.Microsecond * time.Microsecond)
+				}
+			}
+		})
+	}
+}
+
+// HotPolicies are the policies HotMultiRuns tries: limits of algorithms
+// of their own, whose states a store may keep from one request on a key to
+// the next, with whole and fractional intervals and capacities small
+// enough that a batch refuses in the middle of a key's run; and one whose
+// two limits share an algorithm, whose states it may not.
+var HotPolicies = [][]engine.NamedLimit{
+	{
+		{Name: "burst", Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 7, Period: time.Second, Burst: 12}},
+		{Name: "daily", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 30, Period: time.Minute}},
+	},
+	{
+		{Name: "rate", Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1000, Period: time.Second, Burst: 25}},
+		{Name: "window", Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 40, Period: time.Second, Precision: 4}},
+		{Name: "log", Limit: engine.Limit{Algorithm: engine.SlidingLog, Rate: 35, Period: 700 * time.Millisecond}},
+	},
+	{
+		{Name: "drip", Limit: engine.Limit{Algorithm: engine.LeakyBucket, Rate: 30, Period: time.Second, Burst: 9}},
+		{Name: "hourly", Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 50, Period: time.Hour}},
+	},
+	{
+		{Name: "second", Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 10, Period: time.Second, Burst: 10}},
+		{Name: "minute", Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 40, Period: time.Minute, Burst: 40}},
+	},
+}
+
+// MultiStateCheck compares the state store a keeps for limit l of keyA
+// with the state store b keeps for it on keyB; now is the pinned clock's
+// time.
+type MultiStateCheck func(t *testing.T, a, b engine.Store, l engine.NamedLimit, keyA, keyB string, now time.Time)
+
+// HotMultiRuns is HotRuns for policies of several limits: for each of
+// HotPolicies it sends random batches, each at one instant, most of whose
+// requests are on one hot key under the policy (with mixed costs, peeks, a
+// bad cost now and then, now and then the policy with other rates under
+// the same names, as a reload leaves it, and now and then a single-limit
+// request on the key), to two stores that share a clock: one gets every
+// request in a Decide of its own, the other each batch in one Decide.
+// Every reply, and every limit's own, must be identical; after each batch,
+// same (if not nil) compares the two stores' state of each limit of each
+// key.
+func HotMultiRuns(t *testing.T, open Opener, same MultiStateCheck) {
+	for pi, policy := range HotPolicies {
+		t.Run(fmt.Sprintf("policy-%d", pi), func(t *testing.T) {
+			clock := NewClock(Epoch)
+			one, whole := open(t, clock.Now), open(t, clock.Now)
+			rng := rand.New(rand.NewPCG(uint64(pi), 17))
+			reloaded := slices.Clone(policy)
+			for j := range reloaded {
+				reloaded[j].Limit.Rate = max(reloaded[j].Limit.Rate/2, 1)
+			}
+			capacity := (&engine.Request{Limits: policy}).Capacity()
+			prefix := fmt.Sprintf("hotmulti:%d", pi)
+			names := []string{"hot", "warm", "cold"}
+			ctx := context.Background()
+			for round := range 40 {
+				n := 1 + rng.IntN(60)
+				reqs := make([]engine.Request, n)
+				for i := range reqs {
+					r := engine.Request{Key: names[0], Limits: policy, Cost: 1}
+					// Every third batch is one long run: the hot key, the
+					// policy, one cost, no peek.
+					if round%3 == 2 {
+						r.Cost = 1 + int64(round%4)
+					} else {
+						if rng.IntN(5) == 0 {
+							r.Key = names[1+rng.IntN(2)]
+						}
+						if rng.IntN(15) == 0 {
+							r.Limits = reloaded
+						}
+						if rng.IntN(3) == 0 {
+							r.Cost = rng.Int64N(capacity/3 + 2)
+						}
+						if rng.IntN(40) == 0 {
+							r.Cost = -1
+						}
+						r.Peek = rng.IntN(6) == 0
+						if rng.IntN(10) == 0 {
+							r.Limits, r.Limit = nil, policy[0].Limit
+						}
+					}
+					r.Key = prefix + ":whole:" + r.Key
+					if r.Multi() {
+						r.Detail = make([]engine.Decision, len(r.Limits))
+					}
+					reqs[i] = r
+				}
+				got := make([]engine.Result, n)
+				if err := whole.Decide(ctx, reqs, got); err != nil {
+					t.Fatalf("round %d: whole batch: %v", round, err)
+				}
+				for i := range reqs {
+					alone := reqs[i]
+					alone.Key = prefix + ":one:" + alone.Key[len(prefix+":whole:"):]
+					if alone.Multi() {
+						alone.Detail = make([]engine.Decision, len(alone.Limits))
+					}
+					want := make([]engine.Result, 1)
+					if err := one.Decide(ctx, []engine.Request{alone}, want); err != nil {
+						t.Fatalf("round %d, request %d: alone: %v", round, i, err)
+					}
+					if msg := diff(want[0], got[i]); msg != "" {
+						t.Fatalf("round %d, request %d of %d (%s cost %d peek %v, limits %+v): alone / in the batch: %s",
+							round, i, n, reqs[i].Key, reqs[i].Cost, reqs[i].Peek, reqs[i].Limits, msg)
+					}
+					for j := range alone.Detail {
+						if want[0].Err == nil && alone.Detail[j] != reqs[i].Detail[j] {
+							t.Fatalf("round %d, request %d of %d, limit %s: alone / in the batch:\n  %s\n  %s",
+								round, i, n, alone.Limits[j].Name, Format(alone.Detail[j]), Format(reqs[i].Detail[j]))
+						}
+					}
+				}
+				if same != nil {
+					for _, k := range names {
+						for _, l := range policy {
+							same(t, one, whole, l, prefix+":one:"+k, prefix+":whole:"+k, clock.Now())
+						}
+					}
+				}
+				switch rng.IntN(4) {
+				case 0: // the same instant
+				case 1:
+					clock.Advance(time.Duration(rng.Int64N(int64(50*time.Millisecond))) / time.Microsecond * time.Microsecond)
+				default:
+					clock.Advance(time.Duration(rng.Int64N(int64(2*time.Second))) / time.Microsecond * time.Microsecond)
 				}
 			}
 		})
