@@ -295,7 +295,9 @@ func report(name string, c comparison) {
 	fmt.Println()
 }
 
-// clientBusy is the share of one CPU redis-benchmark used in a run.
+// clientBusy is the share of one CPU redis-benchmark used in a run. Its
+// CPU time counts its start and its connections, which its rate does not,
+// so a saturated run reads a little over 1.
 func (s sample) clientBusy() float64 { return s.clientCPU * s.rps / 1e6 }
 
 // benchmark runs redis-benchmark once and returns requests per second, the
