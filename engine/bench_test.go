@@ -118,3 +118,31 @@ func BenchmarkMemoryDecideManyKeys(b *testing.B) {
 		})
 	}
 }
+
+// A pipeline of 16 requests for one key under a policy of two limits: a
+// hot tenant under RL.ALLOW.
+func BenchmarkMemoryHotPolicy(b *testing.B) {
+	// A clock a millisecond on at every batch, so that the limits admit
+	// every request however fast the loop runs.
+	t := time.Unix(1_767_225_600, 0)
+	s, err := engine.NewMemoryStore(engine.MemoryConfig{Now: func() time.Time { t = t.Add(time.Millisecond); return t }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	policy := []engine.NamedLimit{
+		{Name: "burst", Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1_000_000, Period: time.Second, Burst: 1_000_000}},
+		{Name: "daily", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 1_000_000_000_000, Period: 24 * time.Hour}},
+	}
+	reqs := make([]engine.Request, 16)
+	res := make([]engine.Result, len(reqs))
+	for i := range reqs {
+		reqs[i] = engine.Request{Key: "tenant:hot", Limits: policy, Cost: 1, Detail: make([]engine.Decision, len(policy))}
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := s.Decide(ctx, reqs, res); err != nil || res[15].Err != nil || !res[15].Decision.Allowed {
+			b.Fatal(err, res[15])
+		}
+	}
+}

@@ -192,8 +192,15 @@ func (m *MemoryStore) Decide(_ context.Context, reqs []Request, res []Result) er
 				continue
 			}
 			if reqs[i].Multi() {
-				m.decideMulti(now, &reqs[i], &res[i])
-				i++
+				// A run: the valid requests right after this one on its
+				// key under the same policy, decided under one set of locks.
+				j := i + 1
+				for j < n && reqs[j].Key == reqs[i].Key && reqs[j].Multi() &&
+					sameLimits(reqs[j].Limits, reqs[i].Limits) && reqs[j].Validate() == nil {
+					j++
+				}
+				m.decideMulti(now, reqs[i:j], res[i:j])
+				i = j
 				continue
 			}
 			// A run: the valid requests right after this one on its key
@@ -426,20 +433,23 @@ func limitStateKey(key string, l NamedLimit) stateKey {
 	return stateKey{alg: l.Limit.Algorithm | multiFlag, key: key + "}:" + l.Name}
 }
 
-// decideMulti decides a multi-limit request with the shards of all its
-// limits locked, so that no other decision comes between its check and
-// its charge. It does what the batch script does (lua/batch.lua): each
-// limit looks (a peek at the request's cost); if all admit and it is no
-// peek, each is charged; if any refuses, nothing is, and each limit with
-// room reports what it has (a look at cost 0).
-func (m *MemoryStore) decideMulti(now int64, r *Request, res *Result) {
-	n := len(r.Limits)
+// decideMulti decides a run of multi-limit requests on one key under the
+// same limits with the shards of all its limits locked, so that no other
+// decision comes between a request's check and its charge, and each
+// limit's state is found once for the run. It does for each what the
+// batch script does (lua/batch.lua): each limit looks (a peek at the
+// request's cost); if all admit and it is no peek, each is charged; if
+// any refuses, nothing is, and each limit with room reports what it has
+// (a look at cost 0).
+func (m *MemoryStore) decideMulti(now int64, run []Request, res []Result) {
+	r0 := &run[0]
+	n := len(r0.Limits)
 	var sks [MaxLimits]stateKey
 	var hs [MaxLimits]uint64
 	var locked [MaxLimits]*memoryShard
 	held := 0
-	for j, l := range r.Limits {
-		sks[j] = limitStateKey(r.Key, l)
+	for j, l := range r0.Limits {
+		sks[j] = limitStateKey(r0.Key, l)
 		hs[j] = m.hash(sks[j].alg, sks[j].key)
 		locked[held] = m.shard(hs[j])
 		held++
@@ -459,6 +469,36 @@ func (m *MemoryStore) decideMulti(now int64, r *Request, res *Result) {
 		}
 	}
 	var es [MaxLimits]*memoryEntry
+	find := func() {
+		for j := range n {
+			es[j] = nil
+			s := m.shard(hs[j])
+			if i := s.lookup(sks[j], hs[j]); i >= 0 {
+				e := s.entry(i)
+				s.tick++
+				e.used = s.tick
+				if now >= e.expires {
+					e.state = state{log: e.log[:0]}
+				}
+				es[j] = e
+			}
+		}
+	}
+	find()
+	for k := range run {
+		// An insert may evict, even an entry es holds: the run's next
+		// request finds them again.
+		if m.decideOneMulti(now, &run[k], &res[k], &es, &sks, &hs) {
+			find()
+		}
+	}
+}
+
+// decideOneMulti decides one request of decideMulti's run against the
+// entries es of its limits (nil: none yet), their state keys and hashes,
+// and reports whether it inserted an entry.
+func (m *MemoryStore) decideOneMulti(now int64, r *Request, res *Result, es *[MaxLimits]*memoryEntry, sks *[MaxLimits]stateKey, hs *[MaxLimits]uint64) (inserted bool) {
+	n := len(r.Limits)
 	var parts [MaxLimits]Decision
 	look := func(j int, cost int64) Decision {
 		var zero state
@@ -471,16 +511,6 @@ func (m *MemoryStore) decideMulti(now int64, r *Request, res *Result) {
 	}
 	allowed := true
 	for j := range n {
-		s := m.shard(hs[j])
-		if i := s.lookup(sks[j], hs[j]); i >= 0 {
-			e := s.entry(i)
-			s.tick++
-			e.used = s.tick
-			if now >= e.expires {
-				e.state = state{log: e.log[:0]}
-			}
-			es[j] = e
-		}
 		parts[j] = look(j, r.Cost)
 		allowed = allowed && parts[j].Allowed
 	}
@@ -512,12 +542,14 @@ func (m *MemoryStore) decideMulti(now int64, r *Request, res *Result) {
 					s := m.shard(hs[j])
 					e := s.insert(sks[j], hs[j], now)
 					e.state, e.expires = st, out.expires
+					inserted = true
 				}
 			}
 		}
 	}
 	copy(r.Detail, parts[:n])
 	*res = Result{Decision: Combine(parts[:n])}
+	return inserted
 }
 
 // Len reports how many states the store holds, expired ones included until

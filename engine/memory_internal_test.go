@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -155,5 +156,64 @@ func TestMemoryKeyLengths(t *testing.T) {
 				t.Fatalf("%s, %d-byte key: a key differing in its last byte shared its state", alg, n)
 			}
 		}
+	}
+}
+
+// A run of multi-limit requests evicts as the same requests one at a time
+// do: with one state a shard, a limit's insert may evict another limit's
+// entry of the same run, which the run's next request must then find
+// gone. Two stores with one seed place every state alike, and a full
+// shard of one slot has one victim, so their replies must agree.
+func TestMemoryMultiRunEvicts(t *testing.T) {
+	now := time.Unix(1_767_225_600, 0)
+	clock := func() time.Time { return now }
+	one, err := NewMemoryStore(MemoryConfig{MaxKeys: memoryShards, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, _ := NewMemoryStore(MemoryConfig{MaxKeys: memoryShards, Now: clock})
+	whole.seed = one.seed
+	policy := []NamedLimit{
+		{Name: "a", Limit: Limit{Algorithm: TokenBucket, Rate: 5, Period: time.Second, Burst: 5}},
+		{Name: "b", Limit: Limit{Algorithm: FixedWindow, Rate: 8, Period: time.Minute}},
+		{Name: "c", Limit: Limit{Algorithm: GCRA, Rate: 3, Period: time.Second, Burst: 4}},
+	}
+	rng := rand.New(rand.NewPCG(5, 8))
+	evictions := 0
+	for round := range 300 {
+		reqs := make([]Request, 1+rng.IntN(12))
+		for i := range reqs {
+			// Long runs on few keys, many keys in all: the shards fill.
+			key := "k" + strconv.Itoa(round%40)
+			if rng.IntN(4) == 0 {
+				key = "k" + strconv.Itoa(rng.IntN(200))
+			}
+			reqs[i] = Request{Key: key, Limits: policy, Cost: int64(rng.IntN(3)), Peek: rng.IntN(8) == 0,
+				Detail: make([]Decision, len(policy))}
+		}
+		before := one.Len()
+		got := make([]Result, len(reqs))
+		if err := whole.Decide(t.Context(), reqs, got); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range reqs {
+			alone := r
+			alone.Detail = make([]Decision, len(policy))
+			want := make([]Result, 1)
+			if err := one.Decide(t.Context(), []Request{alone}, want); err != nil {
+				t.Fatal(err)
+			}
+			if want[0] != got[i] || !slices.Equal(alone.Detail, r.Detail) {
+				t.Fatalf("round %d, request %d (%s cost %d peek %v): alone %+v %+v; in the batch %+v %+v",
+					round, i, r.Key, r.Cost, r.Peek, want[0], alone.Detail, got[i], r.Detail)
+			}
+		}
+		if one.Len() <= before {
+			evictions++
+		}
+		now = now.Add(time.Duration(rng.IntN(300)) * time.Millisecond)
+	}
+	if evictions < 50 {
+		t.Fatalf("only %d rounds evicted; the test no longer fills the shards", evictions)
 	}
 }
