@@ -195,7 +195,7 @@ type buffers struct {
 	// ones are grouped; multiKey and multiBy bring each key's together.
 	multi    []int
 	multiKey map[string]int
-	multiBy  []slotted
+	multiBy  []keyed
 	// replies holds a batch reply's decisions, one per request, or per
 	// limit of a multi-limit request.
 	replies [][lua.BatchFields]int64
@@ -216,6 +216,12 @@ type slotted struct {
 	group int
 	slot  uint16
 	req   int
+}
+
+// keyed is a multi-limit request and its key's group, in order of the
+// keys' first requests.
+type keyed struct {
+	group, req int
 }
 
 func (s *Store) buffers() *buffers {
@@ -478,12 +484,12 @@ func (b *buffers) groupMulti(reqs []engine.Request) {
 			g = len(b.multiKey)
 			b.multiKey[reqs[i].Key] = g
 		}
-		b.multiBy = append(b.multiBy, slotted{group: g, req: i})
+		b.multiBy = append(b.multiBy, keyed{group: g, req: i})
 	}
 	if len(b.multiKey) == len(b.multi) {
 		return // no key twice: the order stands
 	}
-	slices.SortStableFunc(b.multiBy, func(x, y slotted) int { return x.group - y.group })
+	slices.SortStableFunc(b.multiBy, func(x, y keyed) int { return x.group - y.group })
 	for k, e := range b.multiBy {
 		b.multi[k] = e.req
 	}
