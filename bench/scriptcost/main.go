@@ -119,7 +119,7 @@ func main() {
 		stop()
 		log.Fatal(err)
 	}
-	m := &meter{ctx: context.Background(), client: client, store: store, pid: pid}
+	m := &meter{ctx: context.Background(), client: client, store: store, pid: pid, stop: stop}
 
 	fmt.Printf("Redis µs per decision, %d runs of %d decisions: usec_per_call of EVALSHA / N, median (least); main thread CPU / decision, median\n", *runs, *decisions)
 	fmt.Printf("%-8s %-8s", "scenario", "alg")
@@ -152,6 +152,7 @@ type meter struct {
 	store  *upstream.Store
 	serial int // makes every fresh key new
 	pid    int // the redis-server's
+	stop   func()
 	// decided counts the decisions of the last measurement, the first
 	// batch (which loads the script) included, as the CPU time does.
 	decided int
@@ -170,6 +171,12 @@ func (m *meter) cpu() (int64, error) {
 	return strconv.ParseInt(f[0], 10, 64)
 }
 
+// fatalf stops the redis-server and exits: os.Exit runs no deferred stop.
+func (m *meter) fatalf(format string, args ...any) {
+	m.stop()
+	log.Fatalf(format, args...)
+}
+
 // row prints one scenario's medians, one per batch size.
 func (m *meter) row(scenario, alg string, ns []int, measure func(n int) (float64, error)) {
 	fmt.Printf("%-8s %-8s", scenario, alg)
@@ -178,16 +185,16 @@ func (m *meter) row(scenario, alg string, ns []int, measure func(n int) (float64
 		for range *runs {
 			before, err := m.cpu()
 			if err != nil {
-				log.Fatal(err)
+				m.fatalf("%v", err)
 			}
 			us, err := measure(n)
 			if err != nil {
 				fmt.Println()
-				log.Fatalf("%s %s N=%d: %v", scenario, alg, n, err)
+				m.fatalf("%s %s N=%d: %v", scenario, alg, n, err)
 			}
 			after, err := m.cpu()
 			if err != nil {
-				log.Fatal(err)
+				m.fatalf("%v", err)
 			}
 			got = append(got, us)
 			cpu = append(cpu, float64(after-before)/1000/float64(m.decided))
