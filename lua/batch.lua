@@ -311,39 +311,45 @@ end
 
 -- The multi-limit requests, each under a pcall of its own: one that
 -- fails, fails alone. Nothing is written before every limit has looked.
+-- parts[j] is limit j's reply to the request being decided: five values,
+-- each table kept from one request to the next.
 local parts = {}
--- look decides limit L on key at cost without changing anything, and
--- returns the state it read too.
-local function look(L, key, cost)
+local function put(j, allowed, remaining, retry, reset, delay)
+  local p = parts[j]
+  if not p then
+    p = {}
+    parts[j] = p
+  end
+  p[1], p[2], p[3], p[4], p[5] = allowed, remaining, retry, reset, delay
+end
+-- look decides limit L (the j-th) on key at cost without changing
+-- anything, and returns the state it read.
+local function look(j, L, key, cost)
   if pinned then
     forget(key, now)
   end
   local s = L.alg.read(key, now, L, cost, true)
-  local allowed, remaining, retry, reset, delay = L.alg.step(s, key, now, L, cost, true)
-  return {allowed, remaining, retry, reset, delay}, s
+  put(j, L.alg.step(s, key, now, L, cost, true))
+  return s
 end
--- again decides at cost against a state s that look read: no read.
-local function again(L, key, s, cost, peek)
-  local allowed, remaining, retry, reset, delay = L.alg.step(s, key, now, L, cost, peek)
-  return {allowed, remaining, retry, reset, delay}
+-- again decides limit L (the j-th) at cost against a state s that look
+-- read: no read.
+local function again(j, L, key, s, cost, peek)
+  put(j, L.alg.step(s, key, now, L, cost, peek))
 end
--- writeHeld writes the states of R's limits that steps changed.
-local function writeHeld(states, R, base)
-  for j = 1, R.n do
+-- writeHeld writes the states that steps changed, of the limits
+-- (states.limits) of the keys after KEYS[base].
+local function writeHeld(states, base)
+  for j, L in ipairs(states.limits) do
     local s = states[j]
     if s.dirty then
-      local L = limits[tonumber(ARGV[R.at + j - 1])]
       L.alg.write(KEYS[base + j], now, s, L)
     end
   end
 end
--- decideMulti decides multi-limit request R, whose keys follow KEYS[base].
--- held is the states of R's limits that the request before it left, when
--- R continues its run (see below); nil: each limit is read. When the run
--- goes on after R, it returns the states to hold for the next request;
--- otherwise it writes what the run changed, and returns nil.
-local function decideMulti(R, base, held, goesOn)
-  local cost = param(R.cost, 'cost')
+-- limitsOf resolves R's limits, and tells whether each has an algorithm
+-- of its own.
+local function limitsOf(R)
   local Ls, own, seenAlg = {}, true, {}
   for j = 1, R.n do
     local L = limits[tonumber(ARGV[R.at + j - 1])]
@@ -357,45 +363,59 @@ local function decideMulti(R, base, held, goesOn)
     end
     Ls[j], seenAlg[L.alg] = L, true
   end
+  return Ls, own
+end
+-- decideMulti decides multi-limit request R, whose keys follow KEYS[base].
+-- held is the states of R's limits that the request before it left, when
+-- R continues its run (see below), and in held.limits the limits; nil:
+-- each limit is read. When the run goes on after R, it returns the states
+-- to hold for the next request; otherwise it writes what the run changed,
+-- and returns nil.
+local function decideMulti(R, base, held, goesOn)
+  local cost = param(R.cost, 'cost')
+  local Ls, own
+  if held then
+    Ls, own = held.limits, true -- a run's limits are the same throughout
+  else
+    Ls, own = limitsOf(R)
+  end
   -- Each limit looks at the request's cost. An algorithm keeps one
   -- state at a time, so when every limit has an algorithm of its own
   -- (the usual policy: a burst and a quota) their states, all read, stay
   -- valid, and the charge (or the look at cost 0 after a refusal) goes on
   -- from them without reading again; otherwise each limit is read again.
-  local refused, states = nil, held or {}
+  local refused, states = nil, held or {limits = Ls}
   for j = 1, R.n do
     local L, key = Ls[j], KEYS[base + j]
-    local p
     if held then
-      p = again(L, key, states[j], cost, true)
+      again(j, L, key, states[j], cost, true)
     else
-      p, states[j] = look(L, key, cost)
+      states[j] = look(j, L, key, cost)
     end
-    if not p[1] then
+    if not parts[j][1] then
       refused = refused or j
     elseif refused then
-      p = again(L, key, states[j], 0, true)
+      again(j, L, key, states[j], 0, true)
     end
-    parts[j] = p
   end
   if refused then
     for j = 1, refused - 1 do
       if own then
-        parts[j] = again(Ls[j], KEYS[base + j], states[j], 0, true)
+        again(j, Ls[j], KEYS[base + j], states[j], 0, true)
       else
-        parts[j] = look(Ls[j], KEYS[base + j], 0)
+        look(j, Ls[j], KEYS[base + j], 0)
       end
     end
   elseif own and not R.peek then
     for j = 1, R.n do
-      parts[j] = again(Ls[j], KEYS[base + j], states[j], cost, false)
+      again(j, Ls[j], KEYS[base + j], states[j], cost, false)
     end
   end
   if own then
     if goesOn then
       return states
     end
-    writeHeld(states, R, base)
+    writeHeld(states, base)
     return nil
   end
   if refused or R.peek then
@@ -418,7 +438,7 @@ local function decideMulti(R, base, held, goesOn)
     if s.dirty then
       A.write(key, now, s, L)
     end
-    parts[j] = {allowed, remaining, retry, reset, delay}
+    put(j, allowed, remaining, retry, reset, delay)
   end
 end
 
@@ -457,7 +477,7 @@ for x = 1, q do
       emit(-e, 0, 0, 0, 0)
     end
     if held and not goesOn then
-      pcall(writeHeld, held, R, base)
+      pcall(writeHeld, held, base)
       held = nil
     end
   end
