@@ -1,7 +1,6 @@
 package respserver
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -72,23 +71,5 @@ func BenchmarkPipeline(b *testing.B) {
 		c.settle()
 		c.compact()
 		c.out = c.out[:0]
-	}
-}
-
-// BenchmarkParser parses a pipeline of 16 decisions as redis-benchmark
-// sends them: every byte a client sends passes through it.
-func BenchmarkParser(b *testing.B) {
-	var p []byte
-	for i := range 16 {
-		p = append(p, fmt.Sprintf("*5\r\n$7\r\nRL.GCRA\r\n$14\r\nk:%012d\r\n$4\r\n1000\r\n$4\r\n1000\r\n$2\r\n1s\r\n", i)...)
-	}
-	b.SetBytes(int64(len(p)))
-	g := parser{maxArgs: 1024, maxBulk: 512 << 20}
-	b.ReportAllocs()
-	for b.Loop() {
-		g.state, g.cmds, g.spans, g.cur = pStart, g.cmds[:0], g.spans[:0], 0
-		if n, msg := g.scan(p, 0); n != len(p) || msg != "" || len(g.cmds) != 16 {
-			b.Fatal(n, msg)
-		}
 	}
 }

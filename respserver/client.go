@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/redcon"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-rl/sluice/internal/resp"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -145,7 +146,7 @@ func newClient(s *Server, addr string) *client {
 	c.fd.Store(-1)
 	c.active.Store(c.created.UnixNano())
 	c.cur = c.newSegment()
-	c.in.p = parser{maxArgs: int64(s.cfg.MaxArgs), maxBulk: int64(s.cfg.MaxRequestBytes)}
+	c.in.p = resp.NewParser(s.cfg.MaxArgs, s.cfg.MaxRequestBytes)
 	return c
 }
 
@@ -169,7 +170,7 @@ func (c *client) exec(args [][]byte) (hold bool) {
 		return false
 	}
 	cmd := c.last
-	if cmd == nil || !named(args[0], cmd.name) {
+	if cmd == nil || !resp.Is(args[0], cmd.name) {
 		cmd = lookup(args[0])
 		c.last = cmd
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/tidwall/redcon"
+
+	"github.com/sluice-rl/sluice/internal/resp"
 )
 
 // CLIENT LIST, CLIENT INFO and CLIENT KILL, as Redis 7 answers them.
@@ -39,7 +41,7 @@ func parseClientType(b []byte) (clientType, string) {
 	case "master", "slave", "replica", "pubsub":
 		return otherType, ""
 	}
-	return anyType, "ERR Unknown client type " + quote(b)
+	return anyType, "ERR Unknown client type " + resp.Quote(b)
 }
 
 // killFilter is what CLIENT KILL closes: the connections that match every
@@ -72,13 +74,13 @@ func parseKillFilter(args [][]byte) (killFilter, string) {
 		opt, val := strings.ToLower(str(args[i])), args[i+1]
 		switch opt {
 		case "id":
-			n, why := parseInt(val)
+			n, why := resp.ParseInt(val)
 			if why != "" || n < 1 {
 				return f, "ERR client-id should be greater than 0"
 			}
 			f.id = n
 		case "maxage":
-			n, why := parseInt(val)
+			n, why := resp.ParseInt(val)
 			if why != "" {
 				return f, "ERR maxage is not an integer or out of range"
 			}
@@ -99,7 +101,7 @@ func parseKillFilter(args [][]byte) (killFilter, string) {
 		case "user":
 			// Sluice has one user, default, as Redis without ACLs.
 			if str(val) != "default" {
-				return f, "ERR No such user " + quote(val)
+				return f, "ERR No such user " + resp.Quote(val)
 			}
 		case "skipme":
 			switch strings.ToLower(str(val)) {
@@ -183,16 +185,16 @@ func runClientList(c *client, args [][]byte) {
 	var ids []int64
 	typ := anyType
 	switch {
-	case len(args) == 4 && named(args[2], "type"):
+	case len(args) == 4 && resp.Is(args[2], "type"):
 		t, msg := parseClientType(args[3])
 		if msg != "" {
 			c.fail(msg)
 			return
 		}
 		typ = t
-	case len(args) > 3 && named(args[2], "id"):
+	case len(args) > 3 && resp.Is(args[2], "id"):
 		for _, a := range args[3:] {
-			n, why := parseInt(a)
+			n, why := resp.ParseInt(a)
 			if why != "" {
 				c.fail("ERR Invalid client ID")
 				return
@@ -218,13 +220,13 @@ func runClientList(c *client, args [][]byte) {
 			b = append(b, '\n')
 		}
 	}
-	c.out = appendVerbatim(c.out, b, c.proto)
+	c.out = resp.AppendVerbatim(c.out, b, c.proto)
 }
 
 // runClientInfo is CLIENT INFO: the caller's own CLIENT LIST line.
 func runClientInfo(c *client, _ [][]byte) {
 	b := c.s.appendClientInfo(nil, c)
-	c.out = appendVerbatim(c.out, append(b, '\n'), c.proto)
+	c.out = resp.AppendVerbatim(c.out, append(b, '\n'), c.proto)
 }
 
 func cmpInt(a, b int64) int {
@@ -326,19 +328,6 @@ func (s *Server) monitorBacklog(c *client) (int64, bool) {
 		}
 	}
 	return 0, false
-}
-
-// appendVerbatim writes text as Redis writes CLIENT LIST: a RESP3
-// verbatim string of format txt, or a bulk string under RESP2.
-func appendVerbatim(dst, text []byte, proto int) []byte {
-	if proto != 3 {
-		return redcon.AppendBulk(dst, text)
-	}
-	dst = append(dst, '=')
-	dst = strconv.AppendInt(dst, int64(len(text)+4), 10)
-	dst = append(dst, "\r\ntxt:"...)
-	dst = append(dst, text...)
-	return append(dst, '\r', '\n')
 }
 
 // connFD is nc's descriptor, for CLIENT LIST's fd=; -1 when it has none.

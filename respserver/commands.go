@@ -8,6 +8,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/resp"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -69,29 +70,9 @@ func lookup(name []byte) *command {
 		return nil
 	}
 	for i, b := range name {
-		buf[i] = lowerASCII(b)
+		buf[i] = resp.Lower(b)
 	}
 	return commandTable[string(buf[:len(name)])]
-}
-
-func lowerASCII(b byte) byte {
-	if b >= 'A' && b <= 'Z' {
-		return b + 'a' - 'A'
-	}
-	return b
-}
-
-// named reports whether name, in any case, is lower, a command's name.
-func named(name []byte, lower string) bool {
-	if len(name) != len(lower) {
-		return false
-	}
-	for i, b := range name {
-		if lowerASCII(b) != lower[i] {
-			return false
-		}
-	}
-	return true
 }
 
 var (
@@ -175,7 +156,7 @@ func decisionCommands() []*command {
 func (in inline) parse(cmd *command, args [][]byte) (service.Request, shape, string) {
 	req := service.Request{Key: str(args[1]), Limit: engine.Limit{Algorithm: in.alg}}
 	for i, p := range in.params {
-		n, why := parseInt(args[2+i])
+		n, why := resp.ParseInt(args[2+i])
 		if why != "" {
 			return req, 0, invalidArg(p, args[2+i], why)
 		}
@@ -209,13 +190,13 @@ func (in inline) parse(cmd *command, args [][]byte) (service.Request, shape, str
 // rest; 0 when it is not given.
 func parsePrecision(tail [][]byte) ([][]byte, int64, string) {
 	for i, a := range tail {
-		if !named(a, "precision") {
+		if !resp.Is(a, "precision") {
 			continue
 		}
 		if i+1 == len(tail) {
 			return nil, 0, "ERR option PRECISION needs a number of sub-windows"
 		}
-		n, why := parseInt(tail[i+1])
+		n, why := resp.ParseInt(tail[i+1])
 		if why == "" && (n < 1 || n > engine.MaxPrecision) {
 			why = "must be between 1 and " + strconv.Itoa(engine.MaxPrecision)
 		}
@@ -233,7 +214,7 @@ func parseAllow(cmd *command, args [][]byte) (service.Request, shape, string) {
 	req := service.Request{Policy: str(args[1]), Key: str(args[2])}
 	tail := args[3:]
 	for i, a := range tail {
-		if named(a, "detail") {
+		if resp.Is(a, "detail") {
 			req.Detail = true
 			tail = append(tail[:i:i], tail[i+1:]...)
 			break
@@ -254,7 +235,7 @@ func parseThrottle(cmd *command, args [][]byte) (service.Request, shape, string)
 	var vals [4]int64
 	names := [4]string{"max_burst", "count", "period", "quantity"}
 	for i := 0; i < 4 && 2+i < len(args); i++ {
-		n, why := parseInt(args[2+i])
+		n, why := resp.ParseInt(args[2+i])
 		if why != "" {
 			return req, 0, invalidArg(names[i], args[2+i], why)
 		}
@@ -316,7 +297,7 @@ func runReset(c *client, args [][]byte) {
 // buffer when the reset runs off the loop.
 func parseReset(args [][]byte) (policy string, keys []string, msg string) {
 	from := 1
-	if named(args[1], "policy") {
+	if resp.Is(args[1], "policy") {
 		if len(args) < 4 {
 			return "", nil, "ERR syntax error: RL.RESET POLICY name key [key ...]"
 		}
@@ -327,4 +308,26 @@ func parseReset(args [][]byte) (policy string, keys []string, msg string) {
 		keys[i] = string(k)
 	}
 	return policy, keys, ""
+}
+
+// parseCostPeek reads the optional tail of every decision command:
+// [cost] [PEEK]. The cost defaults to 1.
+func parseCostPeek(tail [][]byte) (cost int64, peek bool, msg string) {
+	cost = 1
+	if len(tail) > 0 && resp.Is(tail[len(tail)-1], "peek") {
+		peek = true
+		tail = tail[:len(tail)-1]
+	}
+	switch len(tail) {
+	case 0:
+	case 1:
+		n, why := resp.ParseInt(tail[0])
+		if why != "" {
+			return 0, false, invalidArg("cost", tail[0], why)
+		}
+		cost = n
+	default:
+		return 0, false, invalidArg("option", tail[1], "expected PEEK")
+	}
+	return cost, peek, ""
 }

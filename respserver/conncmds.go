@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/resp"
 	"github.com/sluice-rl/sluice/internal/version"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -86,7 +87,7 @@ func runResetConn(c *client, _ [][]byte) {
 }
 
 func runSelect(c *client, args [][]byte) {
-	n, why := parseInt(args[1])
+	n, why := resp.ParseInt(args[1])
 	switch {
 	case why != "":
 		c.fail(errNotInteger)
@@ -130,7 +131,7 @@ func runAuth(c *client, args [][]byte) {
 func runHello(c *client, args [][]byte) {
 	proto := c.proto
 	if len(args) > 1 {
-		n, why := parseInt(args[1])
+		n, why := resp.ParseInt(args[1])
 		if why != "" {
 			c.fail("ERR Protocol version is not an integer or out of range")
 			return
@@ -152,7 +153,7 @@ func runHello(c *client, args [][]byte) {
 			name, nameGiven = args[i+1], true
 			i++
 		default:
-			c.fail("ERR Syntax error in HELLO option " + quote(opt))
+			c.fail("ERR Syntax error in HELLO option " + resp.Quote(opt))
 			return
 		}
 	}
@@ -179,7 +180,7 @@ func runHello(c *client, args [][]byte) {
 	c.infoMu.Lock()
 	c.proto = proto
 	c.infoMu.Unlock()
-	c.out = appendMapLen(c.out, 7, c.proto)
+	c.out = resp.AppendMapLen(c.out, 7, c.proto)
 	c.out = redcon.AppendBulkString(c.out, "server")
 	c.out = redcon.AppendBulkString(c.out, "sluice")
 	c.out = redcon.AppendBulkString(c.out, "version")
@@ -234,7 +235,7 @@ func runClient(c *client, args [][]byte) {
 			return
 		}
 		if c.name == "" {
-			c.out = appendNull(c.out, c.proto)
+			c.out = resp.AppendNull(c.out, c.proto)
 			return
 		}
 		c.out = redcon.AppendBulkString(c.out, c.name)
@@ -260,7 +261,7 @@ func runClient(c *client, args [][]byte) {
 			c.libVer = string(args[3])
 			c.infoMu.Unlock()
 		default:
-			c.fail("ERR Unrecognized option " + quote(args[2]))
+			c.fail("ERR Unrecognized option " + resp.Quote(args[2]))
 			return
 		}
 		c.out = redcon.AppendOK(c.out)
@@ -299,7 +300,7 @@ func runClient(c *client, args [][]byte) {
 			"SETINFO <option> <value>", "    Set LIB-NAME or LIB-VER of the current connection.",
 			"SETNAME <name>", "    Assign the name <name> to the current connection.",
 		}
-		c.out = appendLines(c.out, lines)
+		c.out = resp.AppendLines(c.out, lines)
 	default:
 		c.fail(unknownSubcommand(sub, "CLIENT"))
 	}
@@ -340,7 +341,7 @@ func runCommand(c *client, args [][]byte) {
 			if cmd := lookup(n); cmd != nil {
 				c.out = appendCommandInfo(c.out, cmd)
 			} else {
-				c.out = appendNull(c.out, c.proto)
+				c.out = resp.AppendNull(c.out, c.proto)
 			}
 		}
 	case "docs":
@@ -353,7 +354,7 @@ func runCommand(c *client, args [][]byte) {
 				cmds = append(cmds, cmd)
 			}
 		}
-		c.out = appendMapLen(c.out, len(cmds), c.proto)
+		c.out = resp.AppendMapLen(c.out, len(cmds), c.proto)
 		for _, cmd := range cmds {
 			c.out = redcon.AppendBulkString(c.out, cmd.name)
 			c.out = appendCommandDocs(c.out, cmd, c.proto)
@@ -367,7 +368,7 @@ func runCommand(c *client, args [][]byte) {
 			"INFO [<command-name> ...]", "    Return details about the given commands.",
 			"LIST", "    Return the names of all commands.",
 		}
-		c.out = appendLines(c.out, lines)
+		c.out = resp.AppendLines(c.out, lines)
 	default:
 		c.fail(unknownSubcommand(args[1], "COMMAND"))
 	}
@@ -393,7 +394,7 @@ func appendCommandInfo(dst []byte, cmd *command) []byte {
 }
 
 func appendCommandDocs(dst []byte, cmd *command, proto int) []byte {
-	dst = appendMapLen(dst, 5, proto)
+	dst = resp.AppendMapLen(dst, 5, proto)
 	dst = redcon.AppendBulkString(dst, "summary")
 	dst = redcon.AppendBulkString(dst, cmd.summary)
 	dst = redcon.AppendBulkString(dst, "since")
@@ -419,7 +420,7 @@ func appendCommandDocs(dst []byte, cmd *command, proto int) []byte {
 		if a.typ == "pure-token" {
 			n++
 		}
-		dst = appendMapLen(dst, n, proto)
+		dst = resp.AppendMapLen(dst, n, proto)
 		dst = redcon.AppendBulkString(dst, "name")
 		dst = redcon.AppendBulkString(dst, a.name)
 		dst = redcon.AppendBulkString(dst, "type")
@@ -600,12 +601,3 @@ const errScan = "ERR SCAN is not supported: Sluice's keys are rate-limit states,
 // states are not data a user stores, and listing them would walk the
 // store under its locks.
 func runScan(c *client, _ [][]byte) { c.fail(errScan) }
-
-// appendLines writes a HELP reply: an array of status lines.
-func appendLines(dst []byte, lines []string) []byte {
-	dst = redcon.AppendArray(dst, len(lines))
-	for _, l := range lines {
-		dst = redcon.AppendString(dst, l)
-	}
-	return dst
-}

@@ -21,14 +21,14 @@
 // (RL.RESET, HELLO, AUTH, …) first settles the decisions queued before it,
 // so that replies keep the pipeline's order and effects.
 //
-// One parser (parse.go) reads what a client sends as it arrives: it
-// enforces the limits byte by byte, so that no frame can make a connection
-// spin or grow without bound, and hands each command's arguments on as
-// slices of the input. Replies are encoded with redcon's append-style
-// encoders (and, for what RESP3 adds, reply.go's) into a per-connection
-// buffer that is reused, so a decision allocates nothing once the
-// connection is warm. Errors become RESP error replies in one place
-// (errors.go).
+// The wire format is package internal/resp's: its parser reads what a
+// client sends as it arrives, enforcing the limits byte by byte, so that
+// no frame can make a connection spin or grow without bound, and hands
+// each command's arguments on as slices of the input (input.go keeps
+// that input per connection). Replies are encoded with redcon's
+// append-style encoders (and resp's, for what RESP3 adds) into a
+// per-connection buffer that is reused, so a decision allocates nothing
+// once the connection is warm. Error replies are worded in errors.go.
 //
 // What one connection does to another (CLIENT KILL, a MONITOR line) is
 // asked of whatever serves the other: its event loop, woken through its

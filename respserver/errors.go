@@ -2,10 +2,10 @@ package respserver
 
 import (
 	"errors"
-	"strconv"
 	"strings"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/resp"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -28,45 +28,9 @@ const (
 // maxQuoted is how much of a client's value an error message repeats.
 const maxQuoted = 64
 
-// quote renders a client's value as 'value': at most maxQuoted bytes, with
-// anything but printable ASCII escaped as \xNN, and a note of the length
-// when it was cut.
-func quote(v []byte) string {
-	var b strings.Builder
-	b.WriteByte('\'')
-	n := min(len(v), maxQuoted)
-	escape(&b, v[:n], true)
-	b.WriteByte('\'')
-	if n < len(v) {
-		b.WriteString("... (")
-		b.WriteString(strconv.Itoa(len(v)))
-		b.WriteString(" bytes)")
-	}
-	return b.String()
-}
-
-// escape writes v with anything but printable ASCII as \xNN, and, when
-// quoted, the quote and the backslash escaped too.
-func escape(b *strings.Builder, v []byte, quoted bool) {
-	const hex = "0123456789abcdef"
-	for _, c := range v {
-		switch {
-		case quoted && (c == '\'' || c == '\\'):
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c >= 0x20 && c < 0x7f:
-			b.WriteByte(c)
-		default:
-			b.WriteString(`\x`)
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&15])
-		}
-	}
-}
-
 // invalidArg is the reply to an argument that does not parse.
 func invalidArg(name string, v []byte, reason string) string {
-	return "ERR invalid " + name + " " + quote(v) + ": " + reason
+	return "ERR invalid " + name + " " + resp.Quote(v) + ": " + reason
 }
 
 // arityError is Redis's own text, so clients that match on it still do.
@@ -80,7 +44,7 @@ func unknownCommand(args [][]byte) string {
 	var b strings.Builder
 	b.WriteString("ERR unknown command '")
 	name := args[0]
-	escape(&b, name[:min(len(name), 128)], false)
+	resp.Escape(&b, name[:min(len(name), 128)], false)
 	b.WriteString("', with args beginning with: ")
 	written := 0
 	for _, a := range args[1:] {
@@ -89,7 +53,7 @@ func unknownCommand(args [][]byte) string {
 		}
 		a = a[:min(len(a), 128-written)]
 		b.WriteByte('\'')
-		escape(&b, a, false)
+		resp.Escape(&b, a, false)
 		b.WriteString("' ")
 		written += len(a) + 3
 	}
@@ -97,7 +61,7 @@ func unknownCommand(args [][]byte) string {
 }
 
 func unknownSubcommand(sub []byte, cmd string) string {
-	return "ERR unknown subcommand " + quote(sub) + ". Try " + cmd + " HELP."
+	return "ERR unknown subcommand " + resp.Quote(sub) + ". Try " + cmd + " HELP."
 }
 
 // requestError is the reply to a request the service refused: a

@@ -1,6 +1,10 @@
 package respserver
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/resp"
+)
 
 // input is what a connection has read: commands already run, complete
 // commands waiting to run (behind a held one), then the start of a
@@ -9,10 +13,13 @@ import "time"
 type input struct {
 	buf    []byte
 	parsed int // buf[:parsed] holds commands already run
-	p      parser
+	p      resp.Parser
 	args   [][]byte // reused for each command's arguments
 	perr   string   // a protocol error met after the complete commands: answered once they have run
 }
+
+// DefaultMaxArgs is Config.MaxArgs's default.
+const DefaultMaxArgs = resp.DefaultMaxArgs
 
 const (
 	// readSize is the room a connection reads into: a pipeline of a few
@@ -32,7 +39,7 @@ func (c *client) room() []byte {
 		// it is, for queued and flying keys alias it.
 		grown := make([]byte, len(in.buf)-in.parsed, max(2*(len(in.buf)-in.parsed), readSize))
 		copy(grown, in.buf[in.parsed:])
-		in.p.shift(in.parsed)
+		in.p.Shift(in.parsed)
 		in.buf, in.parsed = grown, 0
 		c.account(cap(grown))
 	}
@@ -51,7 +58,7 @@ func (c *client) take(n int) {
 	in := &c.in
 	start := len(in.buf)
 	in.buf = in.buf[:start+n]
-	fine, msg := in.p.scan(in.buf, start)
+	fine, msg := in.p.Scan(in.buf, start)
 	if msg != "" {
 		in.buf = in.buf[:start+fine]
 		in.perr = msg
@@ -65,25 +72,19 @@ func (c *client) take(n int) {
 func (c *client) proceed() {
 	in := &c.in
 	c.held = false
-	ran, k := 0, 0
-	for _, cmd := range in.p.cmds {
-		if c.quit {
+	for !c.quit {
+		args, end, ok := in.p.Next(in.buf, in.args)
+		if !ok {
 			break
-		}
-		args := in.args[:0]
-		for _, a := range in.p.spans[k : k+cmd.args] {
-			args = append(args, in.buf[a.at:a.at+a.n:a.at+a.n])
 		}
 		in.args = args
 		if len(args) > 0 && c.exec(args) { // an empty inline line is no command, as in Redis
+			in.p.Unread()
 			c.held = true
 			break
 		}
-		k += cmd.args
-		ran++
-		in.parsed = cmd.end
+		in.parsed = end
 	}
-	in.p.consumed(ran, k)
 	c.queued.Store(int64(len(in.buf) - in.parsed)) // for CLIENT LIST's qbuf=
 	c.count()
 	if c.held || c.quit {
@@ -91,7 +92,7 @@ func (c *client) proceed() {
 	}
 	msg := in.perr
 	if msg == "" && len(in.buf)-in.parsed >= c.s.cfg.MaxRequestBytes {
-		msg = errRequestTooBig
+		msg = resp.RequestTooBig
 	}
 	if msg != "" {
 		c.fail("ERR " + msg)
@@ -107,7 +108,7 @@ func (c *client) compact() {
 		return // nothing to drop: a large command arriving read by read is not copied again
 	}
 	n := copy(in.buf, in.buf[in.parsed:])
-	in.p.shift(in.parsed)
+	in.p.Shift(in.parsed)
 	in.buf, in.parsed = in.buf[:n], 0
 	if n == 0 && cap(in.buf) > keepInput {
 		in.buf = nil

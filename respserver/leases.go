@@ -6,6 +6,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/resp"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -48,7 +49,7 @@ func leaseCommands() []*command {
 // read buffer when the command runs off the loop.
 func parseAcquire(args [][]byte) (service.LeaseRequest, string) {
 	var r service.LeaseRequest
-	if named(args[1], "policy") {
+	if resp.Is(args[1], "policy") {
 		r.Policy, r.Key = string(args[2]), string(args[3])
 		if len(args) > 4 {
 			r.ID = string(args[4])
@@ -59,7 +60,7 @@ func parseAcquire(args [][]byte) (service.LeaseRequest, string) {
 		return r, ""
 	}
 	r.Key = string(args[1])
-	n, why := parseInt(args[2])
+	n, why := resp.ParseInt(args[2])
 	if why != "" {
 		return r, invalidArg("limit", args[2], why)
 	}
@@ -83,9 +84,9 @@ func parseRelease(args [][]byte) (policy, key, id, msg string) {
 	switch {
 	case len(args) == 3:
 		return "", string(args[1]), string(args[2]), ""
-	case len(args) == 5 && named(args[1], "policy"):
+	case len(args) == 5 && resp.Is(args[1], "policy"):
 		return string(args[2]), string(args[3]), string(args[4]), ""
-	case named(args[1], "policy"):
+	case resp.Is(args[1], "policy"):
 		return "", "", "", "ERR syntax error: RL.RELEASE POLICY name key lease_id"
 	}
 	return "", "", "", "ERR syntax error: RL.RELEASE key lease_id, or RL.RELEASE POLICY name key lease_id"
@@ -157,7 +158,7 @@ func appendLease(dst []byte, d *engine.LeaseDecision, proto int) []byte {
 		vals[0] = 1
 	}
 	if proto == 3 {
-		dst = appendMapLen(dst, len(leaseFields), proto)
+		dst = resp.AppendMapLen(dst, len(leaseFields), proto)
 	} else {
 		dst = redcon.AppendArray(dst, len(leaseFields))
 	}

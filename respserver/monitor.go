@@ -11,6 +11,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/resp"
 )
 
 // MONITOR streams every command the server runs to the connections that
@@ -272,10 +273,10 @@ func appendErrorOutcome(dst []byte, msg string) []byte {
 // administrative: MONITOR itself, CLIENT LIST and CLIENT KILL.
 func hiddenFromMonitor(args [][]byte) bool {
 	switch {
-	case named(args[0], "monitor"):
+	case resp.Is(args[0], "monitor"):
 		return true
-	case named(args[0], "client") && len(args) > 1:
-		return named(args[1], "list") || named(args[1], "kill")
+	case resp.Is(args[0], "client") && len(args) > 1:
+		return resp.Is(args[1], "list") || resp.Is(args[1], "kill")
 	}
 	return false
 }
@@ -305,7 +306,7 @@ func appendMonitorLine(dst []byte, now time.Time, addr string, args [][]byte) []
 		if i < len(secret) && secret[i] {
 			dst = append(dst, `"(redacted)"`...)
 		} else {
-			dst = appendRepr(dst, a)
+			dst = resp.AppendRepr(dst, a)
 		}
 	}
 	return dst
@@ -316,13 +317,13 @@ func appendMonitorLine(dst []byte, now time.Time, addr string, args [][]byte) []
 // command.
 func redacted(args [][]byte) []bool {
 	switch {
-	case named(args[0], "auth"):
+	case resp.Is(args[0], "auth"):
 		secret := make([]bool, len(args))
 		for i := 1; i < len(args); i++ {
 			secret[i] = true
 		}
 		return secret
-	case named(args[0], "hello"):
+	case resp.Is(args[0], "hello"):
 		var secret []bool
 		for i := 2; i < len(args); i++ {
 			switch {
@@ -339,35 +340,4 @@ func redacted(args [][]byte) []bool {
 		return secret
 	}
 	return nil
-}
-
-// appendRepr quotes b as Redis's sdscatrepr does: printable ASCII as it
-// is, the quote and the backslash escaped, \n \r \t \a \b by name, any
-// other byte as \xNN.
-func appendRepr(dst, b []byte) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	for _, ch := range b {
-		switch ch {
-		case '\\', '"':
-			dst = append(dst, '\\', ch)
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		case '\a':
-			dst = append(dst, '\\', 'a')
-		case '\b':
-			dst = append(dst, '\\', 'b')
-		default:
-			if ch >= ' ' && ch <= '~' {
-				dst = append(dst, ch)
-			} else {
-				dst = append(dst, '\\', 'x', hex[ch>>4], hex[ch&15])
-			}
-		}
-	}
-	return append(dst, '"')
 }

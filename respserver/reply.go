@@ -1,12 +1,12 @@
 package respserver
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/tidwall/redcon"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/resp"
 )
 
 // shape is how a decision is written back.
@@ -62,7 +62,7 @@ func appendFields(dst []byte, d *engine.Decision, sh shape, proto, extra int) []
 		vals[0] = 1
 	}
 	if proto == 3 {
-		dst = appendMapLen(dst, n+extra, proto)
+		dst = resp.AppendMapLen(dst, n+extra, proto)
 		for i := range n {
 			dst = redcon.AppendBulkString(dst, decisionFields[i])
 			dst = redcon.AppendInt(dst, vals[i])
@@ -86,7 +86,7 @@ func appendDetail(dst []byte, d *engine.Decision, sh shape, proto int, names []e
 	if proto == 3 {
 		dst = redcon.AppendBulkString(dst, "detail")
 	}
-	dst = appendMapLen(dst, len(names), proto)
+	dst = resp.AppendMapLen(dst, len(names), proto)
 	for j, l := range names {
 		psh := shapeRL
 		if l.Limit.Algorithm == engine.LeakyBucket {
@@ -118,23 +118,4 @@ func cellSeconds(d time.Duration) int64 {
 		s++
 	}
 	return s
-}
-
-// appendMapLen starts a map of n pairs: a RESP3 map, or under RESP2 the
-// flat array of 2n elements Redis sends instead.
-func appendMapLen(dst []byte, n, proto int) []byte {
-	if proto == 3 {
-		dst = append(dst, '%')
-		dst = strconv.AppendInt(dst, int64(n), 10)
-		return append(dst, '\r', '\n')
-	}
-	return redcon.AppendArray(dst, 2*n)
-}
-
-// appendNull is a null reply: RESP3's own, or RESP2's null bulk.
-func appendNull(dst []byte, proto int) []byte {
-	if proto == 3 {
-		return append(dst, "_\r\n"...)
-	}
-	return redcon.AppendNull(dst)
 }

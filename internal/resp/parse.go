@@ -1,4 +1,4 @@
-package respserver
+package resp
 
 import "math"
 
@@ -12,16 +12,21 @@ const (
 	// DefaultMaxArgs bounds the arguments of one command (Redis: 2^31-1). No
 	// Sluice command needs more than a few; RL.RESET takes up to 4095 keys.
 	DefaultMaxArgs = 4096
-	// maxInline bounds an inline (telnet-style) command line, as Redis does.
-	maxInline = 64 << 10
+	// MaxInline bounds an inline (telnet-style) command line, as Redis does.
+	MaxInline = 64 << 10
 )
 
-// parser is the one RESP parser: it follows a connection's input byte by
+// Parser is the one RESP parser: it follows a connection's input byte by
 // byte across reads, enforces the limits as the bytes arrive, and records
 // where each argument of each complete command lies in the input, so that
 // arguments are handed on as slices of it, never copied. It stops at the
 // first byte that breaks a limit or the framing, with Redis's error.
-type parser struct {
+//
+// The input is one buffer the caller owns and appends each read to: Scan
+// follows what a read added, Next hands the complete commands on in order,
+// and Shift is told when the caller drops a prefix of the buffer. The zero
+// Parser refuses every command; make one with NewParser.
+type Parser struct {
 	state   parseState
 	n       int64 // the header number being read; a count with a minus is kept negative
 	neg     bool  // the count being read has a minus
@@ -31,17 +36,28 @@ type parser struct {
 	at      int   // where the current bulk's data, or inline line, starts
 	start   int   // where the multibulk command being read starts
 	maxArgs int64
-	// maxBulk bounds a multibulk command as sent, framing included
-	// (Config.MaxRequestBytes). A bulk header is checked against it at
-	// once, before the client sends the bulk (see room).
+	// maxBulk bounds a multibulk command as sent, framing included. A
+	// bulk header is checked against it at once, before the client sends
+	// the bulk (see room).
 	maxBulk int64
 
 	// spans are the arguments of the complete commands in cmds, in order,
 	// then those of the command being read (spans[cur:]). Offsets are into
-	// the input buffer; shift keeps them so when it drops a prefix.
+	// the input buffer; Shift keeps them so when the caller drops a prefix.
 	spans []span
 	cmds  []parsed
 	cur   int
+	// taken is how many of cmds Next has handed on, and takenArgs how
+	// many of spans they hold; they are forgotten at the next Scan or
+	// Shift, which is when the caller is done with them.
+	taken, takenArgs int
+}
+
+// NewParser returns a parser that refuses a command of more than maxArgs
+// arguments, and one of more than maxBytes bytes as sent, its framing
+// included.
+func NewParser(maxArgs, maxBytes int) Parser {
+	return Parser{maxArgs: int64(maxArgs), maxBulk: int64(maxBytes)}
 }
 
 // span is one argument: its offset in the input and its length.
@@ -66,22 +82,31 @@ const (
 	pInline
 )
 
-// The protocol errors, worded as Redis words them.
+// The protocol errors, worded as Redis words them. A server replies each
+// as "ERR " and the text, and closes the connection.
 const (
 	errMultibulkLength = "Protocol error: invalid multibulk length"
 	errBulkLength      = "Protocol error: invalid bulk length"
 	errInlineTooBig    = "Protocol error: too big inline request"
 	errUnbalanced      = "Protocol error: unbalanced quotes in request"
-	errRequestTooBig   = "Protocol error: request larger than the server's limit"
+	// RequestTooBig is the error for a command larger than the parser's
+	// limit; a server that bounds its buffered input by the same limit
+	// says so in the same words.
+	RequestTooBig = "Protocol error: request larger than the server's limit"
 )
 
-// scan follows buf[from:], the bytes just read, and appends each command
-// they complete to p.cmds. It returns how many of those bytes are fine
-// and, if a frame breaks a limit or the protocol, the error for it.
+// Scan follows buf[from:], the bytes just read (buf[:from] is what was
+// read before), and records each command they complete, for Next. It
+// returns how many of those bytes are fine and, if a frame breaks a limit
+// or the protocol, the error for it ("" otherwise); the bytes after the
+// first bad one are not read. Inline arguments are unescaped in place in
+// buf. The commands Next handed on before are forgotten.
+//
 // Every byte a client sends passes through here, so the loop works on
 // local copies of the fields, which the compiler keeps in registers, and
 // stores them back once.
-func (p *parser) scan(buf []byte, from int) (int, string) {
+func (p *Parser) Scan(buf []byte, from int) (int, string) {
+	p.forget()
 	state, n, neg, seen, left, skip, at := p.state, p.n, p.neg, p.seen, p.left, p.skip, p.at
 	end, msg := len(buf), ""
 follow:
@@ -102,7 +127,7 @@ follow:
 					break follow
 				}
 				state = pStart
-			} else if i-at >= maxInline {
+			} else if i-at >= MaxInline {
 				end, msg = i, errInlineTooBig
 				break follow
 			}
@@ -159,7 +184,7 @@ follow:
 			// other goes byte by byte.
 			if next, length, ok := bulkHeader(buf[i+1:], p.maxBulk); ok {
 				if m := p.room(i+next+1, length); m != "" {
-					end, msg = i, m
+					end, msg = i+next, m // at the header's LF, where the byte-by-byte path stops
 					break follow
 				}
 				i += next
@@ -218,7 +243,7 @@ follow:
 // no command within maxBulk could hold gets Redis's error for a bulk past
 // its proto-max-bulk-len; one that the command being read has no room
 // left for, the error for a request too large.
-func (p *parser) room(hdrEnd int, n int64) string {
+func (p *Parser) room(hdrEnd int, n int64) string {
 	frame := n + 5 // $, CRLF, the data, CRLF
 	for d := n; d >= 10; d /= 10 {
 		frame++
@@ -228,28 +253,66 @@ func (p *parser) room(hdrEnd int, n int64) string {
 	case frame > p.maxBulk:
 		return errBulkLength
 	case int64(hdrEnd-p.start)+n+2 > p.maxBulk:
-		return errRequestTooBig
+		return RequestTooBig
 	}
 	return ""
 }
 
 // complete ends the command being read at end.
-func (p *parser) complete(end int) {
+func (p *Parser) complete(end int) {
 	p.cmds = append(p.cmds, parsed{args: len(p.spans) - p.cur, end: end})
 	p.cur = len(p.spans)
 }
 
-// consumed forgets the first n complete commands, once run, and their
-// args arguments.
-func (p *parser) consumed(n, args int) {
-	k := copy(p.spans, p.spans[args:])
-	p.spans, p.cur = p.spans[:k], p.cur-args
-	p.cmds = p.cmds[:copy(p.cmds, p.cmds[n:])]
+// Next appends to dst[:0] the arguments of the first complete command not
+// handed on yet, as slices of buf (capped, so that appending to one cannot
+// write over the next), and returns them with the offset just past the
+// command in buf. ok is false when no complete command waits. A command
+// of no arguments (an inline line of white space, a count of 0 or less) is
+// handed on too, as Redis reads it: it runs nothing.
+func (p *Parser) Next(buf []byte, dst [][]byte) (args [][]byte, end int, ok bool) {
+	if p.taken == len(p.cmds) {
+		return dst[:0], 0, false
+	}
+	cmd := p.cmds[p.taken]
+	args = dst[:0]
+	for _, a := range p.spans[p.takenArgs : p.takenArgs+cmd.args] {
+		args = append(args, buf[a.at:a.at+a.n:a.at+a.n])
+	}
+	p.taken++
+	p.takenArgs += cmd.args
+	return args, cmd.end, true
 }
 
-// shift moves every offset back by n, for an input that dropped its first
-// n bytes (all of them before the command being read).
-func (p *parser) shift(n int) {
+// Unread puts back the command Next handed on last, for a caller that
+// could not run it yet: the next call to Next hands it on again.
+func (p *Parser) Unread() {
+	if p.taken == 0 {
+		return
+	}
+	p.taken--
+	p.takenArgs -= p.cmds[p.taken].args
+}
+
+// Waiting is how many complete commands Next has not handed on.
+func (p *Parser) Waiting() int { return len(p.cmds) - p.taken }
+
+// forget drops the commands Next has handed on.
+func (p *Parser) forget() {
+	if p.taken == 0 {
+		return
+	}
+	k := copy(p.spans, p.spans[p.takenArgs:])
+	p.spans, p.cur = p.spans[:k], p.cur-p.takenArgs
+	p.cmds = p.cmds[:copy(p.cmds, p.cmds[p.taken:])]
+	p.taken, p.takenArgs = 0, 0
+}
+
+// Shift moves every offset back by n, for an input buffer that dropped its
+// first n bytes: all of them before the first command Next has not handed
+// on (the commands handed on are forgotten).
+func (p *Parser) Shift(n int) {
+	p.forget()
 	p.at -= n
 	p.start -= n
 	for i := range p.spans {
@@ -267,7 +330,7 @@ func (p *parser) shift(n int) {
 // lengthens them, so every argument is a span of the input: a line of
 // thousands of arguments costs no allocation per argument. A line of
 // white space only is no command.
-func (p *parser) inline(buf []byte, start, eol int) string {
+func (p *Parser) inline(buf []byte, start, eol int) string {
 	first := len(p.spans)
 	i := start
 	for {

@@ -1,0 +1,187 @@
+package resp
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParserFrames(t *testing.T) {
+	valid := []string{
+		"*1\r\n$4\r\nPING\r\n",
+		"*3\r\n$8\r\nRL.FIXED\r\n$1\r\nk\r\n$0\r\n\r\n*1\r\n$4\r\nPING\r\n",
+		"PING\r\nECHO hi\n\r\n",
+		"*-10\r\n*0\r\n*-9223372036854775808\r\n*1\r\n$4\r\nPING\r\n", // counts of 0 or less: no command, as in Redis
+		"*1\r\n$8\r\n\r\n\r\n\r\n\r\n\r\n*1\r\n$4\r\nPING\r\n",        // a bulk holding CRLFs
+		"*4096\r\n",
+	}
+	for _, in := range valid {
+		for _, chunk := range []int{1, 3, len(in)} {
+			g := NewParser(DefaultMaxArgs, 1<<20)
+			buf := []byte(in)
+			for i := 0; i < len(in); i += chunk {
+				end := min(i+chunk, len(in))
+				if n, msg := g.Scan(buf[:end], i); msg != "" || n != end-i {
+					t.Errorf("%q in chunks of %d: %d, %q", in, chunk, n, msg)
+				}
+			}
+			if strings.HasSuffix(in, "\r\n") && in != "*4096\r\n" && g.state != pStart {
+				t.Errorf("%q in chunks of %d: ends in state %d", in, chunk, g.state)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		in, msg string
+		ok      int
+	}{
+		{"*4097\r\n", "Protocol error: invalid multibulk length", 4},
+		{"*1\r\n$4\r\nPING\r\n*4444444444444444444\r\n", "Protocol error: invalid multibulk length", 18},
+		{"*1\r\n$1048577\r\n", "Protocol error: invalid bulk length", 11},
+		{"*2\r\n$1\r\na\r\n$99999999999999999999\r\n", "Protocol error: invalid bulk length", 18},
+		{strings.Repeat("x", MaxInline+1), "Protocol error: too big inline request", MaxInline},
+		// Malformed frames stop the parser at their first bad byte.
+		{"*-1\r\n*4444444444444444444\r\n", "Protocol error: invalid multibulk length", 9},
+		{"*+1\r\n", "Protocol error: invalid multibulk length", 1},
+		{"*01\r\n", "Protocol error: invalid multibulk length", 2},
+		{"*-0\r\n", "Protocol error: invalid multibulk length", 2},
+		{"*-9223372036854775809\r\n", "Protocol error: invalid multibulk length", 20},
+		{"*\r\n", "Protocol error: invalid multibulk length", 1},
+		{"*1\r\n$04\r\n", "Protocol error: invalid bulk length", 6},
+		{"*1\r\n$\r\n", "Protocol error: invalid bulk length", 5},
+		{"*1\r\nX", "Protocol error: expected '$', got 'X'", 4},
+		{"*1\r\n\x00", "Protocol error: expected '$', got '\x00'", 4},
+		{"*1\r\n$-1\r\n", "Protocol error: invalid bulk length", 5},
+		{"*1\r\n$4\rX", "Protocol error: invalid bulk length", 7},
+		{"*x\r\n", "Protocol error: invalid multibulk length", 1},
+	} {
+		g := NewParser(DefaultMaxArgs, 1<<20)
+		n, msg := g.Scan([]byte(tc.in), 0)
+		if msg != tc.msg || n != tc.ok {
+			t.Errorf("%.40q: %d, %q; want %d, %q", tc.in, n, msg, tc.ok, tc.msg)
+		}
+	}
+}
+
+// parseAll runs the parser over in, read in chunks of chunk bytes, and
+// returns each complete command's arguments as the input holds them.
+func parseAll(in string, chunk int) ([][]string, string) {
+	g := NewParser(DefaultMaxArgs, 1<<20)
+	buf := []byte(in)
+	var cmds [][]string
+	for i := 0; i < len(buf); i += chunk {
+		end := min(i+chunk, len(buf))
+		_, msg := g.Scan(buf[:end], i)
+		for {
+			args, _, ok := g.Next(buf, nil)
+			if !ok {
+				break
+			}
+			var strs []string
+			for _, a := range args {
+				strs = append(strs, string(a))
+			}
+			cmds = append(cmds, strs)
+		}
+		if msg != "" {
+			return cmds, msg
+		}
+	}
+	return cmds, ""
+}
+
+// TestParserArgs: the arguments handed on are exactly those sent, however
+// the bytes arrive, for multibulk and inline commands alike; inline lines
+// split and unescape as Redis's sdssplitargs does.
+func TestParserArgs(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string // commands joined by " | ", arguments by ","
+		msg  string
+	}{
+		{"*2\r\n$4\r\nECHO\r\n$5\r\nhello\r\n*1\r\n$4\r\nPING\r\n", "ECHO,hello | PING", ""},
+		{"*3\r\n$1\r\na\r\n$0\r\n\r\n$3\r\n\r\nb\r\n", "a,,\r\nb", ""},
+		{"PING\r\nECHO  hi\tthere\n", "PING | ECHO,hi,there", ""},
+		{"ECHO \"a b\" 'c d'\r\n", "ECHO,a b,c d", ""},
+		{`ECHO "x\x41\n\"y" 'it\'s'` + "\n", "ECHO,xA\n\"y,it's", ""},
+		{`ECHO a"b c"d` + "\n", "", errUnbalanced}, // a closing quote must end the argument
+		{`ECHO ab"c d"` + "\n", "ECHO,abc d", ""},  // an opening quote may start mid-argument
+		{`ECHO ""` + "\n", "ECHO,", ""},
+		{"   \r\n", "", ""}, // white space only: a command of no arguments, not run
+		{`ECHO "open` + "\r\n", "", errUnbalanced},
+		{`ECHO 'open\'` + "\n", "", errUnbalanced},
+		{"*1\r\n$4\r\nPINGxx\r\n", "", errBulkLength},
+	} {
+		for _, chunk := range []int{1, 2, 7, len(tc.in)} {
+			cmds, msg := parseAll(tc.in, chunk)
+			var got []string
+			for _, c := range cmds {
+				if len(c) > 0 {
+					got = append(got, strings.Join(c, ","))
+				}
+			}
+			if strings.Join(got, " | ") != tc.want || msg != tc.msg {
+				t.Errorf("%q in chunks of %d: %q, %q; want %q, %q", tc.in, chunk, strings.Join(got, " | "), msg, tc.want, tc.msg)
+			}
+		}
+	}
+}
+
+// An inline line of one-letter arguments is split without an allocation
+// per argument: on one event loop, a 64 KiB line must not stall every
+// other client.
+func TestInlineAllocatesNothingPerArgument(t *testing.T) {
+	line := []byte(strings.Repeat("a ", MaxInline/2-1) + "\n")
+	g := NewParser(1<<20, 1<<20)
+	args := make([][]byte, 0, MaxInline/2)
+	allocs := testing.AllocsPerRun(10, func() { // the warm-up run, not counted, grows the spans once; the next Scan forgets the command handed on
+		if _, msg := g.Scan(line, 0); msg != "" {
+			t.Fatal(msg)
+		}
+		var ok bool
+		if args, _, ok = g.Next(line, args); !ok || len(args) != MaxInline/2-1 {
+			t.Fatalf("%v, %d arguments", ok, len(args))
+		}
+	})
+	if allocs > 0 {
+		t.Errorf("%v allocations per 64 KiB inline line", allocs)
+	}
+}
+
+// FuzzInline: any line either fails as unbalanced or splits into
+// arguments that, quoted again, split back into the same arguments.
+func FuzzInline(f *testing.F) {
+	for _, s := range []string{"PING", `ECHO "a\x00b"`, `ECHO 'it\'s'`, `a"b c"d`, "\t\v\f x", `"\x4g"`, `"\`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if strings.ContainsRune(s, '\n') || len(s) > MaxInline || strings.HasPrefix(s, "*") { // "*" starts a multibulk frame
+			return
+		}
+		cmds, msg := parseAll(s+"\n", len(s)+1)
+		if msg != "" {
+			if msg != errUnbalanced {
+				t.Fatalf("%q: %q", s, msg)
+			}
+			return
+		}
+		if len(cmds) != 1 && !(s == "" && len(cmds) == 0) { // a bare newline is no line at all
+			t.Fatalf("%q: %d commands", s, len(cmds))
+		}
+		if len(cmds) == 0 {
+			return
+		}
+		var quoted []string
+		for _, a := range cmds[0] {
+			var b strings.Builder
+			b.WriteByte('"')
+			for _, c := range []byte(a) {
+				b.WriteString(`\x` + string("0123456789abcdef"[c>>4]) + string("0123456789abcdef"[c&15]))
+			}
+			b.WriteByte('"')
+			quoted = append(quoted, b.String())
+		}
+		again, msg := parseAll(strings.Join(quoted, " ")+"\n", 3)
+		if msg != "" || len(cmds[0]) > 0 && (len(again) != 1 || strings.Join(again[0], "\x00") != strings.Join(cmds[0], "\x00")) {
+			t.Fatalf("%q split into %q, which quoted again splits into %q (%q)", s, cmds[0], again, msg)
+		}
+	})
+}
