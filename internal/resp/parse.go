@@ -294,9 +294,6 @@ func (p *Parser) Unread() {
 	p.takenArgs -= p.cmds[p.taken].args
 }
 
-// Waiting is how many complete commands Next has not handed on.
-func (p *Parser) Waiting() int { return len(p.cmds) - p.taken }
-
 // forget drops the commands Next has handed on.
 func (p *Parser) forget() {
 	if p.taken == 0 {
