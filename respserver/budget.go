@@ -8,9 +8,6 @@ import (
 // aLongTimeAgo, as a read deadline, wakes a goroutine blocked in Read.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// errInputBudget is the reply of a connection closed for the input budget.
-const errInputBudget = "ERR closing the connection: the input all clients have sent and not finished is over the server's limit (--max-input-memory), and this client holds the most"
-
 // overBudget closes the connections holding the most input until what the
 // others hold is within the budget, as Redis's maxmemory-clients does.
 // The goroutine serving each one finds its evict flag set, answers

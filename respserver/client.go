@@ -342,7 +342,7 @@ func (s *Server) panicked(r any) {
 func (c *client) internalError() {
 	c.cur.clear()
 	c.held = false
-	c.out = redcon.AppendError(c.out, "ERR internal error")
+	c.out = redcon.AppendError(c.out, errInternal)
 	c.quit = true
 }
 

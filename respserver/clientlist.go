@@ -41,7 +41,7 @@ func parseClientType(b []byte) (clientType, string) {
 	case "master", "slave", "replica", "pubsub":
 		return otherType, ""
 	}
-	return anyType, "ERR Unknown client type " + resp.Quote(b)
+	return anyType, unknownClientType(b)
 }
 
 // killFilter is what CLIENT KILL closes: the connections that match every
@@ -76,16 +76,16 @@ func parseKillFilter(args [][]byte) (killFilter, string) {
 		case "id":
 			n, why := resp.ParseInt(val)
 			if why != "" || n < 1 {
-				return f, "ERR client-id should be greater than 0"
+				return f, errKillID
 			}
 			f.id = n
 		case "maxage":
 			n, why := resp.ParseInt(val)
 			if why != "" {
-				return f, "ERR maxage is not an integer or out of range"
+				return f, errMaxAgeInteger
 			}
 			if n <= 0 {
-				return f, "ERR maxage should be greater than 0"
+				return f, errMaxAgePositive
 			}
 			f.maxAge = time.Duration(min(n, int64(time.Duration(1<<63-1)/time.Second))) * time.Second
 		case "type":
@@ -101,7 +101,7 @@ func parseKillFilter(args [][]byte) (killFilter, string) {
 		case "user":
 			// Sluice has one user, default, as Redis without ACLs.
 			if str(val) != "default" {
-				return f, "ERR No such user " + resp.Quote(val)
+				return f, noSuchUser(val)
 			}
 		case "skipme":
 			switch strings.ToLower(str(val)) {
@@ -161,7 +161,7 @@ func runClientKill(c *client, args [][]byte) {
 	case !f.oldForm:
 		c.out = redcon.AppendInt(c.out, int64(killed))
 	case killed == 0:
-		c.fail("ERR No such client")
+		c.fail(errNoSuchClient)
 	default:
 		c.out = redcon.AppendOK(c.out)
 	}
@@ -196,7 +196,7 @@ func runClientList(c *client, args [][]byte) {
 		for _, a := range args[3:] {
 			n, why := resp.ParseInt(a)
 			if why != "" {
-				c.fail("ERR Invalid client ID")
+				c.fail(errInvalidClientID)
 				return
 			}
 			ids = append(ids, n)

@@ -194,7 +194,7 @@ func parsePrecision(tail [][]byte) ([][]byte, int64, string) {
 			continue
 		}
 		if i+1 == len(tail) {
-			return nil, 0, "ERR option PRECISION needs a number of sub-windows"
+			return nil, 0, errPrecision
 		}
 		n, why := resp.ParseInt(tail[i+1])
 		if why == "" && (n < 1 || n > engine.MaxPrecision) {
@@ -221,7 +221,7 @@ func parseAllow(cmd *command, args [][]byte) (service.Request, shape, string) {
 		}
 	}
 	if len(tail) > 2 {
-		return req, 0, "ERR syntax error: RL.ALLOW policy key [cost] [PEEK] [DETAIL]"
+		return req, 0, errAllowUsage
 	}
 	cost, peek, msg := parseCostPeek(tail)
 	req.Cost, req.Peek = cost, peek
@@ -299,7 +299,7 @@ func parseReset(args [][]byte) (policy string, keys []string, msg string) {
 	from := 1
 	if resp.Is(args[1], "policy") {
 		if len(args) < 4 {
-			return "", nil, "ERR syntax error: RL.RESET POLICY name key [key ...]"
+			return "", nil, errResetUsage
 		}
 		policy, from = string(args[2]), 3
 	}

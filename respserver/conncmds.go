@@ -133,7 +133,7 @@ func runHello(c *client, args [][]byte) {
 	if len(args) > 1 {
 		n, why := resp.ParseInt(args[1])
 		if why != "" {
-			c.fail("ERR Protocol version is not an integer or out of range")
+			c.fail(errHelloProto)
 			return
 		}
 		if n != 2 && n != 3 {
@@ -153,7 +153,7 @@ func runHello(c *client, args [][]byte) {
 			name, nameGiven = args[i+1], true
 			i++
 		default:
-			c.fail("ERR Syntax error in HELLO option " + resp.Quote(opt))
+			c.fail(helloOptionError(opt))
 			return
 		}
 	}
@@ -246,7 +246,7 @@ func runClient(c *client, args [][]byte) {
 		switch strings.ToLower(str(args[2])) {
 		case "lib-name":
 			if !validName(args[3]) {
-				c.fail("ERR lib-name cannot contain spaces, newlines or special characters.")
+				c.fail(errBadLibName)
 				return
 			}
 			c.infoMu.Lock()
@@ -254,14 +254,14 @@ func runClient(c *client, args [][]byte) {
 			c.infoMu.Unlock()
 		case "lib-ver":
 			if !validName(args[3]) {
-				c.fail("ERR lib-ver cannot contain spaces, newlines or special characters.")
+				c.fail(errBadLibVer)
 				return
 			}
 			c.infoMu.Lock()
 			c.libVer = string(args[3])
 			c.infoMu.Unlock()
 		default:
-			c.fail("ERR Unrecognized option " + resp.Quote(args[2]))
+			c.fail(unrecognizedOption(args[2]))
 			return
 		}
 		c.out = redcon.AppendOK(c.out)
@@ -593,9 +593,6 @@ func (s *Server) keys() int {
 }
 
 func runDBSize(c *client, _ [][]byte) { c.out = redcon.AppendInt(c.out, int64(c.s.keys())) }
-
-// errScan is SCAN's one reply.
-const errScan = "ERR SCAN is not supported: Sluice's keys are rate-limit states, not data to browse; DBSIZE and INFO keyspace count them"
 
 // runScan refuses, in words redis-cli --bigkeys and --memkeys print: the
 // states are not data a user stores, and listing them would walk the

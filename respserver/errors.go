@@ -9,21 +9,63 @@ import (
 	"github.com/sluice-rl/sluice/service"
 )
 
-// Every error a client can see is made here, so the wording is consistent
-// and a value a client sent is always quoted, shortened and escaped: an
-// error reply is one line, and a 1 MB argument must not come back whole.
+// Every error reply a connection can get is worded here, so the wording
+// is consistent, a reviewer reads the whole surface in one file, and a
+// value a client sent is always quoted, shortened and escaped (resp.Quote):
+// an error reply is one line, and a 1 MB argument must not come back
+// whole. Two texts are worded elsewhere, each where it is the only one of
+// its kind: the protocol errors, which the parser finds as the bytes
+// arrive (internal/resp, "Protocol error: …", sent here with ERR in front
+// by protocolError), and the refusal of a connection past MaxConns, which
+// server.go writes before the connection has a client to reply through.
+// A store's or the service's error reaches a client through requestError.
 
+// Redis's own texts, word for word: clients and tools match on them.
 const (
-	errNoAuth      = "NOAUTH Authentication required."
-	errNoAuthHello = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
-	errWrongPass   = "WRONGPASS invalid username-password pair or user is disabled."
-	errNoPassword  = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
-	errNotInteger  = "ERR value is not an integer or out of range"
-	errSyntax      = "ERR syntax error"
-	errNoProto     = "NOPROTO unsupported protocol version"
-	errBadName     = "ERR Client names cannot contain spaces, newlines or special characters."
-	errDBRange     = "ERR DB index is out of range"
+	errNoAuth          = "NOAUTH Authentication required."
+	errNoAuthHello     = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
+	errWrongPass       = "WRONGPASS invalid username-password pair or user is disabled."
+	errNoPassword      = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+	errNotInteger      = "ERR value is not an integer or out of range"
+	errSyntax          = "ERR syntax error"
+	errNoProto         = "NOPROTO unsupported protocol version"
+	errHelloProto      = "ERR Protocol version is not an integer or out of range"
+	errBadName         = "ERR Client names cannot contain spaces, newlines or special characters."
+	errBadLibName      = "ERR lib-name cannot contain spaces, newlines or special characters."
+	errBadLibVer       = "ERR lib-ver cannot contain spaces, newlines or special characters."
+	errDBRange         = "ERR DB index is out of range"
+	errKillID          = "ERR client-id should be greater than 0"
+	errMaxAgeInteger   = "ERR maxage is not an integer or out of range"
+	errMaxAgePositive  = "ERR maxage should be greater than 0"
+	errNoSuchClient    = "ERR No such client"
+	errInvalidClientID = "ERR Invalid client ID"
 )
+
+// Redis's texts that repeat a client's value.
+
+func helloOptionError(opt []byte) string {
+	return "ERR Syntax error in HELLO option " + resp.Quote(opt)
+}
+func unrecognizedOption(opt []byte) string { return "ERR Unrecognized option " + resp.Quote(opt) }
+func unknownClientType(t []byte) string    { return "ERR Unknown client type " + resp.Quote(t) }
+func noSuchUser(user []byte) string        { return "ERR No such user " + resp.Quote(user) }
+
+// Sluice's own texts: each says what was refused and what to do instead.
+const (
+	errInternal      = "ERR internal error"
+	errInputBudget   = "ERR closing the connection: the input all clients have sent and not finished is over the server's limit (--max-input-memory), and this client holds the most"
+	errScan          = "ERR SCAN is not supported: Sluice's keys are rate-limit states, not data to browse; DBSIZE and INFO keyspace count them"
+	errTracingOff    = "ERR tracing is off: start sluice with OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) set"
+	errPrecision     = "ERR option PRECISION needs a number of sub-windows"
+	errAllowUsage    = "ERR syntax error: RL.ALLOW policy key [cost] [PEEK] [DETAIL]"
+	errResetUsage    = "ERR syntax error: RL.RESET POLICY name key [key ...]"
+	errReleaseUsage  = "ERR syntax error: RL.RELEASE key lease_id, or RL.RELEASE POLICY name key lease_id"
+	errReleasePolicy = "ERR syntax error: RL.RELEASE POLICY name key lease_id"
+)
+
+// protocolError is the reply to a frame the parser refused (resp's
+// "Protocol error: …" texts), as Redis sends it before closing.
+func protocolError(msg string) string { return "ERR " + msg }
 
 // maxQuoted is how much of a client's value an error message repeats.
 const maxQuoted = 64

@@ -95,7 +95,7 @@ func (c *client) proceed() {
 		msg = resp.RequestTooBig
 	}
 	if msg != "" {
-		c.fail("ERR " + msg)
+		c.fail(protocolError(msg))
 		c.quit = true
 	}
 }

@@ -87,9 +87,9 @@ func parseRelease(args [][]byte) (policy, key, id, msg string) {
 	case len(args) == 5 && resp.Is(args[1], "policy"):
 		return string(args[2]), string(args[3]), string(args[4]), ""
 	case resp.Is(args[1], "policy"):
-		return "", "", "", "ERR syntax error: RL.RELEASE POLICY name key lease_id"
+		return "", "", "", errReleasePolicy
 	}
-	return "", "", "", "ERR syntax error: RL.RELEASE key lease_id, or RL.RELEASE POLICY name key lease_id"
+	return "", "", "", errReleaseUsage
 }
 
 func runAcquire(c *client, args [][]byte) {

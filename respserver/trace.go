@@ -21,7 +21,7 @@ func runTrace(c *client, args [][]byte) {
 		return
 	}
 	if !c.s.cfg.Service.Tracing() {
-		c.fail("ERR tracing is off: start sluice with OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) set")
+		c.fail(errTracingOff)
 		return
 	}
 	carrier := propagation.MapCarrier{"traceparent": string(args[1])}
