@@ -77,6 +77,7 @@ type client struct {
 	libName string
 	libVer  string
 	quit    bool // QUIT was read: answer what came before it, then close
+	multi   bool // a MULTI was refused: commands are refused until EXEC or DISCARD (transactions.go)
 	held    bool // a command waits for what is in flight to land
 
 	// commands counts the commands run since proceed last added them to
@@ -190,6 +191,8 @@ func (c *client) exec(args [][]byte) (hold bool) {
 		c.fail(arityError(cmd.name))
 	case !c.authed && !cmd.noAuth:
 		c.fail(errNoAuth)
+	case c.multi && !cmd.inMulti:
+		c.fail(errInMulti)
 	case cmd.parse != nil:
 		if c.s.monitoring.Load() > 0 {
 			c.queueMonitored(cmd, args)

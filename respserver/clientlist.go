@@ -351,7 +351,7 @@ func connFD(nc net.Conn) int32 {
 var subcommandNames = func() map[string]*string {
 	m := make(map[string]*string)
 	for _, n := range []string{"client|setname", "client|getname", "client|setinfo", "client|id", "client|help",
-		"client|list", "client|info", "client|kill",
+		"client|list", "client|info", "client|kill", "client|tracking",
 		"command|count", "command|list", "command|info", "command|docs", "command|help"} {
 		m[n] = &n
 	}

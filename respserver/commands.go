@@ -2,6 +2,7 @@ package respserver
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"time"
 
@@ -27,6 +28,7 @@ type command struct {
 	summary          string
 	args             []argDoc
 	noAuth           bool              // allowed before AUTH
+	inMulti          bool              // run, not refused, after a refused MULTI (transactions.go)
 	rename           map[string]string // engine parameter name → this command's
 
 	parse func(cmd *command, args [][]byte) (service.Request, shape, string)
@@ -56,7 +58,7 @@ var commandTable map[string]*command
 var commandList []*command
 
 func init() {
-	commandList = append(append(decisionCommands(), leaseCommands()...), connectionCommands()...)
+	commandList = slices.Concat(decisionCommands(), leaseCommands(), connectionCommands(), transactionCommands())
 	commandTable = make(map[string]*command, len(commandList))
 	for _, cmd := range commandList {
 		commandTable[cmd.name] = cmd

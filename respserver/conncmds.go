@@ -37,7 +37,7 @@ func connectionCommands() []*command {
 		{name: "select", minArgs: 2, maxArgs: 2, flags: []string{"fast"}, group: "connection",
 			summary: "Accepts database 0 only.", args: []argDoc{{name: "index", typ: "integer"}}, run: runSelect},
 		{name: "client", minArgs: 2, flags: []string{"fast"}, group: "connection",
-			summary: "CLIENT SETNAME, GETNAME, SETINFO, ID, INFO, LIST [TYPE type | ID id …] and KILL (addr, or filters ID, ADDR, LADDR, TYPE, USER, SKIPME, MAXAGE).",
+			summary: "CLIENT SETNAME, GETNAME, SETINFO, ID, INFO, LIST [TYPE type | ID id …], KILL (addr, or filters ID, ADDR, LADDR, TYPE, USER, SKIPME, MAXAGE) and TRACKING (accepted, a no-op).",
 			args:    []argDoc{{name: "subcommand", typ: "string"}, {name: "arg", typ: "string", optional: true, multiple: true}}, run: runClient},
 		{name: "command", minArgs: 1, flags: []string{"fast"}, group: "server",
 			summary: "Describes the commands: COMMAND, COMMAND COUNT, COMMAND INFO, COMMAND DOCS, COMMAND LIST.",
@@ -54,9 +54,9 @@ func connectionCommands() []*command {
 		{name: "monitor", minArgs: 1, maxArgs: 1, flags: []string{"admin"}, group: "server",
 			summary: "Streams every command the server runs, in Redis's MONITOR lines, each decision followed by -> and what it got: allowed, remaining, retry_after_ms and the path that decided it.",
 			run:     runMonitor},
-		{name: "quit", minArgs: 1, maxArgs: 1, flags: []string{"noauth", "fast"}, group: "connection", noAuth: true,
+		{name: "quit", minArgs: 1, maxArgs: 1, flags: []string{"noauth", "fast"}, group: "connection", noAuth: true, inMulti: true,
 			summary: "Replies OK and closes the connection.", run: runQuit},
-		{name: "reset", minArgs: 1, maxArgs: 1, flags: []string{"noauth", "fast"}, group: "connection", noAuth: true,
+		{name: "reset", minArgs: 1, maxArgs: 1, flags: []string{"noauth", "fast"}, group: "connection", noAuth: true, inMulti: true,
 			summary: "Returns the connection to RESP2, no name, and (with --requirepass) not authenticated.", run: runResetConn},
 	}
 }
@@ -81,6 +81,7 @@ func runResetConn(c *client, _ [][]byte) {
 	c.proto, c.name = 2, ""
 	c.infoMu.Unlock()
 	c.stopMonitor()
+	c.multi = false
 	c.authed = c.s.cfg.RequirePass == ""
 	c.trace = trace.SpanContext{}
 	c.out = redcon.AppendString(c.out, "RESET")
@@ -278,6 +279,8 @@ func runClient(c *client, args [][]byte) {
 		runClientList(c, args)
 	case "kill":
 		runClientKill(c, args)
+	case "tracking":
+		runClientTracking(c, args)
 	case "help":
 		lines := []string{
 			"CLIENT <subcommand> [<arg> ...]. Subcommands are:",
@@ -299,6 +302,8 @@ func runClient(c *client, args [][]byte) {
 			"    * ID <client-id> [<client-id> ...]", "      Return clients of specified IDs only.",
 			"SETINFO <option> <value>", "    Set LIB-NAME or LIB-VER of the current connection.",
 			"SETNAME <name>", "    Assign the name <name> to the current connection.",
+			"TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]] [OPTIN] [OPTOUT] [NOLOOP]",
+			"    Accepted and ignored: Sluice's replies are never cached.",
 		}
 		c.out = resp.AppendLines(c.out, lines)
 	default:

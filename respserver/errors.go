@@ -22,23 +22,25 @@ import (
 
 // Redis's own texts, word for word: clients and tools match on them.
 const (
-	errNoAuth          = "NOAUTH Authentication required."
-	errNoAuthHello     = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
-	errWrongPass       = "WRONGPASS invalid username-password pair or user is disabled."
-	errNoPassword      = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
-	errNotInteger      = "ERR value is not an integer or out of range"
-	errSyntax          = "ERR syntax error"
-	errNoProto         = "NOPROTO unsupported protocol version"
-	errHelloProto      = "ERR Protocol version is not an integer or out of range"
-	errBadName         = "ERR Client names cannot contain spaces, newlines or special characters."
-	errBadLibName      = "ERR lib-name cannot contain spaces, newlines or special characters."
-	errBadLibVer       = "ERR lib-ver cannot contain spaces, newlines or special characters."
-	errDBRange         = "ERR DB index is out of range"
-	errKillID          = "ERR client-id should be greater than 0"
-	errMaxAgeInteger   = "ERR maxage is not an integer or out of range"
-	errMaxAgePositive  = "ERR maxage should be greater than 0"
-	errNoSuchClient    = "ERR No such client"
-	errInvalidClientID = "ERR Invalid client ID"
+	errNoAuth              = "NOAUTH Authentication required."
+	errNoAuthHello         = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
+	errWrongPass           = "WRONGPASS invalid username-password pair or user is disabled."
+	errNoPassword          = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+	errNotInteger          = "ERR value is not an integer or out of range"
+	errSyntax              = "ERR syntax error"
+	errNoProto             = "NOPROTO unsupported protocol version"
+	errHelloProto          = "ERR Protocol version is not an integer or out of range"
+	errBadName             = "ERR Client names cannot contain spaces, newlines or special characters."
+	errBadLibName          = "ERR lib-name cannot contain spaces, newlines or special characters."
+	errBadLibVer           = "ERR lib-ver cannot contain spaces, newlines or special characters."
+	errDBRange             = "ERR DB index is out of range"
+	errKillID              = "ERR client-id should be greater than 0"
+	errMaxAgeInteger       = "ERR maxage is not an integer or out of range"
+	errMaxAgePositive      = "ERR maxage should be greater than 0"
+	errNoSuchClient        = "ERR No such client"
+	errInvalidClientID     = "ERR Invalid client ID"
+	errExecWithoutMulti    = "ERR EXEC without MULTI"
+	errDiscardWithoutMulti = "ERR DISCARD without MULTI"
 )
 
 // Redis's texts that repeat a client's value.
@@ -61,6 +63,9 @@ const (
 	errResetUsage    = "ERR syntax error: RL.RESET POLICY name key [key ...]"
 	errReleaseUsage  = "ERR syntax error: RL.RELEASE key lease_id, or RL.RELEASE POLICY name key lease_id"
 	errReleasePolicy = "ERR syntax error: RL.RELEASE POLICY name key lease_id"
+	errMulti         = "ERR MULTI is not offered: each decision is atomic already, and a transaction cannot span a sidecar's local answers and its central Redis; send the commands as a plain pipeline (redis-py: pipeline(transaction=False); go-redis: Pipeline, not TxPipeline; ioredis: pipeline(), not multi(); node-redis: multi().execAsPipeline()). Commands are refused until EXEC or DISCARD"
+	errInMulti       = "ERR not run: MULTI was refused, so commands are refused until EXEC or DISCARD"
+	errExecAbort     = "EXECABORT Transaction discarded because MULTI is not offered: nothing was run"
 )
 
 // protocolError is the reply to a frame the parser refused (resp's
