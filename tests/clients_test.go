@@ -2,13 +2,18 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
 )
 
 // The README shows each file of examples/ whole, under a link to it; the
@@ -175,15 +180,23 @@ func TestPythonExample(t *testing.T) {
 	}
 }
 
-func TestNodeExample(t *testing.T) {
+// nodeModules is tests/node/node_modules, checked to hold pkg, and the
+// node binary.
+func nodeModules(t *testing.T, pkg string) (node, modules string) {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatal("node not found: install nodejs (scripts/test does)")
 	}
-	modules, _ := filepath.Abs("node/node_modules")
-	if _, err := os.Stat(filepath.Join(modules, "ioredis")); err != nil {
-		t.Fatal("ioredis is not installed: run npm ci in tests/node (scripts/test does)")
+	modules, _ = filepath.Abs("node/node_modules")
+	if _, err := os.Stat(filepath.Join(modules, pkg)); err != nil {
+		t.Fatalf("%s is not installed: run npm ci in tests/node (scripts/test does)", pkg)
 	}
+	return node, modules
+}
+
+func TestNodeExample(t *testing.T) {
+	node, modules := nodeModules(t, "ioredis")
 	s := startSluice(t)
 	cmd := exec.Command(node, portCopy(t, "../examples/ioredis/example.js", s))
 	cmd.Env = append(os.Environ(), "NODE_PATH="+modules)
@@ -205,5 +218,67 @@ func TestGoExample(t *testing.T) {
 	want := exampleOutput + "1 1 0 \n[0 16 15 -1 2] <nil>\n"
 	if got != want {
 		t.Errorf("go example printed\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestNodeRedisDefaults: node-redis 5 (npm "redis") connects with its
+// default options (RESP2, CLIENT SETINFO, its maintenance handshake),
+// decides, pipelines (commands of one tick, and execAsPipeline), and its
+// default multi() gets MULTI's error naming execAsPipeline, with nothing
+// charged.
+func TestNodeRedisDefaults(t *testing.T) {
+	node, modules := nodeModules(t, "redis")
+	s := startSluice(t)
+	cmd := exec.Command(node, "node/noderedis.js")
+	cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "SLUICE_URL=redis://"+s.Addr)
+	got := runExample(t, cmd)
+	want := `one: [1,20,19,0,100]
+pipeline: [1,1,0]
+execAsPipeline: [1,1,0]
+multi: SimpleError true
+after multi: [1,20,20,0,0]
+lib: true true
+`
+	if got != want {
+		t.Errorf("node-redis printed\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestRueidisDefaults: rueidis, Redis's own Go client, connects with its
+// default options: RESP3, client-side caching on (CLIENT TRACKING ON
+// OPTIN, accepted as a no-op), CLUSTER probed first and given up. It
+// decides, pipelines (DoMulti), and gets decisions as RESP3 maps.
+func TestRueidisDefaults(t *testing.T) {
+	s := startSluice(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}})
+	if err != nil {
+		t.Fatalf("rueidis with its default options: %v", err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	one, err := c.Do(ctx, c.B().Arbitrary("RL.TOKEN").Keys("rueidis:1").Args("20", "10", "1s").Build()).AsIntMap()
+	if err != nil || one["allowed"] != 1 || one["remaining"] != 19 {
+		t.Errorf("one decision: %v, %v", one, err)
+	}
+	var cmds rueidis.Commands
+	for _, cost := range []string{"5", "10", "10"} {
+		cmds = append(cmds, c.B().Arbitrary("RL.TOKEN").Keys("upload:42").Args("20", "10", "1s", cost).Build())
+	}
+	var allowed []int64
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		m, err := r.AsIntMap()
+		if err != nil {
+			t.Fatalf("pipelined decision: %v", err)
+		}
+		allowed = append(allowed, m["allowed"])
+	}
+	if !slices.Equal(allowed, []int64{1, 1, 0}) {
+		t.Errorf("pipeline allowed %v; want [1 1 0]", allowed)
+	}
+	info, err := c.Do(ctx, c.B().ClientInfo().Build()).ToString()
+	if err != nil || !strings.Contains(info, "lib-name=rueidis ") || !strings.Contains(info, "resp=3 ") {
+		t.Errorf("CLIENT INFO = %q, %v", info, err)
 	}
 }
