@@ -117,7 +117,8 @@ type segment struct {
 	// appends its reply once it has landed.
 	answer func([]byte) []byte
 	// mon holds the MONITOR lines of its pending replies, each ended by
-	// a newline, while someone monitors (monitor.go).
+	// a newline, while someone monitors (monitor.go): deliver hands the
+	// segment to MONITOR only when it holds some.
 	mon []byte
 }
 
@@ -162,13 +163,34 @@ func (c *client) newSegment() *segment {
 // empty tells whether the segment owes nothing.
 func (g *segment) empty() bool { return len(g.pend) == 0 && g.reset == nil && g.answer == nil }
 
-// exec runs one command, or reports that it must wait (held) for what is
-// in flight or queued before it: then nothing of it has run, and the
-// transport runs it again once those have landed. Decisions are queued.
-func (c *client) exec(args [][]byte) (hold bool) {
+// command runs one command, or reports that it must wait (hold) for what
+// is in flight or queued before it: then nothing of it has run, and the
+// transport runs it again once those have landed. It is MONITOR's one
+// hook on the way in: while no one monitors, a command goes to exec and
+// nothing else; while someone does, through monitor.go's execMonitored,
+// which feeds its line.
+func (c *client) command(args [][]byte) (hold bool) {
+	if c.s.monitoring.Load() > 0 {
+		return c.execMonitored(args)
+	}
+	return c.exec(args) == held
+}
+
+// outcome is what exec did with a command.
+type outcome uint8
+
+const (
+	ran     outcome = iota // run: its reply written, or owed in its place
+	queued                 // a decision: queued, or owed its error in its place
+	refused                // not run: unknown, wrong arity, not authenticated, in a refused MULTI, or no command at all
+	held                   // not run yet: it waits for what is queued or in flight before it
+)
+
+// exec runs one command, or holds it (see command). Decisions are queued.
+func (c *client) exec(args [][]byte) outcome {
 	if len(args) == 0 {
 		c.commands++
-		return false
+		return refused
 	}
 	cmd := c.last
 	if cmd == nil || !resp.Is(args[0], cmd.name) {
@@ -177,7 +199,7 @@ func (c *client) exec(args [][]byte) (hold bool) {
 	}
 	if cmd != nil && cmd.run != nil && (c.flying != nil || !c.cur.empty()) &&
 		len(args) >= cmd.minArgs && (cmd.maxArgs == 0 || len(args) <= cmd.maxArgs) && (c.authed || cmd.noAuth) {
-		return true
+		return held
 	}
 	c.commands++
 	if cmd != nil && cmd != c.shown {
@@ -194,19 +216,14 @@ func (c *client) exec(args [][]byte) (hold bool) {
 	case c.multi && !cmd.inMulti:
 		c.fail(errInMulti)
 	case cmd.parse != nil:
-		if c.s.monitoring.Load() > 0 {
-			c.queueMonitored(cmd, args)
-		} else {
-			c.queue(cmd, args)
-		}
+		c.queue(cmd, args)
+		return queued
 	default:
 		c.count() // INFO counts itself, as it did when every command settled first
 		cmd.run(c, args)
-		if c.s.monitoring.Load() > 0 {
-			c.feedCommand(args)
-		}
+		return ran
 	}
-	return false
+	return refused
 }
 
 // count adds the commands run since the last count to the server's.
@@ -290,16 +307,10 @@ func (c *client) deliver(g *segment) {
 	for i := range g.pend {
 		p := &g.pend[i]
 		if p.req < 0 {
-			if p.mon > 0 {
-				c.feedError(g, p, p.err)
-			}
 			c.out = redcon.AppendError(c.out, p.err)
 			continue
 		}
 		d, err := g.batch.Result(p.req)
-		if p.mon > 0 {
-			c.feedDecision(g, p, d, err)
-		}
 		if err != nil {
 			c.out = redcon.AppendError(c.out, requestError(err, p.cmd))
 			continue
@@ -310,6 +321,9 @@ func (c *client) deliver(g *segment) {
 			continue
 		}
 		c.out = appendDecision(c.out, d, p.shape, c.proto)
+	}
+	if len(g.mon) > 0 { // MONITOR's one hook on the way out: lines kept by execMonitored
+		c.feedLanded(g)
 	}
 	g.clear()
 	c.spare = g

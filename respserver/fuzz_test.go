@@ -45,7 +45,7 @@ func run(t testing.TB, c *client, cmds [][][]byte) []string {
 		if len(args) > 0 {
 			want++
 		}
-		for c.exec(args) { // held behind queued decisions: let them land first
+		for c.command(args) { // held behind queued decisions: let them land first
 			c.settle()
 		}
 	}

@@ -78,7 +78,7 @@ func (c *client) proceed() {
 			break
 		}
 		in.args = args
-		if len(args) > 0 && c.exec(args) { // an empty inline line is no command, as in Redis
+		if len(args) > 0 && c.command(args) { // an empty inline line is no command, as in Redis
 			in.p.Unread()
 			c.held = true
 			break

@@ -26,8 +26,11 @@ import (
 // are the administrative MONITOR, CLIENT LIST and CLIENT KILL, and AUTH's
 // arguments and HELLO's AUTH pair read "(redacted)".
 //
-// It costs nothing while no one monitors: the hot path reads one atomic
-// count (Server.monitoring). While someone does, the connection that ran
+// It costs nothing while no one monitors, and the decision path holds
+// none of its code: a command reaches it through one hook on the way in
+// (client.command reads one atomic count, Server.monitoring, and calls
+// execMonitored only when it is not 0) and one on the way out (deliver
+// calls feedLanded only for a segment that kept lines). While someone does, the connection that ran
 // a command formats its line and appends it to each monitor's backlog
 // under monMu; the goroutine or loop serving the monitor writes it, woken
 // only when its backlog was empty. A monitor whose backlog passes
@@ -169,6 +172,23 @@ func (s *Server) isClosing() bool {
 	return s.closing
 }
 
+// execMonitored is exec while someone monitors (client.command): it runs
+// the command and feeds its line, or keeps it with its pending reply, to
+// be fed once decided (feedLanded). As in Redis, a command refused before
+// it runs is not shown.
+func (c *client) execMonitored(args [][]byte) (hold bool) {
+	g, n, o := c.cur, len(c.cur.pend), len(c.out)
+	switch c.exec(args) {
+	case held:
+		return true
+	case ran:
+		c.feedCommand(args)
+	case queued:
+		c.keepLine(g, n, o, args)
+	}
+	return false
+}
+
 // feedCommand feeds the line of a command that has run and is not a
 // decision.
 func (c *client) feedCommand(args [][]byte) {
@@ -180,12 +200,10 @@ func (c *client) feedCommand(args [][]byte) {
 	c.s.feed(c.monLine)
 }
 
-// queueMonitored is queue while someone monitors: the decision's line is
-// kept with its pending reply, to be fed with its decision, or fed at once
-// with the error it was answered at once.
-func (c *client) queueMonitored(cmd *command, args [][]byte) {
-	g, n, o := c.cur, len(c.cur.pend), len(c.out)
-	c.queue(cmd, args)
+// keepLine keeps a decision's line with its pending reply, the one after
+// the first n of g, to be fed with its decision; or, when it was answered
+// at once (c.out grew past o with its error), feeds the line with that.
+func (c *client) keepLine(g *segment, n, o int, args [][]byte) {
 	now := time.Now()
 	if len(g.pend) > n {
 		p := &g.pend[n]
@@ -200,6 +218,22 @@ func (c *client) queueMonitored(cmd *command, args [][]byte) {
 	c.monLine = appendMonitorLine(c.monLine[:0], now, c.monAddr, args)
 	c.monLine = appendErrorOutcome(c.monLine, str(msg))
 	c.s.feed(c.monLine)
+}
+
+// feedLanded feeds the lines kept in a landed segment, each with the reply
+// its command got.
+func (c *client) feedLanded(g *segment) {
+	for i := range g.pend {
+		p := &g.pend[i]
+		switch {
+		case p.mon == 0:
+		case p.req < 0:
+			c.feedError(g, p, p.err)
+		default:
+			d, err := g.batch.Result(p.req)
+			c.feedDecision(g, p, d, err)
+		}
+	}
 }
 
 // pendingLine is the line kept for p in g.mon.

@@ -557,7 +557,7 @@ func TestPipelineCountsEachOutcome(t *testing.T) {
 	c := offlineClient(srv)
 	// Burst 0 at one an hour: a key's first request is allowed, the rest refused.
 	for _, key := range []string{"a", "a", "a", "b", "b", "c"} {
-		c.exec(bytesArgs("RL.GCRA", key, "0", "1", "1h"))
+		c.command(bytesArgs("RL.GCRA", key, "0", "1", "1h"))
 	}
 	c.settle()
 	tot := srv.cfg.Service.Totals()
