@@ -161,17 +161,20 @@ func portCopy(t *testing.T, src string, s *sluice) string {
 	return dst
 }
 
-func TestPythonExample(t *testing.T) {
-	python := ""
+// pythonWithRedis is a python3 that imports redis-py.
+func pythonWithRedis(t *testing.T) string {
+	t.Helper()
 	for _, p := range []string{"/usr/bin/python3", "python3"} {
 		if exec.Command(p, "-c", "import redis").Run() == nil {
-			python = p
-			break
+			return p
 		}
 	}
-	if python == "" {
-		t.Fatal("no python3 with the redis module: install python3-redis (scripts/test does)")
-	}
+	t.Fatal("no python3 with the redis module: install python3-redis (scripts/test does)")
+	return ""
+}
+
+func TestPythonExample(t *testing.T) {
+	python := pythonWithRedis(t)
 	s := startSluice(t)
 	got := runExample(t, exec.Command(python, portCopy(t, "../examples/redispy/example.py", s)))
 	want := exampleOutput + "[1, 1, 0]\n[0, 16, 15, -1, 2]\n"
@@ -193,6 +196,29 @@ func nodeModules(t *testing.T, pkg string) (node, modules string) {
 		t.Fatalf("%s is not installed: run npm ci in tests/node (scripts/test does)", pkg)
 	}
 	return node, modules
+}
+
+// TestRedisPyDefaultPipeline: redis-py's pipeline() is a transaction by
+// default; MULTI's error, which redis-py raises, names the fix, and the
+// decision inside it was not charged.
+func TestRedisPyDefaultPipeline(t *testing.T) {
+	python := pythonWithRedis(t)
+	s := startSluice(t)
+	code := `import sys, redis
+r = redis.Redis(port=int(sys.argv[1]))
+p = r.pipeline()
+p.execute_command("RL.TOKEN", "tx:1", 20, 10, "1s")
+try:
+    p.execute()
+    print("no error")
+except redis.ResponseError as e:
+    print(type(e).__name__, "pipeline(transaction=False)" in str(e))
+print(r.execute_command("RL.TOKEN", "tx:1", 20, 10, "1s", 0))
+`
+	got := runExample(t, exec.Command(python, "-c", code, strconv.Itoa(s.Port)))
+	if want := "ResponseError True\n[1, 20, 20, 0, 0]\n"; got != want {
+		t.Errorf("redis-py's default pipeline printed\n%s\nwant\n%s", got, want)
+	}
 }
 
 func TestNodeExample(t *testing.T) {
