@@ -326,7 +326,8 @@ func (p *Parser) Shift(n int) {
 // quotes' (\' only). Quoted arguments are unescaped in place, which never
 // lengthens them, so every argument is a span of the input: a line of
 // thousands of arguments costs no allocation per argument. A line of
-// white space only is no command.
+// white space only is no command; one of more arguments than maxArgs is
+// refused, as a multibulk command would be.
 func (p *Parser) inline(buf []byte, start, eol int) string {
 	first := len(p.spans)
 	i := start
@@ -385,6 +386,14 @@ func (p *Parser) inline(buf []byte, start, eol int) string {
 		if quote != 0 && !closed {
 			p.spans = p.spans[:first]
 			return errUnbalanced
+		}
+		if int64(len(p.spans)-first) == p.maxArgs {
+			// One line could hold 32Ki arguments: as many spans, and
+			// argument slices later, as a multibulk command of 32Ki
+			// arguments, which the limit refuses. Redis has no such
+			// limit; the error is its own for a line too big.
+			p.spans = p.spans[:first]
+			return errInlineTooBig
 		}
 		p.spans = append(p.spans, span{argAt, w - argAt})
 	}

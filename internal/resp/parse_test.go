@@ -52,6 +52,10 @@ func TestParserFrames(t *testing.T) {
 		{"*1\r\n$-1\r\n", "Protocol error: invalid bulk length", 5},
 		{"*1\r\n$4\rX", "Protocol error: invalid bulk length", 7},
 		{"*x\r\n", "Protocol error: invalid multibulk length", 1},
+		// Found by FuzzFrames (testdata/fuzz/FuzzFrames/9a97b09a6dbfef9f):
+		// an inline line passed the limit on arguments.
+		{strings.Repeat("a ", DefaultMaxArgs) + "\n", "", 2*DefaultMaxArgs + 1},
+		{strings.Repeat("a ", DefaultMaxArgs+1) + "\n", "Protocol error: too big inline request", 2*DefaultMaxArgs + 2},
 	} {
 		g := NewParser(DefaultMaxArgs, 1<<20)
 		n, msg := g.Scan([]byte(tc.in), 0)
