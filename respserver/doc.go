@@ -30,6 +30,17 @@
 // per-connection buffer that is reused, so a decision allocates nothing
 // once the connection is warm. Error replies are worded in errors.go.
 //
+// A connection's state is client.go's: its decisions queue in a segment,
+// at most one segment is in flight, and replies go out in the order the
+// commands came, errors in their places. The commands are in three
+// rooms: the decisions (commands.go, leases.go), the standard commands
+// clients send on connect and tools use (conncmds.go, clientlist.go), and
+// what is refused with the reason and the fix (transactions.go: MULTI;
+// CLIENT TRACKING, accepted as a no-op). MONITOR (monitor.go) watches
+// through one hook on the way in (client.command) and one on the way out
+// (deliver), so that a decision passes no MONITOR code while no one
+// watches.
+//
 // What one connection does to another (CLIENT KILL, a MONITOR line) is
 // asked of whatever serves the other: its event loop, woken through its
 // eventfd as a landing wakes it (asks_linux.go), or its own goroutine,
