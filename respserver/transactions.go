@@ -26,10 +26,12 @@ import (
 //
 // Client-side caching (CLIENT TRACKING) is what rueidis, Redis's own Go
 // client, turns on by default with OPTIN: it then caches only the replies
-// of commands it is asked to cache (DoCache), and never any other. A
-// decision is not a value to cache, and rueidis's DoCache needs MULTI,
-// refused above; so a connection that tracks nothing loses nothing, and
-// accepting the command lets rueidis connect with its defaults. No
+// of commands its caller asks it to cache (DoCache), and never any other.
+// Its command builder offers DoCache for Redis's read-only commands, which
+// Sluice has not, and a command forced into it is sent inside MULTI,
+// refused above (or with CLIENT CACHING, unknown here). A decision is not
+// a value to cache, so a connection that tracks nothing loses nothing,
+// and accepting the command lets rueidis connect with its defaults. No
 // invalidation is ever sent.
 
 func transactionCommands() []*command {
