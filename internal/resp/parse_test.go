@@ -189,3 +189,42 @@ func FuzzInline(f *testing.F) {
 		}
 	})
 }
+
+// TestNextUnreadShift: Next hands the complete commands on in order, each
+// with the offset past it; Unread puts the last one back, as a server
+// does with a command that must wait; Shift keeps the offsets right when
+// the caller drops the bytes of the commands it ran.
+func TestNextUnreadShift(t *testing.T) {
+	g := NewParser(DefaultMaxArgs, 1<<20)
+	buf := []byte("PING\r\n*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\nECH")
+	if n, msg := g.Scan(buf, 0); n != len(buf) || msg != "" {
+		t.Fatalf("Scan: %d, %q", n, msg)
+	}
+	next := func(want string, wantEnd int) {
+		t.Helper()
+		args, end, ok := g.Next(buf, nil)
+		var got []string
+		for _, a := range args {
+			got = append(got, string(a))
+		}
+		if strings.Join(got, ",") != want || end != wantEnd || ok != (want != "") {
+			t.Errorf("Next = %q, %d, %v; want %q, %d", got, end, ok, want, wantEnd)
+		}
+	}
+	next("PING", 6)
+	next("ECHO,hi", 28)
+	g.Unread()
+	next("ECHO,hi", 28)
+	next("", 0)
+	// The caller ran both and drops their bytes; the rest of a command
+	// arrives.
+	buf = append(buf[:0], buf[28:]...)
+	g.Shift(28)
+	from := len(buf)
+	buf = append(buf, "O x\r\n"...)
+	if n, msg := g.Scan(buf, from); n != 5 || msg != "" {
+		t.Fatalf("Scan after Shift: %d, %q", n, msg)
+	}
+	next("ECHO,x", 8)
+	next("", 0)
+}
