@@ -233,22 +233,6 @@ func serverTLS(certFile, keyFile, clientCA string) (*tls.Config, error) {
 	return c, nil
 }
 
-// GRPCAddr is the gRPC listener's address, or nil when it is off.
-func (s *Sidecar) GRPCAddr() net.Addr {
-	if s.grpcLn == nil {
-		return nil
-	}
-	return s.grpcLn.Addr()
-}
-
-// HTTPCheckAddr is the HTTP check's address, or nil when it is off.
-func (s *Sidecar) HTTPCheckAddr() net.Addr {
-	if s.checkLn == nil {
-		return nil
-	}
-	return s.checkLn.Addr()
-}
-
 // telemetry sets up metrics (Prometheus, and OTLP when configured) and
 // returns the tracer for decision spans: nil unless OTLP traces are
 // configured.
@@ -318,14 +302,6 @@ func (s *Sidecar) listenAdmin() error {
 
 // Addr is the RESP listener's address.
 func (s *Sidecar) Addr() net.Addr { return s.ln.Addr() }
-
-// AdminAddr is the admin server's address, or nil when it is off.
-func (s *Sidecar) AdminAddr() net.Addr {
-	if s.adminLn == nil {
-		return nil
-	}
-	return s.adminLn.Addr()
-}
 
 // ReloadPolicies rereads the policies file now (SIGHUP), whatever its
 // content; without a policies file it does nothing.
