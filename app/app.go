@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/httpcheck"
+	"github.com/sluice-rl/sluice/internal/settings"
 	"github.com/sluice-rl/sluice/internal/version"
 	"github.com/sluice-rl/sluice/policy"
 	"github.com/sluice-rl/sluice/respserver"
@@ -32,6 +34,10 @@ import (
 	"github.com/sluice-rl/sluice/telemetry"
 	"github.com/sluice-rl/sluice/upstream"
 )
+
+// Config is the sidecar's settings; the table itself (flags, variables,
+// defaults, validation) is package settings'.
+type Config = settings.Config
 
 // Sidecar is a built sidecar, listening once New returns.
 type Sidecar struct {
@@ -125,7 +131,7 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 		loops = -1 // respserver's "a goroutine per connection"
 	}
 	rcfg := respserver.Config{Service: s.svc, RequirePass: cfg.RequirePass, Logger: log,
-		MaxConns: cfg.MaxClients, MaxInputMemory: int64(cfg.MaxInputMemory), Info: s.infoSections(), Keys: s.mem.Len, Loops: loops}
+		MaxConns: cfg.MaxClients, MaxInputMemory: int64(cfg.MaxInputMemory), Info: append(s.infoSections(), s.adminInfo()), Keys: s.mem.Len, Loops: loops}
 	if s.chain != nil {
 		rcfg.Upstream, rcfg.RoundParts = s.chain.up, cfg.BatchInFlight
 	}
@@ -278,14 +284,22 @@ func (s *Sidecar) sources() telemetry.Sources {
 }
 
 // listenAdmin starts the admin HTTP server, unless --admin-listen is off.
+// An address left at its default that another process holds (a second
+// sidecar on this machine) turns the admin server off with a warning,
+// rather than stopping the sidecar; one asked for must be had.
 func (s *Sidecar) listenAdmin() error {
-	if s.cfg.AdminListen == "off" || s.cfg.AdminListen == "" {
+	if s.cfg.AdminListen == "" {
 		return nil
 	}
 	// The admin port shows counts and health, never keys or decisions on
 	// demand, so unlike the RESP port it may listen beyond loopback (a
 	// Prometheus in another pod scrapes it) without a password.
 	ln, err := net.Listen("tcp", s.cfg.AdminListen)
+	if err != nil && s.cfg.AdminOptional && errors.Is(err, syscall.EADDRINUSE) {
+		s.log.Warn("admin endpoints off: /metrics, /healthz and /readyz are not served, as the default admin address is taken; "+
+			"set --admin-listen to another address, or off", "addr", s.cfg.AdminListen, "err", err)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("admin listener: %w", err)
 	}
@@ -298,6 +312,22 @@ func (s *Sidecar) listenAdmin() error {
 	}()
 	s.log.Info("admin endpoints", "addr", ln.Addr().String(), "paths", "/metrics /healthz /readyz")
 	return nil
+}
+
+// adminInfo is INFO's Admin section: where /metrics, /healthz and /readyz
+// are served, or that they are not (admin_serving:0), which a taken
+// default address leaves only a log line otherwise.
+func (s *Sidecar) adminInfo() respserver.InfoSection {
+	return respserver.InfoSection{Name: "Admin", Fields: func() [][2]string {
+		addr, serving := s.cfg.AdminListen, "0"
+		if s.adminLn != nil {
+			addr, serving = s.adminLn.Addr().String(), "1"
+		}
+		if addr == "" {
+			addr = "off"
+		}
+		return [][2]string{{"admin_listen", addr}, {"admin_serving", serving}}
+	}}
 }
 
 // Addr is the RESP listener's address.

@@ -49,7 +49,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	s.RegisterPrefixed(fs, SidecarPrefix)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			inject.Usage(stdout, fs, webhookUsage)
+			inject.Usage(stdout, fs, webhookUsage, SidecarPrefix)
 			return 0
 		}
 		fmt.Fprintf(stderr, "sluice webhook: %v\nRun sluice webhook --help for the flags.\n", err)

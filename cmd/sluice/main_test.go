@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-rl/sluice/app"
+	"github.com/sluice-rl/sluice/internal/settings"
 	"github.com/sluice-rl/sluice/engine"
 )
 
@@ -57,7 +57,7 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 		t.Errorf("--help exit code %d", code)
 	}
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
-	c := app.DefaultConfig()
+	c := settings.Default()
 	c.Register(fs)
 	fs.VisitAll(func(f *flag.Flag) {
 		if !strings.Contains(out.String(), "  --"+f.Name+" ") {
@@ -102,11 +102,11 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{[]string{"--listen", "unix:/run/x.sock", "--listen-perm", "rw"}, 2, `invalid --listen-perm "rw"`},
 		{[]string{"--listen", "unix:/run/x.sock", "--listen-perm", "1777"}, 2, `invalid --listen-perm "1777"`},
 		{[]string{"--listen", "unix:" + notSocket, "--admin-listen", "off"}, 1, "the path exists and is not a socket"},
-		{[]string{"--log-level", "loud"}, 2, `invalid value "loud" for flag -log-level`},
+		{[]string{"--log-level", "loud"}, 2, `invalid --log-level "loud": slog: level string "loud": unknown name`},
 		{[]string{"--log-format", "xml"}, 2, "invalid --log-format"},
 		{[]string{"--listen", "127.0.0.1:0", "--admin-listen", "off", "--policies", "/nonexistent/p.yaml"}, 1, "/nonexistent/p.yaml"},
-		{[]string{"--listen", "127.0.0.1:0", "--admin-listen", "off", "--upstream", "http://x"}, 1, "scheme must be redis"},
-		{[]string{"--bogus"}, 2, "flag provided but not defined: -bogus\nRun sluice --help"},
+		{[]string{"--upstream", "http://x"}, 2, `invalid --upstream "x": scheme must be redis`},
+		{[]string{"--bogus"}, 2, "flag provided but not defined: -bogus; sluice --help lists the flags\n"},
 		{[]string{"--on-upstream-failure", "maybe"}, 2, "must be allow, deny or local"},
 		{[]string{"--policies-poll", "-1s"}, 2, "invalid --policies-poll"},
 		{[]string{"--upstream-timeout", "0s"}, 2, "invalid --upstream-timeout"},
