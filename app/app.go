@@ -7,14 +7,11 @@ package app
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -25,6 +22,7 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/httpcheck"
 	"github.com/sluice-rl/sluice/internal/settings"
+	"github.com/sluice-rl/sluice/internal/tlsfiles"
 	"github.com/sluice-rl/sluice/internal/version"
 	"github.com/sluice-rl/sluice/policy"
 	"github.com/sluice-rl/sluice/respserver"
@@ -173,7 +171,7 @@ func (s *Sidecar) listenGRPC() (err error) {
 	if cfg.GRPCListen == "" {
 		return nil
 	}
-	tlsCfg, err := serverTLS(cfg.GRPCTLSCert, cfg.GRPCTLSKey, cfg.GRPCTLSClientCA)
+	tlsCfg, err := tlsfiles.Server(cfg.GRPCTLSCert, cfg.GRPCTLSKey, cfg.GRPCTLSClientCA)
 	if err != nil {
 		return fmt.Errorf("invalid --grpc-tls-*: %w", err)
 	}
@@ -196,7 +194,7 @@ func (s *Sidecar) listenHTTPCheck() (err error) {
 	if cfg.HTTPListen == "" {
 		return nil
 	}
-	tlsCfg, err := serverTLS(cfg.HTTPTLSCert, cfg.HTTPTLSKey, "")
+	tlsCfg, err := tlsfiles.Server(cfg.HTTPTLSCert, cfg.HTTPTLSKey, "")
 	if err != nil {
 		return fmt.Errorf("invalid --http-tls-*: %w", err)
 	}
@@ -211,32 +209,6 @@ func (s *Sidecar) listenHTTPCheck() (err error) {
 	s.log.Info("serving the HTTP check", "addr", s.checkLn.Addr().String(), "path", httpcheck.Path, "tls", tlsCfg != nil,
 		"token", cfg.HTTPToken != "", "key_header", cfg.HTTPKeyHeader)
 	return nil
-}
-
-// serverTLS is a door's TLS configuration from PEM files: nil without a
-// certificate; with a client CA, every client must present a certificate
-// that chains to it.
-func serverTLS(certFile, keyFile, clientCA string) (*tls.Config, error) {
-	if certFile == "" {
-		return nil, nil
-	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, err
-	}
-	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if clientCA != "" {
-		pem, err := os.ReadFile(clientCA)
-		if err != nil {
-			return nil, err
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s holds no PEM certificate", clientCA)
-		}
-		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
-	}
-	return c, nil
 }
 
 // telemetry sets up metrics (Prometheus, and OTLP when configured) and
