@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/settings"
 	"github.com/sluice-rl/sluice/internal/tlsfiles"
 	"github.com/sluice-rl/sluice/internal/version"
+	"github.com/sluice-rl/sluice/internal/watch"
 	"github.com/sluice-rl/sluice/policy"
 	"github.com/sluice-rl/sluice/respserver"
 	"github.com/sluice-rl/sluice/rls"
@@ -55,8 +56,9 @@ type Sidecar struct {
 	grpcLn  net.Listener
 	check   *httpcheck.Server // nil without --http-listen
 	checkLn net.Listener
-	reload  chan struct{}
 	closers []func() // run in reverse by close
+
+	policies *watch.Watcher // nil without --policies
 }
 
 // New builds the sidecar cfg describes and starts listening; Run serves.
@@ -72,7 +74,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, getenv func(string) 
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
-	s := &Sidecar{cfg: cfg, log: log, reload: make(chan struct{}, 1)}
+	s := &Sidecar{cfg: cfg, log: log}
 	if err := s.build(ctx, getenv); err != nil {
 		s.close()
 		return nil, err
@@ -109,13 +111,10 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 		log.Info("policies loaded", "file", cfg.Policies, "count", set.Len(), "names", set.Names())
 		s.live = policy.NewLive(set)
 		policies = s.live
-		wctx, stop := context.WithCancel(context.Background())
-		watched := make(chan struct{})
-		go func() {
-			defer close(watched)
-			s.live.Watch(wctx, policy.WatchConfig{Path: cfg.Policies, Every: cfg.PoliciesPoll, Reload: s.reload, Logger: log})
-		}()
-		s.closers = append(s.closers, func() { stop(); <-watched })
+		if s.policies, err = s.live.Watcher(policy.WatchConfig{Path: cfg.Policies, Poll: cfg.PoliciesPoll, Logger: log}); err != nil {
+			return err
+		}
+		s.closers = append(s.closers, s.runWatcher(s.policies.Run))
 	}
 	storeName := "memory"
 	if cfg.Upstream != "" {
@@ -151,6 +150,18 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	return s.listenHTTPCheck()
 }
 
+// runWatcher runs a configuration watcher's Run on a goroutine of its
+// own, and returns what stops it and waits for it.
+func (s *Sidecar) runWatcher(run func(context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = run(ctx)
+	}()
+	return func() { cancel(); <-done }
+}
+
 // listenGRPC loads --rls-config, starts watching it, and listens for
 // Envoy's rate limit service.
 func (s *Sidecar) listenGRPC() (err error) {
@@ -160,13 +171,7 @@ func (s *Sidecar) listenGRPC() (err error) {
 			return fmt.Errorf("invalid --rls-config: %w", err)
 		}
 		s.log.Info("rls config loaded", "dir", cfg.RLSConfig, "domains", s.rules.Current().Domains())
-		wctx, stop := context.WithCancel(context.Background())
-		watched := make(chan struct{})
-		go func() {
-			defer close(watched)
-			_ = s.rules.Run(wctx)
-		}()
-		s.closers = append(s.closers, func() { stop(); <-watched })
+		s.closers = append(s.closers, s.runWatcher(s.rules.Run))
 	}
 	if cfg.GRPCListen == "" {
 		return nil
@@ -305,15 +310,15 @@ func (s *Sidecar) adminInfo() respserver.InfoSection {
 // Addr is the RESP listener's address.
 func (s *Sidecar) Addr() net.Addr { return s.ln.Addr() }
 
-// ReloadPolicies rereads the policies file now (SIGHUP), whatever its
-// content; without a policies file it does nothing.
+// ReloadPolicies rereads the policies file and the rate limit service's
+// configuration now (SIGHUP), whatever their content; each failure is
+// logged by its watcher.
 func (s *Sidecar) ReloadPolicies() {
-	if s.rules != nil {
-		go func() { _ = s.rules.Reload() }() // logs its own failure
+	if s.policies != nil {
+		go func() { _ = s.policies.Reload() }()
 	}
-	select {
-	case s.reload <- struct{}{}:
-	default: // a reload is already asked for
+	if s.rules != nil {
+		go func() { _ = s.rules.Reload() }()
 	}
 }
 

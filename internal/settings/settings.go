@@ -32,7 +32,7 @@ type Config struct {
 	Upstream        string             // central Redis address; empty: the in-memory store
 	KeyPrefix       string             // prefix of every key written to the upstream
 	Policies        string             // the policies file; empty: none
-	PoliciesPoll    time.Duration      // how often the policies file is compared; 0: only on Reload
+	PoliciesPoll    time.Duration      // how often the policies file is also compared, besides file events; 0: events only
 	RequirePass     string             // the password clients must give; empty: none
 	LogFormat       string             // text or json
 	LogLevel        slog.Level         // the least level logged
@@ -114,7 +114,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Policies, "policies", c.Policies,
 		"YAML `file` of named policies for RL.ALLOW; a bad file stops start-up")
 	fs.DurationVar(&c.PoliciesPoll, "policies-poll", c.PoliciesPoll,
-		"how often to check --policies for changes and reload it (`duration`; 0: only on SIGHUP)")
+		"also compare --policies with the policies in use this often, where the file system reports no changes (`duration`; 0: on changes and SIGHUP only)")
 	fs.StringVar(&c.RequirePass, "requirepass", c.RequirePass,
 		"`password` clients must give with AUTH (or HELLO ... AUTH) before any other command")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log `format`: text or json")
@@ -156,7 +156,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.RLSConfig, "rls-config", c.RLSConfig,
 		"`directory` of envoyproxy/ratelimit's YAML configuration (every *.yaml, one domain each), watched and reloaded")
 	fs.DurationVar(&c.RLSConfigPoll, "rls-config-poll", c.RLSConfigPoll,
-		"also re-read --rls-config this often, where the file system reports no changes (`duration`; 0: on changes and SIGHUP only)")
+		"also compare --rls-config with the configuration in use this often, where the file system reports no changes (`duration`; 0: on changes and SIGHUP only)")
 	fs.BoolVar(&c.RLSStopOverLimit, "rls-stop-charging-when-over-limit", c.RLSStopOverLimit,
 		"charge no descriptor of a call when any of them is over its limit (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); "+
 			"costs a look before the charge, and is not atomic across sidecars")
