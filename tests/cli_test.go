@@ -170,3 +170,20 @@ func TestAdminDefaultTaken(t *testing.T) {
 		t.Errorf("SLUICE_ADMIN_LISTEN=%s taken: exit %d, %s; want exit 1", defaultAdmin, code, errs)
 	}
 }
+
+// TestSettingsStandAlone: the injector reads the settings table without
+// the sidecar it configures: no RESP server, HTTP check or telemetry.
+func TestSettingsStandAlone(t *testing.T) {
+	for _, pkg := range []string{"../inject", "../internal/settings"} {
+		out, err := exec.Command("go", "list", "-deps", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			switch strings.TrimPrefix(dep, "github.com/sluice-rl/sluice/") {
+			case "app", "respserver", "httpcheck", "telemetry":
+				t.Errorf("%s depends on %s", pkg, dep)
+			}
+		}
+	}
+}

@@ -106,9 +106,8 @@ func examplePort(name string) string {
 // lacks.
 func (c *Config) validateUpstream() error {
 	if c.Upstream == "" {
-		if c.UpstreamTLSCA != "" {
-			return fmt.Errorf("invalid %s: it needs an rediss:// --upstream", c.name("upstream-tls-ca"))
-		}
+		// A CA with no address yet is the injector's: the address comes
+		// from a Secret when the pod starts.
 		return nil
 	}
 	if !strings.Contains(c.Upstream, "://") {
