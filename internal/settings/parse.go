@@ -109,7 +109,8 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string) (set map[string]bool
 }
 
 // Finish completes c, whose flags fs has (Register) and has parsed: each
-// flag not given takes its SLUICE_* variable, then c is validated. An
+// flag not given takes its SLUICE_* variable, then c is validated and the
+// files it names are looked for. An
 // error names the variable when that is where the wrong value came from.
 func (c *Config) Finish(fs *flag.FlagSet, getenv func(string) string) error {
 	if fs.Lookup("listen") == nil {
@@ -123,7 +124,10 @@ func (c *Config) Finish(fs *flag.FlagSet, getenv func(string) string) error {
 	given := env["admin-listen"]
 	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "admin-listen" })
 	c.AdminOptional = !given
-	return c.Validate()
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	return c.checkFiles()
 }
 
 // from names the variable flag came from, for a message that names the

@@ -65,6 +65,15 @@ func TestFlagErrors(t *testing.T) {
 		{"open listen from env", nil, map[string]string{"SLUICE_LISTEN": "0.0.0.0:6380"},
 			`refusing to listen on "0.0.0.0:6380" (from SLUICE_LISTEN) without a password: it is reachable from other machines. ` +
 				`Set --requirepass (SLUICE_REQUIREPASS), or listen on 127.0.0.1`},
+		{"missing policies file", []string{"--policies", "/nonexistent/p.yaml"}, nil,
+			`invalid --policies "/nonexistent/p.yaml": no such file or directory`},
+		{"missing policies file from env", nil, map[string]string{"SLUICE_POLICIES": "/nonexistent/p.yaml"},
+			`invalid SLUICE_POLICIES "/nonexistent/p.yaml": no such file or directory`},
+		{"rls config not a directory", []string{"--rls-config", "parse_test.go"}, nil,
+			`invalid --rls-config "parse_test.go": not a directory: give the directory of the YAML files`},
+		{"policies a directory", []string{"--policies", "."}, nil, `invalid --policies ".": a directory: give the file`},
+		{"missing TLS key", []string{"--http-tls-cert", "parse_test.go", "--http-tls-key", "nope.key"}, nil,
+			`invalid --http-tls-key "nope.key": no such file or directory`},
 		{"CA without TLS", []string{"--upstream", "redis://r:6379", "--upstream-tls-ca", "ca.pem"}, nil,
 			`invalid --upstream-tls-ca: the upstream address does not use TLS (rediss://)`},
 	} {

@@ -55,7 +55,7 @@ type Config struct {
 	IOLoops        int      // event loops; 0: a goroutine per connection
 
 	// Envoy's rate limit service (gRPC).
-	GRPCListen       string        // address; empty: off
+	GRPCListen       string        // address; empty: off (the flag's "off")
 	GRPCTLSCert      string        // PEM certificate chain; with GRPCTLSKey, serve TLS
 	GRPCTLSKey       string        // PEM private key
 	GRPCTLSClientCA  string        // PEM CA that client certificates must chain to; empty: none asked
@@ -66,7 +66,7 @@ type Config struct {
 	RLSHeaders       rls.Headers   // response headers Envoy is asked to add
 
 	// The HTTP check endpoint.
-	HTTPListen    string // address; empty: off
+	HTTPListen    string // address; empty: off (the flag's "off")
 	HTTPKeyHeader string // request header whose value is the key when none is given
 	HTTPToken     string // bearer token callers must send; empty: none
 	HTTPTLSCert   string // PEM certificate chain; with HTTPTLSKey, serve HTTPS

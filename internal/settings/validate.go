@@ -1,8 +1,11 @@
 package settings
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -233,4 +236,41 @@ func (c *Config) validateListen() error {
 	}
 	return fmt.Errorf("refusing to listen on %q%s without a password: it is reachable from other machines. "+
 		"Set --requirepass (SLUICE_REQUIREPASS), or listen on 127.0.0.1", addr, c.from("listen"))
+}
+
+// checkFiles checks that the files and directories the settings name are
+// there, so that a mistyped path is a setting's error (exit 2), named with
+// where it came from, and not a failure to start. It is the binary's
+// check, not Validate's: the injector validates paths of a pod it renders,
+// which need not exist where it runs.
+func (c *Config) checkFiles() error {
+	for _, f := range []struct {
+		name, path string
+		dir        bool
+	}{
+		{"policies", c.Policies, false},
+		{"rls-config", c.RLSConfig, true},
+		{"upstream-tls-ca", c.UpstreamTLSCA, false},
+		{"grpc-tls-cert", c.GRPCTLSCert, false},
+		{"grpc-tls-key", c.GRPCTLSKey, false},
+		{"grpc-tls-client-ca", c.GRPCTLSClientCA, false},
+		{"http-tls-cert", c.HTTPTLSCert, false},
+		{"http-tls-key", c.HTTPTLSKey, false},
+	} {
+		if f.path == "" {
+			continue
+		}
+		fi, err := os.Stat(f.path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("invalid %s %q: no such file or directory", c.name(f.name), f.path)
+		case err != nil:
+			return fmt.Errorf("invalid %s %q: %v", c.name(f.name), f.path, errors.Unwrap(err))
+		case f.dir && !fi.IsDir():
+			return fmt.Errorf("invalid %s %q: not a directory: give the directory of the YAML files", c.name(f.name), f.path)
+		case !f.dir && fi.IsDir():
+			return fmt.Errorf("invalid %s %q: a directory: give the file", c.name(f.name), f.path)
+		}
+	}
+	return nil
 }
