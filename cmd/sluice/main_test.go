@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-rl/sluice/internal/settings"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/settings"
 )
 
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -106,7 +106,7 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{[]string{"--listen", "unix:/run/x.sock", "--listen-perm", "rw"}, 2, `invalid --listen-perm "rw"`},
 		{[]string{"--listen", "unix:/run/x.sock", "--listen-perm", "1777"}, 2, `invalid --listen-perm "1777"`},
 		{[]string{"--listen", "unix:" + notSocket, "--admin-listen", "off"}, 1, "the path exists and is not a socket"},
-		{[]string{"--log-level", "loud"}, 2, `invalid --log-level "loud": slog: level string "loud": unknown name`},
+		{[]string{"--log-level", "loud"}, 2, `invalid --log-level "loud": must be debug, info, warn or error`},
 		{[]string{"--log-format", "xml"}, 2, "invalid --log-format"},
 		{[]string{"--policies", "/nonexistent/p.yaml"}, 2, `invalid --policies "/nonexistent/p.yaml": no such file or directory`},
 		{[]string{"--listen", "127.0.0.1:0", "--admin-listen", "off", "--policies", notSocket}, 1, notSocket},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -79,6 +80,13 @@ func explain(v flag.Value, s string, err error) string {
 		return "must be a whole number"
 	case bool:
 		return "must be true or false"
+	case *slog.Level:
+		return "must be debug, info, warn or error"
+	}
+	// A value's own error may repeat the value ("invalid on_failure
+	// \"maybe\": must be ..."): the line names it once already.
+	if _, rest, ok := strings.Cut(err.Error(), strconv.Quote(s)+": "); ok {
+		return rest
 	}
 	return err.Error()
 }

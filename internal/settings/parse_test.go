@@ -74,6 +74,11 @@ func TestFlagErrors(t *testing.T) {
 		{"policies a directory", []string{"--policies", "."}, nil, `invalid --policies ".": a directory: give the file`},
 		{"missing TLS key", []string{"--http-tls-cert", "parse_test.go", "--http-tls-key", "nope.key"}, nil,
 			`invalid --http-tls-key "nope.key": no such file or directory`},
+		{"log level", []string{"--log-level", "loud"}, nil, `invalid --log-level "loud": must be debug, info, warn or error`},
+		{"failure mode", []string{"--on-upstream-failure", "maybe"}, nil, `invalid --on-upstream-failure "maybe": must be allow, deny or local`},
+		{"failure mode from env", nil, map[string]string{"SLUICE_ON_UPSTREAM_FAILURE": "maybe"},
+			`invalid SLUICE_ON_UPSTREAM_FAILURE "maybe": must be allow, deny or local`},
+		{"headers", []string{"--rls-response-headers", "all"}, nil, `invalid --rls-response-headers "all": must be off, peer, draft or both`},
 		{"CA without TLS", []string{"--upstream", "redis://r:6379", "--upstream-tls-ca", "ca.pem"}, nil,
 			`invalid --upstream-tls-ca: the upstream address does not use TLS (rediss://)`},
 	} {
