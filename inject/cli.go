@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/sluice-rl/sluice/internal/settings"
 )
 
 // Main is `sluice inject`: args are the command's flags, after "inject";
@@ -18,7 +20,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	in := fs.String("f", "-", "the YAML `file` to read; - for standard input")
 	out := fs.String("o", "-", "the `file` to write; - for standard output")
 	s.Register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := settings.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			Usage(stdout, fs, injectUsage, "")
 			return 0
