@@ -95,6 +95,9 @@ func TestHelpListsCommands(t *testing.T) {
 			}
 		}
 	}
+	if code, _, errs := runCLI(t, nil, "help", "nosuch"); code != 2 || !strings.Contains(errs, "the commands are inject and webhook") {
+		t.Errorf("sluice help nosuch: exit %d, %q; want 2 and the commands", code, errs)
+	}
 	code, out, errs := runCLI(t, nil, "webhook", "--help")
 	if code != 0 || !strings.Contains(out, "\n  --sidecar-grpc-tls-key ") {
 		t.Fatalf("sluice webhook --help: exit %d, %s%s", code, out, errs)
