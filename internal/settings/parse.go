@@ -25,7 +25,11 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	orig := map[string]flag.Value{}
 	fs.VisitAll(func(f *flag.Flag) {
 		orig[f.Name] = f.Value
-		c := checked{Value: f.Value, name: "--" + f.Name, refused: &refused}
+		name := "--" + f.Name
+		if len(f.Name) == 1 {
+			name = "-" + f.Name // as the README writes sluice inject -f
+		}
+		c := checked{Value: f.Value, name: name, refused: &refused}
 		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
 			f.Value = checkedBool{c}
 		} else {
