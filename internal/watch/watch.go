@@ -45,9 +45,11 @@ type Config struct {
 	// What names the configuration in log lines, such as "policies".
 	What string
 	// Poll, if positive, also compares the content this often, for file
-	// systems that send no notifications. Run polls every 2s by itself
-	// when notifications are not available. Zero: notifications only.
+	// systems that send no notifications. Zero: notifications only.
 	Poll time.Duration
+	// Fallback is how often Run polls instead when notifications cannot be
+	// had at all (and Poll is zero). Zero means 2s.
+	Fallback time.Duration
 	// Debounce is how long Run waits after the last notification before
 	// it reads, so that a file written in several steps is read once,
 	// whole. Zero means 100ms.
@@ -75,6 +77,9 @@ func New(cfg Config) (*Watcher, error) {
 	cfg.Path = filepath.Clean(cfg.Path)
 	if cfg.Debounce <= 0 {
 		cfg.Debounce = 100 * time.Millisecond
+	}
+	if cfg.Fallback <= 0 {
+		cfg.Fallback = 2 * time.Second
 	}
 	w := &Watcher{cfg: cfg, log: cfg.Logger, applied: cfg.Applied}
 	if w.log == nil {
@@ -176,7 +181,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if err != nil {
 		w.log.Warn(w.cfg.What+": cannot watch for changes; polling instead", "path", path, "err", err)
 		if poll <= 0 {
-			poll = 2 * time.Second
+			poll = w.cfg.Fallback
 		}
 	} else {
 		if isDir {

@@ -204,6 +204,7 @@ func TestRunFollowsAConfigMapSwap(t *testing.T) {
 			var log bytes.Buffer
 			cfg, n, _ := counting(path, &log)
 			cfg.Debounce = 5 * time.Millisecond
+			cfg.Fallback = time.Hour // were notifications not had, nothing would see the swap
 			w, err := New(cfg)
 			must(t, err)
 			run(t, w)
