@@ -259,6 +259,9 @@ func (s *Settings) sidecarConfig() settings.Config {
 }
 
 func (s *Settings) adminPort() (int32, error) {
+	if s.Sidecar.AdminListen == "" {
+		return 0, errors.New("invalid --admin-listen off: the probes need the admin port")
+	}
 	_, port, err := net.SplitHostPort(s.Sidecar.AdminListen)
 	if err != nil {
 		return 0, fmt.Errorf("invalid --admin-listen %q: the probes need the admin port: %v", s.Sidecar.AdminListen, err)
