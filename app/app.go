@@ -7,15 +7,13 @@ package app
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -23,7 +21,10 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/httpcheck"
+	"github.com/sluice-rl/sluice/internal/settings"
+	"github.com/sluice-rl/sluice/internal/tlsfiles"
 	"github.com/sluice-rl/sluice/internal/version"
+	"github.com/sluice-rl/sluice/internal/watch"
 	"github.com/sluice-rl/sluice/policy"
 	"github.com/sluice-rl/sluice/respserver"
 	"github.com/sluice-rl/sluice/rls"
@@ -32,6 +33,10 @@ import (
 	"github.com/sluice-rl/sluice/telemetry"
 	"github.com/sluice-rl/sluice/upstream"
 )
+
+// Config is the sidecar's settings; the table itself (flags, variables,
+// defaults, validation) is package settings'.
+type Config = settings.Config
 
 // Sidecar is a built sidecar, listening once New returns.
 type Sidecar struct {
@@ -51,8 +56,9 @@ type Sidecar struct {
 	grpcLn  net.Listener
 	check   *httpcheck.Server // nil without --http-listen
 	checkLn net.Listener
-	reload  chan struct{}
 	closers []func() // run in reverse by close
+
+	policies *watch.Watcher // nil without --policies
 }
 
 // New builds the sidecar cfg describes and starts listening; Run serves.
@@ -68,7 +74,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, getenv func(string) 
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
-	s := &Sidecar{cfg: cfg, log: log, reload: make(chan struct{}, 1)}
+	s := &Sidecar{cfg: cfg, log: log}
 	if err := s.build(ctx, getenv); err != nil {
 		s.close()
 		return nil, err
@@ -105,13 +111,10 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 		log.Info("policies loaded", "file", cfg.Policies, "count", set.Len(), "names", set.Names())
 		s.live = policy.NewLive(set)
 		policies = s.live
-		wctx, stop := context.WithCancel(context.Background())
-		watched := make(chan struct{})
-		go func() {
-			defer close(watched)
-			s.live.Watch(wctx, policy.WatchConfig{Path: cfg.Policies, Every: cfg.PoliciesPoll, Reload: s.reload, Logger: log})
-		}()
-		s.closers = append(s.closers, func() { stop(); <-watched })
+		if s.policies, err = s.live.Watcher(policy.WatchConfig{Path: cfg.Policies, Poll: cfg.PoliciesPoll, Logger: log}); err != nil {
+			return err
+		}
+		s.closers = append(s.closers, s.runWatcher(s.policies.Run))
 	}
 	storeName := "memory"
 	if cfg.Upstream != "" {
@@ -125,7 +128,7 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 		loops = -1 // respserver's "a goroutine per connection"
 	}
 	rcfg := respserver.Config{Service: s.svc, RequirePass: cfg.RequirePass, Logger: log,
-		MaxConns: cfg.MaxClients, MaxInputMemory: int64(cfg.MaxInputMemory), Info: s.infoSections(), Keys: s.mem.Len, Loops: loops}
+		MaxConns: cfg.MaxClients, MaxInputMemory: int64(cfg.MaxInputMemory), Info: append(s.infoSections(), s.adminInfo()), Keys: s.mem.Len, Loops: loops}
 	if s.chain != nil {
 		rcfg.Upstream, rcfg.RoundParts = s.chain.up, cfg.BatchInFlight
 	}
@@ -147,6 +150,18 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	return s.listenHTTPCheck()
 }
 
+// runWatcher runs a configuration watcher's Run on a goroutine of its
+// own, and returns what stops it and waits for it.
+func (s *Sidecar) runWatcher(run func(context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = run(ctx)
+	}()
+	return func() { cancel(); <-done }
+}
+
 // listenGRPC loads --rls-config, starts watching it, and listens for
 // Envoy's rate limit service.
 func (s *Sidecar) listenGRPC() (err error) {
@@ -156,18 +171,12 @@ func (s *Sidecar) listenGRPC() (err error) {
 			return fmt.Errorf("invalid --rls-config: %w", err)
 		}
 		s.log.Info("rls config loaded", "dir", cfg.RLSConfig, "domains", s.rules.Current().Domains())
-		wctx, stop := context.WithCancel(context.Background())
-		watched := make(chan struct{})
-		go func() {
-			defer close(watched)
-			_ = s.rules.Run(wctx)
-		}()
-		s.closers = append(s.closers, func() { stop(); <-watched })
+		s.closers = append(s.closers, s.runWatcher(s.rules.Run))
 	}
 	if cfg.GRPCListen == "" {
 		return nil
 	}
-	tlsCfg, err := serverTLS(cfg.GRPCTLSCert, cfg.GRPCTLSKey, cfg.GRPCTLSClientCA)
+	tlsCfg, err := tlsfiles.Server(cfg.GRPCTLSCert, cfg.GRPCTLSKey, cfg.GRPCTLSClientCA)
 	if err != nil {
 		return fmt.Errorf("invalid --grpc-tls-*: %w", err)
 	}
@@ -190,7 +199,7 @@ func (s *Sidecar) listenHTTPCheck() (err error) {
 	if cfg.HTTPListen == "" {
 		return nil
 	}
-	tlsCfg, err := serverTLS(cfg.HTTPTLSCert, cfg.HTTPTLSKey, "")
+	tlsCfg, err := tlsfiles.Server(cfg.HTTPTLSCert, cfg.HTTPTLSKey, "")
 	if err != nil {
 		return fmt.Errorf("invalid --http-tls-*: %w", err)
 	}
@@ -205,48 +214,6 @@ func (s *Sidecar) listenHTTPCheck() (err error) {
 	s.log.Info("serving the HTTP check", "addr", s.checkLn.Addr().String(), "path", httpcheck.Path, "tls", tlsCfg != nil,
 		"token", cfg.HTTPToken != "", "key_header", cfg.HTTPKeyHeader)
 	return nil
-}
-
-// serverTLS is a door's TLS configuration from PEM files: nil without a
-// certificate; with a client CA, every client must present a certificate
-// that chains to it.
-func serverTLS(certFile, keyFile, clientCA string) (*tls.Config, error) {
-	if certFile == "" {
-		return nil, nil
-	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, err
-	}
-	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if clientCA != "" {
-		pem, err := os.ReadFile(clientCA)
-		if err != nil {
-			return nil, err
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s holds no PEM certificate", clientCA)
-		}
-		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
-	}
-	return c, nil
-}
-
-// GRPCAddr is the gRPC listener's address, or nil when it is off.
-func (s *Sidecar) GRPCAddr() net.Addr {
-	if s.grpcLn == nil {
-		return nil
-	}
-	return s.grpcLn.Addr()
-}
-
-// HTTPCheckAddr is the HTTP check's address, or nil when it is off.
-func (s *Sidecar) HTTPCheckAddr() net.Addr {
-	if s.checkLn == nil {
-		return nil
-	}
-	return s.checkLn.Addr()
 }
 
 // telemetry sets up metrics (Prometheus, and OTLP when configured) and
@@ -294,14 +261,22 @@ func (s *Sidecar) sources() telemetry.Sources {
 }
 
 // listenAdmin starts the admin HTTP server, unless --admin-listen is off.
+// An address left at its default that another process holds (a second
+// sidecar on this machine) turns the admin server off with a warning,
+// rather than stopping the sidecar; one asked for must be had.
 func (s *Sidecar) listenAdmin() error {
-	if s.cfg.AdminListen == "off" || s.cfg.AdminListen == "" {
+	if s.cfg.AdminListen == "" {
 		return nil
 	}
 	// The admin port shows counts and health, never keys or decisions on
 	// demand, so unlike the RESP port it may listen beyond loopback (a
 	// Prometheus in another pod scrapes it) without a password.
 	ln, err := net.Listen("tcp", s.cfg.AdminListen)
+	if err != nil && s.cfg.AdminOptional && errors.Is(err, syscall.EADDRINUSE) {
+		s.log.Warn("admin endpoints off: /metrics, /healthz and /readyz are not served, as the default admin address is taken; "+
+			"set --admin-listen to another address, or off", "addr", s.cfg.AdminListen, "err", err)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("admin listener: %w", err)
 	}
@@ -316,26 +291,34 @@ func (s *Sidecar) listenAdmin() error {
 	return nil
 }
 
+// adminInfo is INFO's Admin section: where /metrics, /healthz and /readyz
+// are served, or that they are not (admin_serving:0), which a taken
+// default address leaves only a log line otherwise.
+func (s *Sidecar) adminInfo() respserver.InfoSection {
+	return respserver.InfoSection{Name: "Admin", Fields: func() [][2]string {
+		addr, serving := s.cfg.AdminListen, "0"
+		if s.adminLn != nil {
+			addr, serving = s.adminLn.Addr().String(), "1"
+		}
+		if addr == "" {
+			addr = "off"
+		}
+		return [][2]string{{"admin_listen", addr}, {"admin_serving", serving}}
+	}}
+}
+
 // Addr is the RESP listener's address.
 func (s *Sidecar) Addr() net.Addr { return s.ln.Addr() }
 
-// AdminAddr is the admin server's address, or nil when it is off.
-func (s *Sidecar) AdminAddr() net.Addr {
-	if s.adminLn == nil {
-		return nil
-	}
-	return s.adminLn.Addr()
-}
-
-// ReloadPolicies rereads the policies file now (SIGHUP), whatever its
-// content; without a policies file it does nothing.
+// ReloadPolicies rereads the policies file and the rate limit service's
+// configuration now (SIGHUP), whatever their content; each failure is
+// logged by its watcher.
 func (s *Sidecar) ReloadPolicies() {
-	if s.rules != nil {
-		go func() { _ = s.rules.Reload() }() // logs its own failure
+	if s.policies != nil {
+		go func() { _ = s.policies.Reload() }()
 	}
-	select {
-	case s.reload <- struct{}{}:
-	default: // a reload is already asked for
+	if s.rules != nil {
+		go func() { _ = s.rules.Reload() }()
 	}
 }
 

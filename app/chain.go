@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/tlsfiles"
 	"github.com/sluice-rl/sluice/respserver"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/telemetry"
@@ -39,7 +40,7 @@ type chain struct {
 func newChain(cfg Config, mem *engine.MemoryStore, tel *telemetry.Telemetry, log *slog.Logger) (c *chain, err error) {
 	var roots *x509.CertPool
 	if cfg.UpstreamTLSCA != "" {
-		if roots, err = upstream.LoadCA(cfg.UpstreamTLSCA); err != nil {
+		if roots, err = tlsfiles.Pool(cfg.UpstreamTLSCA); err != nil {
 			return nil, fmt.Errorf("invalid --upstream-tls-ca: %w", err)
 		}
 	}

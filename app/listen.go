@@ -6,35 +6,11 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/settings"
 )
-
-// unixPrefix marks a --listen address that is a Unix socket's path.
-const unixPrefix = "unix:"
-
-// SocketPath is the path of a Unix socket address (unix:PATH), or "".
-func SocketPath(addr string) string {
-	if path, ok := strings.CutPrefix(addr, unixPrefix); ok {
-		return path
-	}
-	return ""
-}
-
-// parsePerm reads --listen-perm: octal permission bits such as 660; ""
-// leaves the socket as the umask made it.
-func parsePerm(s string) (fs.FileMode, error) {
-	if s == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseUint(s, 8, 32)
-	if err != nil || n > 0o777 {
-		return 0, fmt.Errorf("invalid --listen-perm %q: want octal permission bits such as 660", s)
-	}
-	return fs.FileMode(n), nil
-}
 
 // listenRESP listens on the RESP address: host:port, or a Unix socket
 // (unix:PATH). A socket costs less per request than TCP over loopback, as
@@ -43,11 +19,11 @@ func parsePerm(s string) (fs.FileMode, error) {
 // that has gone is replaced; one that a live process serves is not. The
 // file is removed when the listener closes.
 func listenRESP(addr, perm string) (net.Listener, error) {
-	path := SocketPath(addr)
+	path := settings.SocketPath(addr)
 	if path == "" {
 		return net.Listen("tcp", addr)
 	}
-	mode, err := parsePerm(perm)
+	mode, err := settings.ParsePerm(perm)
 	if err != nil {
 		return nil, err
 	}

@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
-	"github.com/sluice-rl/sluice/app"
 	"github.com/sluice-rl/sluice/inject"
 	"github.com/sluice-rl/sluice/inject/injecttest"
+	"github.com/sluice-rl/sluice/internal/settings"
 )
 
 var update = flag.Bool("update", false, "regenerate the sidecar components from the injector")
@@ -132,15 +132,15 @@ func sidecarOf(t *testing.T, spec corev1.PodSpec) (corev1.Container, bool) {
 }
 
 // flagsOf parses a container's args and env the way the binary does.
-func flagsOf(t *testing.T, c corev1.Container, env map[string]string) app.Config {
+func flagsOf(t *testing.T, c corev1.Container, env map[string]string) settings.Config {
 	t.Helper()
-	cfg := app.DefaultConfig()
+	cfg := settings.Default()
 	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
 	cfg.Register(fs)
 	if err := fs.Parse(c.Args); err != nil {
 		t.Fatalf("the binary would refuse its args %v: %v", c.Args, err)
 	}
-	if err := app.ApplyEnv(fs, func(k string) string { return env[k] }); err != nil {
+	if err := settings.ApplyEnv(fs, func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
 	return cfg
@@ -397,13 +397,13 @@ func TestCentralManifest(t *testing.T) {
 	// (TestCentralRuns moves them to loopback): the doors' protected mode
 	// must accept them, or the pod never starts.
 	env := resolveEnv(t, objs, c)
-	cfg := app.DefaultConfig()
+	cfg := settings.Default()
 	fset := flag.NewFlagSet("sluice", flag.ContinueOnError)
 	cfg.Register(fset)
 	if err := fset.Parse(c.Args); err != nil {
 		t.Fatalf("args %v: %v", c.Args, err)
 	}
-	if err := app.ApplyEnv(fset, func(k string) string { return env[k] }); err != nil {
+	if err := settings.ApplyEnv(fset, func(k string) string { return env[k] }); err != nil {
 		t.Fatal(err)
 	}
 	if err := cfg.Validate(); err != nil {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/sluice-rl/sluice/internal/settings"
 )
 
 // Main is `sluice inject`: args are the command's flags, after "inject";
@@ -18,9 +20,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	in := fs.String("f", "-", "the YAML `file` to read; - for standard input")
 	out := fs.String("o", "-", "the `file` to write; - for standard output")
 	s.Register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := settings.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			Usage(stdout, fs, injectUsage)
+			Usage(stdout, fs, injectUsage, "")
 			return 0
 		}
 		fmt.Fprintf(stderr, "sluice inject: %v\nRun sluice inject --help for the flags.\n", err)
@@ -78,12 +80,21 @@ annotations sluice.io/<flag> override the flags below for that pod.
 Flags:
 `
 
-// Usage prints head, then fs's flags as the README writes them (--name).
-func Usage(w io.Writer, fs *flag.FlagSet, head string) {
+// Usage prints head, then fs's flags as the README writes them (-f, but
+// --name), leaving out the sidecar settings the injector refuses (each
+// name after prefix): they are registered only to be refused with why.
+func Usage(w io.Writer, fs *flag.FlagSet, head, prefix string) {
 	fmt.Fprint(w, head)
 	fs.VisitAll(func(f *flag.Flag) {
+		if name, ok := strings.CutPrefix(f.Name, prefix); ok && refused[name] != "" {
+			return
+		}
 		arg, text := flag.UnquoteUsage(f)
-		fmt.Fprintf(w, "  --%s %s\n    \t%s", f.Name, arg, strings.ReplaceAll(text, "\n", "\n    \t"))
+		dashes := "--"
+		if len(f.Name) == 1 {
+			dashes = "-"
+		}
+		fmt.Fprintf(w, "  %s%s %s\n    \t%s", dashes, f.Name, arg, strings.ReplaceAll(text, "\n", "\n    \t"))
 		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0s" {
 			fmt.Fprintf(w, " (default %s)", f.DefValue)
 		}

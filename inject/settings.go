@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -23,7 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/sluice-rl/sluice/app"
+	"github.com/sluice-rl/sluice/internal/settings"
 	"github.com/sluice-rl/sluice/internal/version"
 )
 
@@ -66,10 +67,10 @@ func ImageTag(v string) string {
 }
 
 // Settings is everything that shapes an injected sidecar: the sidecar's
-// own settings (app.Config, the binary's settings table) and how the
+// own settings (settings.Config, the binary's settings table) and how the
 // container around it is built.
 type Settings struct {
-	Sidecar           app.Config
+	Sidecar           settings.Config
 	Image             string
 	Native            bool   // an init container with restartPolicy Always (Kubernetes 1.29+); false: a plain container
 	UpstreamSecret    string // Secret holding the upstream address; empty: the in-memory store
@@ -86,7 +87,7 @@ type Settings struct {
 // flags: the binary's defaults, except that the admin port listens on
 // every address, for the kubelet's probes and Prometheus.
 func DefaultSettings() Settings {
-	c := app.DefaultConfig()
+	c := settings.Default()
 	c.AdminListen = "0.0.0.0:9380"
 	return Settings{
 		Sidecar:           c,
@@ -112,7 +113,7 @@ var refused = map[string]string{
 }
 
 // Register makes every setting a flag of fs, the sidecar's through
-// app.Config.Register. The same names, after "sluice.io/", are the pod
+// settings.Config.Register. The same names, after "sluice.io/", are the pod
 // annotations that override them (ForPod).
 func (s *Settings) Register(fs *flag.FlagSet) {
 	fs.StringVar(&s.Image, "image", s.Image, "the sidecar's container `image`")
@@ -138,7 +139,17 @@ func (s *Settings) Register(fs *flag.FlagSet) {
 func (s *Settings) RegisterPrefixed(fs *flag.FlagSet, prefix string) {
 	own := flag.NewFlagSet("", flag.ContinueOnError)
 	s.Register(own)
-	own.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, prefix+f.Name, f.Usage) })
+	// A usage that names another setting names it as fs has it.
+	rename := regexp.MustCompile(`--[a-z][a-z0-9-]*`)
+	own.VisitAll(func(f *flag.Flag) {
+		usage := rename.ReplaceAllStringFunc(f.Usage, func(name string) string {
+			if own.Lookup(name[2:]) != nil {
+				return "--" + prefix + name[2:]
+			}
+			return name
+		})
+		fs.Var(f.Value, prefix+f.Name, usage)
+	})
 }
 
 // CheckFlags refuses the sidecar settings given on fs's command line, each
@@ -211,7 +222,7 @@ func (s *Settings) Validate() error {
 // (--listen unix:PATH), which the injector makes a volume that every
 // container of the pod mounts; "" for TCP.
 func (s *Settings) socketDir() string {
-	if path := app.SocketPath(s.Sidecar.Listen); path != "" {
+	if path := settings.SocketPath(s.Sidecar.Listen); path != "" {
 		return filepath.Dir(path)
 	}
 	return ""
@@ -219,7 +230,7 @@ func (s *Settings) socketDir() string {
 
 // checkSocket refuses a socket path the shared volume cannot hold.
 func (s *Settings) checkSocket() error {
-	path := app.SocketPath(s.Sidecar.Listen)
+	path := settings.SocketPath(s.Sidecar.Listen)
 	if path == "" {
 		return nil
 	}
@@ -238,7 +249,7 @@ func (s *Settings) checkSocket() error {
 // sidecarConfig is the sidecar's settings as the container runs them:
 // the policies file where the ConfigMap is mounted, and a socket's mode
 // open to the pod's other containers unless the pod gives one.
-func (s *Settings) sidecarConfig() app.Config {
+func (s *Settings) sidecarConfig() settings.Config {
 	c := s.Sidecar
 	c.Policies = s.policiesFile()
 	if s.socketDir() != "" && c.ListenPerm == "" {
@@ -248,6 +259,9 @@ func (s *Settings) sidecarConfig() app.Config {
 }
 
 func (s *Settings) adminPort() (int32, error) {
+	if s.Sidecar.AdminListen == "" {
+		return 0, errors.New("invalid --admin-listen off: the probes need the admin port")
+	}
 	_, port, err := net.SplitHostPort(s.Sidecar.AdminListen)
 	if err != nil {
 		return 0, fmt.Errorf("invalid --admin-listen %q: the probes need the admin port: %v", s.Sidecar.AdminListen, err)
@@ -270,7 +284,7 @@ func (s *Settings) policiesFile() string {
 // whose value differs from the binary's default, in the table's order.
 func (s *Settings) Args() []string {
 	defaults := flag.NewFlagSet("defaults", flag.ContinueOnError)
-	d := app.DefaultConfig()
+	d := settings.Default()
 	d.Register(defaults)
 	cur := flag.NewFlagSet("sidecar", flag.ContinueOnError)
 	c := s.sidecarConfig()
@@ -322,7 +336,7 @@ func (s *Settings) Container() (corev1.Container, []corev1.Volume) {
 		c.RestartPolicy = ptr(corev1.ContainerRestartPolicyAlways)
 	}
 	if s.UpstreamSecret != "" {
-		c.Env = append(c.Env, corev1.EnvVar{Name: app.EnvName("upstream"), ValueFrom: &corev1.EnvVarSource{
+		c.Env = append(c.Env, corev1.EnvVar{Name: settings.EnvName("upstream"), ValueFrom: &corev1.EnvVarSource{
 			SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: s.UpstreamSecret}, Key: s.UpstreamSecretKey}}})
 	}

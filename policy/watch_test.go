@@ -6,8 +6,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/watch"
 )
 
 const (
@@ -15,12 +18,12 @@ const (
 	three = "policies:\n  api:\n    algorithm: fixed_window\n    limit: 3\n    period: 1m\n"
 )
 
-// watching starts Watch on a file holding first; it stops with the test.
-func watching(t *testing.T, first string, every time.Duration, reload chan struct{}) (*Live, string) {
+// watching starts a Watcher on a file holding first; it stops with the
+// test.
+func watching(t *testing.T, first string, poll time.Duration) (*Live, *watch.Watcher, string) {
 	t.Helper()
 	live, path := loaded(t, first)
-	watch(t, live, path, every, reload)
-	return live, path
+	return live, watchFile(t, live, path, poll), path
 }
 
 // loaded writes content to a file and loads it.
@@ -37,15 +40,22 @@ func loaded(t *testing.T, content string) (*Live, string) {
 	return NewLive(set), path
 }
 
-// watch runs live.Watch on path until the test ends.
-func watch(t *testing.T, live *Live, path string, every time.Duration, reload chan struct{}) {
+// watchFile runs live's Watcher of path until the test ends.
+func watchFile(t *testing.T, live *Live, path string, poll time.Duration) *watch.Watcher {
+	t.Helper()
+	w, err := live.Watcher(WatchConfig{Path: path, Poll: poll, Debounce: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		live.Watch(ctx, WatchConfig{Path: path, Every: every, Reload: reload, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		_ = w.Run(ctx)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
+	return w
 }
 
 func limitOf(l *Live) int64 {
@@ -67,7 +77,7 @@ func eventually(t *testing.T, cond func() bool) bool {
 // TestWatchSeesSameSizeAndTime: a replacement with the same size and
 // modification time (touch -r, then mv) is a change all the same.
 func TestWatchSeesSameSizeAndTime(t *testing.T) {
-	live, path := watching(t, nine, 5*time.Millisecond, nil)
+	live, _, path := watching(t, nine, 0)
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
@@ -89,21 +99,22 @@ func TestWatchSeesSameSizeAndTime(t *testing.T) {
 
 // TestWatchKeepsPoliciesOnABrokenFile, and takes the next good one.
 func TestWatchKeepsPoliciesOnABrokenFile(t *testing.T) {
-	reload := make(chan struct{})
-	live, path := watching(t, nine, 0, reload)
+	live, w, path := watching(t, nine, 0)
 	if err := os.WriteFile(path, []byte("policies:\n  api: [\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	reload <- struct{}{}
-	reload <- struct{}{} // the first is handled once the second is taken
+	if err := w.Reload(); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Reload of a broken file: %v; want an error naming the file", err)
+	}
 	if got := limitOf(live); got != 9 {
 		t.Fatalf("after a broken file, limit %d; want the 9 in use kept", got)
 	}
 	if err := os.WriteFile(path, []byte(three), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	reload <- struct{}{}
-	reload <- struct{}{}
+	if err := w.Reload(); err != nil {
+		t.Fatal(err)
+	}
 	if got := limitOf(live); got != 3 {
 		t.Fatalf("after a good file and a reload, limit %d; want 3", got)
 	}
@@ -133,9 +144,7 @@ func TestWatchFollowsASymlinkSwap(t *testing.T) {
 	set, err := Load(path)
 	must(err)
 	live := NewLive(set)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go live.Watch(ctx, WatchConfig{Path: path, Every: 5 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	watchFile(t, live, path, 0) // no polling: the notifications see the swap
 	must(os.Symlink("v2", filepath.Join(dir, "..data_tmp")))
 	must(os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")))
 	if !eventually(t, func() bool { return limitOf(live) == 3 }) {
@@ -152,7 +161,7 @@ func TestWatchComparesWithTheLoadedFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte(three), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	watch(t, live, path, 5*time.Millisecond, nil)
+	watchFile(t, live, path, 0)
 	if !eventually(t, func() bool { return limitOf(live) == 3 }) {
 		t.Fatalf("limit still %d: the file changed before Watch started and was never reloaded", limitOf(live))
 	}

@@ -345,17 +345,9 @@ func yamlError(file string, err error) error {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// formatPeriod writes a period compactly for a state key: whole seconds as
-// "60s", anything finer in Go's notation.
-func formatPeriod(d time.Duration) string {
-	if d%time.Second == 0 {
-		return itoa(int64(d/time.Second)) + "s"
-	}
-	return d.String()
-}
-
-// appendPeriod writes formatPeriod(d) to b, without a string of its own
-// for the common whole seconds: it runs once per request.
+// appendPeriod writes a period compactly to b, for a state key: whole
+// seconds as "60s", anything finer in Go's notation. It makes no string of
+// its own for the common whole seconds: it runs once per request.
 func appendPeriod(b *strings.Builder, d time.Duration) {
 	if d%time.Second != 0 {
 		b.WriteString(d.String())

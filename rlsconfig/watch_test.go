@@ -225,3 +225,25 @@ func TestWatcherConcurrentUse(t *testing.T) {
 		t.Fatalf("last reload not in use: %d", r.RequestsPerUnit)
 	}
 }
+
+// TestWatchSeesSameSizeAndTime: a file replaced by one of the same size
+// and modification time (touch -r, then mv) is a change all the same.
+func TestWatchSeesSameSizeAndTime(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a.yaml")
+	writeFile(t, path, "domain: one\n")
+	_, ch := startWatcher(t, dir)
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, ".tmp-a.yaml")
+	writeFile(t, tmp, "domain: two\n")
+	if err := os.Chtimes(tmp, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	waitReload(t, ch, func(r reload) bool { return r.err == nil && domains(r.cfg) == "two" })
+}

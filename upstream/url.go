@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -115,20 +114,6 @@ func NewClient(addr string, roots *x509.CertPool) (redis.UniversalClient, Kind, 
 // The store's script calls are never retried on an error (see cluster.go),
 // so the back-off delays only redirections, which need no pause.
 const RedirectBackoff = time.Millisecond
-
-// LoadCA reads a PEM file of the CA that a private Redis's certificate
-// chains to, which the system's roots do not hold.
-func LoadCA(path string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("upstream CA: %w", err)
-	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("upstream CA %q: no PEM certificate in it", path)
-	}
-	return roots, nil
-}
 
 // Redact is an upstream address without its scheme, credentials and
 // query: what logs, INFO and spans may show.

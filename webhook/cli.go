@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluice-rl/sluice/inject"
+	"github.com/sluice-rl/sluice/internal/settings"
 )
 
 // SidecarPrefix is before the name of every sidecar setting among the
@@ -47,9 +48,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.TLSKey, "tls-key", "", "PEM `file` of the serving certificate's key; reloaded when it changes")
 	fs.TextVar(&f.LogLevel, "log-level", f.LogLevel, "log `level`: debug, info, warn or error")
 	s.RegisterPrefixed(fs, SidecarPrefix)
-	if err := fs.Parse(args); err != nil {
+	if err := settings.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			inject.Usage(stdout, fs, webhookUsage)
+			inject.Usage(stdout, fs, webhookUsage, SidecarPrefix)
 			return 0
 		}
 		fmt.Fprintf(stderr, "sluice webhook: %v\nRun sluice webhook --help for the flags.\n", err)

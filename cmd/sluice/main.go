@@ -3,7 +3,7 @@
 // in a central Redis (--upstream) or, without one, in memory.
 //
 // This is the composition root and nothing more: flags and SLUICE_*
-// variables become an app.Config, signals become a draining shutdown and
+// variables become a settings.Config, signals become a draining shutdown and
 // policy reloads. package app builds the sidecar. The subcommands
 // `sluice inject` and `sluice webhook` are packages inject and webhook.
 package main
@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluice-rl/sluice/app"
 	"github.com/sluice-rl/sluice/inject"
+	"github.com/sluice-rl/sluice/internal/settings"
 	"github.com/sluice-rl/sluice/internal/version"
 	"github.com/sluice-rl/sluice/webhook"
 )
@@ -38,6 +39,8 @@ func main() {
 			os.Exit(inject.Main(args[1:], os.Stdin, os.Stdout, os.Stderr))
 		case "webhook":
 			os.Exit(webhook.Main(context.Background(), args[1:], os.Stdout, os.Stderr))
+		case "help":
+			os.Exit(help(args[1:], os.Stdout, os.Stderr))
 		}
 	}
 	tuneGC(os.Getenv)
@@ -85,7 +88,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, "sluice", version.String())
 		return 0
 	case err != nil:
-		fmt.Fprintf(stderr, "sluice: %v\nRun sluice --help for the flags.\n", err)
+		// One line: a refused value's error names the setting and the
+		// fix; an unknown flag gets the way to the list.
+		hint := ""
+		if strings.HasPrefix(err.Error(), "flag provided but not defined") {
+			hint = "; sluice --help lists the flags"
+		}
+		fmt.Fprintf(stderr, "sluice: %v%s\n", err, hint)
 		return 2
 	}
 	log := cfg.NewLogger(stderr)
@@ -120,14 +129,14 @@ var errVersion = errors.New("version asked for")
 
 // parseFlags reads the settings: the command line, then for each flag not
 // given there its SLUICE_* variable, then the defaults.
-func parseFlags(args []string, getenv func(string) string, usageOut io.Writer) (app.Config, error) {
-	cfg := app.DefaultConfig()
+func parseFlags(args []string, getenv func(string) string, usageOut io.Writer) (settings.Config, error) {
+	cfg := settings.Default()
 	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are printed once, by run
 	cfg.Register(fs)
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {} // a mistake gets one line, from run; --help the whole usage
-	if err := fs.Parse(args); err != nil {
+	if err := settings.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			usage(usageOut, fs)
 		}
@@ -137,20 +146,40 @@ func parseFlags(args []string, getenv func(string) string, usageOut io.Writer) (
 		return cfg, errVersion
 	}
 	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected argument %q: sluice takes only flags", fs.Arg(0))
+		return cfg, fmt.Errorf("unexpected argument %q: sluice takes only flags, or a command (inject, webhook, help)", fs.Arg(0))
 	}
-	if err := app.ApplyEnv(fs, getenv); err != nil {
-		return cfg, err
+	return cfg, cfg.Finish(fs, getenv)
+}
+
+// help is `sluice help [command]`: the usage of sluice, or of a command.
+func help(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		return run(context.Background(), []string{"--help"}, func(string) string { return "" }, stdout, stderr)
 	}
-	return cfg, cfg.Validate()
+	switch args[0] {
+	case "inject":
+		return inject.Main([]string{"--help"}, nil, stdout, stderr)
+	case "webhook":
+		return webhook.Main(context.Background(), []string{"--help"}, stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "sluice help: no command %q: the commands are inject and webhook\n", args[0])
+	return 2
 }
 
 const usageHead = `Usage: sluice [flags]
+       sluice <command> [flags]
 
 Sluice is a rate limiter that speaks the Redis protocol. Point any Redis
 client (or redis-cli) at --listen and send RL.* or CL.THROTTLE commands.
 Every flag can also be set by the environment variable shown in brackets;
-a flag given on the command line wins.
+a flag given on the command line wins. A setting that can be switched off
+is switched off by the word off.
+
+Commands:
+  inject      add the Sluice sidecar to the pods in Kubernetes YAML files
+  webhook     serve a Kubernetes admission webhook that adds the sidecar
+  help        this text; sluice help <command> (or sluice <command> --help)
+              for a command's flags
 
 Flags:
 `
@@ -174,7 +203,7 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 		arg, text := flag.UnquoteUsage(f)
 		fmt.Fprintf(w, "  --%s %s\n    \t%s", f.Name, arg, strings.ReplaceAll(text, "\n", "\n    \t"))
 		if f.Name != "version" {
-			fmt.Fprintf(w, " [%s]", app.EnvName(f.Name))
+			fmt.Fprintf(w, " [%s]", settings.EnvName(f.Name))
 		}
 		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0s" {
 			fmt.Fprintf(w, " (default %s)", f.DefValue)

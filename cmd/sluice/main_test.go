@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-rl/sluice/app"
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/settings"
 )
 
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -27,14 +27,18 @@ func TestFlagsAndEnv(t *testing.T) {
 		c.KeyPrefix != "sluice:" || c.IOLoops != 1 || c.OnFailure != engine.FailLocal {
 		t.Errorf("defaults = %+v", c)
 	}
+	policies := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(policies, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	env := envOf(map[string]string{"SLUICE_LISTEN": "127.0.0.1:7000", "SLUICE_UPSTREAM": "redis://r:6379",
-		"SLUICE_POLICIES": "p.yaml", "SLUICE_REQUIREPASS": "pw", "SLUICE_LOG_LEVEL": "debug", "SLUICE_LOG_FORMAT": "json",
+		"SLUICE_POLICIES": policies, "SLUICE_REQUIREPASS": "pw", "SLUICE_LOG_LEVEL": "debug", "SLUICE_LOG_FORMAT": "json",
 		"SLUICE_ON_UPSTREAM_FAILURE": "deny", "SLUICE_UPSTREAM_TIMEOUT": "250ms", "SLUICE_MAX_KEYS": "7"})
 	c, err = parseFlags([]string{"--listen", "127.0.0.1:7001"}, env, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Listen != "127.0.0.1:7001" || c.Upstream != "redis://r:6379" || c.Policies != "p.yaml" ||
+	if c.Listen != "127.0.0.1:7001" || c.Upstream != "redis://r:6379" || c.Policies != policies ||
 		c.RequirePass != "pw" || c.LogLevel != slog.LevelDebug || c.LogFormat != "json" ||
 		c.OnFailure != engine.FailClosed || c.UpstreamTimeout.String() != "250ms" || c.MaxKeys != 7 {
 		t.Errorf("env and flags = %+v", c)
@@ -57,7 +61,7 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 		t.Errorf("--help exit code %d", code)
 	}
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
-	c := app.DefaultConfig()
+	c := settings.Default()
 	c.Register(fs)
 	fs.VisitAll(func(f *flag.Flag) {
 		if !strings.Contains(out.String(), "  --"+f.Name+" ") {
@@ -102,11 +106,12 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{[]string{"--listen", "unix:/run/x.sock", "--listen-perm", "rw"}, 2, `invalid --listen-perm "rw"`},
 		{[]string{"--listen", "unix:/run/x.sock", "--listen-perm", "1777"}, 2, `invalid --listen-perm "1777"`},
 		{[]string{"--listen", "unix:" + notSocket, "--admin-listen", "off"}, 1, "the path exists and is not a socket"},
-		{[]string{"--log-level", "loud"}, 2, `invalid value "loud" for flag -log-level`},
+		{[]string{"--log-level", "loud"}, 2, `invalid --log-level "loud": must be debug, info, warn or error`},
 		{[]string{"--log-format", "xml"}, 2, "invalid --log-format"},
-		{[]string{"--listen", "127.0.0.1:0", "--admin-listen", "off", "--policies", "/nonexistent/p.yaml"}, 1, "/nonexistent/p.yaml"},
-		{[]string{"--listen", "127.0.0.1:0", "--admin-listen", "off", "--upstream", "http://x"}, 1, "scheme must be redis"},
-		{[]string{"--bogus"}, 2, "flag provided but not defined: -bogus\nRun sluice --help"},
+		{[]string{"--policies", "/nonexistent/p.yaml"}, 2, `invalid --policies "/nonexistent/p.yaml": no such file or directory`},
+		{[]string{"--listen", "127.0.0.1:0", "--admin-listen", "off", "--policies", notSocket}, 1, notSocket},
+		{[]string{"--upstream", "http://x"}, 2, `invalid --upstream "x": scheme must be redis`},
+		{[]string{"--bogus"}, 2, "flag provided but not defined: -bogus; sluice --help lists the flags\n"},
 		{[]string{"--on-upstream-failure", "maybe"}, 2, "must be allow, deny or local"},
 		{[]string{"--policies-poll", "-1s"}, 2, "invalid --policies-poll"},
 		{[]string{"--upstream-timeout", "0s"}, 2, "invalid --upstream-timeout"},

@@ -1,4 +1,4 @@
-package app
+package settings
 
 import (
 	"fmt"
@@ -6,16 +6,16 @@ import (
 	"strings"
 )
 
-// byteSize is a flag of a size in bytes, written as Redis writes them in
+// ByteSize is a flag of a size in bytes, written as Redis writes them in
 // its configuration: 1k is 1000, 1kb is 1024; likewise m, mb, g, gb.
-type byteSize int64
+type ByteSize int64
 
 var sizeUnits = []struct {
 	suffix string
 	mult   int64
 }{{"gb", 1 << 30}, {"mb", 1 << 20}, {"kb", 1 << 10}, {"g", 1e9}, {"m", 1e6}, {"k", 1e3}, {"b", 1}}
 
-func (b *byteSize) Set(s string) error {
+func (b *ByteSize) Set(s string) error {
 	v := strings.ToLower(strings.TrimSpace(s))
 	mult := int64(1)
 	for _, u := range sizeUnits {
@@ -28,11 +28,11 @@ func (b *byteSize) Set(s string) error {
 	if err != nil || n < 0 || n > (1<<62)/mult {
 		return fmt.Errorf("must be a size such as 256mb, 1gb or 500000 (bytes)")
 	}
-	*b = byteSize(n * mult)
+	*b = ByteSize(n * mult)
 	return nil
 }
 
-func (b *byteSize) String() string {
+func (b *ByteSize) String() string {
 	n := int64(*b)
 	for _, u := range []struct {
 		suffix string

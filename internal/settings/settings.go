@@ -1,14 +1,22 @@
-package app
+// Package settings is the sidecar's one table of settings: each flag, its
+// SLUICE_* variable, its default and its validation. The binary parses its
+// command line with it, package app builds a sidecar from the Config it
+// fills, and the injector (package inject) renders a container's
+// arguments from it. It is a package of its own so that the injector
+// needs only the table, not the whole sidecar.
+//
+// A setting that can be switched off is switched off by the word "off"
+// (--admin-listen off, --grpc-listen off, --rls-response-headers off): an
+// empty SLUICE_* variable reads as unset, so "off" is the one spelling
+// that works on the command line, in the environment and in a pod's
+// annotations alike. An empty address, the older spelling, still means
+// off. A duration of 0 means "never" where its help says so.
+package settings
 
 import (
-	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
@@ -24,7 +32,7 @@ type Config struct {
 	Upstream        string             // central Redis address; empty: the in-memory store
 	KeyPrefix       string             // prefix of every key written to the upstream
 	Policies        string             // the policies file; empty: none
-	PoliciesPoll    time.Duration      // how often the policies file is compared; 0: only on Reload
+	PoliciesPoll    time.Duration      // how often the policies file is also compared, besides file events; 0: events only
 	RequirePass     string             // the password clients must give; empty: none
 	LogFormat       string             // text or json
 	LogLevel        slog.Level         // the least level logged
@@ -33,17 +41,21 @@ type Config struct {
 	UpstreamTLSCA   string             // PEM file of the upstream's CA; empty: the system's roots
 	ShutdownTimeout time.Duration      // how long a shutdown waits for requests being answered
 	ShutdownDelay   time.Duration      // how long to keep serving after the signal, before draining; 0: none
-	AdminListen     string             // admin HTTP address; "off" or empty: none
-	BatchMax        int                // most decisions in one round trip
-	BatchInFlight   int                // most round trips in flight
-	MaxKeys         int                // the in-memory store's size, in keys
-	DenyCacheSize   int                // most refusals remembered
-	MaxClients      int                // most client connections
-	MaxInputMemory  byteSize           // input all clients may buffer together
-	IOLoops         int                // event loops; 0: a goroutine per connection
+	AdminListen     string             // admin HTTP address; empty: none (the flag's "off")
+	// AdminOptional makes a taken AdminListen a warning rather than a
+	// failure: Finish sets it when the address is the default, not one
+	// asked for, so that a second sidecar on one machine starts.
+	AdminOptional  bool
+	BatchMax       int      // most decisions in one round trip
+	BatchInFlight  int      // most round trips in flight
+	MaxKeys        int      // the in-memory store's size, in keys
+	DenyCacheSize  int      // most refusals remembered
+	MaxClients     int      // most client connections
+	MaxInputMemory ByteSize // input all clients may buffer together
+	IOLoops        int      // event loops; 0: a goroutine per connection
 
 	// Envoy's rate limit service (gRPC).
-	GRPCListen       string        // address; empty: off
+	GRPCListen       string        // address; empty: off (the flag's "off")
 	GRPCTLSCert      string        // PEM certificate chain; with GRPCTLSKey, serve TLS
 	GRPCTLSKey       string        // PEM private key
 	GRPCTLSClientCA  string        // PEM CA that client certificates must chain to; empty: none asked
@@ -54,16 +66,18 @@ type Config struct {
 	RLSHeaders       rls.Headers   // response headers Envoy is asked to add
 
 	// The HTTP check endpoint.
-	HTTPListen    string // address; empty: off
+	HTTPListen    string // address; empty: off (the flag's "off")
 	HTTPKeyHeader string // request header whose value is the key when none is given
 	HTTPToken     string // bearer token callers must send; empty: none
 	HTTPTLSCert   string // PEM certificate chain; with HTTPTLSKey, serve HTTPS
 	HTTPTLSKey    string // PEM private key
 	HTTPInsecure  bool   // allow a non-loopback address without TLS or a token
+
+	env map[string]bool // the flags Finish set from their SLUICE_* variables, named so in errors
 }
 
-// DefaultConfig is the configuration of a sidecar started with no flags.
-func DefaultConfig() Config {
+// Default is the configuration of a sidecar started with no flags.
+func Default() Config {
 	return Config{
 		Listen:          "127.0.0.1:6380",
 		KeyPrefix:       upstream.DefaultPrefix,
@@ -100,7 +114,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Policies, "policies", c.Policies,
 		"YAML `file` of named policies for RL.ALLOW; a bad file stops start-up")
 	fs.DurationVar(&c.PoliciesPoll, "policies-poll", c.PoliciesPoll,
-		"how often to check --policies for changes and reload it (`duration`; 0: only on SIGHUP)")
+		"also compare --policies with the policies in use this often, where the file system reports no changes (`duration`; 0: on changes and SIGHUP only)")
 	fs.StringVar(&c.RequirePass, "requirepass", c.RequirePass,
 		"`password` clients must give with AUTH (or HELLO ... AUTH) before any other command")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log `format`: text or json")
@@ -117,8 +131,9 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", c.ShutdownDelay,
 		"on SIGTERM or SIGINT, keep serving for this long before draining (`duration`): for a plain sidecar "+
 			"container, stopped at the same time as the application it serves")
-	fs.StringVar(&c.AdminListen, "admin-listen", c.AdminListen,
-		"`address` of the admin HTTP server: /metrics (Prometheus), /healthz, /readyz; \"off\" disables it")
+	fs.Var((*offAddr)(&c.AdminListen), "admin-listen",
+		"`address` of the admin HTTP server: /metrics (Prometheus), /healthz, /readyz; off: none. "+
+			"Left at its default and taken (a second sidecar on this machine), it is off with a warning")
 	fs.IntVar(&c.BatchMax, "batch-max", c.BatchMax, "most decisions sent to the upstream in one round trip (`n`)")
 	fs.IntVar(&c.BatchInFlight, "batch-inflight", c.BatchInFlight, "most round trips to the upstream in flight at once (`n`)")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most keys the in-memory store keeps, about 300 bytes each (`n`)")
@@ -129,8 +144,8 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.IOLoops, "io-loops", c.IOLoops,
 		"event loops serving client connections, a thread each (`n`); 0: a goroutine per connection, as on systems other than Linux")
 
-	fs.StringVar(&c.GRPCListen, "grpc-listen", c.GRPCListen,
-		"`address` to serve Envoy's rate limit service on (gRPC, envoyproxy/ratelimit's port is 8081); empty: off. Needs --rls-config. "+
+	fs.Var((*offAddr)(&c.GRPCListen), "grpc-listen",
+		"`address` to serve Envoy's rate limit service on (gRPC, envoyproxy/ratelimit's port is 8081), or off. Needs --rls-config. "+
 			"A non-loopback address needs --grpc-tls-client-ca or --grpc-insecure")
 	fs.StringVar(&c.GRPCTLSCert, "grpc-tls-cert", c.GRPCTLSCert, "PEM `file` of the gRPC server's certificate chain; with --grpc-tls-key, serve TLS")
 	fs.StringVar(&c.GRPCTLSKey, "grpc-tls-key", c.GRPCTLSKey, "PEM `file` of the gRPC server's private key")
@@ -141,7 +156,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.RLSConfig, "rls-config", c.RLSConfig,
 		"`directory` of envoyproxy/ratelimit's YAML configuration (every *.yaml, one domain each), watched and reloaded")
 	fs.DurationVar(&c.RLSConfigPoll, "rls-config-poll", c.RLSConfigPoll,
-		"also re-read --rls-config this often, where the file system reports no changes (`duration`; 0: on changes and SIGHUP only)")
+		"also compare --rls-config with the configuration in use this often, where the file system reports no changes (`duration`; 0: on changes and SIGHUP only)")
 	fs.BoolVar(&c.RLSStopOverLimit, "rls-stop-charging-when-over-limit", c.RLSStopOverLimit,
 		"charge no descriptor of a call when any of them is over its limit (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); "+
 			"costs a look before the charge, and is not atomic across sidecars")
@@ -149,8 +164,8 @@ func (c *Config) Register(fs *flag.FlagSet) {
 		"headers Envoy is asked to add to responses (`set`): off; peer (RateLimit-Limit, -Remaining, -Reset, as LIMIT_RESPONSE_HEADERS_ENABLED); "+
 			"draft (the IETF RateLimit-Policy and RateLimit fields, Retry-After when over); both")
 
-	fs.StringVar(&c.HTTPListen, "http-listen", c.HTTPListen,
-		"`address` to serve the HTTP check (/v1/check) on for nginx auth_request, Traefik forwardAuth, Envoy ext_authz; empty: off. "+
+	fs.Var((*offAddr)(&c.HTTPListen), "http-listen",
+		"`address` to serve the HTTP check (/v1/check) on for nginx auth_request, Traefik forwardAuth, Envoy ext_authz, or off. "+
 			"A non-loopback address needs --http-token, --http-tls-cert or --http-insecure")
 	fs.StringVar(&c.HTTPKeyHeader, "http-key-header", c.HTTPKeyHeader,
 		"request `header` whose value is the key when the check names none, such as X-Forwarded-For (its last address is used)")
@@ -159,182 +174,6 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.HTTPTLSKey, "http-tls-key", c.HTTPTLSKey, "PEM `file` of the HTTP check's private key")
 	fs.BoolVar(&c.HTTPInsecure, "http-insecure", c.HTTPInsecure,
 		"allow --http-listen on a non-loopback address without TLS or a token (a pod-local listener)")
-}
-
-// EnvName is the environment variable that sets flag name:
-// SLUICE_ and the name in capitals, dashes as underscores.
-func EnvName(name string) string {
-	return "SLUICE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
-}
-
-// ApplyEnv sets each flag of fs not given on the command line from its
-// variable (EnvName), if getenv has it: a flag given wins.
-func ApplyEnv(fs *flag.FlagSet, getenv func(string) string) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		v := getenv(EnvName(f.Name))
-		if err != nil || given[f.Name] || v == "" {
-			return
-		}
-		if e := fs.Set(f.Name, v); e != nil {
-			err = fmt.Errorf("invalid %s %q: %v", EnvName(f.Name), v, e)
-		}
-	})
-	return err
-}
-
-// Validate checks every setting, naming the flag of the first that is
-// wrong.
-func (c *Config) Validate() error {
-	if err := c.validateListen(); err != nil {
-		return err
-	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		return fmt.Errorf("invalid --log-format %q: must be text or json", c.LogFormat)
-	}
-	if c.OnFailure == engine.FailDefault {
-		return errors.New("invalid --on-upstream-failure: must be allow, deny or local")
-	}
-	durations := []struct {
-		name   string
-		d      time.Duration
-		zeroOK bool
-	}{
-		{"policies-poll", c.PoliciesPoll, true},
-		{"rls-config-poll", c.RLSConfigPoll, true},
-		{"shutdown-timeout", c.ShutdownTimeout, true},
-		{"shutdown-delay", c.ShutdownDelay, true},
-		{"upstream-timeout", c.UpstreamTimeout, false},
-	}
-	for _, d := range durations {
-		if d.d < 0 || d.d == 0 && !d.zeroOK {
-			return fmt.Errorf("invalid --%s %q: must be a positive duration such as 100ms%s", d.name, d.d, orZero(d.zeroOK))
-		}
-	}
-	ints := []struct {
-		name   string
-		n      int
-		zeroOK bool
-	}{
-		{"batch-max", c.BatchMax, false},
-		{"batch-inflight", c.BatchInFlight, false},
-		{"max-keys", c.MaxKeys, false},
-		{"deny-cache-size", c.DenyCacheSize, false},
-		{"max-clients", c.MaxClients, false},
-		{"io-loops", c.IOLoops, true},
-	}
-	for _, n := range ints {
-		if n.n < 0 || n.n == 0 && !n.zeroOK {
-			return fmt.Errorf("invalid --%s %q: must be a positive integer%s", n.name, strconv.Itoa(n.n), orZero(n.zeroOK))
-		}
-	}
-	if c.MaxInputMemory <= 0 {
-		return fmt.Errorf("invalid --max-input-memory %q: must be a positive size such as 256mb", c.MaxInputMemory.String())
-	}
-	if err := c.validateGRPC(); err != nil {
-		return err
-	}
-	return c.validateHTTP()
-}
-
-// validateGRPC is the gRPC door's protected mode. A password is not a gRPC
-// thing: beyond loopback, clients prove themselves with certificates, or
-// the operator says the address is reachable only from the pod.
-func (c *Config) validateGRPC() error {
-	if err := pairedFiles("grpc", c.GRPCTLSCert, c.GRPCTLSKey); err != nil {
-		return err
-	}
-	if c.GRPCTLSClientCA != "" && c.GRPCTLSCert == "" {
-		return errors.New("invalid --grpc-tls-client-ca: it needs --grpc-tls-cert and --grpc-tls-key, as client certificates are asked for over TLS")
-	}
-	if c.GRPCListen == "" {
-		return nil
-	}
-	host, _, err := net.SplitHostPort(c.GRPCListen)
-	if err != nil {
-		return fmt.Errorf("invalid --grpc-listen %q: %v", c.GRPCListen, err)
-	}
-	if c.RLSConfig == "" {
-		return errors.New("--grpc-listen needs --rls-config DIR: the rate limit service answers from envoyproxy/ratelimit's YAML files")
-	}
-	if isLoopback(host) || c.GRPCTLSClientCA != "" || c.GRPCInsecure {
-		return nil
-	}
-	return fmt.Errorf("refusing to serve gRPC on %q without client certificates: it is reachable from other machines. "+
-		"Set --grpc-tls-cert, --grpc-tls-key and --grpc-tls-client-ca, listen on 127.0.0.1, "+
-		"or set --grpc-insecure if only this pod can reach the address", c.GRPCListen)
-}
-
-// validateHTTP is the HTTP check's protected mode: TLS, a bearer token, or
-// the operator's word that the address is pod-local.
-func (c *Config) validateHTTP() error {
-	if err := pairedFiles("http", c.HTTPTLSCert, c.HTTPTLSKey); err != nil {
-		return err
-	}
-	if c.HTTPListen == "" {
-		return nil
-	}
-	host, _, err := net.SplitHostPort(c.HTTPListen)
-	if err != nil {
-		return fmt.Errorf("invalid --http-listen %q: %v", c.HTTPListen, err)
-	}
-	if isLoopback(host) || c.HTTPToken != "" || c.HTTPTLSCert != "" || c.HTTPInsecure {
-		return nil
-	}
-	return fmt.Errorf("refusing to serve the HTTP check on %q unprotected: it is reachable from other machines. "+
-		"Set --http-token (SLUICE_HTTP_TOKEN) or --http-tls-cert and --http-tls-key, listen on 127.0.0.1, "+
-		"or set --http-insecure if only this pod can reach the address", c.HTTPListen)
-}
-
-func pairedFiles(door, cert, key string) error {
-	if (cert == "") != (key == "") {
-		return fmt.Errorf("invalid --%s-tls-cert and --%s-tls-key: give both or neither", door, door)
-	}
-	return nil
-}
-
-func orZero(ok bool) string {
-	if ok {
-		return ", or 0"
-	}
-	return ""
-}
-
-// validateListen checks --listen and --listen-perm, and is Redis's
-// protected mode: serving beyond this machine without a password would
-// hand every quota to anyone who can connect. A Unix socket is reached
-// only on this machine, by whom its permissions let in.
-func (c *Config) validateListen() error {
-	addr := c.Listen
-	if path := SocketPath(addr); path != "" {
-		_, err := parsePerm(c.ListenPerm)
-		return err
-	}
-	if addr == unixPrefix {
-		return fmt.Errorf("invalid --listen %q: want unix:PATH, the socket's path", addr)
-	}
-	if c.ListenPerm != "" {
-		return fmt.Errorf("invalid --listen-perm %q: it applies to a Unix socket (--listen unix:PATH), not to %q", c.ListenPerm, addr)
-	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("invalid --listen %q: %v", addr, err)
-	}
-	if c.RequirePass != "" || isLoopback(host) {
-		return nil
-	}
-	return fmt.Errorf("refusing to listen on %q without a password: it is reachable from other machines. "+
-		"Set --requirepass (SLUICE_REQUIREPASS), or listen on 127.0.0.1", addr)
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // NewLogger is the logger the settings ask for, writing to w. Durations

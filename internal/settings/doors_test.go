@@ -1,4 +1,4 @@
-package app
+package settings
 
 import (
 	"strings"
@@ -30,7 +30,7 @@ func TestValidateDoors(t *testing.T) {
 		{"http bad address", func(c *Config) { c.HTTPListen = "8082" }, "invalid --http-listen"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := DefaultConfig()
+			c := Default()
 			tc.set(&c)
 			err := c.Validate()
 			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {

@@ -1,4 +1,4 @@
-package app
+package settings
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 // JSON logs write durations as a person reads them, not as nanoseconds.
 func TestLoggerWritesDurations(t *testing.T) {
 	var buf bytes.Buffer
-	cfg := DefaultConfig()
+	cfg := Default()
 	cfg.LogFormat = "json"
 	cfg.NewLogger(&buf).Info("x", "upstream_timeout", 100*time.Millisecond, slog.Group("g", "d", 2*time.Second))
 	var rec struct {
@@ -28,18 +28,18 @@ func TestLoggerWritesDurations(t *testing.T) {
 
 func TestByteSize(t *testing.T) {
 	for in, want := range map[string]int64{"256mb": 256 << 20, "1gb": 1 << 30, "1k": 1000, "1KB": 1024, "500000": 500000, "2m": 2_000_000} {
-		var b byteSize
+		var b ByteSize
 		if err := b.Set(in); err != nil || int64(b) != want {
 			t.Errorf("Set(%q) = %d, %v; want %d", in, b, err, want)
 		}
 	}
 	for _, bad := range []string{"", "mb", "-1mb", "1.5gb", "1tb", "99999999999999gb"} {
-		var b byteSize
+		var b ByteSize
 		if err := b.Set(bad); err == nil {
 			t.Errorf("Set(%q) accepted: %d", bad, b)
 		}
 	}
-	b := byteSize(256 << 20)
+	b := ByteSize(256 << 20)
 	if b.String() != "256mb" {
 		t.Errorf("String() = %q", b.String())
 	}
