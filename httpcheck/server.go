@@ -130,7 +130,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.b.Clear()
 		s.checks.Put(c)
 	}()
-	i, err := c.b.Add(service.Request{Policy: ck.Policy, Key: ck.Key, Cost: ck.Cost})
+	i, err := c.b.Add(service.Request{Policy: ck.Policy, Key: ck.Key, Cost: ck.Cost, Detail: true})
 	if err != nil {
 		plain(w, http.StatusBadRequest, err.Error())
 		return
@@ -147,7 +147,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		plain(w, http.StatusServiceUnavailable, "no decision: "+err.Error())
 		return
 	}
-	s.answer(w, c, ck, d, c.b.Limit(i))
+	s.answer(w, c, ck, d, i)
 }
 
 func (s *Server) authorized(r *http.Request) bool {
@@ -162,16 +162,18 @@ func (s *Server) authorized(r *http.Request) bool {
 	return subtle.ConstantTimeCompare([]byte(got), s.token) == 1
 }
 
-// answer writes the decision's headers and status.
-func (s *Server) answer(w http.ResponseWriter, c *check, ck Check, d *engine.Decision, l engine.Limit) {
+// answer writes the decision of check i (in c's batch) as headers and
+// status.
+func (s *Server) answer(w http.ResponseWriter, c *check, ck Check, d *engine.Decision, i int) {
 	h := w.Header()
 	reset := ratefields.Seconds(d.ResetAfter)
 	remaining := max(d.Remaining, 0)
 	h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(d.Limit, 10)}
 	h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(remaining, 10)}
 	h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(reset, 10)}
-	h["Ratelimit-Policy"] = []string{string(ratefields.AppendPolicy(c.buf[:0], ck.Policy, d.Limit, ratefields.Seconds(l.Period)))}
-	h["Ratelimit"] = []string{string(ratefields.AppendRateLimit(c.buf[:0], ck.Policy, remaining, reset))}
+	_, limits, parts := c.b.Detail(i)
+	h["Ratelimit-Policy"] = []string{string(appendPolicies(c.buf[:0], ck.Policy, limits))}
+	h["Ratelimit"] = []string{string(appendRateLimits(c.buf[:0], ck.Policy, limits, parts))}
 	if d.Allowed {
 		if d.Delay > 0 {
 			// The leaky bucket admits with a wait: the gateway (or the
@@ -194,6 +196,43 @@ func (s *Server) answer(w http.ResponseWriter, c *check, ck Check, d *engine.Dec
 	b = append(b, "}\n"...)
 	_, _ = w.Write(b)
 	c.buf = b
+}
+
+// itemName is the draft's name for one of a policy's limits: the policy's
+// own for its one limit, "policy.limit" for each of several.
+func itemName(dst []byte, policy string, limits []engine.NamedLimit, j int) []byte {
+	dst = append(dst, policy...)
+	if len(limits) == 1 && limits[0].Name == policy {
+		return dst
+	}
+	return append(append(dst, '.'), limits[j].Name...)
+}
+
+// appendPolicies appends RateLimit-Policy: an item per limit (ratefields),
+// so that a client of a multi-limit policy sees each rate it must keep.
+func appendPolicies(dst []byte, policy string, limits []engine.NamedLimit) []byte {
+	var name [256]byte
+	for j, l := range limits {
+		if j > 0 {
+			dst = append(dst, ", "...)
+		}
+		dst = ratefields.AppendLimitPolicy(dst, string(itemName(name[:0], policy, limits, j)), l.Limit)
+	}
+	return dst
+}
+
+// appendRateLimits appends RateLimit: per limit, what can be spent now and
+// when it is whole again.
+func appendRateLimits(dst []byte, policy string, limits []engine.NamedLimit, parts []engine.Decision) []byte {
+	var name [256]byte
+	for j := range limits {
+		if j > 0 {
+			dst = append(dst, ", "...)
+		}
+		p := &parts[j]
+		dst = ratefields.AppendRateLimit(dst, string(itemName(name[:0], policy, limits, j)), max(p.Remaining, 0), ratefields.Seconds(p.ResetAfter))
+	}
+	return dst
 }
 
 // plain writes a one-line text answer.
