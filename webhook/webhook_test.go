@@ -216,6 +216,9 @@ func TestSkippedAndDenied(t *testing.T) {
 			"already has a container named sluice"},
 		{"bad annotation", strings.Replace(optedIn, "  labels:", "  annotations: {sluice.io/on-upstream-failure: sometimes}\n  labels:", 1), false,
 			"annotation sluice.io/on-upstream-failure"},
+		// Issue 28: the token was written into the pod spec.
+		{"HTTP token as a value", strings.Replace(optedIn, "  labels:", "  annotations: {sluice.io/http-token: s3cret}\n  labels:", 1), false,
+			"annotation sluice.io/http-token: the token would be written into the pod spec: put it in a Secret and give --http-token-secret NAME"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -320,6 +323,7 @@ func TestMainFlags(t *testing.T) {
 		{nil, "--tls-cert and --tls-key are required"},
 		{[]string{"--tls-cert=a", "--tls-key=b", "--sidecar-upstream=redis://x"}, "--sidecar-upstream is not an injector setting"},
 		{[]string{"--tls-cert=a", "--tls-key=b", "--sidecar-memory-limit=lots"}, "invalid --memory-limit"},
+		{[]string{"--tls-cert=a", "--tls-key=b", "--sidecar-http-token=s3cret"}, "--sidecar-http-token is not an injector setting: the token would be written into the pod spec"},
 		{[]string{"--tls-cert=/nonexistent", "--tls-key=/nonexistent", "--listen=127.0.0.1:0"}, "webhook: certificate"},
 	}
 	for _, tt := range tests {
