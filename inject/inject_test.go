@@ -111,6 +111,8 @@ func TestErrors(t *testing.T) {
 		{"HTTP token annotation", pod("    sluice.io/http-token: s3cret\n"), nil, 1,
 			"annotation sluice.io/http-token: the token would be written into the pod spec: put it in a Secret and give --http-token-secret NAME"},
 		{"token Secret without a key", pod(""), []string{"--http-token-secret=t", "--http-token-secret-key="}, 2, "invalid --http-token-secret-key: empty"},
+		{"memory limit too small to size", pod("    sluice.io/memory-limit: 40Mi\n"), nil, 1,
+			"invalid --memory-limit: 40 MiB is too small: the sidecar needs at least 48 MiB"},
 		{"workload without template", "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\nspec: {}\n", nil, 1,
 			"Deployment d has no spec.template"},
 	}

@@ -324,6 +324,7 @@ func TestMainFlags(t *testing.T) {
 		{[]string{"--tls-cert=a", "--tls-key=b", "--sidecar-upstream=redis://x"}, "--sidecar-upstream is not an injector setting"},
 		{[]string{"--tls-cert=a", "--tls-key=b", "--sidecar-memory-limit=lots"}, "invalid --memory-limit"},
 		{[]string{"--tls-cert=a", "--tls-key=b", "--sidecar-http-token=s3cret"}, "--sidecar-http-token is not an injector setting: the token would be written into the pod spec"},
+		{[]string{"--tls-cert=a", "--tls-key=b", "--sidecar-memory-limit=32Mi"}, "invalid --memory-limit: 32 MiB is too small: the sidecar needs at least 48 MiB"},
 		{[]string{"--tls-cert=/nonexistent", "--tls-key=/nonexistent", "--listen=127.0.0.1:0"}, "webhook: certificate"},
 	}
 	for _, tt := range tests {
