@@ -187,9 +187,19 @@ func (s *Server) answer(w http.ResponseWriter, c *check, ck Check, d *engine.Dec
 	h["Retry-After"] = []string{strconv.FormatInt(retry, 10)}
 	h["Content-Type"] = []string{"application/problem+json"}
 	w.WriteHeader(ck.DenyStatus)
-	b := append(c.buf[:0], `{"type":"about:blank","title":"Too Many Requests","status":`...)
+	// The title is the status's own (a 403 asked for by deny_status is no
+	// "Too Many Requests"), and the detail says why: over the limit, or
+	// refused because the store cannot be reached and the policy fails
+	// closed, which no client's pacing would have avoided.
+	b := append(c.buf[:0], `{"type":"about:blank","title":"`...)
+	b = append(b, http.StatusText(ck.DenyStatus)...)
+	b = append(b, `","status":`...)
 	b = strconv.AppendInt(b, int64(ck.DenyStatus), 10)
-	b = append(b, `,"detail":"rate limit exceeded; retry after `...)
+	if c.b.Path(i) == engine.PathFailClosed {
+		b = append(b, `,"detail":"the rate limit store cannot be reached and this policy refuses while it cannot (on_failure: deny); retry after `...)
+	} else {
+		b = append(b, `,"detail":"rate limit exceeded; retry after `...)
+	}
 	b = strconv.AppendInt(b, retry, 10)
 	b = append(b, ` s","retry_after":`...)
 	b = strconv.AppendInt(b, retry, 10)
