@@ -77,9 +77,9 @@ func Sustained(l engine.Limit) (q, w int64) {
 	if l.Algorithm == engine.SlidingWindow && rate > 1 {
 		// The counter rounds the oldest sub-window's share up, so a client
 		// pacing at exactly the rate is refused about once a period; one
-		// unit less per period never is (measured for precisions 1 to 10
-		// by httpcheck's strategy test). Below 10 a period that is more
-		// than the 10% the draft's pacing may lose, and still the truth.
+		// unit less per period never is (measured at precisions 1, 5, 6
+		// and 10 by httpcheck's strategy test). Under a limit of 10 that
+		// unit is more than a tenth of the rate: less to pace by, and true.
 		rate--
 	}
 	w = Seconds(l.Period)
