@@ -39,6 +39,9 @@ func writeLarge(t testing.TB, dir string, n, rate int) {
 func TestLoadLargeWithoutAliases(t *testing.T) {
 	for _, n := range []int{20_000, 100_000} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			if n > 20_000 && testing.Short() {
+				t.Skip("-short: 100,000 descriptors take seconds (minutes under -race)")
+			}
 			dir := t.TempDir()
 			writeLarge(t, dir, n, 100)
 			w, err := NewWatcher(WatchConfig{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
