@@ -103,7 +103,17 @@ func FuzzParse(f *testing.F) {
 		if keyHeader != "" {
 			h.Set(keyHeader, key)
 		}
+		// An odd-length key also comes twice: a header form that reads
+		// X-Sluice-Key must refuse it.
+		twice := len(key)%2 == 1
+		if twice {
+			h.Add(HeaderKey, key)
+		}
 		c, err := Parse(path, q, h, keyHeader)
+		headerForm := path == Path && q == "" || strings.HasPrefix(path, Path+"/")
+		if twice && headerForm && keyHeader == "" && (err == nil || !strings.Contains(err.Error(), "given more than once")) {
+			t.Fatalf("X-Sluice-Key twice: %+v, %v", c, err)
+		}
 		if err != nil {
 			if _, ok := err.(*BadRequest); !ok {
 				t.Fatalf("error %T", err)
