@@ -101,3 +101,40 @@ func TestPrefixesNeverMeet(t *testing.T) {
 		t.Fatalf("accepted %d, refused %d files: the generator no longer tests both sides", accepted, refused)
 	}
 }
+
+// FuzzParse feeds the loader arbitrary files: it returns a Set or an
+// *Error, never panics, and a Set it accepts has no two policies whose
+// prefixes start one another, nor an empty name or prefix.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"policies:\n  t: {algorithm: fixed, limit: 2, period: 1h}\n  \"t:u\": {algorithm: fixed, limit: 2, period: 1h}\n",
+		"policies:\n  a: {algorithm: gcra, rate: 1, period: 1s, prefix: x}\n  b: {algorithm: gcra, rate: 1, period: 1s, prefix: xy}\n",
+		"policies:\n  a: {algorithm: gcra, rate: 1, period: 1s, prefix: x}\n  b: {algorithm: gcra, rate: 1, period: 1s, prefix: y}\n",
+		"policies:\n  \"\": {algorithm: gcra, rate: 1, period: 1s}\n",
+		"policies:\n  s:\n    limits:\n      - {name: a, algorithm: gcra, rate: 1, period: 1s}\n",
+		"policies:\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		set, err := Parse("f.yaml", data)
+		if err != nil {
+			if _, ok := err.(*Error); !ok {
+				t.Fatalf("error of type %T: %v", err, err)
+			}
+			return
+		}
+		names := set.Names()
+		for _, a := range names {
+			pa, _ := set.Lookup(a)
+			if a == "" || pa.Prefix == "" {
+				t.Fatalf("accepted policy %q with prefix %q", a, pa.Prefix)
+			}
+			for _, b := range names {
+				if pb, _ := set.Lookup(b); a != b && strings.HasPrefix(pb.Prefix, pa.Prefix) {
+					t.Fatalf("accepted %q (prefix %q) and %q (prefix %q): they share state keys", a, pa.Prefix, b, pb.Prefix)
+				}
+			}
+		}
+	})
+}
