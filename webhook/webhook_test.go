@@ -173,7 +173,8 @@ func TestPatchIsInjectsResult(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, review := range map[string][]byte{"fixture": fixture, "minimal pod": reviewOf(t, optedIn)} {
+	tokenSecret := strings.Replace(optedIn, "  labels:", "  annotations: {sluice.io/http-token-secret: gw-token}\n  labels:", 1)
+	for name, review := range map[string][]byte{"fixture": fixture, "minimal pod": reviewOf(t, optedIn), "token from a Secret": reviewOf(t, tokenSecret)} {
 		t.Run(name, func(t *testing.T) {
 			var in admissionv1.AdmissionReview
 			if err := json.Unmarshal(review, &in); err != nil {
@@ -192,6 +193,12 @@ func TestPatchIsInjectsResult(t *testing.T) {
 				t.Fatalf("the patch does not apply: %v: %s", err, resp.Patch)
 			}
 			sameJSON(t, patched, injected(t, in.Request.Object.Raw))
+			if name == "token from a Secret" {
+				want := `{"name":"SLUICE_HTTP_TOKEN","valueFrom":{"secretKeyRef":{"name":"gw-token","key":"http-token"}}}`
+				if !strings.Contains(string(patched), want) {
+					t.Errorf("the patched pod lacks %s: %s", want, patched)
+				}
+			}
 			if name == "fixture" {
 				for _, want := range []string{`"futureField":{"fromANewerCluster":true}`, `"--on-upstream-failure=deny"`, `"name":"migrate"`} {
 					if !strings.Contains(string(patched), want) {
