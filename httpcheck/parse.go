@@ -52,7 +52,8 @@ func bad(format string, args ...any) error {
 //     X-Sluice-* headers, and the key from keyHeader when the operator
 //     names one (X-Sluice-Key is then ignored). Envoy's ext_authz uses it.
 //
-// A parameter given twice, an unknown parameter, or a bad value is a
+// A parameter or X-Sluice-* header given twice, an unknown parameter, or a
+// bad value is a
 // *BadRequest; so is a path that is neither form (its reason says so).
 func Parse(path, rawQuery string, h http.Header, keyHeader string) (Check, error) {
 	c := Check{Cost: 1, DenyStatus: http.StatusTooManyRequests}
@@ -84,6 +85,14 @@ func Parse(path, rawQuery string, h http.Header, keyHeader string) (Check, error
 			c.Key = headerKey(h, keyHeader)
 		}
 	case path == Path || strings.HasPrefix(path, Path+"/"):
+		// As in the query form, a header given twice is refused: which of
+		// the two a reader takes differs from one proxy to the next.
+		// keyHeader is the exception, read as headerKey says.
+		for _, name := range []string{HeaderPolicy, HeaderKey, HeaderCost, HeaderDenyStatus} {
+			if len(h.Values(name)) > 1 && !(name == HeaderKey && keyHeader != "") {
+				return c, bad("header %s given more than once", name)
+			}
+		}
 		c.Policy = h.Get(HeaderPolicy)
 		if keyHeader != "" {
 			c.Key = headerKey(h, keyHeader)

@@ -56,6 +56,13 @@ func TestParse(t *testing.T) {
 		{name: "cost not a number", path: Path, q: "policy=api&key=k&cost=1e3", err: `invalid cost "1e3"`},
 		{name: "bad deny_status", path: Path, q: "policy=api&key=k&deny_status=500", err: `invalid deny_status "500": must be 401, 403 or 429`},
 		{name: "bad escape", path: Path, q: "policy=api&key=%zz", err: "invalid query"},
+		// Issue 28: header-form duplicates were first-wins.
+		{name: "X-Sluice-Key twice", path: Path, h: hdr(HeaderPolicy, "api", HeaderKey, "k", HeaderKey, "j"), err: "header X-Sluice-Key given more than once"},
+		{name: "X-Sluice-Policy twice", path: Path + "/x", h: hdr(HeaderPolicy, "api", HeaderPolicy, "free", HeaderKey, "k"), err: "header X-Sluice-Policy given more than once"},
+		{name: "X-Sluice-Cost twice", path: Path, h: hdr(HeaderPolicy, "api", HeaderKey, "k", HeaderCost, "0", HeaderCost, "1"), err: "header X-Sluice-Cost given more than once"},
+		{name: "X-Sluice-Deny-Status twice", path: Path, h: hdr(HeaderPolicy, "api", HeaderKey, "k", HeaderDenyStatus, "401", HeaderDenyStatus, "403"), err: "header X-Sluice-Deny-Status given more than once"},
+		{name: "X-Sluice-Key twice, ignored for the operator's header", path: Path, keyHeader: "X-User",
+			h: hdr(HeaderPolicy, "api", HeaderKey, "a", HeaderKey, "b", "X-User", "u1"), want: Check{Policy: "api", Key: "u1", Cost: 1, DenyStatus: 429}},
 		{name: "bad header cost", path: Path, h: hdr(HeaderPolicy, "api", HeaderKey, "k", HeaderCost, "x"), err: `invalid cost "x"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,7 +103,17 @@ func FuzzParse(f *testing.F) {
 		if keyHeader != "" {
 			h.Set(keyHeader, key)
 		}
+		// An odd-length key also comes twice: a header form that reads
+		// X-Sluice-Key must refuse it.
+		twice := len(key)%2 == 1
+		if twice {
+			h.Add(HeaderKey, key)
+		}
 		c, err := Parse(path, q, h, keyHeader)
+		headerForm := path == Path && q == "" || strings.HasPrefix(path, Path+"/")
+		if twice && headerForm && keyHeader == "" && (err == nil || !strings.Contains(err.Error(), "given more than once")) {
+			t.Fatalf("X-Sluice-Key twice: %+v, %v", c, err)
+		}
 		if err != nil {
 			if _, ok := err.(*BadRequest); !ok {
 				t.Fatalf("error %T", err)

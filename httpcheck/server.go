@@ -130,7 +130,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.b.Clear()
 		s.checks.Put(c)
 	}()
-	i, err := c.b.Add(service.Request{Policy: ck.Policy, Key: ck.Key, Cost: ck.Cost})
+	i, err := c.b.Add(service.Request{Policy: ck.Policy, Key: ck.Key, Cost: ck.Cost, Detail: true})
 	if err != nil {
 		plain(w, http.StatusBadRequest, err.Error())
 		return
@@ -147,7 +147,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		plain(w, http.StatusServiceUnavailable, "no decision: "+err.Error())
 		return
 	}
-	s.answer(w, c, ck, d, c.b.Limit(i))
+	s.answer(w, c, ck, d, i)
 }
 
 func (s *Server) authorized(r *http.Request) bool {
@@ -162,16 +162,18 @@ func (s *Server) authorized(r *http.Request) bool {
 	return subtle.ConstantTimeCompare([]byte(got), s.token) == 1
 }
 
-// answer writes the decision's headers and status.
-func (s *Server) answer(w http.ResponseWriter, c *check, ck Check, d *engine.Decision, l engine.Limit) {
+// answer writes the decision of check i (in c's batch) as headers and
+// status.
+func (s *Server) answer(w http.ResponseWriter, c *check, ck Check, d *engine.Decision, i int) {
 	h := w.Header()
 	reset := ratefields.Seconds(d.ResetAfter)
 	remaining := max(d.Remaining, 0)
 	h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(d.Limit, 10)}
 	h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(remaining, 10)}
 	h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(reset, 10)}
-	h["Ratelimit-Policy"] = []string{string(ratefields.AppendPolicy(c.buf[:0], ck.Policy, d.Limit, ratefields.Seconds(l.Period)))}
-	h["Ratelimit"] = []string{string(ratefields.AppendRateLimit(c.buf[:0], ck.Policy, remaining, reset))}
+	_, limits, parts := c.b.Detail(i)
+	h["Ratelimit-Policy"] = []string{string(appendPolicies(c.buf[:0], ck.Policy, limits))}
+	h["Ratelimit"] = []string{string(appendRateLimits(c.buf[:0], ck.Policy, limits, parts))}
 	if d.Allowed {
 		if d.Delay > 0 {
 			// The leaky bucket admits with a wait: the gateway (or the
@@ -185,15 +187,62 @@ func (s *Server) answer(w http.ResponseWriter, c *check, ck Check, d *engine.Dec
 	h["Retry-After"] = []string{strconv.FormatInt(retry, 10)}
 	h["Content-Type"] = []string{"application/problem+json"}
 	w.WriteHeader(ck.DenyStatus)
-	b := append(c.buf[:0], `{"type":"about:blank","title":"Too Many Requests","status":`...)
+	// The title is the status's own (a 403 asked for by deny_status is no
+	// "Too Many Requests"), and the detail says why: over the limit, or
+	// refused because the store cannot be reached and the policy fails
+	// closed, which no client's pacing would have avoided.
+	b := append(c.buf[:0], `{"type":"about:blank","title":"`...)
+	b = append(b, http.StatusText(ck.DenyStatus)...)
+	b = append(b, `","status":`...)
 	b = strconv.AppendInt(b, int64(ck.DenyStatus), 10)
-	b = append(b, `,"detail":"rate limit exceeded; retry after `...)
+	if c.b.Path(i) == engine.PathFailClosed {
+		b = append(b, `,"detail":"the rate limit store cannot be reached and this policy refuses while it cannot (on_failure: deny); retry after `...)
+	} else {
+		b = append(b, `,"detail":"rate limit exceeded; retry after `...)
+	}
 	b = strconv.AppendInt(b, retry, 10)
 	b = append(b, ` s","retry_after":`...)
 	b = strconv.AppendInt(b, retry, 10)
 	b = append(b, "}\n"...)
 	_, _ = w.Write(b)
 	c.buf = b
+}
+
+// itemName is the draft's name for one of a policy's limits: the policy's
+// own for its one limit, "policy.limit" for each of several.
+func itemName(dst []byte, policy string, limits []engine.NamedLimit, j int) []byte {
+	dst = append(dst, policy...)
+	if len(limits) == 1 && limits[0].Name == policy {
+		return dst
+	}
+	return append(append(dst, '.'), limits[j].Name...)
+}
+
+// appendPolicies appends RateLimit-Policy: an item per limit (ratefields),
+// so that a client of a multi-limit policy sees each rate it must keep.
+func appendPolicies(dst []byte, policy string, limits []engine.NamedLimit) []byte {
+	var name [256]byte
+	for j, l := range limits {
+		if j > 0 {
+			dst = append(dst, ", "...)
+		}
+		dst = ratefields.AppendLimitPolicy(dst, string(itemName(name[:0], policy, limits, j)), l.Limit)
+	}
+	return dst
+}
+
+// appendRateLimits appends RateLimit: per limit, what can be spent now and
+// when it is whole again.
+func appendRateLimits(dst []byte, policy string, limits []engine.NamedLimit, parts []engine.Decision) []byte {
+	var name [256]byte
+	for j := range limits {
+		if j > 0 {
+			dst = append(dst, ", "...)
+		}
+		p := &parts[j]
+		dst = ratefields.AppendRateLimit(dst, string(itemName(name[:0], policy, limits, j)), max(p.Remaining, 0), ratefields.Seconds(p.ResetAfter))
+	}
+	return dst
 }
 
 // plain writes a one-line text answer.

@@ -1,6 +1,7 @@
 package httpcheck
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -123,21 +124,25 @@ func BenchmarkCheck(b *testing.B) {
 }
 
 // A multi-limit policy checks as RL.ALLOW decides it: all limits must
-// admit; the headers speak of the limit that bound the answer.
+// admit; the X-RateLimit-* headers speak of the limit that bound the
+// answer, and the draft's fields give an item per limit.
 func TestCheckMultiLimit(t *testing.T) {
 	s := newServer(t, "")
+	const policy = `"two.burst";q=1;w=1;sluice-burst=5, "two.hourly";q=2;w=3600`
 	for i, want := range []string{"1", "0"} {
 		w := get(s, "/v1/check?policy=two&key=k")
 		h := w.Header()
 		if w.Code != 200 || h.Get("X-RateLimit-Limit") != "2" || h.Get("X-RateLimit-Remaining") != want ||
-			h.Get("RateLimit-Policy") != `"two";q=2;w=3600` {
+			h.Get("RateLimit-Policy") != policy ||
+			h.Get("RateLimit") != fmt.Sprintf(`"two.burst";r=%d;t=%d, "two.hourly";r=%s;t=3570`, 4-i, i+1, want) {
 			t.Fatalf("allowed %d: %d %v", i, w.Code, h)
 		}
 	}
 	// The hourly limit refuses while the burst limit has room; the clock
 	// stands 30s into its hour.
 	w := get(s, "/v1/check?policy=two&key=k")
-	if h := w.Header(); w.Code != 429 || h.Get("Retry-After") != "3570" || h.Get("RateLimit-Policy") != `"two";q=2;w=3600` {
+	if h := w.Header(); w.Code != 429 || h.Get("Retry-After") != "3570" || h.Get("RateLimit-Policy") != policy ||
+		h.Get("RateLimit") != `"two.burst";r=3;t=2, "two.hourly";r=0;t=3570` {
 		t.Fatalf("refused: %d %v", w.Code, h)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -125,6 +126,12 @@ func (s Settings) object(j []byte, where string, warn func(string)) ([]byte, boo
 		if tmpl = m[k]; tmpl == nil {
 			return nil, false, fmt.Errorf("%s has no %s", name, strings.Join(path, "."))
 		}
+	}
+	if m, _ := tmpl.(map[string]any); m["spec"] == nil {
+		// The patch adds to the pod's spec; without one the JSON patch
+		// library's "doc is missing path" is all the user would see.
+		where := strings.Join(append(slices.Clone(path), "spec"), ".")
+		return nil, false, fmt.Errorf("%s has no %s: a pod needs one, with its containers", name, where)
 	}
 	tj, err := json.Marshal(tmpl)
 	if err != nil {

@@ -100,6 +100,19 @@ func TestErrors(t *testing.T) {
 		{"policies flag", pod(""), []string{"--policies=/p.yaml"}, 2, "give --policies-configmap"},
 		{"bad flag", pod(""), []string{"--io-loops=-1"}, 2, "invalid --io-loops"},
 		{"not YAML", "kind: [", nil, 1, "document 1"},
+		// Issue 28: a Pod without spec leaked a JSON patch error.
+		{"pod without spec", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n", nil, 1,
+			"document 1: Pod p has no spec: a pod needs one, with its containers"},
+		{"template without spec", "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\nspec:\n  template:\n    metadata: {}\n", nil, 1,
+			"document 1: Deployment d has no spec.template.spec: a pod needs one, with its containers"},
+		// Issue 28: the HTTP token was written into the pod spec.
+		{"HTTP token flag", pod(""), []string{"--http-token=s3cret"}, 2,
+			"--http-token is not an injector setting: the token would be written into the pod spec: put it in a Secret and give --http-token-secret NAME (annotation sluice.io/http-token-secret; its key --http-token-secret-key, default http-token)"},
+		{"HTTP token annotation", pod("    sluice.io/http-token: s3cret\n"), nil, 1,
+			"annotation sluice.io/http-token: the token would be written into the pod spec: put it in a Secret and give --http-token-secret NAME"},
+		{"token Secret without a key", pod(""), []string{"--http-token-secret=t", "--http-token-secret-key="}, 2, "invalid --http-token-secret-key: empty"},
+		{"memory limit too small to size", pod("    sluice.io/memory-limit: 40Mi\n"), nil, 1,
+			"invalid --memory-limit: 40 MiB is too small: the sidecar needs at least 48 MiB"},
 		{"workload without template", "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\nspec: {}\n", nil, 1,
 			"Deployment d has no spec.template"},
 	}

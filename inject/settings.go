@@ -75,6 +75,8 @@ type Settings struct {
 	Native            bool   // an init container with restartPolicy Always (Kubernetes 1.29+); false: a plain container
 	UpstreamSecret    string // Secret holding the upstream address; empty: the in-memory store
 	UpstreamSecretKey string
+	TokenSecret       string // Secret holding the HTTP check's token; empty: none (inject.go)
+	TokenSecretKey    string
 	PoliciesConfigMap string // ConfigMap holding PoliciesKey, mounted at PoliciesDir; empty: no policies
 	CPURequest        string // resource quantities; empty: none
 	MemoryRequest     string
@@ -95,6 +97,7 @@ func DefaultSettings() Settings {
 		Native:            true,
 		UpstreamSecret:    "sluice-upstream",
 		UpstreamSecretKey: "upstream",
+		TokenSecretKey:    DefaultTokenSecretKey,
 		PoliciesConfigMap: "sluice-policies",
 		CPURequest:        "50m",
 		MemoryRequest:     "64Mi",
@@ -109,6 +112,7 @@ func DefaultSettings() Settings {
 var refused = map[string]string{
 	"upstream":    "the address (and its password) would be written into the pod spec: put it in a Secret and give --upstream-secret",
 	"requirepass": "the password would be written into the pod spec; the sidecar listens on loopback and needs none",
+	"http-token":  httpTokenRefused,
 	"policies":    "the policies file is the mounted ConfigMap's: give --policies-configmap",
 }
 
@@ -122,6 +126,7 @@ func (s *Settings) Register(fs *flag.FlagSet) {
 	fs.StringVar(&s.UpstreamSecret, "upstream-secret", s.UpstreamSecret,
 		"`name` of the Secret whose key --upstream-secret-key holds the upstream address (SLUICE_UPSTREAM); empty: the in-memory store")
 	fs.StringVar(&s.UpstreamSecretKey, "upstream-secret-key", s.UpstreamSecretKey, "`key` of the upstream address in --upstream-secret")
+	s.registerSecrets(fs)
 	fs.StringVar(&s.PoliciesConfigMap, "policies-configmap", s.PoliciesConfigMap,
 		"`name` of the ConfigMap whose key "+PoliciesKey+" is the policies file, mounted as a directory at "+PoliciesDir+"; empty: none")
 	fs.StringVar(&s.CPURequest, "cpu-request", s.CPURequest, "the sidecar's CPU request (`quantity`; empty: none)")
@@ -214,8 +219,7 @@ func (s *Settings) Validate() error {
 	if err := s.checkSocket(); err != nil {
 		return err
 	}
-	c := s.sidecarConfig()
-	return c.Validate()
+	return s.checkDerived(s.sidecarConfig())
 }
 
 // socketDir is the directory of the Unix socket the sidecar listens on
@@ -255,6 +259,7 @@ func (s *Settings) sidecarConfig() settings.Config {
 	if s.socketDir() != "" && c.ListenPerm == "" {
 		c.ListenPerm = SocketPerm
 	}
+	_ = s.sizeMemory(&c) // an error is Validate's (checkDerived)
 	return c
 }
 
@@ -335,11 +340,7 @@ func (s *Settings) Container() (corev1.Container, []corev1.Volume) {
 	if s.Native {
 		c.RestartPolicy = ptr(corev1.ContainerRestartPolicyAlways)
 	}
-	if s.UpstreamSecret != "" {
-		c.Env = append(c.Env, corev1.EnvVar{Name: settings.EnvName("upstream"), ValueFrom: &corev1.EnvVarSource{
-			SecretKeyRef: &corev1.SecretKeySelector{
-				LocalObjectReference: corev1.LocalObjectReference{Name: s.UpstreamSecret}, Key: s.UpstreamSecretKey}}})
-	}
+	c.Env = append(s.secretEnv(), s.memoryEnv()...)
 	var volumes []corev1.Volume
 	if s.PoliciesConfigMap != "" {
 		// A directory, not a subPath: the kubelet swaps the directory's

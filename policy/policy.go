@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -159,10 +160,12 @@ func Parse(file string, data []byte) (*Set, error) {
 	if list.Kind != yaml.MappingNode {
 		return nil, &Error{File: file, Line: list.Line, Msg: "\"policies\" must map policy names to policies"}
 	}
-	// A prefix is where a policy's state lives: two policies (or a policy
-	// and the inline commands, with an empty prefix) on one prefix would
-	// count each other's requests.
-	owner := map[string]prefixOwner{}
+	// A prefix is where a policy's state lives: a policy's state key is its
+	// prefix followed by the client's key, so two policies meet whenever one
+	// prefix starts with the other ("t:" and "t:u:" both address t:u:9, as
+	// key u:9 of the one and 9 of the other). An empty prefix would meet the
+	// inline commands' keys.
+	var claims []prefixOwner
 	for i := 0; i+1 < len(list.Content); i += 2 {
 		k, v := list.Content[i], list.Content[i+1]
 		name := k.Value
@@ -182,12 +185,11 @@ func Parse(file string, data []byte) (*Set, error) {
 			return nil, &Error{File: file, Line: line, Policy: name, Field: "prefix",
 				Msg: "must not be empty: the policy's keys would be the keys of inline commands (RL.GCRA key …)"}
 		}
-		if o, dup := owner[p.Prefix]; dup {
-			return nil, &Error{File: file, Line: line, Policy: name, Field: "prefix",
-				Msg: fmt.Sprintf("%q is also the prefix of policy %q (line %d): the two would share state", p.Prefix, o.name, o.line)}
-		}
-		owner[p.Prefix] = prefixOwner{name, line}
+		claims = append(claims, prefixOwner{name: name, prefix: p.Prefix, line: line, order: len(claims)})
 		set.byName[name] = p
+	}
+	if err := prefixesApart(file, claims); err != nil {
+		return nil, err
 	}
 	return set, nil
 }
@@ -195,8 +197,47 @@ func Parse(file string, data []byte) (*Set, error) {
 // prefixOwner is the policy that claimed a prefix, and the line that gave
 // it (the policy's own line when the prefix is its default).
 type prefixOwner struct {
-	name string
-	line int
+	name, prefix string
+	line, order  int // order: its place in the file
+}
+
+// prefixesApart refuses two policies whose prefixes could produce the same
+// state key: one prefix starting with the other. Sorted, a prefix that
+// starts another also starts everything sorted between them, so comparing
+// neighbours finds every meeting in O(n log n), which matters at tens of
+// thousands of policies. Of the meetings found, the one blamed is the one
+// whose later policy comes first in the file, as a reader would meet it.
+func prefixesApart(file string, claims []prefixOwner) error {
+	sorted := slices.Clone(claims)
+	slices.SortFunc(sorted, func(a, b prefixOwner) int { return strings.Compare(a.prefix, b.prefix) })
+	var blamed, other *prefixOwner
+	for i := 0; i+1 < len(sorted); i++ {
+		a, b := &sorted[i], &sorted[i+1]
+		if !strings.HasPrefix(b.prefix, a.prefix) {
+			continue
+		}
+		late, early := b, a
+		if a.order > b.order {
+			late, early = a, b
+		}
+		if blamed == nil || late.order < blamed.order {
+			blamed, other = late, early
+		}
+	}
+	if blamed == nil {
+		return nil
+	}
+	msg := fmt.Sprintf("%q is also the prefix of policy %q (line %d): the two would share state", blamed.prefix, other.name, other.line)
+	if blamed.prefix != other.prefix {
+		short, long := other, blamed
+		if len(short.prefix) > len(long.prefix) {
+			short, long = long, short
+		}
+		rest := long.prefix[len(short.prefix):]
+		msg = fmt.Sprintf("%q and %q, the prefix of policy %q (line %d), could address the same state: key %q of policy %q is key \"x\" of policy %q (%s); give one a prefix that does not start the other",
+			blamed.prefix, other.prefix, other.name, other.line, rest+"x", short.name, long.name, long.prefix+"x")
+	}
+	return &Error{File: file, Line: blamed.line, Policy: blamed.name, Field: "prefix", Msg: msg}
 }
 
 // fieldLine is the line of field in the mapping node, or def when the

@@ -96,6 +96,9 @@ func (d *decoder) wrap(err error) error {
 
 func decodeFile(file string, data []byte) (*yRoot, []string, error) {
 	d := &decoder{tree: tree{file: file, budget: maxNodes}}
+	if err := checkSize(data); err != nil {
+		return nil, nil, d.wrap(err)
+	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, nil, yamlError(file, err)

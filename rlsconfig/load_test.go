@@ -250,7 +250,7 @@ unit: &c [{replaces: *b}, {replaces: *b}, {replaces: *b}, {replaces: *b}, {repla
 key: &d [{replaces: *c}, {replaces: *c}, {replaces: *c}, {replaces: *c}, {replaces: *c}, {replaces: *c}, {replaces: *c}, {replaces: *c}]
 value: &e [{replaces: *d}, {replaces: *d}, {replaces: *d}, {replaces: *d}, {replaces: *d}, {replaces: *d}, {replaces: *d}, {replaces: *d}]
 descriptors: [{replaces: *e}, {replaces: *e}, {replaces: *e}, {replaces: *e}, {replaces: *e}, {replaces: *e}, {replaces: *e}, {replaces: *e}]
-`, "x.yaml:2: error loading config file: the file expands to too many nodes (aliases)"},
+`, "x.yaml:4: error loading config file: the file expands to too many nodes (aliases): its aliases stand for more than 1048576"},
 		{"alias bomb in metadata", `
 domain: d
 descriptors:
@@ -263,7 +263,7 @@ descriptors:
       e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]
       f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]
       g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]
-`, "x.yaml:5: error loading config file: the file expands to too many nodes (aliases)"},
+`, "x.yaml:6: error loading config file: the file expands to too many nodes (aliases): its aliases stand for more than 1048576"},
 
 		// Found while fuzzing: an alias inside the mapping it names recursed
 		// a million frames deep before the node budget stopped it.

@@ -173,7 +173,8 @@ func TestPatchIsInjectsResult(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, review := range map[string][]byte{"fixture": fixture, "minimal pod": reviewOf(t, optedIn)} {
+	tokenSecret := strings.Replace(optedIn, "  labels:", "  annotations: {sluice.io/http-token-secret: gw-token}\n  labels:", 1)
+	for name, review := range map[string][]byte{"fixture": fixture, "minimal pod": reviewOf(t, optedIn), "token from a Secret": reviewOf(t, tokenSecret)} {
 		t.Run(name, func(t *testing.T) {
 			var in admissionv1.AdmissionReview
 			if err := json.Unmarshal(review, &in); err != nil {
@@ -192,6 +193,12 @@ func TestPatchIsInjectsResult(t *testing.T) {
 				t.Fatalf("the patch does not apply: %v: %s", err, resp.Patch)
 			}
 			sameJSON(t, patched, injected(t, in.Request.Object.Raw))
+			if name == "token from a Secret" {
+				want := `{"name":"SLUICE_HTTP_TOKEN","valueFrom":{"secretKeyRef":{"name":"gw-token","key":"http-token"}}}`
+				if !strings.Contains(string(patched), want) {
+					t.Errorf("the patched pod lacks %s: %s", want, patched)
+				}
+			}
 			if name == "fixture" {
 				for _, want := range []string{`"futureField":{"fromANewerCluster":true}`, `"--on-upstream-failure=deny"`, `"name":"migrate"`} {
 					if !strings.Contains(string(patched), want) {
@@ -216,6 +223,9 @@ func TestSkippedAndDenied(t *testing.T) {
 			"already has a container named sluice"},
 		{"bad annotation", strings.Replace(optedIn, "  labels:", "  annotations: {sluice.io/on-upstream-failure: sometimes}\n  labels:", 1), false,
 			"annotation sluice.io/on-upstream-failure"},
+		// Issue 28: the token was written into the pod spec.
+		{"HTTP token as a value", strings.Replace(optedIn, "  labels:", "  annotations: {sluice.io/http-token: s3cret}\n  labels:", 1), false,
+			"annotation sluice.io/http-token: the token would be written into the pod spec: put it in a Secret and give --http-token-secret NAME"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -320,6 +330,8 @@ func TestMainFlags(t *testing.T) {
 		{nil, "--tls-cert and --tls-key are required"},
 		{[]string{"--tls-cert=a", "--tls-key=b", "--sidecar-upstream=redis://x"}, "--sidecar-upstream is not an injector setting"},
 		{[]string{"--tls-cert=a", "--tls-key=b", "--sidecar-memory-limit=lots"}, "invalid --memory-limit"},
+		{[]string{"--tls-cert=a", "--tls-key=b", "--sidecar-http-token=s3cret"}, "--sidecar-http-token is not an injector setting: the token would be written into the pod spec"},
+		{[]string{"--tls-cert=a", "--tls-key=b", "--sidecar-memory-limit=32Mi"}, "invalid --memory-limit: 32 MiB is too small: the sidecar needs at least 48 MiB"},
 		{[]string{"--tls-cert=/nonexistent", "--tls-key=/nonexistent", "--listen=127.0.0.1:0"}, "webhook: certificate"},
 	}
 	for _, tt := range tests {
