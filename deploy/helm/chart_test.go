@@ -258,6 +258,16 @@ func TestChartLintsAndRenders(t *testing.T) {
 	}
 }
 
+// The chart deploys the version of Sluice it is tested with: its
+// appVersion is the tag of the image `sluice inject` puts in pods.
+func TestChartVersionIsTheBinarys(t *testing.T) {
+	c := loadChart(t)
+	repo := c.Values["image"].(map[string]any)["repository"]
+	if got := fmt.Sprintf("%v:%s", repo, c.Metadata.AppVersion); got != inject.DefaultImage {
+		t.Errorf("the chart deploys %s; this version of sluice inject injects %s", got, inject.DefaultImage)
+	}
+}
+
 // Without Redis, a central deployment would count per pod: the chart
 // refuses to render, saying what to set.
 func TestChartNeedsTheUpstream(t *testing.T) {

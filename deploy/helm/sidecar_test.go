@@ -57,8 +57,9 @@ func TestChartWebhookInjectsSluiceInjectsSidecar(t *testing.T) {
 	}{
 		{"full-values.yaml", nil},
 		{"webhook-only-values.yaml", nil},
-		// The defaults of values.yaml, and a number the template engine
-		// holds as a float.
+		// The defaults of values.yaml: sluice inject's own.
+		{"default-values.yaml", map[string]any{"webhook.enabled": true}},
+		// A number the template engine holds as a float.
 		{"default-values.yaml", map[string]any{"webhook.enabled": true, "webhook.sidecar.batch-max": 2048}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
