@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/deploy/internal/containertest"
 	"github.com/sluice-rl/sluice/inject"
 )
 
@@ -168,11 +169,11 @@ func TestImage(t *testing.T) {
 // runInChroot serves from inside the unpacked image and answers PING.
 func runInChroot(t *testing.T, root, user string) {
 	t.Helper()
-	port, admin := freePort(t), freePort(t)
+	port, admin := containertest.FreePort(t), containertest.FreePort(t)
 	cmd := exec.Command("chroot", user, root, "/sluice", "--listen=127.0.0.1:"+port, "--admin-listen=127.0.0.1:"+admin)
 	cmd.Env = []string{} // a container's environment: nothing the image does not set
-	p := startProcess(t, cmd)
-	conn := p.listening(t, "127.0.0.1:"+port)
+	p := containertest.Start(t, cmd)
+	conn := p.Listening(t, "127.0.0.1:"+port)
 	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 	_, _ = conn.Write([]byte("*1\r\n$4\r\nPING\r\n"))
 	line, err := bufio.NewReader(conn).ReadString('\n')
@@ -186,8 +187,8 @@ func runInChroot(t *testing.T, root, user string) {
 	} else {
 		resp.Body.Close()
 	}
-	p.stop(t)
-	t.Logf("its log:\n%s", p.out.String())
+	p.Stop(t)
+	t.Logf("its log:\n%s", p.Out.String())
 }
 
 // checkStatic fails unless the binary is a static executable: no program

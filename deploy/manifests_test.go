@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/sluice-rl/sluice/deploy/internal/containertest"
 	"github.com/sluice-rl/sluice/inject"
 	"github.com/sluice-rl/sluice/inject/injecttest"
 	"github.com/sluice-rl/sluice/internal/settings"
@@ -159,7 +161,7 @@ func checkSidecar(t *testing.T, objs []injecttest.Object, spec corev1.PodSpec, n
 	if !native && c.RestartPolicy != nil {
 		t.Errorf("a plain container with restartPolicy %v", *c.RestartPolicy)
 	}
-	env := resolveEnv(t, objs, c)
+	env := containertest.ResolveEnv(t, objs, c)
 	cfg := flagsOf(t, c, env)
 	host, port, err := net.SplitHostPort(cfg.AdminListen)
 	if err != nil || host != "0.0.0.0" && host != "" {
@@ -177,7 +179,7 @@ func checkSidecar(t *testing.T, objs []injecttest.Object, spec corev1.PodSpec, n
 		if path, _, _ := strings.Cut(want, " "); p.HTTPGet.Path != path {
 			t.Errorf("%s probe path %q", want, p.HTTPGet.Path)
 		}
-		if got := containerPort(c, p.HTTPGet.Port.String()); got != port {
+		if got := containertest.ContainerPort(c, p.HTTPGet.Port.String()); got != port {
 			t.Errorf("%s probe port %s is %s; --admin-listen's is %s", want, p.HTTPGet.Port.String(), got, port)
 		}
 	}
@@ -206,20 +208,11 @@ func checkSidecar(t *testing.T, objs []injecttest.Object, spec corev1.PodSpec, n
 			t.Errorf("mount %s uses subPath: ConfigMap updates would never reach it", m.Name)
 		}
 	}
-	mountedFiles(t, objs, spec, c, t.TempDir()) // the policies file is in the ConfigMap
+	containertest.MountedFiles(t, objs, spec, c, t.TempDir()) // the policies file is in the ConfigMap
 	return c
 }
 
 func deref(b *bool) bool { return b != nil && *b }
-
-func containerPort(c corev1.Container, nameOrNumber string) string {
-	for _, p := range c.Ports {
-		if p.Name == nameOrNumber {
-			return itoa(p.ContainerPort)
-		}
-	}
-	return nameOrNumber
-}
 
 func TestDemoOverlay(t *testing.T) {
 	objs, _ := render(t, "sidecar/examples/demo")
@@ -314,7 +307,7 @@ func TestWebhookManifests(t *testing.T) {
 		var target string
 		for _, p := range svc.Spec.Ports {
 			if p.Port == *s.Port {
-				target = containerPort(dep.Spec.Template.Spec.Containers[0], p.TargetPort.String())
+				target = containertest.ContainerPort(dep.Spec.Template.Spec.Containers[0], p.TargetPort.String())
 			}
 		}
 		if target != "8443" {
@@ -385,7 +378,7 @@ func TestCentralManifest(t *testing.T) {
 		}
 	}
 	for _, p := range svc.Spec.Ports {
-		if got := containerPort(c, p.TargetPort.String()); got != itoa(p.Port) {
+		if got := containertest.ContainerPort(c, p.TargetPort.String()); got != strconv.Itoa(int(p.Port)) {
 			t.Errorf("Service port %s %d reaches container port %s", p.Name, p.Port, got)
 		}
 	}
@@ -396,7 +389,7 @@ func TestCentralManifest(t *testing.T) {
 	// The settings as the binary reads them, with the addresses as written
 	// (TestCentralRuns moves them to loopback): the doors' protected mode
 	// must accept them, or the pod never starts.
-	env := resolveEnv(t, objs, c)
+	env := containertest.ResolveEnv(t, objs, c)
 	cfg := settings.Default()
 	fset := flag.NewFlagSet("sluice", flag.ContinueOnError)
 	cfg.Register(fset)

@@ -8,17 +8,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,6 +27,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/sluice-rl/sluice/deploy/internal/containertest"
 	"github.com/sluice-rl/sluice/inject"
 	"github.com/sluice-rl/sluice/inject/injecttest"
 	"github.com/sluice-rl/sluice/internal/redistest"
@@ -39,294 +36,22 @@ import (
 var sluiceBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sluice-deploy-")
+	bin, cleanup, err := containertest.Build("..")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(os.Stderr, "deploy:", err)
 		os.Exit(1)
 	}
-	sluiceBin = filepath.Join(dir, "sluice")
-	build := exec.Command("go", "build", "-o", sluiceBin, "../cmd/sluice")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "deploy: building the sluice binary:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
+	sluiceBin = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
-func itoa(n int32) string { return strconv.Itoa(int(n)) }
-
-// resolveEnv is the container's environment as the kubelet makes it:
-// values, and references to the rendered Secrets and ConfigMaps.
-func resolveEnv(t *testing.T, objs []injecttest.Object, c corev1.Container) map[string]string {
-	t.Helper()
-	env := map[string]string{}
-	for _, e := range c.Env {
-		switch {
-		case e.ValueFrom == nil:
-			env[e.Name] = e.Value
-		case e.ValueFrom.SecretKeyRef != nil:
-			ref := e.ValueFrom.SecretKeyRef
-			s := injecttest.Find[*corev1.Secret](objs, "v1/Secret", ref.Name)
-			if s == nil {
-				t.Fatalf("env %s: no Secret %s in the rendering", e.Name, ref.Name)
-			}
-			v, ok := s.Data[ref.Key]
-			if !ok {
-				t.Fatalf("env %s: Secret %s has no key %s", e.Name, ref.Name, ref.Key)
-			}
-			env[e.Name] = string(v)
-		default:
-			t.Fatalf("env %s: an unexpected source %+v", e.Name, e.ValueFrom)
-		}
-	}
-	return env
-}
-
-// mountedFiles writes the files of each volume the container mounts into
-// dir, from the rendered ConfigMaps or from given (volume name → file →
-// content, for a Secret made outside the rendering), an emptyDir empty,
-// and returns each mount path's directory here.
-func mountedFiles(t *testing.T, objs []injecttest.Object, spec corev1.PodSpec, c corev1.Container, dir string,
-	given ...map[string]map[string][]byte) map[string]string {
-	t.Helper()
-	mounts := map[string]string{}
-	for _, m := range c.VolumeMounts {
-		var files map[string][]byte
-		for _, v := range spec.Volumes {
-			if v.Name != m.Name {
-				continue
-			}
-			if v.EmptyDir != nil {
-				files = map[string][]byte{}
-			}
-			if v.ConfigMap != nil {
-				cm := injecttest.Find[*corev1.ConfigMap](objs, "v1/ConfigMap", v.ConfigMap.Name)
-				if cm == nil {
-					t.Fatalf("volume %s: no ConfigMap %s in the rendering", v.Name, v.ConfigMap.Name)
-				}
-				files = map[string][]byte{}
-				for k, s := range cm.Data {
-					files[k] = []byte(s)
-				}
-			}
-			for _, g := range given {
-				if f, ok := g[v.Name]; ok {
-					files = f
-				}
-			}
-		}
-		if files == nil {
-			t.Fatalf("mount %s: no volume with content", m.Name)
-		}
-		d := filepath.Join(dir, m.Name)
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for k, b := range files {
-			if err := os.WriteFile(filepath.Join(d, k), b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		mounts[m.MountPath] = d
-	}
-	return mounts
-}
-
-// process is a rendered container run here as a process of the built
-// binary.
-type process struct {
-	c      corev1.Container
-	ports  map[string]string // the manifest's port number → the free port here
-	mounts map[string]string // the manifest's mount path → the directory here
-	cmd    *exec.Cmd
-	out    *syncBuffer
-	// exited is closed once the process has been waited for; err is then
-	// Wait's result.
-	exited chan struct{}
-	err    error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer // guarded by mu
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-var listenArg = regexp.MustCompile(`^(--[a-z-]+=)[0-9.]*:([0-9]+)$`)
-
-// run starts container c of spec as the kubelet would, with two changes
-// that a machine shared with other tests needs: every listening address
-// in the args (--name=host:port) becomes 127.0.0.1 on a free port, and
-// each mount path becomes a temporary directory holding the volume's
-// files. extra args come last; env edits the environment first.
+// run is containertest.Run with the binary built for these tests.
 func run(t *testing.T, objs []injecttest.Object, spec corev1.PodSpec, c corev1.Container, extra []string,
-	env func(map[string]string), given ...map[string]map[string][]byte) *process {
+	env func(map[string]string), given ...map[string]map[string][]byte) *containertest.Process {
 	t.Helper()
-	mounts := mountedFiles(t, objs, spec, c, t.TempDir(), given...)
-	p := &process{c: c, ports: map[string]string{}, mounts: mounts}
-	vars := resolveEnv(t, objs, c)
-	if env != nil {
-		env(vars)
-	}
-	var args []string
-	for _, a := range append(append([]string{}, c.Args...), extra...) {
-		if m := listenArg.FindStringSubmatch(a); m != nil {
-			free := freePort(t)
-			p.ports[m[2]] = free
-			a = m[1] + "127.0.0.1:" + free
-		}
-		for path, dir := range mounts {
-			a = strings.ReplaceAll(a, path+"/", dir+"/")
-			if strings.HasSuffix(a, "="+path) { // a mounted directory itself
-				a = strings.TrimSuffix(a, path) + dir
-			}
-		}
-		args = append(args, a)
-	}
-	if len(c.Command) != 0 {
-		t.Fatalf("the container sets command %v; the image's entrypoint is the binary", c.Command)
-	}
-	cmd := exec.Command(sluiceBin, args...)
-	cmd.Env = []string{} // nothing but what the manifest gives
-	for k, v := range vars {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	p.start(t, cmd)
-	return p
-}
-
-// startProcess runs cmd until the test ends, collecting its output.
-func startProcess(t *testing.T, cmd *exec.Cmd) *process {
-	t.Helper()
-	p := &process{}
-	p.start(t, cmd)
-	return p
-}
-
-func (p *process) start(t *testing.T, cmd *exec.Cmd) {
-	t.Helper()
-	p.cmd, p.out, p.exited = cmd, &syncBuffer{}, make(chan struct{})
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.err = cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() { p.stop(t) })
-}
-
-// listening waits up to 15 seconds for addr to accept a connection, and
-// returns it.
-func (p *process) listening(t *testing.T, addr string) net.Conn {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			return conn
-		}
-		select {
-		case <-p.exited:
-			t.Fatalf("exited (%v) before listening on %s; output:\n%s", p.err, addr, p.out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not listening on %s after 15s; output:\n%s", addr, p.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// stop sends SIGTERM, as the kubelet does, and expects a clean exit.
-func (p *process) stop(t *testing.T) {
-	select {
-	case <-p.exited:
-		return // started has said why
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-		if p.err != nil {
-			t.Errorf("exit after SIGTERM: %v; output:\n%s", p.err, p.out.String())
-		}
-	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-		t.Errorf("no exit 20s after SIGTERM; output:\n%s", p.out.String())
-	}
-}
-
-// probe does what the kubelet does with one probe, once the process is
-// up: GET at the probe's scheme, port and path, on the port it was moved
-// to. It returns the status code.
-func (p *process) probe(t *testing.T, pr *corev1.Probe, client *http.Client) int {
-	t.Helper()
-	port := containerPort(p.c, pr.HTTPGet.Port.String())
-	free, ok := p.ports[port]
-	if !ok {
-		t.Fatalf("probe port %s (%s) is none the container listens on: %v", pr.HTTPGet.Port.String(), port, p.c.Args)
-	}
-	scheme := strings.ToLower(string(pr.HTTPGet.Scheme))
-	if scheme == "" {
-		scheme = "http"
-	}
-	if client == nil {
-		client = &http.Client{Timeout: 2 * time.Second}
-	}
-	resp, err := client.Get(scheme + "://127.0.0.1:" + free + pr.HTTPGet.Path)
-	if err != nil {
-		return 0
-	}
-	resp.Body.Close()
-	return resp.StatusCode
-}
-
-// started waits, as the kubelet does, for the startup probe to pass
-// (or, with none, the liveness probe), within 15 seconds.
-func (p *process) started(t *testing.T, client *http.Client) {
-	t.Helper()
-	pr := p.c.StartupProbe
-	if pr == nil {
-		pr = p.c.LivenessProbe
-	}
-	deadline := time.Now().Add(15 * time.Second)
-	for p.probe(t, pr, client) != http.StatusOK {
-		select {
-		case <-p.exited:
-			t.Fatalf("exited (%v) before its startup probe passed; output:\n%s", p.err, p.out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("startup probe %s never passed; output:\n%s", pr.HTTPGet.Path, p.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
+	return containertest.Run(t, sluiceBin, objs, spec, c, extra, env, given...)
 }
 
 // The demo's sidecar, exactly as kustomize renders it, run as the binary:
@@ -369,16 +94,16 @@ func TestRenderedSidecarRuns(t *testing.T) {
 				case tt.redis:
 					env["SLUICE_UPSTREAM"] = moveHost(t, env["SLUICE_UPSTREAM"], srv.Addr)
 				case tt.down:
-					env["SLUICE_UPSTREAM"] = moveHost(t, env["SLUICE_UPSTREAM"], "127.0.0.1:"+freePort(t))
+					env["SLUICE_UPSTREAM"] = moveHost(t, env["SLUICE_UPSTREAM"], "127.0.0.1:"+containertest.FreePort(t))
 				}
 			})
-			p.started(t, nil)
+			p.Started(t, nil)
 			for _, pr := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
-				if code := p.probe(t, pr, nil); code != http.StatusOK {
-					t.Errorf("probe %s: %d; output:\n%s", pr.HTTPGet.Path, code, p.out.String())
+				if code := p.Probe(t, pr, nil); code != http.StatusOK {
+					t.Errorf("probe %s: %d; output:\n%s", pr.HTTPGet.Path, code, p.Out.String())
 				}
 			}
-			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + p.ports["6380"], MaxRetries: -1, Protocol: 2})
+			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + p.Ports["6380"], MaxRetries: -1, Protocol: 2})
 			defer rdb.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -388,7 +113,7 @@ func TestRenderedSidecarRuns(t *testing.T) {
 			// "api" is a policy only the mounted ConfigMap defines.
 			reply, err := rdb.Do(ctx, "RL.ALLOW", "api", "user:42").Slice()
 			if err != nil || len(reply) < 5 || reply[0] != int64(1) {
-				t.Fatalf("RL.ALLOW api: %v, %v; output:\n%s", reply, err, p.out.String())
+				t.Fatalf("RL.ALLOW api: %v, %v; output:\n%s", reply, err, p.Out.String())
 			}
 			if tt.redis {
 				up := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: password, Protocol: 2})
@@ -432,11 +157,11 @@ func TestInjectedSocketSidecarRuns(t *testing.T) {
 	}
 
 	p := run(t, objs, spec, c, nil, nil)
-	p.started(t, nil)
-	sock := filepath.Join(p.mounts[want.MountPath], "sluice.sock")
+	p.Started(t, nil)
+	sock := filepath.Join(p.Mounts[want.MountPath], "sluice.sock")
 	st, err := os.Stat(sock)
 	if err != nil {
-		t.Fatalf("no socket where the containers look: %v; output:\n%s", err, p.out.String())
+		t.Fatalf("no socket where the containers look: %v; output:\n%s", err, p.Out.String())
 	}
 	if st.Mode()&fs.ModeSocket == 0 || st.Mode().Perm() != 0o666 {
 		t.Errorf("%s: mode %v; want a socket, rw for every user", sock, st.Mode())
@@ -447,7 +172,7 @@ func TestInjectedSocketSidecarRuns(t *testing.T) {
 	defer cancel()
 	reply, err := rdb.Do(ctx, "CL.THROTTLE", "user:42", "0", "1", "60", "1").Slice()
 	if err != nil || len(reply) != 5 || reply[0] != int64(0) {
-		t.Fatalf("CL.THROTTLE on the socket: %v, %v; output:\n%s", reply, err, p.out.String())
+		t.Fatalf("CL.THROTTLE on the socket: %v, %v; output:\n%s", reply, err, p.Out.String())
 	}
 	if reply, err := rdb.Do(ctx, "CL.THROTTLE", "user:42", "0", "1", "60", "1").Slice(); err != nil || reply[0] != int64(1) {
 		t.Errorf("second CL.THROTTLE: %v, %v; want refused", reply, err)
@@ -479,15 +204,15 @@ func runWebhook(t *testing.T, dep *appsv1.Deployment) {
 	key, _ := os.ReadFile(filepath.Join(dir, "tls.key"))
 	p := run(t, nil, spec, c, nil, nil, map[string]map[string][]byte{"tls": {"tls.crt": crt, "tls.key": key}})
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	p.started(t, client)
-	if code := p.probe(t, c.ReadinessProbe, client); code != http.StatusOK {
+	p.Started(t, client)
+	if code := p.Probe(t, c.ReadinessProbe, client); code != http.StatusOK {
 		t.Errorf("readiness probe: %d", code)
 	}
 	review, err := os.ReadFile("../webhook/testdata/review-deployment-pod.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := client.Post("https://127.0.0.1:"+p.ports["8443"]+"/inject", "application/json", bytes.NewReader(review))
+	resp, err := client.Post("https://127.0.0.1:"+p.Ports["8443"]+"/inject", "application/json", bytes.NewReader(review))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -501,33 +226,33 @@ func runWebhook(t *testing.T, dep *appsv1.Deployment) {
 // --shutdown-delay: after SIGTERM the sidecar still answers new
 // connections for the delay, then drains and exits.
 func TestShutdownDelay(t *testing.T) {
-	addr := "127.0.0.1:" + freePort(t)
-	p := startProcess(t, exec.Command(sluiceBin, "--listen="+addr, "--admin-listen=off", "--shutdown-delay=1s"))
-	p.listening(t, addr).Close()
+	addr := "127.0.0.1:" + containertest.FreePort(t)
+	p := containertest.Start(t, exec.Command(sluiceBin, "--listen="+addr, "--admin-listen=off", "--shutdown-delay=1s"))
+	p.Listening(t, addr).Close()
 	ping := func() error {
 		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
 		defer rdb.Close()
 		return rdb.Ping(context.Background()).Err()
 	}
 	term := time.Now()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
 	time.Sleep(300 * time.Millisecond)
 	if err := ping(); err != nil {
 		t.Errorf("a new connection 300ms after SIGTERM, within the delay: %v", err)
 	}
 	select {
-	case <-p.exited:
-		if p.err != nil {
-			t.Errorf("exit: %v; output:\n%s", p.err, p.out.String())
+	case <-p.Exited:
+		if p.Err != nil {
+			t.Errorf("exit: %v; output:\n%s", p.Err, p.Out.String())
 		}
 		if d := time.Since(term); d < time.Second {
 			t.Errorf("exited %v after SIGTERM, before the 1s delay", d)
 		}
 	case <-time.After(15 * time.Second):
-		t.Fatalf("no exit; output:\n%s", p.out.String())
+		t.Fatalf("no exit; output:\n%s", p.Out.String())
 	}
-	if !strings.Contains(p.out.String(), "serving on until the delay ends") {
-		t.Errorf("output:\n%s", p.out.String())
+	if !strings.Contains(p.Out.String(), "serving on until the delay ends") {
+		t.Errorf("output:\n%s", p.Out.String())
 	}
 }
 
@@ -549,11 +274,11 @@ func TestCentralRuns(t *testing.T) {
 	p := run(t, objs, spec, c, []string{"--listen=127.0.0.1:6380"}, func(env map[string]string) {
 		env["SLUICE_UPSTREAM"] = "redis://" + srv.Addr
 	})
-	p.started(t, nil)
-	grpcAddr := "127.0.0.1:" + p.ports[containerPort(c, "grpc")]
-	httpAddr := "127.0.0.1:" + p.ports[containerPort(c, "http")]
-	p.listening(t, grpcAddr).Close()
-	p.listening(t, httpAddr).Close()
+	p.Started(t, nil)
+	grpcAddr := "127.0.0.1:" + p.Ports[containertest.ContainerPort(c, "grpc")]
+	httpAddr := "127.0.0.1:" + p.Ports[containertest.ContainerPort(c, "http")]
+	p.Listening(t, grpcAddr).Close()
+	p.Listening(t, httpAddr).Close()
 
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -565,7 +290,7 @@ func TestCentralRuns(t *testing.T) {
 	resp, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "edge",
 		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "192.0.2.1"}}}}})
 	if err != nil {
-		t.Fatalf("ShouldRateLimit: %v; output:\n%s", err, p.out.String())
+		t.Fatalf("ShouldRateLimit: %v; output:\n%s", err, p.Out.String())
 	}
 	if resp.OverallCode != pb.RateLimitResponse_OK || len(resp.Statuses) != 1 || resp.Statuses[0].CurrentLimit == nil {
 		t.Errorf("ShouldRateLimit: %v; want OK under the ConfigMap's rule", resp)
