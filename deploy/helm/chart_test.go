@@ -36,9 +36,9 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sluice-rl/sluice/internal/settings"
 	"github.com/sluice-rl/sluice/inject"
 	"github.com/sluice-rl/sluice/inject/injecttest"
+	"github.com/sluice-rl/sluice/internal/settings"
 )
 
 const (
