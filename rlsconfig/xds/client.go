@@ -26,6 +26,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -125,7 +126,11 @@ func New(cfg Config) (*Client, error) {
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS)
 	}
-	if c.conn, err = grpc.NewClient(cfg.Server, grpc.WithTransportCredentials(creds)); err != nil {
+	// The channel's own reconnection waits as long as the stream's, so
+	// that one setting paces both.
+	connect := grpc.ConnectParams{MinConnectTimeout: 20 * time.Second, Backoff: backoff.Config{
+		BaseDelay: cfg.RetryInterval, Multiplier: 2, Jitter: 0.5, MaxDelay: cfg.MaxRetryInterval}}
+	if c.conn, err = grpc.NewClient(cfg.Server, grpc.WithTransportCredentials(creds), grpc.WithConnectParams(connect)); err != nil {
 		return nil, fmt.Errorf("xds: management server %q: %w", cfg.Server, err)
 	}
 	return c, nil

@@ -276,6 +276,30 @@ func TestMutualTLS(t *testing.T) {
 	if got := limitOf(ask(t, door, "shop", "client_ip", "x")); got != 4 {
 		t.Fatalf("over mTLS, shop's limit is %d; want 4", got)
 	}
+
+	// Without its certificate the node is turned away at the handshake,
+	// tries again, and is turned away again: no stream, no configuration.
+	hellos := make(chan struct{}, 100)
+	m2 := serve(t, "127.0.0.1:0", cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), &tls.Config{
+		Certificates: []tls.Certificate{server}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { hellos <- struct{}{}; return nil, nil }})
+	m2.set(t, "n", "1", limits("shop", "client_ip", 4))
+	anon, _ := start(t, Config{Server: m2.addr, NodeID: "n", RetryInterval: 10 * time.Millisecond,
+		TLS: &tls.Config{RootCAs: pool, ServerName: "xds.test", MinVersion: tls.VersionTLS12}})
+	for i := range 2 {
+		select {
+		case <-hellos:
+		case <-time.After(wait):
+			t.Fatalf("handshake %d never came", i+1)
+		}
+	}
+	select {
+	case md := <-m2.opened:
+		t.Fatalf("a stream opened without a client certificate: %v", md)
+	case <-anon.Applied():
+		t.Fatal("a configuration applied without a client certificate")
+	default:
+	}
 }
 
 // newCert makes a certificate for name, signed by parent (nil: a CA).
