@@ -2,16 +2,9 @@ package xds
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"io"
 	"log/slog"
-	"math/big"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -19,112 +12,14 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/rls"
+	"github.com/sluice-rl/sluice/rlsconfig/xds/xdstest"
 	"github.com/sluice-rl/sluice/service"
 )
-
-// wait bounds every wait on the management server: a broken client fails
-// the test in this long, not at the test binary's timeout.
-const wait = 10 * time.Second
-
-// mgmt is a real go-control-plane management server: its snapshot cache
-// and its ADS server, with the requests it receives on a channel.
-type mgmt struct {
-	cache    cachev3.SnapshotCache
-	srv      *grpc.Server
-	addr     string
-	requests chan *discoveryv3.DiscoveryRequest
-	opened   chan metadata.MD // each stream's incoming metadata
-}
-
-// serve starts a management server on addr ("127.0.0.1:0" for a free
-// port) with cache; tlsCfg, if set, secures it.
-func serve(t *testing.T, addr string, cache cachev3.SnapshotCache, tlsCfg *tls.Config) *mgmt {
-	t.Helper()
-	m := &mgmt{cache: cache, requests: make(chan *discoveryv3.DiscoveryRequest, 1000), opened: make(chan metadata.MD, 100)}
-	cb := serverv3.CallbackFuncs{
-		StreamOpenFunc: func(ctx context.Context, _ int64, _ string) error {
-			md, _ := metadata.FromIncomingContext(ctx)
-			m.opened <- md
-			return nil
-		},
-		StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
-			m.requests <- proto.Clone(req).(*discoveryv3.DiscoveryRequest)
-			return nil
-		},
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var opts []grpc.ServerOption
-	if tlsCfg != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
-	}
-	m.srv = grpc.NewServer(opts...)
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(m.srv, serverv3.NewServer(ctx, cache, cb))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.addr = ln.Addr().String()
-	go m.srv.Serve(ln)
-	t.Cleanup(func() { m.srv.Stop(); cancel() })
-	return m
-}
-
-// set makes resources the snapshot of node at version.
-func (m *mgmt) set(t *testing.T, node, version string, rcs ...*rlspb.RateLimitConfig) {
-	t.Helper()
-	res := make([]types.Resource, len(rcs))
-	for i, rc := range rcs {
-		res[i] = rc
-	}
-	snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: res})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.cache.SetSnapshot(context.Background(), node, snap); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// next is the first request the server receives from now that ok accepts.
-func (m *mgmt) next(t *testing.T, what string, ok func(*discoveryv3.DiscoveryRequest) bool) *discoveryv3.DiscoveryRequest {
-	t.Helper()
-	deadline := time.After(wait)
-	for {
-		select {
-		case req := <-m.requests:
-			if ok(req) {
-				return req
-			}
-		case <-deadline:
-			t.Fatalf("the management server saw no %s in %s", what, wait)
-		}
-	}
-}
-
-// acked waits for the client's ACK of version.
-func (m *mgmt) acked(t *testing.T, version string) *discoveryv3.DiscoveryRequest {
-	t.Helper()
-	return m.next(t, "ACK of version "+version, func(r *discoveryv3.DiscoveryRequest) bool {
-		return r.GetResponseNonce() != "" && r.GetVersionInfo() == version && r.GetErrorDetail() == nil
-	})
-}
-
-func limits(domain, key string, n uint32) *rlspb.RateLimitConfig {
-	return &rlspb.RateLimitConfig{Name: domain + "-limits", Domain: domain, Descriptors: []*rlspb.RateLimitDescriptor{
-		{Key: key, RateLimit: &rlspb.RateLimitPolicy{Unit: rlspb.RateLimitUnit_MINUTE, RequestsPerUnit: n}}}}
-}
 
 // start runs a client until the test ends, and a gRPC door answering from
 // its configuration on the in-memory store.
@@ -175,12 +70,12 @@ func limitOf(r *pb.RateLimitResponse) uint32 {
 // applied live; a third that fails the loader's checks is NACKed with the
 // reason while the second keeps answering.
 func TestApplyUpdateAndRefuse(t *testing.T) {
-	m := serve(t, "127.0.0.1:0", cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), nil)
-	m.set(t, "sluice-1", "1", limits("shop", "client_ip", 2))
-	c, door := start(t, Config{Server: m.addr, NodeID: "sluice-1", NodeMetadata: map[string]string{"cluster": "eg"},
+	m := xdstest.Start(t, "127.0.0.1:0", nil)
+	m.Set(t, "sluice-1", "1", xdstest.Limits("shop", "client_ip", 2))
+	c, door := start(t, Config{Server: m.Addr, NodeID: "sluice-1", NodeMetadata: map[string]string{"cluster": "eg"},
 		Headers: map[string]string{"x-tenant": "t1"}, RetryInterval: 10 * time.Millisecond})
 
-	first := m.next(t, "first request", func(*discoveryv3.DiscoveryRequest) bool { return true })
+	first := m.Next(t, "first request", func(*discoveryv3.DiscoveryRequest) bool { return true })
 	if first.GetNode().GetId() != "sluice-1" || first.GetNode().GetMetadata().GetFields()["cluster"].GetStringValue() != "eg" {
 		t.Errorf("node %v; want id sluice-1 and metadata cluster=eg", first.GetNode())
 	}
@@ -188,14 +83,14 @@ func TestApplyUpdateAndRefuse(t *testing.T) {
 		t.Errorf("asked for %q", first.GetTypeUrl())
 	}
 	select {
-	case md := <-m.opened:
+	case md := <-m.Opened:
 		if got := md.Get("x-tenant"); len(got) != 1 || got[0] != "t1" {
 			t.Errorf("stream metadata %v; want x-tenant: t1", md)
 		}
-	case <-time.After(wait):
+	case <-time.After(xdstest.Wait):
 		t.Fatal("no stream opened")
 	}
-	m.acked(t, "1")
+	m.Acked(t, "1")
 	select {
 	case <-c.Applied():
 	default:
@@ -207,8 +102,8 @@ func TestApplyUpdateAndRefuse(t *testing.T) {
 		}
 	}
 
-	m.set(t, "sluice-1", "2", limits("shop", "client_ip", 5), limits("media", "bucket", 7))
-	m.acked(t, "2")
+	m.Set(t, "sluice-1", "2", xdstest.Limits("shop", "client_ip", 5), xdstest.Limits("media", "bucket", 7))
+	m.Acked(t, "2")
 	if got := ask(t, door, "shop", "client_ip", "192.0.2.1"); got.GetOverallCode() != pb.RateLimitResponse_OK || limitOf(got) != 5 {
 		t.Fatalf("after version 2: %v; want OK, the third of 5", got)
 	}
@@ -216,10 +111,10 @@ func TestApplyUpdateAndRefuse(t *testing.T) {
 		t.Fatalf("media's limit %d; want 7 from version 2", got)
 	}
 
-	bad := limits("media", "bucket", 9)
+	bad := xdstest.Limits("media", "bucket", 9)
 	bad.Descriptors[0].RateLimit.Unit = rlspb.RateLimitUnit_UNKNOWN
-	m.set(t, "sluice-1", "3", limits("shop", "client_ip", 1), bad)
-	nack := m.next(t, "NACK of version 3", func(r *discoveryv3.DiscoveryRequest) bool { return r.GetErrorDetail() != nil })
+	m.Set(t, "sluice-1", "3", xdstest.Limits("shop", "client_ip", 1), bad)
+	nack := m.Next(t, "NACK of version 3", func(r *discoveryv3.DiscoveryRequest) bool { return r.GetErrorDetail() != nil })
 	if msg := nack.GetErrorDetail().GetMessage(); !strings.Contains(msg, `RateLimitConfig "media-limits": descriptors[0].rate_limit.unit: invalid rate limit unit 'UNKNOWN'`) {
 		t.Errorf("NACK says %q", msg)
 	}
@@ -235,22 +130,22 @@ func TestApplyUpdateAndRefuse(t *testing.T) {
 // client reconnects, says which version it has, and applies the new one;
 // meanwhile the old configuration answers.
 func TestReconnect(t *testing.T) {
-	m := serve(t, "127.0.0.1:0", cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), nil)
-	m.set(t, "n", "1", limits("shop", "client_ip", 2))
-	c, door := start(t, Config{Server: m.addr, NodeID: "n", RetryInterval: 10 * time.Millisecond, MaxRetryInterval: 50 * time.Millisecond})
-	m.acked(t, "1")
+	m := xdstest.Start(t, "127.0.0.1:0", nil)
+	m.Set(t, "n", "1", xdstest.Limits("shop", "client_ip", 2))
+	c, door := start(t, Config{Server: m.Addr, NodeID: "n", RetryInterval: 10 * time.Millisecond, MaxRetryInterval: 50 * time.Millisecond})
+	m.Acked(t, "1")
 
-	m.srv.Stop()
+	m.Stop()
 	if got := limitOf(ask(t, door, "shop", "client_ip", "x")); got != 2 {
 		t.Fatalf("with the server gone, shop's limit is %d; want 2", got)
 	}
-	m2 := serve(t, m.addr, cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), nil)
-	m2.set(t, "n", "7", limits("shop", "client_ip", 3))
-	again := m2.next(t, "request on a new stream", func(*discoveryv3.DiscoveryRequest) bool { return true })
+	m2 := xdstest.Start(t, m.Addr, nil)
+	m2.Set(t, "n", "7", xdstest.Limits("shop", "client_ip", 3))
+	again := m2.Next(t, "request on a new stream", func(*discoveryv3.DiscoveryRequest) bool { return true })
 	if again.GetVersionInfo() != "1" || again.GetResponseNonce() != "" {
 		t.Errorf("a new stream asks with version %q nonce %q; want version 1, no nonce", again.GetVersionInfo(), again.GetResponseNonce())
 	}
-	m2.acked(t, "7")
+	m2.Acked(t, "7")
 	if got := limitOf(ask(t, door, "shop", "client_ip", "x")); got != 3 {
 		t.Fatalf("after reconnecting, shop's limit is %d; want 3 from version 7", got)
 	}
@@ -259,20 +154,19 @@ func TestReconnect(t *testing.T) {
 	}
 }
 
-// mTLS: the server asks for a client certificate from its CA, the client
-// checks the server's against the same CA and presents its own.
+// mTLS: the server asks for a client certificate from its CA; the client,
+// configured from PEM files as the sidecar is, checks the server's against
+// the same CA and presents its own.
 func TestMutualTLS(t *testing.T) {
-	ca, caKey := newCert(t, "test-ca", nil, nil)
-	server, _ := newCert(t, "xds-server", &ca, caKey)
-	client, _ := newCert(t, "sluice", &ca, caKey)
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Leaf)
-	m := serve(t, "127.0.0.1:0", cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), &tls.Config{
-		Certificates: []tls.Certificate{server}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12})
-	m.set(t, "n", "1", limits("shop", "client_ip", 4))
-	_, door := start(t, Config{Server: m.addr, NodeID: "n", RetryInterval: 10 * time.Millisecond,
-		TLS: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{client}, ServerName: "xds.test", MinVersion: tls.VersionTLS12}})
-	m.acked(t, "1")
+	certs := xdstest.NewCerts(t, t.TempDir())
+	m := xdstest.Start(t, "127.0.0.1:0", certs.ServerTLS())
+	m.Set(t, "n", "1", xdstest.Limits("shop", "client_ip", 4))
+	tlsCfg, err := TLSFiles(certs.CAFile, certs.ClientCert, certs.ClientKey, xdstest.ServerName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, door := start(t, Config{Server: m.Addr, NodeID: "n", RetryInterval: 10 * time.Millisecond, TLS: tlsCfg})
+	m.Acked(t, "1")
 	if got := limitOf(ask(t, door, "shop", "client_ip", "x")); got != 4 {
 		t.Fatalf("over mTLS, shop's limit is %d; want 4", got)
 	}
@@ -280,52 +174,27 @@ func TestMutualTLS(t *testing.T) {
 	// Without its certificate the node is turned away at the handshake,
 	// tries again, and is turned away again: no stream, no configuration.
 	hellos := make(chan struct{}, 100)
-	m2 := serve(t, "127.0.0.1:0", cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), &tls.Config{
-		Certificates: []tls.Certificate{server}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { hellos <- struct{}{}; return nil, nil }})
-	m2.set(t, "n", "1", limits("shop", "client_ip", 4))
-	anon, _ := start(t, Config{Server: m2.addr, NodeID: "n", RetryInterval: 10 * time.Millisecond,
-		TLS: &tls.Config{RootCAs: pool, ServerName: "xds.test", MinVersion: tls.VersionTLS12}})
+	serverTLS := certs.ServerTLS()
+	serverTLS.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) { hellos <- struct{}{}; return nil, nil }
+	m2 := xdstest.Start(t, "127.0.0.1:0", serverTLS)
+	m2.Set(t, "n", "1", xdstest.Limits("shop", "client_ip", 4))
+	noCert, err := TLSFiles(certs.CAFile, "", "", xdstest.ServerName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon, _ := start(t, Config{Server: m2.Addr, NodeID: "n", RetryInterval: 10 * time.Millisecond, TLS: noCert})
 	for i := range 2 {
 		select {
 		case <-hellos:
-		case <-time.After(wait):
+		case <-time.After(xdstest.Wait):
 			t.Fatalf("handshake %d never came", i+1)
 		}
 	}
 	select {
-	case md := <-m2.opened:
+	case md := <-m2.Opened:
 		t.Fatalf("a stream opened without a client certificate: %v", md)
 	case <-anon.Applied():
 		t.Fatal("a configuration applied without a client certificate")
 	default:
 	}
 }
-
-// newCert makes a certificate for name, signed by parent (nil: a CA).
-func newCert(t *testing.T, name string, parent *tls.Certificate, parentKey *ecdsa.PrivateKey) (tls.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"xds.test"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	signer, signerKey := tmpl, key
-	if parent == nil {
-		tmpl.IsCA, tmpl.BasicConstraintsValid, tmpl.KeyUsage = true, true, x509.KeyUsageCertSign|x509.KeyUsageDigitalSignature
-	} else {
-		signer, signerKey = parent.Leaf, parentKey
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, key
-}
-
