@@ -32,6 +32,9 @@ func (c *Config) registerXDS(fs *flag.FlagSet) {
 	fs.BoolVar(&c.RLSXDSStartWithoutConfig, "rls-xds-start-without-config", c.RLSXDSStartWithoutConfig,
 		"serve before the xDS server has sent a configuration, answering every domain as unknown (OK) until then "+
 			"(envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, start-up waits for one")
+	fs.Var(&c.RLSXDSMaxMessage, "rls-xds-max-message-size",
+		"largest xDS response accepted (`size`): the whole configuration comes in one, about 46 bytes a descriptor "+
+			"(envoyproxy/ratelimit's XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES, whose default is gRPC's 4mb)")
 }
 
 // XDSTLS reports whether the connection to the xDS server is over TLS.
@@ -69,6 +72,9 @@ func (c *Config) validateXDS() error {
 		if _, err := c.hostPort("rls-xds-server", c.RLSXDSServer); err != nil {
 			return err
 		}
+	}
+	if c.RLSXDSMaxMessage <= 0 || c.RLSXDSMaxMessage > 1<<31-1 {
+		return fmt.Errorf("invalid %s %q: must be a size from 1 to 2gb", c.name("rls-xds-max-message-size"), c.RLSXDSMaxMessage.String())
 	}
 	if c.RLSXDSRetry <= 0 {
 		return fmt.Errorf("invalid %s %q: must be a positive duration such as 3s", c.name("rls-xds-retry"), c.RLSXDSRetry)
