@@ -17,8 +17,8 @@ func (c *Config) registerXDS(fs *flag.FlagSet) {
 			"RateLimitConfig resources, one per domain, state of the world over ADS (envoyproxy/ratelimit's CONFIG_GRPC_XDS_SERVER_URL)")
 	fs.StringVar(&c.RLSXDSNodeID, "rls-xds-node-id", c.RLSXDSNodeID,
 		"node `id` sent to the xDS server, which picks this node's resources by it; empty: default, as envoyproxy/ratelimit")
-	fs.Var(&c.RLSXDSNodeMetadata, "rls-xds-node-metadata", "node metadata sent to the xDS server (`key=value,...`)")
-	fs.Var(&c.RLSXDSHeaders, "rls-xds-headers", "gRPC metadata sent on the xDS stream, such as an authorization token (`key=value,...`)")
+	fs.Var(&c.RLSXDSNodeMetadata, "rls-xds-node-metadata", "node metadata sent to the xDS server, as `key=value,...` pairs")
+	fs.Var(&c.RLSXDSHeaders, "rls-xds-headers", "gRPC metadata sent on the xDS stream, as `key=value,...` pairs, such as an authorization token")
 	fs.BoolVar(&c.RLSXDSTLS, "rls-xds-tls", c.RLSXDSTLS,
 		"connect to the xDS server over TLS, checking its certificate against the system's roots unless --rls-xds-tls-ca")
 	fs.StringVar(&c.RLSXDSTLSCA, "rls-xds-tls-ca", c.RLSXDSTLSCA, "PEM `file` of the CA the xDS server's certificate must chain to; implies --rls-xds-tls")
