@@ -68,6 +68,9 @@ func (c *Config) validateXDS() error {
 		return fmt.Errorf("invalid %s and %s: give one source of the rate limit service's configuration, files or xDS",
 			c.name("rls-config"), c.name("rls-xds-server"))
 	}
+	if c.GRPCListen == "" {
+		return fmt.Errorf("invalid %s: its configuration is the gRPC door's; set --grpc-listen", c.name("rls-xds-server"))
+	}
 	if !strings.Contains(c.RLSXDSServer, "/") { // a gRPC target such as dns:///host:port is left to gRPC
 		if _, err := c.hostPort("rls-xds-server", c.RLSXDSServer); err != nil {
 			return err
