@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/memstore"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -37,18 +38,19 @@ type recorder struct {
 	err   error
 }
 
-func (r *recorder) Decide(ctx context.Context, reqs []engine.Request, res []engine.Result) error {
+func (r *recorder) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
 	r.calls++
 	r.seen = append(r.seen, reqs...)
 	if r.err != nil {
-		return r.err
+		done(r.err)
+		return
 	}
-	return r.Store.Decide(ctx, reqs, res)
+	r.Store.Submit(reqs, res, deadline, done)
 }
 
 func newService(t *testing.T, ps engine.Policies) (*service.Service, *recorder) {
 	t.Helper()
-	mem, err := engine.NewMemoryStore(engine.MemoryConfig{Now: func() time.Time { return time.Unix(1_800_000_000, 0) }})
+	mem, err := memstore.New(memstore.Config{Now: func() time.Time { return time.Unix(1_800_000_000, 0) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +262,7 @@ func TestReset(t *testing.T) {
 // BenchmarkBatch is the service's own share of a decision: resolving,
 // prefixing, counting, on the memory store. It allocates nothing.
 func BenchmarkBatch(b *testing.B) {
-	mem, err := engine.NewMemoryStore(engine.MemoryConfig{})
+	mem, err := memstore.New(memstore.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
