@@ -286,3 +286,77 @@ func BenchmarkBatch(b *testing.B) {
 		batch.Clear()
 	}
 }
+
+// later is a store that answers on a goroutine of its own once released,
+// as Redis's round trips complete.
+type later struct {
+	engine.Store
+	release chan struct{}
+}
+
+func (l later) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
+	go func() {
+		<-l.release
+		l.Store.Submit(reqs, res, deadline, done)
+	}()
+}
+
+// DecideWait returns only once the store has answered, with the results
+// in place, and a batch waits again and again on what it keeps.
+func TestDecideWaitWaitsForTheStore(t *testing.T) {
+	mem, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := later{Store: mem, release: make(chan struct{})}
+	svc, err := service.New(service.Config{Store: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := svc.NewBatch()
+	one := engine.Limit{Algorithm: engine.FixedWindow, Rate: 1, Period: time.Hour}
+	for round, allowed := range []bool{true, false} {
+		if _, err := b.Add(service.Request{Key: "k", Limit: one, Cost: 1}); err != nil {
+			t.Fatal(err)
+		}
+		returned := make(chan struct{})
+		go func() {
+			svc.DecideWait(b)
+			close(returned)
+		}()
+		select {
+		case <-returned:
+			t.Fatalf("round %d: DecideWait returned before the store answered", round)
+		case <-time.After(20 * time.Millisecond):
+		}
+		l.release <- struct{}{}
+		<-returned
+		if d, err := b.Result(0); err != nil || d.Allowed != allowed {
+			t.Errorf("round %d: %+v, %v; want allowed %v", round, d, err, allowed)
+		}
+		b.Clear()
+	}
+}
+
+// BenchmarkDecideWait is the blocking doors' wait: nothing allocated once
+// the batch is warm.
+func BenchmarkDecideWait(b *testing.B) {
+	mem, err := memstore.New(memstore.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc, err := service.New(service.Config{Store: mem})
+	if err != nil {
+		b.Fatal(err)
+	}
+	batch := svc.NewBatch()
+	r := service.Request{Key: "k", Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1_000_000, Period: time.Second}, Cost: 1}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := batch.Add(r); err != nil {
+			b.Fatal(err)
+		}
+		svc.DecideWait(batch)
+		batch.Clear()
+	}
+}
