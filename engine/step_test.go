@@ -18,6 +18,7 @@ func TestStep(t *testing.T) {
 	fixed := engine.Limit{Algorithm: engine.FixedWindow, Rate: 2, Period: time.Second}
 	token := engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 2}
 	leaky := engine.Limit{Algorithm: engine.LeakyBucket, Rate: 1, Period: time.Second, Burst: 2}
+	leaky3 := engine.Limit{Algorithm: engine.LeakyBucket, Rate: 3, Period: time.Second, Burst: 2}
 	gcra := engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Second}
 	slog := engine.Limit{Algorithm: engine.SlidingLog, Rate: 2, Period: time.Second}
 	sliding := engine.Limit{Algorithm: engine.SlidingWindow, Rate: 2, Period: time.Second}
@@ -67,6 +68,11 @@ func TestStep(t *testing.T) {
 			r:    engine.Request{Limit: leaky, Cost: 1},
 			want: engine.Decision{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 2 * time.Second, Delay: time.Second},
 			out:  engine.Outcome{Write: true, Expires: now + 2_000_000}, stAfter: engine.State{A: now + 2_000_000, C: 1}, stChange: true},
+		{name: "leaky bucket: a third of a second a unit, the wait rounded up to whole µs",
+			st:   engine.State{A: now + 333_333, B: 1, C: 3}, // one unit queued: 333,333⅓ µs
+			r:    engine.Request{Limit: leaky3, Cost: 1},
+			want: engine.Decision{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 666_667 * time.Microsecond, Delay: 333_334 * time.Microsecond},
+			out:  engine.Outcome{Write: true, Expires: now + 666_667}, stAfter: engine.State{A: now + 666_666, B: 2, C: 3}, stChange: true},
 		{name: "gcra: burst 0 admits one",
 			r:    engine.Request{Limit: gcra, Cost: 1},
 			want: engine.Decision{Allowed: true, Limit: 1, Remaining: 0, ResetAfter: time.Second},
