@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
@@ -48,11 +49,41 @@ type Store interface {
 
 // Wait submits reqs to s and waits for their results: Submit for a caller
 // that may block (a tool, a test, a store's own synchronous method). It
-// returns done's error. It allocates a channel per call, which keeps it
-// usable inside a testing/synctest bubble; the doors' hot paths wait
-// through the service's pooled helper instead.
+// returns done's error. Once warm it allocates nothing.
 func Wait(s Store, reqs []Request, res []Result, deadline time.Time) error {
-	landed := make(chan error, 1)
-	s.Submit(reqs, res, deadline, func(err error) { landed <- err })
-	return <-landed
+	w := waiters.Get().(*waiter)
+	s.Submit(reqs, res, deadline, w.done)
+	w.mu.Lock()
+	for !w.landed {
+		w.cond.Wait()
+	}
+	err := w.err
+	w.landed, w.err = false, nil
+	w.mu.Unlock()
+	waiters.Put(w)
+	return err
 }
+
+// waiter is how Wait waits, pooled with done bound to it. It waits on a
+// sync.Cond rather than a channel: a pooled channel made inside a
+// testing/synctest bubble must not be used outside it, and the bubble
+// counts a goroutine in Cond.Wait as durably blocked.
+type waiter struct {
+	mu     sync.Mutex
+	cond   sync.Cond
+	landed bool  // guarded by mu
+	err    error // guarded by mu
+	done   func(error)
+}
+
+var waiters = sync.Pool{New: func() any {
+	w := &waiter{}
+	w.cond.L = &w.mu
+	w.done = func(err error) {
+		w.mu.Lock()
+		w.err, w.landed = err, true
+		w.mu.Unlock()
+		w.cond.Signal()
+	}
+	return w
+}}
