@@ -159,19 +159,17 @@ func (c *Chain) Release(ctx context.Context, key, id string) (bool, error) {
 // sidecar announces, whose shared state is already gone.
 func (c *Chain) Forget(key string) { c.deny.Forget(key) }
 
-// Check runs Config.Check now, bounded by Timeout (or ctx), and tells the
-// breaker its outcome (Guard.Health): a failure opens it at once. It
+// Check runs Config.Check now, bounded by ctx alone (at start, a
+// connection still dialing may take longer than a round trip's Timeout;
+// the idle checks are bounded by Timeout), and tells
+// the breaker its outcome (Guard.Health): a failure opens it at once. It
 // returns the check's error, nil without a Check.
 func (c *Chain) Check(ctx context.Context) error {
 	if c.check == nil {
 		return nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, c.timeout)
-	err := c.check(cctx)
-	cancel()
-	if ctx.Err() == nil {
-		c.guard.Health(err)
-	}
+	err := c.check(ctx)
+	c.guard.Health(err)
 	return err
 }
 
@@ -189,7 +187,12 @@ func (c *Chain) checkWhileIdle(ctx context.Context, every time.Duration) {
 		if time.Since(c.guard.Stats().LastOutcome) < every {
 			continue
 		}
-		_ = c.Check(ctx)
+		cctx, cancel := context.WithTimeout(ctx, c.timeout)
+		err := c.check(cctx)
+		cancel()
+		if ctx.Err() == nil { // not Close
+			c.guard.Health(err)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package chain_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -194,5 +195,20 @@ func TestChainInfo(t *testing.T) {
 				t.Errorf("%s field %d: %v; want %v", tc.name, i, tc.got[i], tc.want[i])
 			}
 		}
+	}
+}
+
+// Check, as the sidecar runs it at start, opens the breaker at once on a
+// failure, and closes it when the store passes.
+func TestChainCheck(t *testing.T) {
+	k := &checker{}
+	k.set(errDown)
+	c := openChain(t, chain.Config{Store: openMemory(t, nil), Check: k.check})
+	if err := c.Check(t.Context()); !errors.Is(err, errDown) || !c.Stats().Guard.BreakerOpen {
+		t.Fatalf("a failed check: %v, breaker open %v; want %v and open", err, c.Stats().Guard.BreakerOpen, errDown)
+	}
+	k.set(nil)
+	if err := c.Check(t.Context()); err != nil || c.Stats().Guard.BreakerOpen {
+		t.Fatalf("a passed check: %v, breaker open %v; want nil and closed", err, c.Stats().Guard.BreakerOpen)
 	}
 }
