@@ -110,7 +110,7 @@ func FuzzMemoryReplay(f *testing.F) {
 }
 
 // Submit reads the index and the states without the locks before it
-// decides (see MemoryStore); under -race, batches from several goroutines
+// decides (see Store); under -race, batches from several goroutines
 // that insert, evict and reset the same keys must show no race, and each
 // key must still admit exactly its limit: no state may be lost to a
 // concurrent insert.
