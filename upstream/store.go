@@ -273,8 +273,8 @@ func init() {
 }
 
 // Decide decides reqs into res and waits: Submit for a caller that may
-// block (Cluster's round trips, tools, tests). Each request is validated first; an
-// invalid one gets its own error and is not sent. A Redis error that only
+// block (Cluster's round trips, tools, tests). Each request is validated
+// first; an invalid one gets its own error and is not sent. A Redis error that only
 // some requests met (a key of the wrong type) is theirs alone; the returned
 // error means the round trip failed (ctx done, Redis unreachable or unable
 // to serve), and then no result may be trusted.
