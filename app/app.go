@@ -20,6 +20,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/chain"
+	"github.com/sluice-rl/sluice/engine/memstore"
 	"github.com/sluice-rl/sluice/httpcheck"
 	"github.com/sluice-rl/sluice/internal/settings"
 	"github.com/sluice-rl/sluice/internal/tlsfiles"
@@ -43,8 +45,8 @@ type Config = settings.Config
 type Sidecar struct {
 	cfg     Config
 	log     *slog.Logger
-	mem     *engine.MemoryStore
-	chain   *chain // nil without an upstream
+	mem     *memstore.Store
+	chain   *sharedStore // nil without an upstream
 	live    *policy.Live
 	svc     *service.Service
 	tel     *telemetry.Telemetry
@@ -87,7 +89,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, getenv func(string) 
 // build makes and starts the parts; close undoes what it did.
 func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err error) {
 	cfg, log := s.cfg, s.log
-	if s.mem, err = engine.NewMemoryStore(engine.MemoryConfig{MaxKeys: cfg.MaxKeys}); err != nil {
+	if s.mem, err = memstore.New(memstore.Config{MaxKeys: cfg.MaxKeys}); err != nil {
 		return err
 	}
 	tracer, err := s.telemetry(ctx, getenv)
@@ -102,7 +104,7 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 			return err
 		}
 		s.closers = append(s.closers, s.chain.close)
-		store = s.chain.guard
+		store = s.chain.chain
 	}
 	var policies engine.Policies
 	if cfg.Policies != "" {
@@ -266,7 +268,9 @@ func (s *Sidecar) sources() telemetry.Sources {
 	src := telemetry.Sources{Decisions: s.svc.EachDecision, Errors: s.svc.EachError,
 		Clients: s.resp.Clients, Memory: s.mem.Len, Leases: s.svc.EachLeasePolicy}
 	if c := s.chain; c != nil {
-		src.DenyCache, src.Guard, src.Batcher = c.deny.Stats, c.guard.Stats, c.batcher.Stats
+		src.DenyCache = func() chain.DenyCacheStats { return c.chain.Stats().DenyCache }
+		src.Guard = func() chain.GuardStats { return c.chain.Stats().Guard }
+		src.Batcher = func() chain.BatcherStats { return c.chain.Stats().Batcher }
 	}
 	return src
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/chain"
+	"github.com/sluice-rl/sluice/engine/memstore"
 	"github.com/sluice-rl/sluice/internal/tlsfiles"
 	"github.com/sluice-rl/sluice/respserver"
 	"github.com/sluice-rl/sluice/service"
@@ -18,26 +20,17 @@ import (
 	"github.com/sluice-rl/sluice/upstream"
 )
 
-// chain is what stands in front of the central Redis, in this order from
-// the service down:
-//
-//	guard     answers by each request's failure mode while Redis cannot
-//	          (the in-memory store enforcing limits locally, by default)
-//	deny      a refused key is refused locally until its retry-after
-//	batcher   all connections' decisions share round trips
-//	upstream  the Redis store: the batch script, one call per batch
-//
-// Leases (RL.ACQUIRE, RL.RELEASE) go from the guard straight to upstream.
-type chain struct {
-	kind    upstream.Kind
-	up      *upstream.Store // its replies are read by the RESP server's first event loop
-	batcher *engine.Batcher
-	deny    *engine.DenyCache
-	guard   *engine.Guard
-	close   func()
+// sharedStore is the central Redis and the chain in front of it
+// (engine/chain: guard, deny cache, batcher, in the order chain.New
+// owns). Leases go from the guard straight to upstream.
+type sharedStore struct {
+	kind  upstream.Kind
+	up    *upstream.Store // its replies are read by the RESP server's first event loop
+	chain *chain.Chain
+	close func()
 }
 
-func newChain(cfg Config, mem *engine.MemoryStore, tel *telemetry.Telemetry, log *slog.Logger) (c *chain, err error) {
+func newChain(cfg Config, mem *memstore.Store, tel *telemetry.Telemetry, log *slog.Logger) (c *sharedStore, err error) {
 	var roots *x509.CertPool
 	if cfg.UpstreamTLSCA != "" {
 		if roots, err = tlsfiles.Pool(cfg.UpstreamTLSCA); err != nil {
@@ -49,7 +42,7 @@ func newChain(cfg Config, mem *engine.MemoryStore, tel *telemetry.Telemetry, log
 	if err != nil {
 		return nil, fmt.Errorf("invalid --upstream: %w", err)
 	}
-	c = &chain{kind: kind}
+	c = &sharedStore{kind: kind}
 	var closers []func()
 	c.close = func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -68,19 +61,9 @@ func newChain(cfg Config, mem *engine.MemoryStore, tel *telemetry.Telemetry, log
 	}
 	closers = append(closers, up.Close)
 	c.up = up
-	if c.batcher, err = engine.NewBatcher(engine.BatcherConfig{Store: up, MaxBatch: cfg.BatchMax,
-		MaxInFlight: cfg.BatchInFlight, Timeout: cfg.UpstreamTimeout, OnBatch: tel.ObserveBatch}); err != nil {
-		return nil, err
-	}
-	closers = append(closers, c.batcher.Close)
-	if c.deny, err = engine.NewDenyCache(engine.DenyCacheConfig{Store: c.batcher, MaxEntries: cfg.DenyCacheSize}); err != nil {
-		return nil, err
-	}
-	if c.guard, err = engine.NewGuard(engine.GuardConfig{
-		Store: c.deny, Local: mem, Default: cfg.OnFailure,
-		// Leases go to Redis past the deny cache and the batcher: a
-		// concurrency refusal is never remembered.
-		Leaser: up, LeaseTimeout: cfg.UpstreamTimeout,
+	if c.chain, err = chain.New(chain.Config{Store: up, Local: mem, Default: cfg.OnFailure,
+		Timeout: cfg.UpstreamTimeout, MaxBatch: cfg.BatchMax, MaxInFlight: cfg.BatchInFlight, OnBatch: tel.ObserveBatch,
+		DenyCacheSize: cfg.DenyCacheSize, Check: up.Check,
 		OnBreaker: func(open bool, cause error) {
 			if open {
 				log.Warn("upstream Redis failing: deciding by each request's failure mode", "err", cause, "default", cfg.OnFailure.String())
@@ -91,21 +74,15 @@ func newChain(cfg Config, mem *engine.MemoryStore, tel *telemetry.Telemetry, log
 	}); err != nil {
 		return nil, err
 	}
-	// Know from the start whether Redis can decide, and keep knowing while
-	// no request asks: readiness and the breaker follow the check.
+	closers = append(closers, c.chain.Close)
+	// Know from the start whether Redis can decide: readiness and the
+	// breaker follow the check, and the chain keeps checking while no
+	// request asks.
 	startCtx, cancel := context.WithTimeout(context.Background(), max(cfg.UpstreamTimeout, time.Second))
-	if err := up.Check(startCtx); err != nil {
+	if err := c.chain.Check(startCtx); err != nil {
 		log.Warn("the upstream Redis cannot decide: deciding by each request's failure mode until it can", "err", err)
-		c.guard.Health(err)
 	}
 	cancel()
-	healthCtx, stopHealth := context.WithCancel(context.Background())
-	healthDone := make(chan struct{})
-	go func() {
-		defer close(healthDone)
-		checkWhileIdle(healthCtx, up, c.guard, cfg.UpstreamTimeout)
-	}()
-	closers = append(closers, func() { stopHealth(); <-healthDone })
 
 	// Resets made through any sidecar reach this one: drop what it
 	// remembers of the key, the refusal and the fallback's local count.
@@ -114,7 +91,7 @@ func newChain(cfg Config, mem *engine.MemoryStore, tel *telemetry.Telemetry, log
 	go func() {
 		defer close(subDone)
 		up.Subscribe(subCtx, func(key string) {
-			c.deny.Forget(key)
+			c.chain.Forget(key)
 			_ = mem.Reset(subCtx, key)
 		})
 	}()
@@ -126,41 +103,12 @@ func newChain(cfg Config, mem *engine.MemoryStore, tel *telemetry.Telemetry, log
 	return c, nil
 }
 
-// healthEvery is how often the upstream is checked while no decision
-// has reached it.
-const healthEvery = time.Second
-
-// checkWhileIdle checks the upstream every healthEvery unless a round
-// trip has answered meanwhile (decisions tell the breaker themselves), so
-// that a sidecar sent no traffic, such as a pod out of service, still
-// knows when Redis fails and when it is back.
-func checkWhileIdle(ctx context.Context, up *upstream.Store, g *engine.Guard, timeout time.Duration) {
-	t := time.NewTicker(healthEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if time.Since(g.Stats().LastOutcome) < healthEvery {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		err := up.Check(cctx)
-		cancel()
-		if ctx.Err() == nil {
-			g.Health(err)
-		}
-	}
-}
-
 // ready is /readyz: the sidecar can decide unless the upstream is failing
 // (the breaker, which the idle checks keep current) and the default
 // failure mode refuses everything.
 func (s *Sidecar) ready() error {
 	c := s.chain
-	if c == nil || s.cfg.OnFailure != engine.FailClosed || !c.guard.Stats().BreakerOpen {
+	if c == nil || s.cfg.OnFailure != engine.FailClosed || !c.chain.Stats().Guard.BreakerOpen {
 		return nil
 	}
 	return errors.New("the upstream Redis cannot decide and --on-upstream-failure is deny")
@@ -170,7 +118,6 @@ func (s *Sidecar) ready() error {
 // their data; INFO sluice shows them all.
 func (s *Sidecar) infoSections() []respserver.InfoSection {
 	cfg := s.cfg
-	u := func(n uint64) string { return strconv.FormatUint(n, 10) }
 	secs := []respserver.InfoSection{
 		{Name: "Memory", Fields: func() [][2]string {
 			return [][2]string{{"memory_store_keys", strconv.Itoa(s.mem.Len())}, {"memory_store_max_keys", strconv.Itoa(cfg.MaxKeys)}}
@@ -193,31 +140,11 @@ func (s *Sidecar) infoSections() []respserver.InfoSection {
 	}
 	return append(secs,
 		respserver.InfoSection{Name: "Upstream", Fields: func() [][2]string {
-			g := c.guard.Stats()
-			open := "0"
-			if g.BreakerOpen {
-				open = "1"
-			}
-			return [][2]string{{"upstream", string(c.kind)}, {"upstream_addrs", upstream.Redact(cfg.Upstream)},
-				{"upstream_timeout_ms", strconv.FormatInt(cfg.UpstreamTimeout.Milliseconds(), 10)},
-				{"breaker_open", open}, {"fallback_decisions", u(g.Fallbacks)},
-				{"on_upstream_failure", cfg.OnFailure.String()}}
+			return append([][2]string{{"upstream", string(c.kind)}, {"upstream_addrs", upstream.Redact(cfg.Upstream)}},
+				c.chain.InfoUpstream()...)
 		}},
-		respserver.InfoSection{Name: "Batcher", Fields: func() [][2]string {
-			b := c.batcher.Stats()
-			avg := "0"
-			if b.Batches > 0 {
-				avg = strconv.FormatFloat(float64(b.Decisions)/float64(b.Batches), 'f', 2, 64)
-			}
-			return [][2]string{{"batches", u(b.Batches)}, {"batched_decisions", u(b.Decisions)},
-				{"avg_batch_size", avg}, {"batch_max", strconv.Itoa(cfg.BatchMax)}, {"batch_inflight", strconv.Itoa(cfg.BatchInFlight)}}
-		}},
-		respserver.InfoSection{Name: "Denycache", Fields: func() [][2]string {
-			d := c.deny.Stats()
-			return [][2]string{{"deny_cache_hits", u(d.Hits)}, {"deny_cache_misses", u(d.Misses)},
-				{"deny_cache_evictions", u(d.Evictions)}, {"deny_cache_entries", strconv.Itoa(d.Entries)},
-				{"deny_cache_size", strconv.Itoa(cfg.DenyCacheSize)}}
-		}})
+		respserver.InfoSection{Name: "Batcher", Fields: c.chain.InfoBatcher},
+		respserver.InfoSection{Name: "Denycache", Fields: c.chain.InfoDenyCache})
 }
 
 // leaseInfo is INFO's Leases section: the concurrency limiter's counts,

@@ -5,38 +5,41 @@ import (
 	"time"
 )
 
-// state is what a store keeps per (algorithm, key). The zero value is a key
-// never seen, and every algorithm reads it as full capacity. Field meanings:
+// State is what a store keeps per (algorithm, key): the in-memory store
+// holds it in its slots, the Lua scripts in package lua keep the same
+// values in Redis. The zero value is a key never seen, and every algorithm
+// reads it as full capacity. Field meanings:
 //
-//	fixed window:   a = window start, b = count in it
-//	sliding window: a = current sub-window start, b = precision (sub-windows
-//	                per period), log = the last precision+1 sub-windows'
+//	fixed window:   A = window start, B = count in it
+//	sliding window: A = current sub-window start, B = precision (sub-windows
+//	                per period), Log = the last precision+1 sub-windows'
 //	                counts, a ring indexed by sub-window number
 //	token bucket,
 //	leaky bucket,
-//	GCRA:           a + b/c = the theoretical time (µs and a remainder in
-//	                1/c µs, c the rate that wrote it): when the bucket is
+//	GCRA:           A + B/C = the theoretical time (µs and a remainder in
+//	                1/C µs, C the rate that wrote it): when the bucket is
 //	                full again, the queue drains, the next arrival is due
-//	sliding log:    a = running total of the costs admitted; log = one
+//	sliding log:    A = running total of the costs admitted; Log = one
 //	                (time, total before it) pair per admitted request,
 //	                ascending in both
-//
-// The Lua scripts in package lua keep the same values in Redis.
-type state struct {
-	a, b, c int64
-	log     []int64
+type State struct {
+	A, B, C int64
+	Log     []int64
 }
 
-// outcome is what an algorithm decides beside the Decision: whether the new
-// state must be stored, and when it stops mattering (it then reads as zero).
-type outcome struct {
-	write   bool
-	expires int64 // µs since the epoch
+// Outcome is what Step decides beside the Decision: whether the new state
+// must be stored, and when it stops mattering (it then reads as zero).
+type Outcome struct {
+	Write   bool
+	Expires int64 // µs since the epoch
 }
 
-// decide runs r's algorithm on st at now (µs since the epoch). It changes st
-// only when it returns write; a peek never writes. r must be valid.
-func decide(st *state, now int64, r *Request) (Decision, outcome) {
+// Step runs r's algorithm on st at now (µs since the epoch): the pure core
+// every store shares, with no clock, lock or I/O inside. It changes st only
+// when it returns Write; a peek never writes. r must be valid (Validate),
+// and a multi-limit request is decided limit by limit, by the store (see
+// Combine).
+func Step(st *State, now int64, r *Request) (Decision, Outcome) {
 	switch r.Limit.Algorithm {
 	case FixedWindow:
 		return fixedWindow(st, now, r)
@@ -60,12 +63,12 @@ func windowStart(now, period, stored int64) int64 {
 	return max(now-now%period, stored)
 }
 
-func fixedWindow(st *state, now int64, r *Request) (Decision, outcome) {
+func fixedWindow(st *State, now int64, r *Request) (Decision, Outcome) {
 	p, limit := r.Limit.periodMicros(), r.Limit.Rate
-	w := windowStart(now, p, st.a)
+	w := windowStart(now, p, st.A)
 	n := int64(0)
-	if st.a == w {
-		n = st.b
+	if st.A == w {
+		n = st.B
 	}
 	end := w + p
 	d := Decision{Limit: limit, Allowed: n+r.Cost <= limit}
@@ -80,10 +83,10 @@ func fixedWindow(st *state, now int64, r *Request) (Decision, outcome) {
 		d.ResetAfter = Micros(end - now)
 	}
 	if !d.Allowed || r.Peek || r.Cost == 0 {
-		return d, outcome{}
+		return d, Outcome{}
 	}
-	st.a, st.b = w, n
-	return d, outcome{write: true, expires: end}
+	st.A, st.B = w, n
+	return d, Outcome{Write: true, Expires: end}
 }
 
 // logModulus bounds the sliding log's running total: totals wrap at 2^52,
@@ -105,21 +108,21 @@ func logSpan(from, to int64) int64 { return ((to-from)%logModulus + logModulus) 
 // (see lua/log.lua).
 //
 // An entry counts while it is younger than the period: t > now-p. The
-// older ones are dropped only when st is written (as decide promises): a
+// older ones are dropped only when st is written (as Step promises): a
 // clock that steps back sees them count again, in memory as in Redis,
 // where a peek or a refusal writes nothing.
-func slidingLog(st *state, now int64, r *Request) (Decision, outcome) {
+func slidingLog(st *State, now int64, r *Request) (Decision, Outcome) {
 	p, limit := r.Limit.periodMicros(), r.Limit.Rate
 	cut := now - p
-	entries := len(st.log) / 2
-	first := sort.Search(entries, func(i int) bool { return st.log[2*i] > cut })
+	entries := len(st.Log) / 2
+	first := sort.Search(entries, func(i int) bool { return st.Log[2*i] > cut })
 	var n, newest, base int64
 	wrapped := false
 	if first < entries {
-		base = st.log[2*first+1]
-		n = logSpan(base, st.a)
-		newest = st.log[2*entries-2]
-		wrapped = st.a < st.log[2*entries-1]
+		base = st.Log[2*first+1]
+		n = logSpan(base, st.A)
+		newest = st.Log[2*entries-2]
+		wrapped = st.A < st.Log[2*entries-1]
 	}
 	d := Decision{Limit: limit, Allowed: n+r.Cost <= limit}
 	if !d.Allowed {
@@ -128,8 +131,8 @@ func slidingLog(st *state, now int64, r *Request) (Decision, outcome) {
 		// least one unit, so it is one of the need entries from first.
 		need := n + r.Cost - limit
 		span := int(min(need, int64(entries-first)))
-		last := first + sort.Search(span, func(k int) bool { return logSpan(base, st.log[2*(first+k)+1]) >= need }) - 1
-		d.RetryAfter = Micros(st.log[2*last] + p - now)
+		last := first + sort.Search(span, func(k int) bool { return logSpan(base, st.Log[2*(first+k)+1]) >= need }) - 1
+		d.RetryAfter = Micros(st.Log[2*last] + p - now)
 		d.Remaining = max(limit-n, 0)
 	} else {
 		d.Remaining = limit - n - r.Cost
@@ -146,14 +149,14 @@ func slidingLog(st *state, now int64, r *Request) (Decision, outcome) {
 		d.ResetAfter = Micros(newest + p - now)
 	}
 	if !d.Allowed || r.Peek || r.Cost == 0 {
-		return d, outcome{}
+		return d, Outcome{}
 	}
 	if first == entries {
-		st.a = 0 // nothing live: start the running total afresh
+		st.A = 0 // nothing live: start the running total afresh
 	}
-	st.log = append(st.log[2*first:], newest, st.a)
-	st.a = (st.a + r.Cost) % logModulus
-	return d, outcome{write: true, expires: newest + p}
+	st.Log = append(st.Log[2*first:], newest, st.A)
+	st.A = (st.A + r.Cost) % logModulus
+	return d, Outcome{Write: true, Expires: newest + p}
 }
 
 // slidingWindow estimates the count over the last period from counts kept
@@ -171,21 +174,21 @@ func slidingLog(st *state, now int64, r *Request) (Decision, outcome) {
 // over limit stays below the largest count one sub-window took; finer
 // sub-windows help exactly as far as traffic spreads over them. The README
 // gives measured figures.
-func slidingWindow(st *state, now int64, r *Request) (Decision, outcome) {
+func slidingWindow(st *State, now int64, r *Request) (Decision, Outcome) {
 	limit, n := r.Limit.Rate, r.Limit.precision()
 	s := r.Limit.periodMicros() / n
 	var ring []int64
-	stored := st.b == n && int64(len(st.log)) == n+1
+	stored := st.B == n && int64(len(st.Log)) == n+1
 	w := windowStart(now, s, 0)
 	if stored {
-		w = max(w, st.a)
-		ring = st.log
+		w = max(w, st.A)
+		ring = st.Log
 	}
 	// counts[i] is the count of the i-th sub-window before the current one.
 	var counts [MaxPrecision + 1]int64
 	k := w / s
 	for i := range n + 1 {
-		if stored && w-i*s <= st.a {
+		if stored && w-i*s <= st.A {
 			counts[i] = ring[(k-i)%(n+1)]
 		}
 	}
@@ -211,19 +214,19 @@ func slidingWindow(st *state, now int64, r *Request) (Decision, outcome) {
 		}
 	}
 	if !d.Allowed || r.Peek || r.Cost == 0 {
-		return d, outcome{}
+		return d, Outcome{}
 	}
 	if !stored {
-		st.log = st.log[:0]
+		st.Log = st.Log[:0]
 		for range n + 1 {
-			st.log = append(st.log, 0)
+			st.Log = append(st.Log, 0)
 		}
 	}
 	for i := range n + 1 {
-		st.log[(k-i)%(n+1)] = counts[i]
+		st.Log[(k-i)%(n+1)] = counts[i]
 	}
-	st.a, st.b, st.c = w, n, 0
-	return d, outcome{write: true, expires: w + (n+1)*s}
+	st.A, st.B, st.C = w, n, 0
+	return d, Outcome{Write: true, Expires: w + (n+1)*s}
 }
 
 // weigh is ceil(count × left/s), the share of a sub-window's count that
@@ -277,9 +280,9 @@ func slidingRetry(counts []int64, w, now, s, room int64) int64 {
 // The interval is exact (see emission): z carries the remainder of
 // period/rate as a fraction of a µs, and durations are rounded up to whole
 // µs, so that no wait is ever too short.
-func bucket(st *state, now int64, r *Request) (Decision, outcome) {
+func bucket(st *State, now int64, r *Request) (Decision, Outcome) {
 	e, capacity := r.Limit.emission(), r.Limit.Capacity()
-	z := e.rescale(instant{st.a, st.b}, st.c)
+	z := e.rescale(instant{st.A, st.B}, st.C)
 	start := z
 	if z.us < now {
 		start = instant{now, 0}
@@ -304,8 +307,8 @@ func bucket(st *state, now int64, r *Request) (Decision, outcome) {
 	}
 	d.ResetAfter = Micros(left.ceil())
 	if !d.Allowed || r.Peek || r.Cost == 0 {
-		return d, outcome{}
+		return d, Outcome{}
 	}
-	st.a, st.b, st.c = end.us, end.f, e.d
-	return d, outcome{write: true, expires: end.ceil()}
+	st.A, st.B, st.C = end.us, end.f, e.d
+	return d, Outcome{Write: true, Expires: end.ceil()}
 }

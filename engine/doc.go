@@ -1,6 +1,7 @@
 // Package engine is Sluice's decision core: the types every other part speaks
-// (Limit, Request, Decision), the Store contract that the Redis store and the
-// in-memory store implement, and the six rate-limiting algorithms.
+// (Limit, Request, Decision), their validation, the one asynchronous Store
+// contract (Submit, and Wait for a caller that may block), and the six
+// rate-limiting algorithms as one pure step (Step).
 //
 // The algorithms are pure functions of (state, now, request) → (state,
 // decision): no I/O, no goroutines, no wall clock inside. Time is passed in as
@@ -9,6 +10,13 @@
 // for identical inputs. Every intermediate value stays below 2^53 (Validate
 // enforces the bounds), which keeps Lua's doubles exact.
 //
+// The stores live beside it, each in a package of its own: memstore (the
+// in-memory store, built on Step), upstream (Redis, running the same
+// algorithms in Lua), and chain (guard, deny cache and batcher in front of
+// Redis, each a Store wrapping the next). enginetest holds the conformance
+// tables every store runs.
+//
 // engine imports only the standard library and the chosen libraries; it never
-// imports respserver or upstream: they depend on it, not the other way round.
+// imports a door, a store or upstream: they depend on it, not the other way
+// round.
 package engine

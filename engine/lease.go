@@ -100,7 +100,7 @@ type Leaser interface {
 	// renews r.ID's when it is held; expired leases are dropped first.
 	// Invalid parameters are a *ParamError. An error that the key alone
 	// met (its state is of another kind) wraps ErrLeaseState; any other
-	// error means the store could not answer. Unlike Store.Decide, the
+	// error means the store could not answer. Unlike Store.Submit, the
 	// caller bounds the wait with ctx.
 	Acquire(ctx context.Context, r LeaseRequest) (LeaseDecision, error)
 	// Release frees key's lease id and reports whether it was held:
@@ -111,55 +111,6 @@ type Leaser interface {
 // ErrLeaseState is wrapped by a Leaser's error that the key alone met:
 // the store answered, so no failure mode applies.
 var ErrLeaseState = errors.New("the key holds state of another kind")
-
-// leaseSet is one key's leases: each id's expiry, in µs since the epoch.
-// The algorithm is a pure function of (set, now, request), as the rate
-// algorithms are; lua/lease.lua does the same on a sorted set.
-type leaseSet struct {
-	ids map[string]int64
-	// held is the most leases ever held at once since the set was
-	// created: what the Redis script records beside its set.
-	held int64
-}
-
-// expire drops the leases that end at or before now and returns how many.
-func (s *leaseSet) expire(now int64) int64 {
-	var n int64
-	for id, end := range s.ids {
-		if end <= now {
-			delete(s.ids, id)
-			n++
-		}
-	}
-	return n
-}
-
-// acquire decides r at now against s (expired leases already dropped).
-func (s *leaseSet) acquire(now int64, r *LeaseRequest) LeaseDecision {
-	d := LeaseDecision{Limit: r.Limit, ID: r.ID}
-	end := now + r.TTL.Microseconds()
-	held := int64(len(s.ids))
-	switch _, ok := s.ids[r.ID]; {
-	case ok:
-		d.Allowed, d.Renewed = true, true
-		s.ids[r.ID] = end
-	case held < r.Limit:
-		d.Allowed = true
-		s.ids[r.ID] = end
-		held++
-	default:
-		oldest := int64(-1)
-		for _, e := range s.ids {
-			if oldest < 0 || e < oldest {
-				oldest = e
-			}
-		}
-		d.RetryAfter = time.Duration(oldest-now) * time.Microsecond
-	}
-	s.held = max(s.held, held)
-	d.Remaining = max(r.Limit-held, 0)
-	return d
-}
 
 // NewLeaseID returns a random lease id: 16 hex digits.
 func NewLeaseID() string {

@@ -132,3 +132,22 @@ func Binding(parts []Decision) int {
 	}
 	return best
 }
+
+// SameLimits reports whether two requests' limits are the same: a policy
+// reloaded with other limits must not meet the old one's remembered
+// refusal, and only requests under the same limits share a run of
+// decisions.
+func SameLimits(a, b []NamedLimit) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 || &a[0] == &b[0] {
+		return true // one policy's own slice: the usual case, at no cost
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

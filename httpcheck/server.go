@@ -73,12 +73,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Token != "" {
 		s.token = []byte(cfg.Token)
 	}
-	s.checks.New = func() any {
-		c := &check{b: s.svc.NewBatch(), done: make(chan struct{}, 1)}
-		c.bs = []*service.Batch{c.b}
-		c.signal = func() { c.done <- struct{}{} }
-		return c
-	}
+	s.checks.New = func() any { return &check{b: s.svc.NewBatch()} }
 	s.http = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
 		TLSConfig: cfg.TLS, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	return s, nil
@@ -101,11 +96,8 @@ func (s *Server) Shutdown(ctx context.Context) error { return s.http.Shutdown(ct
 
 // check is one request's scratch, pooled.
 type check struct {
-	b      *service.Batch
-	bs     []*service.Batch
-	done   chan struct{}
-	signal func()
-	buf    []byte
+	b   *service.Batch
+	buf []byte
 }
 
 // ServeHTTP answers one check, whatever its method: a gateway may forward
@@ -135,8 +127,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		plain(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	s.svc.Decide(c.bs, c.signal)
-	<-c.done
+	s.svc.DecideWait(c.b)
 	d, err := c.b.Result(i)
 	if err != nil {
 		if errors.Is(err, engine.ErrInvalid) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/memstore"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -21,7 +22,7 @@ func (p policies) Lookup(name string) (engine.Policy, bool) {
 
 func newServer(t testing.TB, token string) *Server {
 	t.Helper()
-	mem, err := engine.NewMemoryStore(engine.MemoryConfig{Now: func() time.Time { return time.Unix(1_800_000_030, 0) }})
+	mem, err := memstore.New(memstore.Config{Now: func() time.Time { return time.Unix(1_800_000_030, 0) }})
 	if err != nil {
 		t.Fatal(err)
 	}

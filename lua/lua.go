@@ -83,8 +83,6 @@ var (
 	// Lease acquires and releases the concurrency limiter's leases of one
 	// key (see lease.lua for its arguments and replies).
 	Lease *Script
-	// all is every script: Batch, then Lease.
-	all []*Script
 )
 
 // shebang declares the scripts to Redis 7 as Lua with no flags: scripts that
@@ -108,16 +106,11 @@ func init() {
 		batch += "\n" + loader(a.name, a.src)
 	}
 	Batch = newScript("batch", batch+"\n"+batchMain)
-	all = append(all, Batch)
 	// The lease script needs the shared helpers, not the algorithms.
 	Lease = newScript("lease", shebang+preludeSrc+"\n"+leaseMain)
-	all = append(all, Lease)
 }
 
 func newScript(name, src string) *Script {
 	sum := sha1.Sum([]byte(src))
 	return &Script{Name: name, Source: src, SHA: hex.EncodeToString(sum[:])}
 }
-
-// All returns every script: Batch, then Lease.
-func All() []*Script { return append([]*Script(nil), all...) }

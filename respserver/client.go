@@ -92,11 +92,6 @@ type client struct {
 	// RL.TRACE; the zero value traces nothing.
 	trace trace.SpanContext
 
-	// For a connection served by a goroutine of its own: where it waits
-	// for its segment to land, and the service's done that tells it.
-	landed chan struct{}
-	signal func()
-
 	cur    *segment // queued: decisions and replies owed after them
 	flying *segment // handed to the service, or a reset under way; nil if none
 	spare  *segment // a landed segment, kept for reuse
@@ -108,7 +103,6 @@ type client struct {
 type segment struct {
 	c     *client
 	batch *service.Batch
-	one   [1]*service.Batch // batch, as Service.Decide takes it
 	pend  []pending
 	// An RL.RESET under way, off the loop: its keys, then its outcome.
 	reset    []string

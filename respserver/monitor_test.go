@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/chain"
 	"github.com/sluice-rl/sluice/policy"
 )
 
@@ -253,7 +253,7 @@ func TestAppendMonitorLine(t *testing.T) {
 // the store when it is killed, which then lands on a closed connection.
 func TestClientKill(t *testing.T) {
 	slow := &slowKeyStore{Store: memStore(t), entered: make(chan struct{}, 1), release: make(chan struct{})}
-	b, err := engine.NewBatcher(engine.BatcherConfig{Store: engine.Sending(slow)})
+	b, err := chain.NewBatcher(chain.BatcherConfig{Store: slow})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/chain"
 )
 
 // A large round is cut into parts of about equal size at batch (that is,
@@ -50,7 +50,7 @@ func TestCutRound(t *testing.T) {
 // Rounds cut into parts that land in any order still answer each
 // connection in the order it asked, each decision as if made alone.
 func TestCutRoundsKeepOrder(t *testing.T) {
-	b, err := engine.NewBatcher(engine.BatcherConfig{Store: engine.Sending(memStore(t)), MaxInFlight: 2})
+	b, err := chain.NewBatcher(chain.BatcherConfig{Store: memStore(t), MaxInFlight: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

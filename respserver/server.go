@@ -324,15 +324,9 @@ func (c *client) serveRead(n int) {
 // land, running the commands that waited for them, until nothing is owed.
 // Only a goroutine of a connection's own may wait so.
 func (c *client) settle() {
-	if c.signal == nil {
-		c.landed = make(chan struct{}, 1)
-		c.signal = func() { c.landed <- struct{}{} }
-	}
 	for {
 		if g := c.lift(); g != nil {
-			g.one[0] = g.batch
-			c.s.cfg.Service.Decide(g.one[:], c.signal)
-			<-c.landed
+			c.s.cfg.Service.DecideWait(g.batch)
 			c.deliver(g)
 			continue
 		}

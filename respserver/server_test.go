@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/chain"
+	"github.com/sluice-rl/sluice/engine/memstore"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -28,9 +30,9 @@ func testService(t testing.TB, store engine.Store, policies engine.Policies) *se
 	return svc
 }
 
-func memStore(t testing.TB) *engine.MemoryStore {
+func memStore(t testing.TB) *memstore.Store {
 	t.Helper()
-	m, err := engine.NewMemoryStore(engine.MemoryConfig{Now: newPinnedClock().Now})
+	m, err := memstore.New(memstore.Config{Now: newPinnedClock().Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +50,7 @@ type fakeStore struct {
 	entered chan struct{}
 }
 
-func (f *fakeStore) Decide(ctx context.Context, reqs []engine.Request, res []engine.Result) error {
+func (f *fakeStore) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
 	if f.entered != nil {
 		f.entered <- struct{}{}
 	}
@@ -60,9 +62,10 @@ func (f *fakeStore) Decide(ctx context.Context, reqs []engine.Request, res []eng
 	err := f.err
 	f.mu.Unlock()
 	if err != nil {
-		return err
+		done(err)
+		return
 	}
-	return f.inner.Decide(ctx, reqs, res)
+	f.inner.Submit(reqs, res, deadline, done)
 }
 
 func (f *fakeStore) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
@@ -577,15 +580,18 @@ type slowKeyStore struct {
 	release chan struct{}
 }
 
-func (s *slowKeyStore) Decide(ctx context.Context, reqs []engine.Request, res []engine.Result) error {
+func (s *slowKeyStore) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
 	for _, r := range reqs {
 		if strings.HasPrefix(r.Key, "slow") {
-			s.entered <- struct{}{}
-			<-s.release
-			break
+			go func() { // held as a round trip at Redis is: Submit returns
+				s.entered <- struct{}{}
+				<-s.release
+				s.Store.Submit(reqs, res, deadline, done)
+			}()
+			return
 		}
 	}
-	return s.Store.Decide(ctx, reqs, res)
+	s.Store.Submit(reqs, res, deadline, done)
 }
 
 // While one connection's decision is held at the store, the server goes
@@ -595,7 +601,7 @@ func TestNothingWaitsBehindAHeldBatch(t *testing.T) {
 	for _, loops := range []int{1, -1} {
 		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) {
 			slow := &slowKeyStore{Store: memStore(t), entered: make(chan struct{}, 1), release: make(chan struct{})}
-			b, err := engine.NewBatcher(engine.BatcherConfig{Store: engine.Sending(slow), MaxInFlight: 2})
+			b, err := chain.NewBatcher(chain.BatcherConfig{Store: slow, MaxInFlight: 2})
 			if err != nil {
 				t.Fatal(err)
 			}

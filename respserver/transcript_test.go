@@ -20,6 +20,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/memstore"
 	"github.com/sluice-rl/sluice/policy"
 )
 
@@ -157,7 +158,7 @@ func runTranscript(t *testing.T, file string) {
 	}
 	lines := strings.Split(string(data), "\n")
 	clock := newPinnedClock()
-	store, err := engine.NewMemoryStore(engine.MemoryConfig{Now: clock.Now})
+	store, err := memstore.New(memstore.Config{Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,14 +12,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/memstore"
 	"github.com/sluice-rl/sluice/rlsconfig"
 	"github.com/sluice-rl/sluice/service"
 )
 
 func newServer(tb testing.TB, yaml string, cfg Config) *Server {
 	tb.Helper()
-	mem, err := engine.NewMemoryStore(engine.MemoryConfig{})
+	mem, err := memstore.New(memstore.Config{})
 	if err != nil {
 		tb.Fatal(err)
 	}

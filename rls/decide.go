@@ -28,15 +28,12 @@ const (
 // decision went.
 type call struct {
 	b       *service.Batch
-	bs      []*service.Batch
 	ds      []rlsconfig.Descriptor
 	entries []rlsconfig.Entry
 	over    []rlsconfig.Override
 	hits    []int64
 	slot    []int // per descriptor: its index in b, or one of the no* values
 	peeked  bool  // the answer is the peek pass's: nothing was charged
-	done    chan struct{}
-	signal  func()
 }
 
 // What a descriptor gets when it does not go to the store.
@@ -45,12 +42,7 @@ const (
 	noneAllowed = -2 // requests_per_unit 0, or more hits than the rule could ever admit: over
 )
 
-func newCall(svc *service.Service) *call {
-	c := &call{b: svc.NewBatch(), done: make(chan struct{}, 1)}
-	c.bs = []*service.Batch{c.b}
-	c.signal = func() { c.done <- struct{}{} }
-	return c
-}
+func newCall(svc *service.Service) *call { return &call{b: svc.NewBatch()} }
 
 func (c *call) reset() {
 	c.b.Clear()
@@ -58,12 +50,6 @@ func (c *call) reset() {
 	clear(c.ds)
 	c.ds, c.entries, c.over, c.hits, c.slot = c.ds[:0], c.entries[:0], c.over[:0], c.hits[:0], c.slot[:0]
 	c.peeked = false
-}
-
-// decide hands the batch to the service and waits for its completion.
-func (s *Server) decide(c *call) {
-	s.svc.Decide(c.bs, c.signal)
-	<-c.done
 }
 
 // ShouldRateLimit answers as envoyproxy/ratelimit does. Every descriptor
@@ -96,7 +82,7 @@ func (s *Server) ShouldRateLimit(_ context.Context, req *pb.RateLimitRequest) (*
 	}
 	peek := s.stop && s.queue(c, matches, true)
 	if peek {
-		s.decide(c)
+		s.svc.DecideWait(c.b)
 		if s.anyOver(c) {
 			c.peeked = true
 			return s.answer(c, req, matches)
@@ -104,7 +90,7 @@ func (s *Server) ShouldRateLimit(_ context.Context, req *pb.RateLimitRequest) (*
 		c.b.Clear()
 	}
 	if s.queue(c, matches, false) {
-		s.decide(c)
+		s.svc.DecideWait(c.b)
 	}
 	return s.answer(c, req, matches)
 }

@@ -61,6 +61,12 @@ type Batch struct {
 	// when parts grew after it: the store writes there and Detail reads
 	// it back through the request, so both always meet.
 	parts []engine.Decision
+
+	// DecideWait's: the batch as a one-batch list, and the channel it
+	// waits on with the callback that fills it, made on first use.
+	one    [1]*Batch
+	landed chan struct{}
+	signal func()
 }
 
 // meta is what the service keeps of a request's policy.

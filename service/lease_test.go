@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/memstore"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -16,7 +17,7 @@ import (
 // counted per policy.
 func TestLeasesByPolicy(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	mem, _ := engine.NewMemoryStore(engine.MemoryConfig{Now: func() time.Time { return now }})
+	mem, _ := memstore.New(memstore.Config{Now: func() time.Time { return now }})
 	ps := policies{
 		"api":  {Name: "api", Limit: oneAnHour, Prefix: "api:"},
 		"jobs": {Name: "jobs", Prefix: "j/", Concurrency: engine.Concurrency{Limit: 1, TTL: time.Minute}},

@@ -14,7 +14,8 @@
 // Batches go in whole and complete through a callback (Decide), so that a
 // door reads everything a client sent, hands it in as one batch, and a
 // door that must not wait (an event loop) can be told when the results
-// are in rather than block for them.
+// are in rather than block for them; a door that may block waits with
+// DecideWait.
 package service
 
 import (
@@ -142,14 +143,30 @@ func (s *Service) Decide(bs []*Batch, done func()) {
 		f.start = time.Now()
 	}
 	if len(bs) == 1 {
-		engine.Submit(s.store, bs[0].reqs, bs[0].res, f.landed)
+		s.store.Submit(bs[0].reqs, bs[0].res, time.Time{}, f.landed)
 		return
 	}
 	for _, b := range bs {
 		f.reqs = append(f.reqs, b.reqs...)
 	}
 	f.res = sized(f.res, len(f.reqs))
-	engine.Submit(s.store, f.reqs, f.res, f.landed)
+	s.store.Submit(f.reqs, f.res, time.Time{}, f.landed)
+}
+
+// DecideWait decides b and returns once its results are in: Decide for a
+// door that serves each request on a goroutine of its own and may block
+// (gRPC, HTTP, RESP without an event loop). The store bounds the wait
+// (engine.Store). Once b is warm it allocates nothing: b keeps the
+// channel it waits on.
+func (s *Service) DecideWait(b *Batch) {
+	if b.landed == nil {
+		b.landed = make(chan struct{}, 1)
+		b.signal = func() { b.landed <- struct{}{} }
+	}
+	b.one[0] = b
+	s.Decide(b.one[:], b.signal)
+	<-b.landed
+	b.one[0] = nil
 }
 
 // land completes a flight: it hands each batch its results, applies

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/memstore"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -37,18 +38,19 @@ type recorder struct {
 	err   error
 }
 
-func (r *recorder) Decide(ctx context.Context, reqs []engine.Request, res []engine.Result) error {
+func (r *recorder) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
 	r.calls++
 	r.seen = append(r.seen, reqs...)
 	if r.err != nil {
-		return r.err
+		done(r.err)
+		return
 	}
-	return r.Store.Decide(ctx, reqs, res)
+	r.Store.Submit(reqs, res, deadline, done)
 }
 
 func newService(t *testing.T, ps engine.Policies) (*service.Service, *recorder) {
 	t.Helper()
-	mem, err := engine.NewMemoryStore(engine.MemoryConfig{Now: func() time.Time { return time.Unix(1_800_000_000, 0) }})
+	mem, err := memstore.New(memstore.Config{Now: func() time.Time { return time.Unix(1_800_000_000, 0) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +262,7 @@ func TestReset(t *testing.T) {
 // BenchmarkBatch is the service's own share of a decision: resolving,
 // prefixing, counting, on the memory store. It allocates nothing.
 func BenchmarkBatch(b *testing.B) {
-	mem, err := engine.NewMemoryStore(engine.MemoryConfig{})
+	mem, err := memstore.New(memstore.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -281,6 +283,80 @@ func BenchmarkBatch(b *testing.B) {
 			}
 		}
 		svc.Decide(bs, done)
+		batch.Clear()
+	}
+}
+
+// later is a store that answers on a goroutine of its own once released,
+// as Redis's round trips complete.
+type later struct {
+	engine.Store
+	release chan struct{}
+}
+
+func (l later) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
+	go func() {
+		<-l.release
+		l.Store.Submit(reqs, res, deadline, done)
+	}()
+}
+
+// DecideWait returns only once the store has answered, with the results
+// in place, and a batch waits again and again on what it keeps.
+func TestDecideWaitWaitsForTheStore(t *testing.T) {
+	mem, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := later{Store: mem, release: make(chan struct{})}
+	svc, err := service.New(service.Config{Store: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := svc.NewBatch()
+	one := engine.Limit{Algorithm: engine.FixedWindow, Rate: 1, Period: time.Hour}
+	for round, allowed := range []bool{true, false} {
+		if _, err := b.Add(service.Request{Key: "k", Limit: one, Cost: 1}); err != nil {
+			t.Fatal(err)
+		}
+		returned := make(chan struct{})
+		go func() {
+			svc.DecideWait(b)
+			close(returned)
+		}()
+		select {
+		case <-returned:
+			t.Fatalf("round %d: DecideWait returned before the store answered", round)
+		case <-time.After(20 * time.Millisecond):
+		}
+		l.release <- struct{}{}
+		<-returned
+		if d, err := b.Result(0); err != nil || d.Allowed != allowed {
+			t.Errorf("round %d: %+v, %v; want allowed %v", round, d, err, allowed)
+		}
+		b.Clear()
+	}
+}
+
+// BenchmarkDecideWait is the blocking doors' wait: nothing allocated once
+// the batch is warm.
+func BenchmarkDecideWait(b *testing.B) {
+	mem, err := memstore.New(memstore.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc, err := service.New(service.Config{Store: mem})
+	if err != nil {
+		b.Fatal(err)
+	}
+	batch := svc.NewBatch()
+	r := service.Request{Key: "k", Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1_000_000, Period: time.Second}, Cost: 1}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := batch.Add(r); err != nil {
+			b.Fatal(err)
+		}
+		svc.DecideWait(batch)
 		batch.Clear()
 	}
 }

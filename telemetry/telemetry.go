@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/chain"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -36,11 +37,11 @@ type Sources struct {
 	// (service.Service.EachDecision and EachError).
 	Decisions func(func(policy string, alg engine.Algorithm, outcome service.Outcome, path engine.Path, n uint64))
 	Errors    func(func(kind service.ErrorKind, n uint64))
-	Clients   func() int64                 // connected clients
-	DenyCache func() engine.DenyCacheStats // hits, misses, evictions, entries
-	Memory    func() int                   // in-memory store size, in keys
-	Guard     func() engine.GuardStats     // breaker state
-	Batcher   func() engine.BatcherStats   // batches and their decisions
+	Clients   func() int64                // connected clients
+	DenyCache func() chain.DenyCacheStats // hits, misses, evictions, entries
+	Memory    func() int                  // in-memory store size, in keys
+	Guard     func() chain.GuardStats     // breaker state
+	Batcher   func() chain.BatcherStats   // batches and their decisions
 	// Leases walks the lease counts per policy
 	// (service.Service.EachLeasePolicy).
 	Leases func(func(policy string, st service.LeaseStats))

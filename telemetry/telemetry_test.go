@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/chain"
 	"github.com/sluice-rl/sluice/internal/metricstest"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -22,11 +23,11 @@ import (
 func TestMetricsCountKnownTraffic(t *testing.T) {
 	tel, err := New(Config{Sources: Sources{
 		Clients: func() int64 { return 7 },
-		DenyCache: func() engine.DenyCacheStats {
-			return engine.DenyCacheStats{Hits: 40, Misses: 60, Evictions: 2, Entries: 5}
+		DenyCache: func() chain.DenyCacheStats {
+			return chain.DenyCacheStats{Hits: 40, Misses: 60, Evictions: 2, Entries: 5}
 		},
 		Memory: func() int { return 1234 },
-		Guard:  func() engine.GuardStats { return engine.GuardStats{BreakerOpen: true, Fallbacks: 9} },
+		Guard:  func() chain.GuardStats { return chain.GuardStats{BreakerOpen: true, Fallbacks: 9} },
 		Decisions: func(f func(string, engine.Algorithm, service.Outcome, engine.Path, uint64)) {
 			f("api", engine.GCRA, service.Allowed, engine.PathStore, 3)
 			f("api", engine.GCRA, service.Refused, engine.PathDenyCache, 1)

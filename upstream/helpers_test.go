@@ -80,10 +80,12 @@ type ttlChecked struct {
 	ignore  map[string]bool // keys the test itself wrote
 }
 
-func (c *ttlChecked) Decide(ctx context.Context, reqs []engine.Request, res []engine.Result) error {
-	err := c.Store.Decide(ctx, reqs, res)
+// Submit waits for the store, so that the check runs on the test's
+// goroutine, after the decision.
+func (c *ttlChecked) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
+	err := engine.Wait(c.Store, reqs, res, deadline)
 	c.check()
-	return err
+	done(err)
 }
 
 func (c *ttlChecked) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
@@ -149,7 +151,7 @@ func noKeyWithoutTTL(tb testing.TB, client redis.UniversalClient) {
 func decide(tb testing.TB, s engine.Store, reqs ...engine.Request) []engine.Result {
 	tb.Helper()
 	res := make([]engine.Result, len(reqs))
-	if err := s.Decide(context.Background(), reqs, res); err != nil {
+	if err := engine.Wait(s, reqs, res, time.Time{}); err != nil {
 		tb.Fatalf("Decide: %v", err)
 	}
 	return res

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/chain"
 	"github.com/sluice-rl/sluice/engine/enginetest"
 	"github.com/sluice-rl/sluice/upstream"
 )
@@ -62,7 +63,7 @@ func TestPolledDecides(t *testing.T) {
 	s := newStore(t, upstream.Config{Client: client, Prefix: "polled:"})
 	defer s.Close()
 	l := startPollLoop(t, s)
-	b, err := engine.NewBatcher(engine.BatcherConfig{Store: s, MaxBatch: 8, MaxInFlight: 4, Timeout: 10 * time.Second})
+	b, err := chain.NewBatcher(chain.BatcherConfig{Store: s, MaxBatch: 8, MaxInFlight: 4, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

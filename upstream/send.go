@@ -11,18 +11,29 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 )
 
-var _ engine.Sender = (*Store)(nil)
+var _ engine.Store = (*Store)(nil)
 
-// Send implements engine.Sender: it decides reqs into res as Decide does,
+// Submit implements engine.Store: it decides reqs into res as Decide does,
 // but returns once the batch is written, and calls done when the results
-// are in or by deadline. On standalone and Sentinel Redis the batch goes
-// on the store's pipe, written by the caller itself; on Cluster, where a
-// batch may span nodes and meet redirects, Decide runs on a goroutine of
-// its own.
-func (s *Store) Send(deadline time.Time, reqs []engine.Request, res []engine.Result, done func(error)) {
+// are in or by deadline (zero: the client's read timeout). On standalone
+// and Sentinel Redis the batch goes on the store's pipe, written by the
+// caller itself; on Cluster, where a batch may span nodes and meet
+// redirects, Decide runs on a goroutine of its own.
+func (s *Store) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
 	if s.pipe == nil {
-		engine.Sending(s).Send(deadline, reqs, res, done)
+		go func() {
+			ctx := context.Background()
+			if !deadline.IsZero() {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(ctx, deadline)
+				defer cancel()
+			}
+			done(s.Decide(ctx, reqs, res))
+		}()
 		return
+	}
+	if deadline.IsZero() {
+		deadline = time.Now().Add(s.pipe.timeout())
 	}
 	b := s.buffers()
 	if _, ok := s.prepare(b, reqs, res); !ok {
@@ -36,18 +47,13 @@ func (s *Store) Send(deadline time.Time, reqs []engine.Request, res []engine.Res
 	s.pipe.send(b.out, deadline, b.got)
 }
 
-// decideOnPipe is Decide off Cluster: Send, and wait.
+// decideOnPipe is Decide off Cluster: Submit, and wait.
 func (s *Store) decideOnPipe(ctx context.Context, reqs []engine.Request, res []engine.Result) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(s.pipe.timeout())
-	}
-	landed := make(chan error, 1)
-	s.Send(deadline, reqs, res, func(err error) { landed <- err })
-	return <-landed
+	deadline, _ := ctx.Deadline()
+	return engine.Wait(s, reqs, res, deadline)
 }
 
 // sending is a batch on the pipe: what its reply completes.

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/chain"
 	"github.com/sluice-rl/sluice/engine/enginetest"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/upstream"
@@ -22,7 +23,7 @@ func send(t *testing.T, s *upstream.Store, deadline time.Time, limit time.Durati
 	t.Helper()
 	res := make([]engine.Result, len(reqs))
 	landed := make(chan error, 1)
-	s.Send(deadline, reqs, res, func(err error) { landed <- err })
+	s.Submit(reqs, res, deadline, func(err error) { landed <- err })
 	select {
 	case err := <-landed:
 		return res, err
@@ -134,7 +135,7 @@ func TestSendAuthenticatesAndSelects(t *testing.T) {
 func TestSendManyInFlight(t *testing.T) {
 	_, client := standalone(t)
 	s := newStore(t, upstream.Config{Client: client, Prefix: "flight:"})
-	b, err := engine.NewBatcher(engine.BatcherConfig{Store: s, MaxBatch: 16, MaxInFlight: 4, Timeout: 10 * time.Second})
+	b, err := chain.NewBatcher(chain.BatcherConfig{Store: s, MaxBatch: 16, MaxInFlight: 4, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -272,13 +272,14 @@ func init() {
 	}
 }
 
-// Decide implements engine.Store. Each request is validated first; an
-// invalid one gets its own error and is not sent. A Redis error that only
+// Decide decides reqs into res and waits: Submit for a caller that may
+// block (Cluster's round trips, tools, tests). Each request is validated
+// first; an invalid one gets its own error and is not sent. A Redis error that only
 // some requests met (a key of the wrong type) is theirs alone; the returned
 // error means the round trip failed (ctx done, Redis unreachable or unable
 // to serve), and then no result may be trusted.
 //
-// Off Cluster the batch goes on the store's pipe, as Send sends it, by
+// Off Cluster the batch goes on the store's pipe, as Submit sends it, by
 // ctx's deadline or else the client's read timeout; ctx's cancellation
 // alone does not end the wait, since the reply still comes to res.
 func (s *Store) Decide(ctx context.Context, reqs []engine.Request, res []engine.Result) error {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/engine/enginetest"
+	"github.com/sluice-rl/sluice/engine/memstore"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/upstream"
 )
@@ -38,7 +39,7 @@ func TestConformance(t *testing.T) {
 func differential(tb testing.TB, client redis.UniversalClient, name string, seed []byte, checkTTL bool) {
 	tb.Helper()
 	clock := enginetest.NewClock(enginetest.Epoch)
-	mem, err := engine.NewMemoryStore(engine.MemoryConfig{Now: clock.Now})
+	mem, err := memstore.New(memstore.Config{Now: clock.Now})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestDifferentialVaryingLimits(t *testing.T) {
 	for seed := range 150 {
 		rng := rand.New(rand.NewPCG(uint64(seed), 7))
 		clock := enginetest.NewClock(enginetest.Epoch)
-		mem, _ := engine.NewMemoryStore(engine.MemoryConfig{Now: clock.Now})
+		mem, _ := memstore.New(memstore.Config{Now: clock.Now})
 		prefix := fmt.Sprintf("vary-%d:", seed)
 		red := &ttlChecked{
 			Store: newStore(t, upstream.Config{Client: client, Prefix: prefix, Now: clock.Now}),
@@ -189,7 +190,7 @@ func TestOneCallPerBatch(t *testing.T) {
 // same clock, which advances 90ms after each round and after, calls between.
 func sameAsMemory(t *testing.T, red engine.Store, clock *enginetest.Clock, rounds int, batch func(round int) []engine.Request, between func()) {
 	t.Helper()
-	mem, err := engine.NewMemoryStore(engine.MemoryConfig{Now: clock.Now})
+	mem, err := memstore.New(memstore.Config{Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

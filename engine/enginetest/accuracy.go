@@ -1,7 +1,6 @@
 package enginetest
 
 import (
-	"context"
 	"fmt"
 	"math/big"
 	"strings"
@@ -78,8 +77,8 @@ func Sweep(t *testing.T, open Opener) []SweepResult {
 				take := func(cost int64, peek bool) engine.Decision {
 					t.Helper()
 					res := make([]engine.Result, 1)
-					if err := s.Decide(context.Background(), []engine.Request{{Key: key, Limit: l, Cost: cost, Peek: peek}}, res); err != nil || res[0].Err != nil {
-						t.Fatalf("Decide: %v %v", err, res[0].Err)
+					if err := engine.Wait(s, []engine.Request{{Key: key, Limit: l, Cost: cost, Peek: peek}}, res, time.Time{}); err != nil || res[0].Err != nil {
+						t.Fatalf("Submit: %v %v", err, res[0].Err)
 					}
 					return res[0].Decision
 				}
@@ -158,8 +157,8 @@ func SlidingWorstCase(t *testing.T, open Opener, limit int64, period time.Durati
 		t.Helper()
 		for {
 			res := make([]engine.Result, 1)
-			if err := s.Decide(context.Background(), []engine.Request{{Key: key, Limit: l, Cost: 1}}, res); err != nil || res[0].Err != nil {
-				t.Fatalf("Decide: %v %v", err, res[0].Err)
+			if err := engine.Wait(s, []engine.Request{{Key: key, Limit: l, Cost: 1}}, res, time.Time{}); err != nil || res[0].Err != nil {
+				t.Fatalf("Submit: %v %v", err, res[0].Err)
 			}
 			if !res[0].Decision.Allowed {
 				return

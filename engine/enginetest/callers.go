@@ -1,10 +1,10 @@
 package enginetest
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluice-rl/sluice/engine"
 )
@@ -30,7 +30,7 @@ func ManyCallers(t *testing.T, s engine.Store, l engine.Limit, callers, rounds i
 					reqs[i] = engine.Request{Key: key, Limit: l, Cost: 1}
 				}
 				res := make([]engine.Result, len(reqs))
-				if err := s.Decide(context.Background(), reqs, res); err != nil {
+				if err := engine.Wait(s, reqs, res, time.Time{}); err != nil {
 					t.Errorf("%s round %d: %v", key, round, err)
 					return
 				}

@@ -30,7 +30,7 @@ type Op struct {
 	Reset   bool
 	Multi   bool // decided by the scenario's Limits, not its Limit
 	// Batch joins the operation to the batch of the one before it: a
-	// request at the same instant (Advance is 0), decided in one Decide
+	// request at the same instant (Advance is 0), decided in one Submit
 	// with it. Runs of them on one key are the hot runs a tenant-wide
 	// limit makes.
 	Batch bool
@@ -203,7 +203,7 @@ func (sc *Scenario) request(op Op, key string) engine.Request {
 
 // Differential runs seed's scenario against two stores sharing clock and
 // fails at the first decision where they differ: a decides each request
-// in a Decide of its own, b each batch of the scenario (see Op.Batch) in
+// in a Submit of its own, b each batch of the scenario (see Op.Batch) in
 // one, so that b's hot runs are held to a's one-by-one decisions. Keys
 // are made unique with prefix, so one backing server may serve many
 // scenarios.
@@ -234,7 +234,7 @@ func Differential(tb testing.TB, a, b engine.Store, clock *Clock, prefix string,
 			batch = append(batch, sc.request(o, keys[o.Key]))
 		}
 		rb := make([]engine.Result, len(batch))
-		if err := b.Decide(ctx, batch, rb); err != nil {
+		if err := engine.Wait(b, batch, rb, time.Time{}); err != nil {
 			tb.Fatalf("op %d: second store: %v", i, err)
 		}
 		for k := range batch {
@@ -243,7 +243,7 @@ func Differential(tb testing.TB, a, b engine.Store, clock *Clock, prefix string,
 			if one.Detail != nil {
 				one.Detail = make([]engine.Decision, len(one.Detail))
 			}
-			if err := a.Decide(ctx, []engine.Request{one}, ra); err != nil {
+			if err := engine.Wait(a, []engine.Request{one}, ra, time.Time{}); err != nil {
 				tb.Fatalf("op %d: first store: %v", i, err)
 			}
 			msg := diff(ra[0], rb[k])

@@ -124,8 +124,8 @@ func runCase(t *testing.T, s engine.Store, clock *Clock, key string, c Case, bat
 			reqs[k] = engine.Request{Key: key, Limit: limits[i+k], Cost: st.Cost, Peek: st.Peek}
 		}
 		res := make([]engine.Result, len(reqs))
-		if err := s.Decide(ctx, reqs, res); err != nil {
-			t.Fatalf("step %d: Decide: %v", i, err)
+		if err := engine.Wait(s, reqs, res, time.Time{}); err != nil {
+			t.Fatalf("step %d: Submit: %v", i, err)
 		}
 		for k, r := range res {
 			checkStep(t, i+k, c.Steps[i+k], r)

@@ -1,7 +1,6 @@
 package enginetest
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -41,7 +40,7 @@ type StateCheck func(t *testing.T, a, b engine.Store, alg engine.Algorithm, keyA
 // requests are on one hot key (with mixed costs, peeks, a bad cost now and
 // then, and now and then the same key under a second limit of its
 // algorithm), to two stores that share a clock: one gets every request
-// in a Decide of its own, the other each batch in one Decide. Every reply
+// in a Submit of its own, the other each batch in one Submit. Every reply
 // must be identical; after each batch, same (if not nil) compares the two
 // stores' state of each key.
 func HotRuns(t *testing.T, open Opener, same StateCheck) {
@@ -57,7 +56,6 @@ func HotRuns(t *testing.T, open Opener, same StateCheck) {
 			}
 			prefix := fmt.Sprintf("hot:%d:%s", li, l.Algorithm.Short())
 			names := []string{"hot", "warm", "cold"}
-			ctx := context.Background()
 			for round := range 40 {
 				n := 1 + rng.IntN(60)
 				reqs := make([]engine.Request, n)
@@ -89,14 +87,14 @@ func HotRuns(t *testing.T, open Opener, same StateCheck) {
 					}
 				}
 				got := make([]engine.Result, n)
-				if err := whole.Decide(ctx, reqs, got); err != nil {
+				if err := engine.Wait(whole, reqs, got, time.Time{}); err != nil {
 					t.Fatalf("round %d: whole batch: %v", round, err)
 				}
 				for i := range reqs {
 					want := make([]engine.Result, 1)
 					alone := reqs[i]
 					alone.Key = prefix + ":one:" + alone.Key[len(prefix+":whole:"):]
-					if err := one.Decide(ctx, []engine.Request{alone}, want); err != nil {
+					if err := engine.Wait(one, []engine.Request{alone}, want, time.Time{}); err != nil {
 						t.Fatalf("round %d, request %d: alone: %v", round, i, err)
 					}
 					if msg := diff(want[0], got[i]); msg != "" {
@@ -157,7 +155,7 @@ type MultiStateCheck func(t *testing.T, a, b engine.Store, l engine.NamedLimit, 
 // bad cost now and then, now and then the policy with other rates under
 // the same names, as a reload leaves it, and now and then a single-limit
 // request on the key), to two stores that share a clock: one gets every
-// request in a Decide of its own, the other each batch in one Decide.
+// request in a Submit of its own, the other each batch in one Submit.
 // Every reply, and every limit's own, must be identical; after each batch,
 // same (if not nil) compares the two stores' state of each limit of each
 // key.
@@ -174,7 +172,6 @@ func HotMultiRuns(t *testing.T, open Opener, same MultiStateCheck) {
 			capacity := (&engine.Request{Limits: policy}).Capacity()
 			prefix := fmt.Sprintf("hotmulti:%d", pi)
 			names := []string{"hot", "warm", "cold"}
-			ctx := context.Background()
 			for round := range 40 {
 				n := 1 + rng.IntN(60)
 				reqs := make([]engine.Request, n)
@@ -209,7 +206,7 @@ func HotMultiRuns(t *testing.T, open Opener, same MultiStateCheck) {
 					reqs[i] = r
 				}
 				got := make([]engine.Result, n)
-				if err := whole.Decide(ctx, reqs, got); err != nil {
+				if err := engine.Wait(whole, reqs, got, time.Time{}); err != nil {
 					t.Fatalf("round %d: whole batch: %v", round, err)
 				}
 				for i := range reqs {
@@ -219,7 +216,7 @@ func HotMultiRuns(t *testing.T, open Opener, same MultiStateCheck) {
 						alone.Detail = make([]engine.Decision, len(alone.Limits))
 					}
 					want := make([]engine.Result, 1)
-					if err := one.Decide(ctx, []engine.Request{alone}, want); err != nil {
+					if err := engine.Wait(one, []engine.Request{alone}, want, time.Time{}); err != nil {
 						t.Fatalf("round %d, request %d: alone: %v", round, i, err)
 					}
 					if msg := diff(want[0], got[i]); msg != "" {

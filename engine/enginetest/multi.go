@@ -1,7 +1,6 @@
 package enginetest
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -11,20 +10,39 @@ import (
 )
 
 // multiModel is the simplest statement of a multi-limit decision: each
-// limit is a single-limit key of its own in a memory store (whose
-// single-limit decisions the conformance tables pin), looked at one by
-// one; only if every one admits is each charged.
+// limit is a single-limit key of its own, decided by engine.Step (whose
+// decisions the conformance tables pin) on a state of its own, looked at
+// one by one; only if every one admits is each charged. It keeps state as
+// the stores do: written only when Step says so, and read as new once it
+// expires.
 type multiModel struct {
-	mem *engine.MemoryStore
+	now    func() time.Time
+	states map[string]*modelState
+}
+
+type modelState struct {
+	st      engine.State
+	expires int64 // µs since the epoch
 }
 
 func (m multiModel) one(t *testing.T, key string, l engine.Limit, cost int64, peek bool) engine.Decision {
 	t.Helper()
-	res := make([]engine.Result, 1)
-	if err := m.mem.Decide(context.Background(), []engine.Request{{Key: key, Limit: l, Cost: cost, Peek: peek}}, res); err != nil || res[0].Err != nil {
-		t.Fatalf("model: %v %v", err, res[0].Err)
+	now := m.now().UnixMicro()
+	r := engine.Request{Key: key, Limit: l, Cost: cost, Peek: peek}
+	if err := r.Validate(); err != nil {
+		t.Fatalf("model: %v", err)
 	}
-	return res[0].Decision
+	at := l.Algorithm.Short() + ":" + key // a store keeps each algorithm's state apart
+	s := m.states[at]
+	if s == nil || now >= s.expires {
+		s = &modelState{}
+	}
+	d, out := engine.Step(&s.st, now, &r)
+	if out.Write {
+		s.expires = out.Expires
+		m.states[at] = s
+	}
+	return d
 }
 
 func (m multiModel) decide(t *testing.T, key string, ls []engine.NamedLimit, cost int64, peek bool) (engine.Decision, []engine.Decision) {
@@ -75,11 +93,7 @@ func MultiProperty(t *testing.T, open Opener, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 16))
 	clock := NewClock(Epoch)
 	store := open(t, clock.Now)
-	mem, err := engine.NewMemoryStore(engine.MemoryConfig{Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	model := multiModel{mem: mem}
+	model := multiModel{now: clock.Now, states: map[string]*modelState{}}
 	periods := []time.Duration{10 * time.Millisecond, time.Second, time.Minute, 24 * time.Hour}
 	var ls []engine.NamedLimit
 	for k := range 2 + rng.IntN(2) {
@@ -94,12 +108,11 @@ func MultiProperty(t *testing.T, open Opener, seed uint64, steps int) {
 		ls = append(ls, engine.NamedLimit{Name: fmt.Sprintf("l%d", k), Limit: l})
 	}
 	capacity := (&engine.Request{Limits: ls}).Capacity()
-	ctx := context.Background()
 	decide := func(key string, cost int64, peek bool) (engine.Decision, []engine.Decision) {
 		t.Helper()
 		r := engine.Request{Key: key, Limits: ls, Cost: cost, Peek: peek, Detail: make([]engine.Decision, len(ls))}
 		res := make([]engine.Result, 1)
-		if err := store.Decide(ctx, []engine.Request{r}, res); err != nil || res[0].Err != nil {
+		if err := engine.Wait(store, []engine.Request{r}, res, time.Time{}); err != nil || res[0].Err != nil {
 			t.Fatalf("seed %d: %v %v", seed, err, res[0].Err)
 		}
 		return res[0].Decision, r.Detail

@@ -1,4 +1,4 @@
-package engine_test
+package chain_test
 
 import (
 	"context"
@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/chain"
 	"github.com/sluice-rl/sluice/engine/enginetest"
+	"github.com/sluice-rl/sluice/engine/memstore"
 )
 
-func newDenyCache(t *testing.T, store engine.Store, clock *enginetest.Clock) *engine.DenyCache {
+func newDenyCache(t *testing.T, store engine.Store, clock *enginetest.Clock) *chain.DenyCache {
 	t.Helper()
-	c, err := engine.NewDenyCache(engine.DenyCacheConfig{Store: store, Now: clock.Now})
+	c, err := chain.NewDenyCache(chain.DenyCacheConfig{Store: store, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,8 +24,8 @@ func newDenyCache(t *testing.T, store engine.Store, clock *enginetest.Clock) *en
 func decideOne(t *testing.T, s engine.Store, r engine.Request) engine.Decision {
 	t.Helper()
 	res := make([]engine.Result, 1)
-	if err := s.Decide(context.Background(), []engine.Request{r}, res); err != nil || res[0].Err != nil {
-		t.Fatalf("Decide(%+v) = %v, %v", r, err, res[0].Err)
+	if err := engine.Wait(s, []engine.Request{r}, res, time.Time{}); err != nil || res[0].Err != nil {
+		t.Fatalf("Submit(%+v) = %v, %v", r, err, res[0].Err)
 	}
 	return res[0].Decision
 }
@@ -121,7 +123,7 @@ func TestDenyCacheNeverRefusesWhatTheStoreAdmits(t *testing.T) {
 		clock := enginetest.NewClock(enginetest.Epoch)
 		shared := openMemory(t, clock.Now)
 		counter := &gateStore{inner: shared}
-		sidecars := []*engine.DenyCache{newDenyCache(t, counter, clock), newDenyCache(t, counter, clock), newDenyCache(t, counter, clock)}
+		sidecars := []*chain.DenyCache{newDenyCache(t, counter, clock), newDenyCache(t, counter, clock), newDenyCache(t, counter, clock)}
 		sc := enginetest.NewScenario([]byte(fmt.Sprintf("deny-%d", seed)))
 		sc.Limit.Rate = max(sc.Limit.Rate, 1)
 		ctx := context.Background()
@@ -145,7 +147,7 @@ func TestDenyCacheNeverRefusesWhatTheStoreAdmits(t *testing.T) {
 			}
 			before := len(counter.batchSizes())
 			res := make([]engine.Result, 1)
-			if err := side.Decide(ctx, []engine.Request{req}, res); err != nil {
+			if err := engine.Wait(side, []engine.Request{req}, res, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
 			local := len(counter.batchSizes()) == before
@@ -155,7 +157,7 @@ func TestDenyCacheNeverRefusesWhatTheStoreAdmits(t *testing.T) {
 			peek := req
 			peek.Peek = true
 			truth := make([]engine.Result, 1)
-			_ = shared.Decide(ctx, []engine.Request{peek}, truth)
+			_ = engine.Wait(shared, []engine.Request{peek}, truth, time.Time{})
 			if truth[0].Decision.Allowed {
 				t.Fatalf("seed %d op %d: the cache refused %+v locally, but the store admits it: %+v", seed, i, req, truth[0].Decision)
 			}
@@ -169,15 +171,15 @@ func TestDenyCacheNeverRefusesWhatTheStoreAdmits(t *testing.T) {
 }
 
 func BenchmarkDenyCacheHit(b *testing.B) {
-	s, _ := engine.NewMemoryStore(engine.MemoryConfig{})
-	c, _ := engine.NewDenyCache(engine.DenyCacheConfig{Store: s})
+	s, _ := memstore.New(memstore.Config{})
+	c, _ := chain.NewDenyCache(chain.DenyCacheConfig{Store: s})
 	req := []engine.Request{{Key: "hot", Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Hour}, Cost: 1}}
 	res := make([]engine.Result, 1)
-	_ = c.Decide(context.Background(), req, res)
-	_ = c.Decide(context.Background(), req, res)
+	_ = engine.Wait(c, req, res, time.Time{})
+	_ = engine.Wait(c, req, res, time.Time{})
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = c.Decide(context.Background(), req, res)
+		_ = engine.Wait(c, req, res, time.Time{})
 	}
 	if res[0].Decision.Allowed {
 		b.Fatal("expected a cached refusal")
@@ -186,17 +188,17 @@ func BenchmarkDenyCacheHit(b *testing.B) {
 
 // A pipeline of 16 requests for one refused key: one batch.
 func BenchmarkDenyCacheHotBatch(b *testing.B) {
-	s, _ := engine.NewMemoryStore(engine.MemoryConfig{})
-	c, _ := engine.NewDenyCache(engine.DenyCacheConfig{Store: s})
+	s, _ := memstore.New(memstore.Config{})
+	c, _ := chain.NewDenyCache(chain.DenyCacheConfig{Store: s})
 	reqs := make([]engine.Request, 16)
 	for i := range reqs {
 		reqs[i] = engine.Request{Key: "hot", Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Hour}, Cost: 1}
 	}
 	res := make([]engine.Result, len(reqs))
-	_ = c.Decide(context.Background(), reqs, res)
+	_ = engine.Wait(c, reqs, res, time.Time{})
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = c.Decide(context.Background(), reqs, res)
+		_ = engine.Wait(c, reqs, res, time.Time{})
 	}
 	if res[0].Decision.Allowed || res[15].Path != engine.PathDenyCache {
 		b.Fatal("expected cached refusals")
@@ -204,13 +206,13 @@ func BenchmarkDenyCacheHotBatch(b *testing.B) {
 }
 
 func BenchmarkDenyCacheMiss(b *testing.B) {
-	s, _ := engine.NewMemoryStore(engine.MemoryConfig{})
-	c, _ := engine.NewDenyCache(engine.DenyCacheConfig{Store: s})
+	s, _ := memstore.New(memstore.Config{})
+	c, _ := chain.NewDenyCache(chain.DenyCacheConfig{Store: s})
 	req := []engine.Request{{Key: "cold", Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1000, Period: time.Millisecond * 1000, Burst: 1000}, Cost: 0}}
 	res := make([]engine.Result, 1)
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = c.Decide(context.Background(), req, res)
+		_ = engine.Wait(c, req, res, time.Time{})
 	}
 }
 
@@ -233,7 +235,7 @@ func TestDenyCacheMixedBatch(t *testing.T) {
 	for i := range res {
 		res[i] = engine.Result{Path: engine.PathDenyCache} // stale results from an earlier use
 	}
-	if err := c.Decide(context.Background(), reqs, res); err != nil {
+	if err := engine.Wait(c, reqs, res, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	sizes := g.batchSizes()

@@ -1,9 +1,11 @@
-package engine
+package memstore
 
 import (
 	"context"
 	"strings"
 	"sync"
+
+	"github.com/sluice-rl/sluice/engine"
 )
 
 // memLeases is the in-memory store's leases, kept apart from its rate
@@ -27,15 +29,15 @@ type memLeaseSet struct {
 	used uint64 // memLeases.tick at the last access
 }
 
-var _ Leaser = (*MemoryStore)(nil)
+var _ engine.Leaser = (*Store)(nil)
 
 // maxLeases is the most leases the store keeps: as many as rate states.
-func (m *MemoryStore) maxLeases() int { return m.shards[0].cap * memoryShards }
+func (m *Store) maxLeases() int { return m.shards[0].cap * memoryShards }
 
 // Acquire implements Leaser. It never fails but for invalid parameters.
-func (m *MemoryStore) Acquire(_ context.Context, r LeaseRequest) (LeaseDecision, error) {
+func (m *Store) Acquire(_ context.Context, r engine.LeaseRequest) (engine.LeaseDecision, error) {
 	if err := r.Validate(); err != nil {
-		return LeaseDecision{}, err
+		return engine.LeaseDecision{}, err
 	}
 	now := m.now().UnixMicro()
 	l := &m.leases
@@ -102,11 +104,11 @@ func (l *memLeases) evict(now int64, max int, keep *memLeaseSet) {
 }
 
 // Release implements Leaser.
-func (m *MemoryStore) Release(_ context.Context, key, id string) (bool, error) {
-	if err := ValidateKey(key); err != nil {
+func (m *Store) Release(_ context.Context, key, id string) (bool, error) {
+	if err := engine.ValidateKey(key); err != nil {
 		return false, err
 	}
-	if err := ValidateLeaseID(id); err != nil {
+	if err := engine.ValidateLeaseID(id); err != nil {
 		return false, err
 	}
 	now := m.now().UnixMicro()
@@ -130,7 +132,7 @@ func (m *MemoryStore) Release(_ context.Context, key, id string) (bool, error) {
 }
 
 // resetLeases forgets key's leases.
-func (m *MemoryStore) resetLeases(key string) {
+func (m *Store) resetLeases(key string) {
 	l := &m.leases
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -142,9 +144,58 @@ func (m *MemoryStore) resetLeases(key string) {
 
 // Leases reports how many leases the store holds, expired ones included
 // until a touch of their key (or an eviction) drops them.
-func (m *MemoryStore) Leases() int {
+func (m *Store) Leases() int {
 	l := &m.leases
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.n
+}
+
+// leaseSet is one key's leases: each id's expiry, in µs since the epoch.
+// The algorithm is a pure function of (set, now, request), as the rate
+// algorithms are; lua/lease.lua does the same on a sorted set.
+type leaseSet struct {
+	ids map[string]int64
+	// held is the most leases ever held at once since the set was
+	// created: what the Redis script records beside its set.
+	held int64
+}
+
+// expire drops the leases that end at or before now and returns how many.
+func (s *leaseSet) expire(now int64) int64 {
+	var n int64
+	for id, end := range s.ids {
+		if end <= now {
+			delete(s.ids, id)
+			n++
+		}
+	}
+	return n
+}
+
+// acquire decides r at now against s (expired leases already dropped).
+func (s *leaseSet) acquire(now int64, r *engine.LeaseRequest) engine.LeaseDecision {
+	d := engine.LeaseDecision{Limit: r.Limit, ID: r.ID}
+	end := now + r.TTL.Microseconds()
+	held := int64(len(s.ids))
+	switch _, ok := s.ids[r.ID]; {
+	case ok:
+		d.Allowed, d.Renewed = true, true
+		s.ids[r.ID] = end
+	case held < r.Limit:
+		d.Allowed = true
+		s.ids[r.ID] = end
+		held++
+	default:
+		oldest := int64(-1)
+		for _, e := range s.ids {
+			if oldest < 0 || e < oldest {
+				oldest = e
+			}
+		}
+		d.RetryAfter = engine.Micros(oldest - now)
+	}
+	s.held = max(s.held, held)
+	d.Remaining = max(r.Limit-held, 0)
+	return d
 }

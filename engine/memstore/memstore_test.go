@@ -1,4 +1,4 @@
-package engine_test
+package memstore_test
 
 import (
 	"context"
@@ -8,10 +8,11 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/engine/enginetest"
+	"github.com/sluice-rl/sluice/engine/memstore"
 )
 
 func openMemory(t *testing.T, now func() time.Time) engine.Store {
-	s, err := engine.NewMemoryStore(engine.MemoryConfig{Now: now})
+	s, err := memstore.New(memstore.Config{Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +26,7 @@ func TestMemoryConformance(t *testing.T) {
 func TestMemoryEvictsLeastRecentlyUsed(t *testing.T) {
 	const maxKeys = 64 * 64 // 64 a shard: an eviction's sample of 8 almost never holds only the hot key
 	clock := enginetest.NewClock(enginetest.Epoch)
-	s, err := engine.NewMemoryStore(engine.MemoryConfig{MaxKeys: maxKeys, Now: clock.Now})
+	s, err := memstore.New(memstore.Config{MaxKeys: maxKeys, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,8 +34,8 @@ func TestMemoryEvictsLeastRecentlyUsed(t *testing.T) {
 	res := make([]engine.Result, 1)
 	decide := func(key string) engine.Decision {
 		t.Helper()
-		if err := s.Decide(context.Background(), []engine.Request{{Key: key, Limit: l, Cost: 1}}, res); err != nil || res[0].Err != nil {
-			t.Fatalf("Decide: %v %v", err, res[0].Err)
+		if err := engine.Wait(s, []engine.Request{{Key: key, Limit: l, Cost: 1}}, res, time.Time{}); err != nil || res[0].Err != nil {
+			t.Fatalf("Submit: %v %v", err, res[0].Err)
 		}
 		return res[0].Decision
 	}
@@ -77,7 +78,7 @@ func TestMemoryExpiredStateReadsAsFresh(t *testing.T) {
 		res := make([]engine.Result, 1)
 		decide := func(l engine.Limit) engine.Decision {
 			req := []engine.Request{{Key: "expiry-" + alg.String(), Limit: l, Cost: 2}}
-			if err := s.Decide(context.Background(), req, res); err != nil || res[0].Err != nil {
+			if err := engine.Wait(s, req, res, time.Time{}); err != nil || res[0].Err != nil {
 				t.Fatalf("%v: %v %v", alg, err, res[0].Err)
 			}
 			return res[0].Decision
@@ -108,13 +109,13 @@ func FuzzMemoryReplay(f *testing.F) {
 	})
 }
 
-// Decide reads the index and the states without the locks before it
-// decides (see MemoryStore); under -race, batches from several goroutines
+// Submit reads the index and the states without the locks before it
+// decides (see Store); under -race, batches from several goroutines
 // that insert, evict and reset the same keys must show no race, and each
 // key must still admit exactly its limit: no state may be lost to a
 // concurrent insert.
 func TestMemoryConcurrentBatches(t *testing.T) {
-	s, err := engine.NewMemoryStore(engine.MemoryConfig{MaxKeys: 64 * 16})
+	s, err := memstore.New(memstore.Config{MaxKeys: 64 * 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestMemoryConcurrentBatches(t *testing.T) {
 					reqs[j] = engine.Request{Key: "churn:" + strconv.Itoa((round*16+j*7+w*131)%keys), Limit: churn, Cost: 1}
 				}
 				reqs[0] = engine.Request{Key: "counted", Limit: counted, Cost: 1}
-				_ = s.Decide(context.Background(), reqs, res)
+				_ = engine.Wait(s, reqs, res, time.Time{})
 				if res[0].Decision.Allowed {
 					admitted[w]++
 				}
@@ -166,8 +167,8 @@ func TestMemoryConcurrentBatches(t *testing.T) {
 func TestMemoryHotRuns(t *testing.T) {
 	enginetest.HotRuns(t, openMemory, func(t *testing.T, a, b engine.Store, alg engine.Algorithm, keyA, keyB string, now time.Time) {
 		t.Helper()
-		sa := a.(*engine.MemoryStore).StateOf(alg, keyA, now.UnixMicro())
-		sb := b.(*engine.MemoryStore).StateOf(alg, keyB, now.UnixMicro())
+		sa := a.(*memstore.Store).StateOf(alg, keyA, now.UnixMicro())
+		sb := b.(*memstore.Store).StateOf(alg, keyB, now.UnixMicro())
 		if sa != sb {
 			t.Fatalf("%s: one by one the state is %q; in batches %q", keyA, sa, sb)
 		}

@@ -1,4 +1,4 @@
-package engine
+package chain
 
 import (
 	"context"
@@ -6,14 +6,17 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-rl/sluice/engine"
 )
 
 // BatcherConfig configures a Batcher. Zero values mean the documented
 // defaults.
 type BatcherConfig struct {
-	// Store decides the batches: the Redis store. A store that can only
-	// wait goes through Sending.
-	Store Sender
+	// Store decides the batches: the Redis store. Its Submit should
+	// return once the batch is on its way, since the batcher submits from
+	// its callers' goroutines (an event loop's among them).
+	Store engine.Store
 	// MaxBatch caps the requests sent in one round trip. Zero means 1024.
 	// A single caller's pipeline larger than this still goes whole.
 	MaxBatch int
@@ -38,7 +41,7 @@ type BatcherConfig struct {
 }
 
 // Batcher is a Store that gathers the requests of all its callers into
-// batches for the Sender behind it, so that many decisions share one round
+// batches for the store behind it, so that many decisions share one round
 // trip. It uses no timer: whatever is queued when a round trip can start
 // goes at once, and while round trips are in flight the next batch
 // gathers, so a lone request never waits and a busy one waits for at most
@@ -50,7 +53,7 @@ type BatcherConfig struct {
 // goroutine that completed it. An event loop thus writes its batch to
 // Redis itself.
 type Batcher struct {
-	store    Sender
+	store    engine.Store
 	maxBatch int
 	inFlight int
 	timeout  time.Duration
@@ -65,54 +68,48 @@ type Batcher struct {
 
 	calls   sync.Pool
 	scratch sync.Pool // *batchScratch
-	waiters sync.Pool // *waiter
 	batches atomic.Uint64
 	decided atomic.Uint64
 }
 
 // call is one caller's requests, waiting in the queue.
 type call struct {
-	reqs []Request
-	res  []Result
+	reqs []engine.Request
+	res  []engine.Result
 	done func(error) // told when the results are in
 	// deadline is when the call's answer is due: Timeout after it was
-	// queued, however long it waited for a round trip to be free.
+	// queued, however long it waited for a round trip to be free, or the
+	// caller's own deadline if that is sooner.
 	deadline time.Time
 }
 
 // batchScratch is a round trip's buffers, pooled between round trips.
 type batchScratch struct {
 	batch []*call
-	reqs  []Request
-	res   []Result
+	reqs  []engine.Request
+	res   []engine.Result
 	start time.Time // when the round trip started, for OnBatch
 	// landed completes the round trip: Batcher.landed bound to this
 	// scratch.
 	landed func(error)
 }
 
-// waiter is how a caller of Decide waits for its round trip.
-type waiter struct {
-	ch   chan error
-	done func(error)
-}
-
-// ErrClosed is returned by a Batcher's Decide after Close.
-var ErrClosed = errors.New("engine: batcher closed")
+// ErrClosed is the error a Batcher's Submit completes with after Close.
+var ErrClosed = errors.New("chain: batcher closed")
 
 // ErrQueuedTooLong fails a batch whose calls spent their whole Timeout
 // waiting for a round trip to be free: it is not sent.
-var ErrQueuedTooLong = errors.New("engine: the round trip's deadline passed while it waited for the one in flight")
+var ErrQueuedTooLong = errors.New("chain: the round trip's deadline passed while it waited for the one in flight")
 
-var _ Submitter = (*Batcher)(nil)
+var _ engine.Store = (*Batcher)(nil)
 
 // NewBatcher returns a batcher in front of cfg.Store.
 func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
 	if cfg.Store == nil {
-		return nil, errors.New("engine: batcher needs a store")
+		return nil, errors.New("chain: batcher needs a store")
 	}
 	if cfg.MaxBatch < 0 || cfg.MaxInFlight < 0 || cfg.Timeout < 0 {
-		return nil, errors.New("engine: batcher sizes and timeout must not be negative")
+		return nil, errors.New("chain: batcher sizes and timeout must not be negative")
 	}
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = 1024
@@ -134,43 +131,25 @@ func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
 		sc.landed = func(err error) { b.landed(sc, err) }
 		return sc
 	}
-	b.waiters.New = func() any {
-		w := &waiter{ch: make(chan error, 1)}
-		w.done = func(err error) { w.ch <- err }
-		return w
-	}
 	return b, nil
-}
-
-// Decide queues reqs and waits for their round trip, sending it when one
-// is free. It does not return before its round trip does, so res is never
-// written after it returns; the round trip's own deadline (Timeout) bounds
-// the wait, and ctx is only checked on entry.
-func (b *Batcher) Decide(ctx context.Context, reqs []Request, res []Result) error {
-	if len(reqs) == 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	w := b.waiters.Get().(*waiter)
-	b.Submit(reqs, res, w.done)
-	err := <-w.ch
-	b.waiters.Put(w)
-	return err
 }
 
 // Submit queues reqs without waiting and calls done once their round trip
 // returns. When a round trip is free the caller sends it and goes on at
 // once; otherwise the requests gather for the round trip after the one in
-// flight.
-func (b *Batcher) Submit(reqs []Request, res []Result, done func(error)) {
+// flight. The round trip is due by deadline or Timeout after now, the
+// sooner; a zero deadline means Timeout.
+func (b *Batcher) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
 	if len(reqs) == 0 {
 		done(nil)
 		return
 	}
+	due := time.Now().Add(b.timeout)
+	if !deadline.IsZero() && deadline.Before(due) {
+		due = deadline
+	}
 	c := b.calls.Get().(*call)
-	c.reqs, c.res, c.done, c.deadline = reqs, res, done, time.Now().Add(b.timeout)
+	c.reqs, c.res, c.done, c.deadline = reqs, res, done, due
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -201,7 +180,7 @@ func (b *Batcher) send() {
 		b.mu.Unlock()
 		if len(sc.batch) > 0 {
 			if deadline := b.gather(sc); time.Until(deadline) > 0 {
-				b.store.Send(deadline, sc.reqs, sc.res, sc.landed)
+				b.store.Submit(sc.reqs, sc.res, deadline, sc.landed)
 				return
 			}
 			b.finish(sc, ErrQueuedTooLong)
@@ -265,7 +244,7 @@ func (b *Batcher) gather(sc *batchScratch) time.Time {
 		sc.reqs = append(sc.reqs, c.reqs...)
 	}
 	if cap(sc.res) < len(sc.reqs) {
-		sc.res = make([]Result, len(sc.reqs))
+		sc.res = make([]engine.Result, len(sc.reqs))
 	}
 	sc.res = sc.res[:len(sc.reqs)]
 	if b.onBatch != nil {
@@ -307,7 +286,7 @@ func (b *Batcher) finish(sc *batchScratch, err error) {
 }
 
 // Reset passes through: resets are rare and must not wait behind a batch.
-func (b *Batcher) Reset(ctx context.Context, key string, limits ...NamedLimit) error {
+func (b *Batcher) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
 	return b.store.Reset(ctx, key, limits...)
 }
 

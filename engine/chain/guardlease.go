@@ -1,4 +1,4 @@
-package engine
+package chain
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/sluice-rl/sluice/engine"
 )
 
 // The Guard's leases: Acquire goes to the shared store's Leaser, and when
@@ -22,8 +24,8 @@ type leaseRef struct{ key, id string }
 
 // guardLeases is the Guard's lease state.
 type guardLeases struct {
-	shared  Leaser // nil: the guard holds no leases
-	local   Leaser // nil: FailLocal acquires as FailOpen
+	shared  engine.Leaser // nil: the guard holds no leases
+	local   engine.Leaser // nil: engine.FailLocal acquires as engine.FailOpen
 	timeout time.Duration
 	once    sync.Once
 	max     int
@@ -37,7 +39,7 @@ var ErrNoLeases = errors.New("this store holds no leases")
 // lease could not be released there, and expires by itself at its TTL.
 var ErrNotReleased = errors.New("the upstream Redis is failing: the lease was not released; it expires by itself at its lease_ttl")
 
-var _ Leaser = (*Guard)(nil)
+var _ engine.Leaser = (*Guard)(nil)
 
 func (g *Guard) originsLRU() *lru.Cache[leaseRef, struct{}] {
 	gl := &g.leases
@@ -49,19 +51,19 @@ func (g *Guard) originsLRU() *lru.Cache[leaseRef, struct{}] {
 
 // Acquire implements Leaser: by the shared store while it answers, else
 // by the request's failure mode.
-func (g *Guard) Acquire(ctx context.Context, r LeaseRequest) (LeaseDecision, error) {
+func (g *Guard) Acquire(ctx context.Context, r engine.LeaseRequest) (engine.LeaseDecision, error) {
 	gl := &g.leases
 	if gl.shared == nil {
-		return LeaseDecision{}, ErrNoLeases
+		return engine.LeaseDecision{}, ErrNoLeases
 	}
 	if err := r.Validate(); err != nil {
-		return LeaseDecision{}, err
+		return engine.LeaseDecision{}, err
 	}
 	if probe, ok := g.admit(); ok {
 		cctx, cancel := context.WithTimeout(ctx, gl.timeout)
 		d, err := gl.shared.Acquire(cctx, r)
 		cancel()
-		if err == nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrLeaseState) {
+		if err == nil || errors.Is(err, engine.ErrInvalid) || errors.Is(err, engine.ErrLeaseState) {
 			g.record(nil, probe)
 			if err == nil && d.Allowed {
 				g.dropLocal(ctx, r.Key, r.ID)
@@ -71,8 +73,8 @@ func (g *Guard) Acquire(ctx context.Context, r LeaseRequest) (LeaseDecision, err
 		g.record(err, probe)
 	}
 	g.fallback.Add(1)
-	switch g.mode(&Request{OnFailure: r.OnFailure}) {
-	case FailLocal:
+	switch g.mode(&engine.Request{OnFailure: r.OnFailure}) {
+	case engine.FailLocal:
 		if gl.local == nil {
 			break
 		}
@@ -80,16 +82,16 @@ func (g *Guard) Acquire(ctx context.Context, r LeaseRequest) (LeaseDecision, err
 		if err != nil {
 			return d, err
 		}
-		d.Path = PathLocal
+		d.Path = engine.PathLocal
 		if d.Allowed {
 			// The key aliases the caller's buffer; the LRU keeps it.
 			g.originsLRU().Add(leaseRef{strings.Clone(r.Key), strings.Clone(r.ID)}, struct{}{})
 		}
 		return d, nil
-	case FailClosed:
-		return LeaseDecision{Limit: r.Limit, ID: r.ID, RetryAfter: g.probeEvery, Path: PathFailClosed}, nil
+	case engine.FailClosed:
+		return engine.LeaseDecision{Limit: r.Limit, ID: r.ID, RetryAfter: g.probeEvery, Path: engine.PathFailClosed}, nil
 	}
-	return LeaseDecision{Allowed: true, Limit: r.Limit, Remaining: r.Limit - 1, ID: r.ID, Path: PathFailOpen}, nil
+	return engine.LeaseDecision{Allowed: true, Limit: r.Limit, Remaining: r.Limit - 1, ID: r.ID, Path: engine.PathFailOpen}, nil
 }
 
 // dropLocal releases a lease that the local store granted while the shared
@@ -115,10 +117,10 @@ func (g *Guard) Release(ctx context.Context, key, id string) (bool, error) {
 	if gl.shared == nil {
 		return false, ErrNoLeases
 	}
-	if err := ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return false, err
 	}
-	if err := ValidateLeaseID(id); err != nil {
+	if err := engine.ValidateLeaseID(id); err != nil {
 		return false, err
 	}
 	ref := leaseRef{key, id}
@@ -131,7 +133,7 @@ func (g *Guard) Release(ctx context.Context, key, id string) (bool, error) {
 		var held bool
 		held, err = gl.shared.Release(cctx, key, id)
 		cancel()
-		if err == nil || errors.Is(err, ErrInvalid) || errors.Is(err, ErrLeaseState) {
+		if err == nil || errors.Is(err, engine.ErrInvalid) || errors.Is(err, engine.ErrLeaseState) {
 			g.record(nil, probe)
 			if held || err != nil {
 				return held, err

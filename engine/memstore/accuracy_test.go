@@ -1,7 +1,6 @@
-package engine_test
+package memstore_test
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -71,8 +70,8 @@ func burstyFigures(t *testing.T, s engine.Store, clock *enginetest.Clock, l engi
 	for _, a := range all {
 		clock.Advance(start.Add(a.at).Sub(clock.Now()))
 		req := engine.Request{Key: fmt.Sprintf("bursty:%v:%d:%d", l.Algorithm, l.Precision, a.key), Limit: l, Cost: 1}
-		if err := s.Decide(context.Background(), []engine.Request{req}, res); err != nil || res[0].Err != nil {
-			t.Fatalf("Decide: %v %v", err, res[0].Err)
+		if err := engine.Wait(s, []engine.Request{req}, res, time.Time{}); err != nil || res[0].Err != nil {
+			t.Fatalf("Submit: %v %v", err, res[0].Err)
 		}
 		if res[0].Decision.Allowed {
 			admitted[a.key] = append(admitted[a.key], clock.Now())

@@ -1,17 +1,26 @@
-package engine
+// Package memstore is the in-memory store: Sluice's embedded store when no
+// Redis is configured, and the local fallback (FailLocal) while Redis
+// cannot answer. It decides with engine.Step, the same step the Lua
+// scripts run in Redis, so that both stores agree decision by decision
+// (engine/enginetest runs one conformance suite against both). It keeps
+// its memory bounded, and holds the concurrency limiter's leases too.
+package memstore
 
 import (
 	"context"
 	"hash/maphash"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/sluice-rl/sluice/engine"
 )
 
-// MemoryConfig configures a MemoryStore. The zero value is usable.
-type MemoryConfig struct {
+// Config configures a Store. The zero value is usable.
+type Config struct {
 	// MaxKeys bounds how many (algorithm, key) states are kept; past it a
 	// state that expired, or else the least recently used of a random
 	// sample, is evicted. Zero means 100,000 (about 30 MB).
@@ -29,7 +38,7 @@ const (
 	evictionSample = 8
 )
 
-// MemoryStore keeps state in this process: Sluice's embedded store, and its
+// Store keeps state in this process: Sluice's embedded store, and its
 // fallback when Redis cannot answer. It decides exactly as the Redis scripts
 // do. State that no longer matters reads as absent and its slot is reused;
 // past MaxKeys, eviction takes an expired state or the least recently used
@@ -40,11 +49,11 @@ const (
 // for the collector to chase, no list to reorder on every access.
 //
 // With many keys, a decision's time goes mostly to cache misses: the index
-// cell, then the state. Decide first reads, without the locks, the cells
+// cell, then the state. Submit first reads, without the locks, the cells
 // and states a batch will use (warm), so that the batch's misses overlap
 // instead of following one another. Those reads are only a hint; the locked
 // lookup that follows decides.
-type MemoryStore struct {
+type Store struct {
 	now    func() time.Time
 	seed   maphash.Seed
 	shards [memoryShards]memoryShard
@@ -69,7 +78,7 @@ type slotChunk [chunkSlots]memoryEntry
 const chunkSlots = 64 // 8 KiB
 
 type stateKey struct {
-	alg Algorithm
+	alg engine.Algorithm
 	key string
 }
 
@@ -83,7 +92,7 @@ type stateKey struct {
 // hash on the first line, key[1] on the second.
 type memoryEntry struct {
 	hash uint64 // 0 in a free slot
-	state
+	engine.State
 	// key holds the algorithm, the key's length if it is short, and a
 	// short key's bytes (see keyBytes); key[1] starts the second line.
 	key     [keyWords]uint64
@@ -118,7 +127,7 @@ func (e *memoryEntry) is(sk stateKey) bool {
 // take gives e, a free slot, to sk: its key, copied (a Request's key may
 // alias a buffer its caller reuses), a zero state, and h, stored last.
 func (e *memoryEntry) take(sk stateKey, h uint64, tick uint64) {
-	e.state = state{log: e.log[:0]}
+	e.State = engine.State{Log: e.Log[:0]}
 	e.expires, e.used, e.long = 0, tick, ""
 	var key [keyWords]uint64
 	b := keyBytes(&key)
@@ -136,21 +145,21 @@ func (e *memoryEntry) take(sk stateKey, h uint64, tick uint64) {
 
 // free empties e. Its key words stay: no index cell leads to a free slot.
 func (e *memoryEntry) free() {
-	log := e.log[:0]
+	log := e.Log[:0]
 	if cap(log) > 64 {
 		log = nil // a long log goes back to the collector rather than wait in a free slot
 	}
-	e.state = state{log: log}
+	e.State = engine.State{Log: log}
 	e.expires, e.used, e.long = 0, 0, ""
 	atomic.StoreUint64(&e.hash, 0)
 }
 
-var _ Submitter = (*MemoryStore)(nil)
+var _ engine.Store = (*Store)(nil)
 
-// NewMemoryStore returns an empty store.
-func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
+// New returns an empty store.
+func New(cfg Config) (*Store, error) {
 	if cfg.MaxKeys < 0 {
-		return nil, &ParamError{Param: "max keys", Value: itoa(int64(cfg.MaxKeys)), Reason: "must not be negative"}
+		return nil, &engine.ParamError{Param: "max keys", Value: strconv.Itoa(cfg.MaxKeys), Reason: "must not be negative"}
 	}
 	if cfg.MaxKeys == 0 {
 		cfg.MaxKeys = 100_000
@@ -158,7 +167,7 @@ func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	m := &MemoryStore{now: cfg.Now, seed: maphash.MakeSeed()}
+	m := &Store{now: cfg.Now, seed: maphash.MakeSeed()}
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.cap = max(cfg.MaxKeys/memoryShards, 1)
@@ -169,14 +178,21 @@ func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
 	return m, nil
 }
 
-// warmBatch is how many requests Decide warms ahead of deciding them: more
+// warmBatch is how many requests Submit warms ahead of deciding them: more
 // than a pipeline usually holds, few enough for their hashes to stay on
 // the stack.
 const warmBatch = 32
 
-// Decide implements Store. It never returns a batch error: memory is always
-// reachable.
-func (m *MemoryStore) Decide(_ context.Context, reqs []Request, res []Result) error {
+// Submit implements Store: it decides at once, and done runs before it
+// returns, never with a batch error (memory is always reachable). The
+// deadline is not needed: nothing waits.
+func (m *Store) Submit(reqs []engine.Request, res []engine.Result, _ time.Time, done func(error)) {
+	m.decideBatch(reqs, res)
+	done(nil)
+}
+
+// decideBatch decides reqs into res.
+func (m *Store) decideBatch(reqs []engine.Request, res []engine.Result) {
 	now := m.now().UnixMicro()
 	var hs [warmBatch]uint64
 	for len(reqs) > 0 {
@@ -187,7 +203,7 @@ func (m *MemoryStore) Decide(_ context.Context, reqs []Request, res []Result) er
 		m.warm(hs[:n])
 		for i := 0; i < n; {
 			if err := reqs[i].Validate(); err != nil {
-				res[i] = Result{Err: err}
+				res[i] = engine.Result{Err: err}
 				i++
 				continue
 			}
@@ -196,7 +212,7 @@ func (m *MemoryStore) Decide(_ context.Context, reqs []Request, res []Result) er
 				// key under the same policy, decided under one set of locks.
 				j := i + 1
 				for j < n && reqs[j].Key == reqs[i].Key && reqs[j].Multi() &&
-					sameLimits(reqs[j].Limits, reqs[i].Limits) && reqs[j].Validate() == nil {
+					engine.SameLimits(reqs[j].Limits, reqs[i].Limits) && reqs[j].Validate() == nil {
 					j++
 				}
 				m.decideMulti(now, reqs[i:j], res[i:j])
@@ -215,21 +231,15 @@ func (m *MemoryStore) Decide(_ context.Context, reqs []Request, res []Result) er
 		}
 		reqs, res = reqs[n:], res[n:]
 	}
-	return nil
 }
 
 // hash returns the hash of (alg, key): its low bits pick the shard, its
 // high bits the index cell.
-// Submit decides at once: the memory store never waits.
-func (m *MemoryStore) Submit(reqs []Request, res []Result, done func(error)) {
-	done(m.Decide(context.Background(), reqs, res))
-}
-
-func (m *MemoryStore) hash(alg Algorithm, key string) uint64 {
+func (m *Store) hash(alg engine.Algorithm, key string) uint64 {
 	return maphash.String(m.seed, key) + uint64(alg)*0x9E3779B97F4A7C15
 }
 
-func (m *MemoryStore) shard(h uint64) *memoryShard { return &m.shards[h%memoryShards] }
+func (m *Store) shard(h uint64) *memoryShard { return &m.shards[h%memoryShards] }
 
 // warm reads the index cell and the entry each hash will most likely use,
 // without locking: loads that do not wait for each other, so their cache
@@ -237,7 +247,7 @@ func (m *MemoryStore) shard(h uint64) *memoryShard { return &m.shards[h%memorySh
 // so that no entry's load holds up the next cell's. Go has no prefetch
 // instruction; atomic loads are the reads the race detector accepts beside
 // the locked writes.
-func (m *MemoryStore) warm(hs []uint64) {
+func (m *Store) warm(hs []uint64) {
 	var cells [warmBatch]uint64
 	for k, h := range hs {
 		x := m.shard(h).index.Load()
@@ -261,7 +271,7 @@ func (m *MemoryStore) warm(hs []uint64) {
 // ones before it left, with the shard locked once. now is the same for all
 // of them, and a state written at now ends after now, so the expiry check
 // once for the run is the one each request would have made.
-func (m *MemoryStore) decide(now int64, run []Request, res []Result, h uint64) {
+func (m *Store) decide(now int64, run []engine.Request, res []engine.Result, h uint64) {
 	sk := stateKey{run[0].Limit.Algorithm, run[0].Key}
 	s := m.shard(h)
 	s.mu.Lock()
@@ -272,26 +282,26 @@ func (m *MemoryStore) decide(now int64, run []Request, res []Result, h uint64) {
 		s.tick++
 		e.used = s.tick
 		if now >= e.expires {
-			e.state = state{log: e.log[:0]}
+			e.State = engine.State{Log: e.Log[:0]}
 		}
 	}
 	for k := range run {
 		if e == nil {
 			// No state yet: one is stored only when a request writes.
-			var st state
-			d, out := decide(&st, now, &run[k])
-			if out.write {
+			var st engine.State
+			d, out := engine.Step(&st, now, &run[k])
+			if out.Write {
 				e = s.insert(sk, h, now)
-				e.state, e.expires = st, out.expires
+				e.State, e.expires = st, out.Expires
 			}
-			res[k] = Result{Decision: d}
+			res[k] = engine.Result{Decision: d}
 			continue
 		}
-		d, out := decide(&e.state, now, &run[k])
-		if out.write {
-			e.expires = out.expires
+		d, out := engine.Step(&e.State, now, &run[k])
+		if out.Write {
+			e.expires = out.Expires
 		}
-		res[k] = Result{Decision: d}
+		res[k] = engine.Result{Decision: d}
 	}
 }
 
@@ -402,7 +412,7 @@ func (s *memoryShard) remove(i int32) {
 
 // Reset implements Store. It forgets the key's leases too, and the state
 // of each of limits on it.
-func (m *MemoryStore) Reset(_ context.Context, key string, limits ...NamedLimit) error {
+func (m *Store) Reset(_ context.Context, key string, limits ...engine.NamedLimit) error {
 	m.resetLeases(key)
 	forget := func(sk stateKey) {
 		h := m.hash(sk.alg, sk.key)
@@ -413,7 +423,7 @@ func (m *MemoryStore) Reset(_ context.Context, key string, limits ...NamedLimit)
 		}
 		s.mu.Unlock()
 	}
-	for _, a := range Algorithms {
+	for _, a := range engine.Algorithms {
 		forget(stateKey{a, key})
 	}
 	for _, l := range limits {
@@ -424,12 +434,12 @@ func (m *MemoryStore) Reset(_ context.Context, key string, limits ...NamedLimit)
 
 // multiFlag marks the state of one limit of a multi-limit request in
 // stateKey.alg, so that it never meets a single-limit state.
-const multiFlag Algorithm = 0x80
+const multiFlag engine.Algorithm = 0x80
 
 // limitStateKey is where limit l of a multi-limit request on key keeps its
 // state: the key, then the name after a brace, as in Redis (upstream's
 // LimitKey). A name holds no brace, so two (key, name) pairs never meet.
-func limitStateKey(key string, l NamedLimit) stateKey {
+func limitStateKey(key string, l engine.NamedLimit) stateKey {
 	return stateKey{alg: l.Limit.Algorithm | multiFlag, key: key + "}:" + l.Name}
 }
 
@@ -441,12 +451,12 @@ func limitStateKey(key string, l NamedLimit) stateKey {
 // request's cost); if all admit and it is no peek, each is charged; if
 // any refuses, nothing is, and each limit with room reports what it has
 // (a look at cost 0).
-func (m *MemoryStore) decideMulti(now int64, run []Request, res []Result) {
+func (m *Store) decideMulti(now int64, run []engine.Request, res []engine.Result) {
 	r0 := &run[0]
 	n := len(r0.Limits)
-	var sks [MaxLimits]stateKey
-	var hs [MaxLimits]uint64
-	var locked [MaxLimits]*memoryShard
+	var sks [engine.MaxLimits]stateKey
+	var hs [engine.MaxLimits]uint64
+	var locked [engine.MaxLimits]*memoryShard
 	held := 0
 	for j, l := range r0.Limits {
 		sks[j] = limitStateKey(r0.Key, l)
@@ -468,7 +478,7 @@ func (m *MemoryStore) decideMulti(now int64, run []Request, res []Result) {
 			defer s.mu.Unlock()
 		}
 	}
-	var es [MaxLimits]*memoryEntry
+	var es [engine.MaxLimits]*memoryEntry
 	find := func() {
 		for j := range n {
 			es[j] = nil
@@ -478,7 +488,7 @@ func (m *MemoryStore) decideMulti(now int64, run []Request, res []Result) {
 				s.tick++
 				e.used = s.tick
 				if now >= e.expires {
-					e.state = state{log: e.log[:0]}
+					e.State = engine.State{Log: e.Log[:0]}
 				}
 				es[j] = e
 			}
@@ -497,16 +507,16 @@ func (m *MemoryStore) decideMulti(now int64, run []Request, res []Result) {
 // decideOneMulti decides one request of decideMulti's run against the
 // entries es of its limits (nil: none yet), their state keys and hashes,
 // and reports whether it inserted an entry.
-func (m *MemoryStore) decideOneMulti(now int64, r *Request, res *Result, es *[MaxLimits]*memoryEntry, sks *[MaxLimits]stateKey, hs *[MaxLimits]uint64) (inserted bool) {
+func (m *Store) decideOneMulti(now int64, r *engine.Request, res *engine.Result, es *[engine.MaxLimits]*memoryEntry, sks *[engine.MaxLimits]stateKey, hs *[engine.MaxLimits]uint64) (inserted bool) {
 	n := len(r.Limits)
-	var parts [MaxLimits]Decision
-	look := func(j int, cost int64) Decision {
-		var zero state
+	var parts [engine.MaxLimits]engine.Decision
+	look := func(j int, cost int64) engine.Decision {
+		var zero engine.State
 		st := &zero
 		if es[j] != nil {
-			st = &es[j].state
+			st = &es[j].State
 		}
-		d, _ := decide(st, now, &Request{Key: r.Key, Limit: r.Limits[j].Limit, Cost: cost, Peek: true})
+		d, _ := engine.Step(st, now, &engine.Request{Key: r.Key, Limit: r.Limits[j].Limit, Cost: cost, Peek: true})
 		return d
 	}
 	allowed := true
@@ -526,35 +536,35 @@ func (m *MemoryStore) decideOneMulti(now int64, r *Request, res *Result, es *[Ma
 		// evict, and must not take a slot this loop has yet to use.
 		for j := range n {
 			if e := es[j]; e != nil {
-				var out outcome
-				parts[j], out = decide(&e.state, now, &Request{Key: r.Key, Limit: r.Limits[j].Limit, Cost: r.Cost})
-				if out.write {
-					e.expires = out.expires
+				var out engine.Outcome
+				parts[j], out = engine.Step(&e.State, now, &engine.Request{Key: r.Key, Limit: r.Limits[j].Limit, Cost: r.Cost})
+				if out.Write {
+					e.expires = out.Expires
 				}
 			}
 		}
 		for j := range n {
 			if es[j] == nil {
-				var st state
-				var out outcome
-				parts[j], out = decide(&st, now, &Request{Key: r.Key, Limit: r.Limits[j].Limit, Cost: r.Cost})
-				if out.write {
+				var st engine.State
+				var out engine.Outcome
+				parts[j], out = engine.Step(&st, now, &engine.Request{Key: r.Key, Limit: r.Limits[j].Limit, Cost: r.Cost})
+				if out.Write {
 					s := m.shard(hs[j])
 					e := s.insert(sks[j], hs[j], now)
-					e.state, e.expires = st, out.expires
+					e.State, e.expires = st, out.Expires
 					inserted = true
 				}
 			}
 		}
 	}
 	copy(r.Detail, parts[:n])
-	*res = Result{Decision: Combine(parts[:n])}
+	*res = engine.Result{Decision: engine.Combine(parts[:n])}
 	return inserted
 }
 
 // Len reports how many states the store holds, expired ones included until
 // their slot is reused or evicted.
-func (m *MemoryStore) Len() int {
+func (m *Store) Len() int {
 	n := 0
 	for i := range m.shards {
 		s := &m.shards[i]

@@ -1,6 +1,6 @@
 //go:build race
 
-package engine_test
+package chain_test
 
 // raceEnabled: the race detector's bookkeeping inflates the heap, so
 // memory bounds are measured in a run without it (scripts/test runs one).

@@ -1,5 +1,5 @@
 //go:build !race
 
-package engine_test
+package chain_test
 
 const raceEnabled = false

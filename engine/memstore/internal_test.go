@@ -1,4 +1,4 @@
-package engine
+package memstore
 
 import (
 	"math/rand/v2"
@@ -8,23 +8,25 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/sluice-rl/sluice/engine"
 )
 
 // Two keys whose 64-bit hashes collide must keep separate states. Real
 // collisions are too rare to meet in a test, so force one.
 func TestMemoryShardHashCollision(t *testing.T) {
-	m, err := NewMemoryStore(MemoryConfig{MaxKeys: 64 * 8})
+	m, err := New(Config{MaxKeys: 64 * 8})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &m.shards[0]
-	a, b := stateKey{GCRA, "alpha"}, stateKey{GCRA, "beta"}
+	a, b := stateKey{engine.GCRA, "alpha"}, stateKey{engine.GCRA, "beta"}
 	const h = 42 << 32
-	s.insert(a, h, 0).b = 1
-	s.insert(b, h, 0).b = 2
+	s.insert(a, h, 0).B = 1
+	s.insert(b, h, 0).B = 2
 	state := func(k stateKey) (int64, bool) {
 		if i := s.lookup(k, h); i >= 0 {
-			return s.entry(i).b, true
+			return s.entry(i).B, true
 		}
 		return 0, false
 	}
@@ -41,7 +43,7 @@ func TestMemoryShardHashCollision(t *testing.T) {
 	if _, ok := state(a); ok {
 		t.Fatal("alpha found after removal")
 	}
-	s.insert(a, h, 0).b = 3
+	s.insert(a, h, 0).B = 3
 	want(a, 3)
 	want(b, 2)
 }
@@ -51,7 +53,7 @@ func TestMemoryShardHashCollision(t *testing.T) {
 // halves, half of them near the table's end, so probe sequences run long,
 // cross and wrap, and removals shift cells back across all of that.
 func TestMemoryShardIndexAgainstMap(t *testing.T) {
-	m, err := NewMemoryStore(MemoryConfig{MaxKeys: 64 * 200})
+	m, err := New(Config{MaxKeys: 64 * 200})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,11 +66,11 @@ func TestMemoryShardIndexAgainstMap(t *testing.T) {
 	want := map[stateKey]held{}
 	var keys []stateKey
 	for step := range 20_000 {
-		k := stateKey{GCRA, "k" + strconv.Itoa(rng.IntN(300))}
+		k := stateKey{engine.GCRA, "k" + strconv.Itoa(rng.IntN(300))}
 		switch _, ok := want[k]; {
 		case !ok && len(want) < s.cap:
 			h := uint64(uint32(rng.IntN(40)-20))<<32 | uint64(rng.Uint32()) // homes at both ends
-			s.insert(k, h, 0).b = int64(step)
+			s.insert(k, h, 0).B = int64(step)
 			want[k] = held{h, int64(step)}
 			keys = append(keys, k)
 		case ok:
@@ -82,7 +84,7 @@ func TestMemoryShardIndexAgainstMap(t *testing.T) {
 					continue
 				}
 				i := s.lookup(k, w.h)
-				if i < 0 || s.entry(i).b != w.b {
+				if i < 0 || s.entry(i).B != w.b {
 					t.Fatalf("step %d: %s lost (slot %d)", step, k.key, i)
 				}
 			}
@@ -95,17 +97,17 @@ func TestMemoryShardIndexAgainstMap(t *testing.T) {
 
 // The key a store keeps must not alias the caller's buffer.
 func TestMemoryCopiesKeys(t *testing.T) {
-	m, err := NewMemoryStore(MemoryConfig{})
+	m, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	buf := []byte("tenant-1")
-	r := Request{Key: string(buf), Limit: Limit{Algorithm: FixedWindow, Rate: 1, Period: time.Hour}, Cost: 1}
+	r := engine.Request{Key: string(buf), Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 1, Period: time.Hour}, Cost: 1}
 	r.Key = unsafeString(buf)
-	m.decide(time.Now().UnixMicro(), []Request{r}, make([]Result, 1), m.hash(FixedWindow, r.Key))
+	m.decide(time.Now().UnixMicro(), []engine.Request{r}, make([]engine.Result, 1), m.hash(engine.FixedWindow, r.Key))
 	copy(buf, "XXXXXXXX") // the caller reuses its buffer
-	h := m.hash(FixedWindow, "tenant-1")
-	if i := m.shard(h).lookup(stateKey{FixedWindow, "tenant-1"}, h); i < 0 {
+	h := m.hash(engine.FixedWindow, "tenant-1")
+	if i := m.shard(h).lookup(stateKey{engine.FixedWindow, "tenant-1"}, h); i < 0 {
 		t.Fatal("state lost after the caller reused its buffer: the key was not copied")
 	}
 }
@@ -131,20 +133,20 @@ func TestEntrySize(t *testing.T) {
 // Keys of every length around shortKey, kept in the entry or beside it,
 // must each find their own state, under each algorithm apart.
 func TestMemoryKeyLengths(t *testing.T) {
-	m, err := NewMemoryStore(MemoryConfig{})
+	m, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().UnixMicro()
-	once := func(alg Algorithm, key string) bool {
-		r := Request{Key: key, Limit: Limit{Algorithm: alg, Rate: 1, Period: time.Hour}, Cost: 1}
-		res := make([]Result, 1)
-		m.decide(now, []Request{r}, res, m.hash(alg, key))
+	once := func(alg engine.Algorithm, key string) bool {
+		r := engine.Request{Key: key, Limit: engine.Limit{Algorithm: alg, Rate: 1, Period: time.Hour}, Cost: 1}
+		res := make([]engine.Result, 1)
+		m.decide(now, []engine.Request{r}, res, m.hash(alg, key))
 		return res[0].Decision.Allowed
 	}
 	long := strings.Repeat("k", 2*shortKey)
 	for n := 1; n <= 2*shortKey; n++ {
-		for _, alg := range []Algorithm{FixedWindow, GCRA} {
+		for _, alg := range []engine.Algorithm{engine.FixedWindow, engine.GCRA} {
 			key, twin := long[:n], long[:n-1]+"x" // same length, last byte apart
 			if !once(alg, key) {
 				t.Fatalf("%s, %d-byte key: first request refused", alg, n)
@@ -167,40 +169,40 @@ func TestMemoryKeyLengths(t *testing.T) {
 func TestMemoryMultiRunEvicts(t *testing.T) {
 	now := time.Unix(1_767_225_600, 0)
 	clock := func() time.Time { return now }
-	one, err := NewMemoryStore(MemoryConfig{MaxKeys: memoryShards, Now: clock})
+	one, err := New(Config{MaxKeys: memoryShards, Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	whole, _ := NewMemoryStore(MemoryConfig{MaxKeys: memoryShards, Now: clock})
+	whole, _ := New(Config{MaxKeys: memoryShards, Now: clock})
 	whole.seed = one.seed
-	policy := []NamedLimit{
-		{Name: "a", Limit: Limit{Algorithm: TokenBucket, Rate: 5, Period: time.Second, Burst: 5}},
-		{Name: "b", Limit: Limit{Algorithm: FixedWindow, Rate: 8, Period: time.Minute}},
-		{Name: "c", Limit: Limit{Algorithm: GCRA, Rate: 3, Period: time.Second, Burst: 4}},
+	policy := []engine.NamedLimit{
+		{Name: "a", Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 5, Period: time.Second, Burst: 5}},
+		{Name: "b", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 8, Period: time.Minute}},
+		{Name: "c", Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 3, Period: time.Second, Burst: 4}},
 	}
 	rng := rand.New(rand.NewPCG(5, 8))
 	evictions := 0
 	for round := range 300 {
-		reqs := make([]Request, 1+rng.IntN(12))
+		reqs := make([]engine.Request, 1+rng.IntN(12))
 		for i := range reqs {
 			// Long runs on few keys, many keys in all: the shards fill.
 			key := "k" + strconv.Itoa(round%40)
 			if rng.IntN(4) == 0 {
 				key = "k" + strconv.Itoa(rng.IntN(200))
 			}
-			reqs[i] = Request{Key: key, Limits: policy, Cost: int64(rng.IntN(3)), Peek: rng.IntN(8) == 0,
-				Detail: make([]Decision, len(policy))}
+			reqs[i] = engine.Request{Key: key, Limits: policy, Cost: int64(rng.IntN(3)), Peek: rng.IntN(8) == 0,
+				Detail: make([]engine.Decision, len(policy))}
 		}
 		before := one.Len()
-		got := make([]Result, len(reqs))
-		if err := whole.Decide(t.Context(), reqs, got); err != nil {
+		got := make([]engine.Result, len(reqs))
+		if err := engine.Wait(whole, reqs, got, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
 		for i, r := range reqs {
 			alone := r
-			alone.Detail = make([]Decision, len(policy))
-			want := make([]Result, 1)
-			if err := one.Decide(t.Context(), []Request{alone}, want); err != nil {
+			alone.Detail = make([]engine.Decision, len(policy))
+			want := make([]engine.Result, 1)
+			if err := engine.Wait(one, []engine.Request{alone}, want, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
 			if want[0] != got[i] || !slices.Equal(alone.Detail, r.Detail) {

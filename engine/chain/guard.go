@@ -1,4 +1,4 @@
-package engine
+package chain
 
 import (
 	"cmp"
@@ -7,19 +7,24 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-rl/sluice/engine"
 )
 
 // GuardConfig configures a Guard. Zero values mean the documented defaults.
 type GuardConfig struct {
 	// Store is the shared store the guard protects callers from: the deny
 	// cache and batcher in front of Redis.
-	Store Store
-	// Local enforces limits in this sidecar alone for FailLocal requests.
-	// Nil makes FailLocal behave as FailOpen.
-	Local Store
+	Store engine.Store
+	// Local enforces limits in this sidecar alone for FailLocal requests:
+	// the in-memory store. Its Submit must answer before it returns and
+	// never fail as a batch (the memory store's never does), since the
+	// guard answers the batch as soon as Local's Submit returns. Nil makes
+	// FailLocal behave as FailOpen.
+	Local engine.Store
 	// Default is the failure mode of requests that name none. Zero means
 	// FailLocal when Local is set, FailOpen otherwise.
-	Default FailureMode
+	Default engine.FailureMode
 	// Threshold is how many failed round trips in a row open the breaker.
 	// Zero means 3.
 	Threshold int
@@ -35,7 +40,7 @@ type GuardConfig struct {
 	// Leaser holds the shared store's leases (guardlease.go); nil means
 	// Store's own if it is a Leaser, else the guard holds no leases.
 	// Local's leases, if it is a Leaser, answer FailLocal.
-	Leaser Leaser
+	Leaser engine.Leaser
 	// LeaseTimeout bounds each call to Leaser. Zero means 100ms.
 	LeaseTimeout time.Duration
 	// MaxLocalLeases bounds how many leases granted by Local the guard
@@ -50,8 +55,8 @@ type GuardConfig struct {
 // wait out a deadline, and lets one batch through every ProbeEvery to find
 // out when it is back; recovery needs no restart.
 type Guard struct {
-	store, local Store
-	def          FailureMode
+	store, local engine.Store
+	def          engine.FailureMode
 	threshold    int
 	probeEvery   time.Duration
 	onBreaker    func(bool, error)
@@ -71,20 +76,20 @@ type Guard struct {
 	leases guardLeases
 }
 
-var _ Submitter = (*Guard)(nil)
+var _ engine.Store = (*Guard)(nil)
 
 // NewGuard returns a guard with its breaker closed.
 func NewGuard(cfg GuardConfig) (*Guard, error) {
 	if cfg.Store == nil {
-		return nil, errors.New("engine: guard needs a store")
+		return nil, errors.New("chain: guard needs a store")
 	}
 	if cfg.Threshold < 0 || cfg.ProbeEvery < 0 || cfg.LeaseTimeout < 0 || cfg.MaxLocalLeases < 0 {
-		return nil, errors.New("engine: guard threshold, probe interval, lease timeout and local leases must not be negative")
+		return nil, errors.New("chain: guard threshold, probe interval, lease timeout and local leases must not be negative")
 	}
-	if cfg.Default == FailDefault {
-		cfg.Default = FailOpen
+	if cfg.Default == engine.FailDefault {
+		cfg.Default = engine.FailOpen
 		if cfg.Local != nil {
-			cfg.Default = FailLocal
+			cfg.Default = engine.FailLocal
 		}
 	}
 	if cfg.Threshold == 0 {
@@ -101,9 +106,9 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 	g.leases = guardLeases{shared: cfg.Leaser, timeout: cmp.Or(cfg.LeaseTimeout, 100*time.Millisecond),
 		max: cmp.Or(cfg.MaxLocalLeases, 10_000)}
 	if g.leases.shared == nil {
-		g.leases.shared, _ = cfg.Store.(Leaser)
+		g.leases.shared, _ = cfg.Store.(engine.Leaser)
 	}
-	g.leases.local, _ = cfg.Local.(Leaser)
+	g.leases.local, _ = cfg.Local.(engine.Leaser)
 	g.flights.New = func() any {
 		f := &guardFlight{g: g}
 		f.landed = f.land
@@ -112,40 +117,25 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 	return g, nil
 }
 
-// Decide sends the batch to the store unless the breaker is open, and
+// Submit sends the batch on to the store unless the breaker is open, and
 // decides by failure mode whatever the store could not.
-func (g *Guard) Decide(ctx context.Context, reqs []Request, res []Result) error {
+func (g *Guard) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
 	probe, ok := g.admit()
 	if !ok {
-		return g.fail(ctx, reqs, res)
-	}
-	err := g.store.Decide(ctx, reqs, res)
-	g.record(err, probe)
-	if err != nil {
-		return g.fail(ctx, reqs, res)
-	}
-	return nil
-}
-
-// Submit is Decide without waiting: the batch goes on to a Submitter, and
-// its failure modes decide once it fails.
-func (g *Guard) Submit(reqs []Request, res []Result, done func(error)) {
-	probe, ok := g.admit()
-	if !ok {
-		done(g.fail(context.Background(), reqs, res))
+		done(g.fail(reqs, res))
 		return
 	}
 	f := g.flights.Get().(*guardFlight)
 	f.reqs, f.res, f.done, f.probe = reqs, res, done, probe
-	Submit(g.store, reqs, res, f.landed)
+	g.store.Submit(reqs, res, deadline, f.landed)
 }
 
 // guardFlight is a submitted batch the guard waits for; pooled, with its
 // callback bound once, so that a submission allocates nothing.
 type guardFlight struct {
 	g      *Guard
-	reqs   []Request
-	res    []Result
+	reqs   []engine.Request
+	res    []engine.Result
 	done   func(error)
 	probe  bool
 	landed func(error)
@@ -157,7 +147,7 @@ func (f *guardFlight) land(err error) {
 	g.flights.Put(f)
 	g.record(err, probe)
 	if err != nil {
-		err = g.fail(context.Background(), reqs, res)
+		err = g.fail(reqs, res)
 	}
 	done(err)
 }
@@ -213,28 +203,27 @@ func (g *Guard) record(err error, probe bool) {
 }
 
 // fail decides reqs by their failure modes, in order.
-func (g *Guard) fail(ctx context.Context, reqs []Request, res []Result) error {
+func (g *Guard) fail(reqs []engine.Request, res []engine.Result) error {
 	g.fallback.Add(uint64(len(reqs)))
 	for i := range reqs {
 		r := &reqs[i]
 		if err := r.Validate(); err != nil {
-			res[i] = Result{Err: err}
+			res[i] = engine.Result{Err: err}
 			continue
 		}
 		switch g.mode(r) {
-		case FailLocal:
-			// The local store never fails as a batch.
-			if err := g.local.Decide(ctx, reqs[i:i+1], res[i:i+1]); err != nil {
-				res[i] = Result{Err: err}
-			}
-			res[i].Path = PathLocal
-		case FailClosed:
-			res[i] = Result{Path: PathFailClosed, Decision: failDecision(r.Capacity(), false, 0, g.probeEvery)}
+		case engine.FailLocal:
+			// The local store answers before Submit returns and never
+			// fails as a batch (GuardConfig.Local): nothing to wait for.
+			g.local.Submit(reqs[i:i+1], res[i:i+1], time.Time{}, ignore)
+			res[i].Path = engine.PathLocal
+		case engine.FailClosed:
+			res[i] = engine.Result{Path: engine.PathFailClosed, Decision: failDecision(r.Capacity(), false, 0, g.probeEvery)}
 			for j := range r.Detail {
 				r.Detail[j] = failDecision(r.Limits[j].Limit.Capacity(), false, 0, g.probeEvery)
 			}
 		default:
-			res[i] = Result{Path: PathFailOpen, Decision: failDecision(r.Capacity(), true, r.Cost, 0)}
+			res[i] = engine.Result{Path: engine.PathFailOpen, Decision: failDecision(r.Capacity(), true, r.Cost, 0)}
 			for j := range r.Detail {
 				r.Detail[j] = failDecision(r.Limits[j].Limit.Capacity(), true, r.Cost, 0)
 			}
@@ -243,22 +232,26 @@ func (g *Guard) fail(ctx context.Context, reqs []Request, res []Result) error {
 	return nil
 }
 
+// ignore is the local store's done: it answers at once, never failing as
+// a batch.
+func ignore(error) {}
+
 // failDecision is a failure mode's answer for a limit of capacity c:
 // allowed with the cost taken from a full capacity, or refused for wait.
-func failDecision(c int64, allowed bool, cost int64, wait time.Duration) Decision {
+func failDecision(c int64, allowed bool, cost int64, wait time.Duration) engine.Decision {
 	if allowed {
-		return Decision{Allowed: true, Limit: c, Remaining: c - cost}
+		return engine.Decision{Allowed: true, Limit: c, Remaining: c - cost}
 	}
-	return Decision{Limit: c, RetryAfter: wait, ResetAfter: wait}
+	return engine.Decision{Limit: c, RetryAfter: wait, ResetAfter: wait}
 }
 
-func (g *Guard) mode(r *Request) FailureMode {
+func (g *Guard) mode(r *engine.Request) engine.FailureMode {
 	m := r.OnFailure
-	if m == FailDefault {
+	if m == engine.FailDefault {
 		m = g.def
 	}
-	if m == FailLocal && g.local == nil {
-		m = FailOpen
+	if m == engine.FailLocal && g.local == nil {
+		m = engine.FailOpen
 	}
 	return m
 }
@@ -272,7 +265,7 @@ var ErrNotReset = errors.New("the upstream Redis is failing: the shared state wa
 // breaker is open it does not wait on the store: it forgets what this
 // sidecar keeps of the key (a store that remembers refusals is told to
 // Forget) and returns ErrNotReset at once.
-func (g *Guard) Reset(ctx context.Context, key string, limits ...NamedLimit) error {
+func (g *Guard) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
 	if g.local != nil {
 		_ = g.local.Reset(ctx, key, limits...)
 	}

@@ -1,4 +1,4 @@
-package engine
+package chain
 
 import (
 	"context"
@@ -9,13 +9,15 @@ import (
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/sluice-rl/sluice/engine"
 )
 
 // DenyCacheConfig configures a DenyCache. Zero values mean the documented
 // defaults.
 type DenyCacheConfig struct {
 	// Store decides what the cache cannot: the batcher in front of Redis.
-	Store Store
+	Store engine.Store
 	// MaxEntries bounds the refusals remembered; the least recently used
 	// goes first. Zero means 50,000 (about 17 MB).
 	MaxEntries int
@@ -32,7 +34,7 @@ type DenyCacheConfig struct {
 // request would be refused there too — unless the key is reset, which is
 // why Reset and Forget drop the remembered refusal.
 type DenyCache struct {
-	store   Store
+	store   engine.Store
 	now     func() time.Time
 	entries *lru.Cache[stateKey, denial]
 	scratch sync.Pool // *misses
@@ -41,30 +43,40 @@ type DenyCache struct {
 	evicted atomic.Uint64
 }
 
+// stateKey is where a refusal is remembered: a key under one algorithm,
+// or under alg 0 a multi-limit request's key.
+type stateKey struct {
+	alg engine.Algorithm
+	key string
+}
+
 // denial is a remembered refusal. A multi-limit request's is kept under
 // its key alone (stateKey.alg 0), with its limits and their decisions.
 type denial struct {
-	limit    Limit
-	limits   []NamedLimit // a multi-limit request's: the policy's, shared
-	detail   []Decision   // and each limit's decision, a copy
+	limit    engine.Limit
+	limits   []engine.NamedLimit // a multi-limit request's: the policy's, shared
+	detail   []engine.Decision   // and each limit's decision, a copy
 	cost     int64
 	until    time.Time // retry-after runs out
 	resetsAt time.Time
-	decision Decision
+	decision engine.Decision
 }
 
-var _ Submitter = (*DenyCache)(nil)
+var _ engine.Store = (*DenyCache)(nil)
+
+// defaultDenyCacheSize is DenyCacheConfig.MaxEntries's default.
+const defaultDenyCacheSize = 50_000
 
 // NewDenyCache returns an empty cache in front of cfg.Store.
 func NewDenyCache(cfg DenyCacheConfig) (*DenyCache, error) {
 	if cfg.Store == nil {
-		return nil, errors.New("engine: deny cache needs a store")
+		return nil, errors.New("chain: deny cache needs a store")
 	}
 	if cfg.MaxEntries < 0 {
-		return nil, errors.New("engine: deny cache size must not be negative")
+		return nil, errors.New("chain: deny cache size must not be negative")
 	}
 	if cfg.MaxEntries == 0 {
-		cfg.MaxEntries = 50_000
+		cfg.MaxEntries = defaultDenyCacheSize
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -82,24 +94,15 @@ func NewDenyCache(cfg DenyCacheConfig) (*DenyCache, error) {
 	return c, nil
 }
 
-// Decide answers remembered refusals locally and sends the rest on.
-func (c *DenyCache) Decide(ctx context.Context, reqs []Request, res []Result) error {
-	m := c.answer(reqs, res)
-	if m == nil {
-		return nil
-	}
-	return m.finish(c.store.Decide(ctx, m.reqs, m.res))
-}
-
-// Submit is Decide without waiting: the misses go on to a Submitter.
-func (c *DenyCache) Submit(reqs []Request, res []Result, done func(error)) {
+// Submit answers remembered refusals locally and sends the rest on.
+func (c *DenyCache) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
 	m := c.answer(reqs, res)
 	if m == nil {
 		done(nil)
 		return
 	}
 	m.done = done
-	Submit(c.store, m.reqs, m.res, m.submitted)
+	c.store.Submit(m.reqs, m.res, deadline, m.submitted)
 }
 
 // misses is what a batch sends on: the requests the cache could not
@@ -107,23 +110,23 @@ func (c *DenyCache) Submit(reqs []Request, res []Result, done func(error)) {
 type misses struct {
 	c     *DenyCache
 	now   time.Time
-	index []int     // misses' places in the batch; nil when all missed
-	reqs  []Request // the misses: the batch's own when all missed
-	res   []Result
-	out   []Result // the batch's results
+	index []int            // misses' places in the batch; nil when all missed
+	reqs  []engine.Request // the misses: the batch's own when all missed
+	res   []engine.Result
+	out   []engine.Result // the batch's results
 	done  func(error)
 
 	// Owned buffers, reused for batches of some of each.
 	bufIndex []int
-	bufReqs  []Request
-	bufRes   []Result
+	bufReqs  []engine.Request
+	bufRes   []engine.Result
 
 	submitted func(error) // finishAndCallDone, bound once
 }
 
 // answer answers what the cache remembers and returns the misses, or nil
 // when there are none.
-func (c *DenyCache) answer(reqs []Request, res []Result) *misses {
+func (c *DenyCache) answer(reqs []engine.Request, res []engine.Result) *misses {
 	now := c.now()
 	hits := 0
 	// An empty cache, the usual state while nothing is refused, answers
@@ -134,9 +137,9 @@ func (c *DenyCache) answer(reqs []Request, res []Result) *misses {
 		for i := range reqs {
 			// Every result is set here, so that the hits can be told from
 			// the misses below by their path alone.
-			res[i] = Result{}
+			res[i] = engine.Result{}
 			if d, ok := c.lookup(&reqs[i], now, &last); ok {
-				res[i] = Result{Decision: d, Path: PathDenyCache}
+				res[i] = engine.Result{Decision: d, Path: engine.PathDenyCache}
 				hits++
 			}
 		}
@@ -156,13 +159,13 @@ func (c *DenyCache) answer(reqs []Request, res []Result) *misses {
 	// once they are in.
 	m.bufIndex, m.bufReqs = m.bufIndex[:0], m.bufReqs[:0]
 	for i := range reqs {
-		if res[i].Path != PathDenyCache {
+		if res[i].Path != engine.PathDenyCache {
 			m.bufIndex = append(m.bufIndex, i)
 			m.bufReqs = append(m.bufReqs, reqs[i])
 		}
 	}
 	if cap(m.bufRes) < len(m.bufReqs) {
-		m.bufRes = make([]Result, len(m.bufReqs))
+		m.bufRes = make([]engine.Result, len(m.bufReqs))
 	}
 	m.bufRes = m.bufRes[:len(m.bufReqs)]
 	m.index, m.reqs, m.res = m.bufIndex, m.bufReqs, m.bufRes
@@ -202,18 +205,18 @@ type lastLookup struct {
 
 // lookup returns the local refusal for r, if one applies at now; last is
 // the batch's lookup before.
-func (c *DenyCache) lookup(r *Request, now time.Time, last *lastLookup) (Decision, bool) {
+func (c *DenyCache) lookup(r *engine.Request, now time.Time, last *lastLookup) (engine.Decision, bool) {
 	if r.Cost == 0 || r.Cost > r.Capacity() {
-		return Decision{}, false // a look, or a cost the store refuses as invalid
+		return engine.Decision{}, false // a look, or a cost the store refuses as invalid
 	}
 	if k := denialKey(r); !last.set || k != last.key {
 		last.e, last.found = c.entries.Get(k)
 		last.key, last.set = k, true
 	}
 	e, ok := &last.e, last.found
-	if !ok || e.limit != r.Limit || !sameLimits(e.limits, r.Limits) || r.Cost < e.cost || !now.Before(e.until) ||
+	if !ok || e.limit != r.Limit || !engine.SameLimits(e.limits, r.Limits) || r.Cost < e.cost || !now.Before(e.until) ||
 		(r.Detail != nil && e.detail == nil) {
-		return Decision{}, false
+		return engine.Decision{}, false
 	}
 	d := e.decision
 	d.RetryAfter = e.until.Sub(now)
@@ -234,32 +237,15 @@ func (c *DenyCache) lookup(r *Request, now time.Time, last *lastLookup) (Decisio
 // denialKey is where r's refusal is remembered: under its algorithm and
 // key, or for a multi-limit request under its key alone, whose limits
 // then must match too.
-func denialKey(r *Request) stateKey {
+func denialKey(r *engine.Request) stateKey {
 	if r.Multi() {
 		return stateKey{key: r.Key}
 	}
 	return stateKey{r.Limit.Algorithm, r.Key}
 }
 
-// sameLimits reports whether two requests' limits are the same: a policy
-// reloaded with other limits must not be answered by the old refusal.
-func sameLimits(a, b []NamedLimit) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	if len(a) == 0 || &a[0] == &b[0] {
-		return true // one policy's own slice: the usual case, at no cost
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // remember records the refusals among res and forgets keys now admitted.
-func (c *DenyCache) remember(reqs []Request, res []Result, now time.Time) {
+func (c *DenyCache) remember(reqs []engine.Request, res []engine.Result, now time.Time) {
 	for i := range reqs {
 		r, d := &reqs[i], res[i].Decision
 		if res[i].Err != nil || r.Cost == 0 {
@@ -277,7 +263,7 @@ func (c *DenyCache) remember(reqs []Request, res []Result, now time.Time) {
 			e := denial{limit: r.Limit, limits: r.Limits, cost: r.Cost, decision: d,
 				until: now.Add(d.RetryAfter), resetsAt: now.Add(d.ResetAfter)}
 			if r.Detail != nil {
-				e.detail = append([]Decision(nil), r.Detail...)
+				e.detail = append([]engine.Decision(nil), r.Detail...)
 			}
 			if c.entries.Add(sk, e) {
 				c.evicted.Add(1)
@@ -287,7 +273,7 @@ func (c *DenyCache) remember(reqs []Request, res []Result, now time.Time) {
 }
 
 // Reset drops the key's remembered refusals, then resets it in the store.
-func (c *DenyCache) Reset(ctx context.Context, key string, limits ...NamedLimit) error {
+func (c *DenyCache) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
 	c.Forget(key)
 	return c.store.Reset(ctx, key, limits...)
 }
@@ -295,7 +281,7 @@ func (c *DenyCache) Reset(ctx context.Context, key string, limits ...NamedLimit)
 // Forget drops the key's remembered refusals: called when another sidecar
 // announces a reset.
 func (c *DenyCache) Forget(key string) {
-	for _, a := range Algorithms {
+	for _, a := range engine.Algorithms {
 		c.entries.Remove(stateKey{a, key})
 	}
 	c.entries.Remove(stateKey{key: key}) // a multi-limit request's

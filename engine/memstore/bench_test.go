@@ -1,7 +1,6 @@
-package engine_test
+package memstore_test
 
 import (
-	"context"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -9,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/memstore"
 )
 
 // benchLimits gives every algorithm a limit generous enough that the
@@ -27,8 +27,8 @@ func benchLimits() map[engine.Algorithm]engine.Limit {
 // warmStore returns a memory store that has decided once for each of n
 // keys prefix+i under l, so that a benchmark measures decisions, not
 // first writes, and the keys.
-func warmStore(b *testing.B, l engine.Limit, prefix string, n int) (*engine.MemoryStore, []string) {
-	s, err := engine.NewMemoryStore(engine.MemoryConfig{})
+func warmStore(b *testing.B, l engine.Limit, prefix string, n int) (*memstore.Store, []string) {
+	s, err := memstore.New(memstore.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func warmStore(b *testing.B, l engine.Limit, prefix string, n int) (*engine.Memo
 	res := make([]engine.Result, 1)
 	for i := range keys {
 		keys[i] = prefix + strconv.Itoa(i)
-		_ = s.Decide(context.Background(), []engine.Request{{Key: keys[i], Limit: l, Cost: 1}}, res)
+		_ = engine.Wait(s, []engine.Request{{Key: keys[i], Limit: l, Cost: 1}}, res, time.Time{})
 	}
 	return s, keys
 }
@@ -48,12 +48,11 @@ func BenchmarkMemoryDecide(b *testing.B) {
 			s, keys := warmStore(b, l, "user:", 1024)
 			req := make([]engine.Request, 1)
 			res := make([]engine.Result, 1)
-			ctx := context.Background()
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
 				req[0] = engine.Request{Key: keys[i%len(keys)], Limit: l, Cost: 1}
-				if err := s.Decide(ctx, req, res); err != nil || res[0].Err != nil {
+				if err := engine.Wait(s, req, res, time.Time{}); err != nil || res[0].Err != nil {
 					b.Fatal(err, res[0].Err)
 				}
 				i++
@@ -64,7 +63,7 @@ func BenchmarkMemoryDecide(b *testing.B) {
 
 func BenchmarkMemoryDecideParallel(b *testing.B) {
 	l := benchLimits()[engine.GCRA]
-	s, err := engine.NewMemoryStore(engine.MemoryConfig{})
+	s, err := memstore.New(memstore.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -79,7 +78,7 @@ func BenchmarkMemoryDecideParallel(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			req[0].Key = keys[i%len(keys)]
-			_ = s.Decide(context.Background(), req, res)
+			_ = engine.Wait(s, req, res, time.Time{})
 			i++
 		}
 	})
@@ -93,7 +92,6 @@ func BenchmarkMemoryDecideManyKeys(b *testing.B) {
 	l := benchLimits()[engine.GCRA]
 	s, keys := warmStore(b, l, "k:", 100_000)
 	order := rand.New(rand.NewPCG(1, 2)).Perm(1 << 20)
-	ctx := context.Background()
 	for _, batch := range []int{1, 16} {
 		b.Run("batch="+strconv.Itoa(batch), func(b *testing.B) {
 			req := make([]engine.Request, batch)
@@ -112,7 +110,7 @@ func BenchmarkMemoryDecideManyKeys(b *testing.B) {
 					req[j] = engine.Request{Key: unsafe.String(&buf[start], len(buf)-start), Limit: l, Cost: 1}
 					i++
 				}
-				_ = s.Decide(ctx, req, res)
+				_ = engine.Wait(s, req, res, time.Time{})
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/decision")
 		})
@@ -125,7 +123,7 @@ func BenchmarkMemoryHotPolicy(b *testing.B) {
 	// A clock a millisecond on at every batch, so that the limits admit
 	// every request however fast the loop runs.
 	t := time.Unix(1_767_225_600, 0)
-	s, err := engine.NewMemoryStore(engine.MemoryConfig{Now: func() time.Time { t = t.Add(time.Millisecond); return t }})
+	s, err := memstore.New(memstore.Config{Now: func() time.Time { t = t.Add(time.Millisecond); return t }})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -138,10 +136,9 @@ func BenchmarkMemoryHotPolicy(b *testing.B) {
 	for i := range reqs {
 		reqs[i] = engine.Request{Key: "tenant:hot", Limits: policy, Cost: 1, Detail: make([]engine.Decision, len(policy))}
 	}
-	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := s.Decide(ctx, reqs, res); err != nil || res[15].Err != nil || !res[15].Decision.Allowed {
+		if err := engine.Wait(s, reqs, res, time.Time{}); err != nil || res[15].Err != nil || !res[15].Decision.Allowed {
 			b.Fatal(err, res[15])
 		}
 	}

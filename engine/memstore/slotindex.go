@@ -1,4 +1,4 @@
-package engine
+package memstore
 
 import "sync/atomic"
 

@@ -1,14 +1,15 @@
-package engine_test
+package chain_test
 
 import (
-	"context"
 	"runtime"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/chain"
 	"github.com/sluice-rl/sluice/engine/enginetest"
+	"github.com/sluice-rl/sluice/engine/memstore"
 )
 
 func heapInUse() uint64 {
@@ -36,11 +37,11 @@ func TestMemoryStaysBoundedOverAMillionKeys(t *testing.T) {
 		bytesPerRefuse = 400 // documented: at most 400 bytes a remembered refusal
 	)
 	clock := enginetest.NewClock(enginetest.Epoch)
-	mem, err := engine.NewMemoryStore(engine.MemoryConfig{MaxKeys: maxKeys, Now: clock.Now})
+	mem, err := memstore.New(memstore.Config{MaxKeys: maxKeys, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cache, err := engine.NewDenyCache(engine.DenyCacheConfig{Store: mem, MaxEntries: maxKeys, Now: clock.Now})
+	cache, err := chain.NewDenyCache(chain.DenyCacheConfig{Store: mem, MaxEntries: maxKeys, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestMemoryStaysBoundedOverAMillionKeys(t *testing.T) {
 		// The second request is refused, so the cache remembers it too.
 		reqs[0] = engine.Request{Key: k, Limit: limit, Cost: 1}
 		reqs[1] = reqs[0]
-		if err := cache.Decide(context.Background(), reqs, res); err != nil {
+		if err := engine.Wait(cache, reqs, res, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
 		if !res[0].Decision.Allowed || res[1].Decision.Allowed {

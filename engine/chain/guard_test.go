@@ -1,4 +1,4 @@
-package engine_test
+package chain_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/chain"
 	"github.com/sluice-rl/sluice/engine/enginetest"
 )
 
@@ -21,15 +22,16 @@ type flakyStore struct {
 
 var errDown = errors.New("upstream: dial tcp 127.0.0.1:6379: connection refused")
 
-func (f *flakyStore) Decide(ctx context.Context, reqs []engine.Request, res []engine.Result) error {
+func (f *flakyStore) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
 	f.mu.Lock()
 	f.calls++
 	down := f.down
 	f.mu.Unlock()
 	if down {
-		return errDown
+		done(errDown)
+		return
 	}
-	return f.inner.Decide(ctx, reqs, res)
+	f.inner.Submit(reqs, res, deadline, done)
 }
 
 func (f *flakyStore) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
@@ -45,14 +47,14 @@ type breakerEvent struct {
 	cause error
 }
 
-func newGuard(t *testing.T, clock *enginetest.Clock) (*engine.Guard, *flakyStore, *[]breakerEvent) {
+func newGuard(t *testing.T, clock *enginetest.Clock) (*chain.Guard, *flakyStore, *[]breakerEvent) {
 	t.Helper()
 	f := &flakyStore{inner: openMemory(t, clock.Now)}
 	var (
 		mu     sync.Mutex
 		events []breakerEvent // guarded by mu; read once the test's goroutines are done
 	)
-	g, err := engine.NewGuard(engine.GuardConfig{
+	g, err := chain.NewGuard(chain.GuardConfig{
 		Store: f, Local: openMemory(t, clock.Now), Threshold: 2, ProbeEvery: time.Second, Now: clock.Now,
 		OnBreaker: func(open bool, cause error) {
 			mu.Lock()
@@ -79,8 +81,8 @@ func TestGuardFailureModes(t *testing.T) {
 		{Key: "", Limit: limit, Cost: 1, OnFailure: engine.FailOpen},
 	}
 	res := make([]engine.Result, len(reqs))
-	if err := g.Decide(context.Background(), reqs, res); err != nil {
-		t.Fatalf("Decide = %v; a guard answers even when the store is down", err)
+	if err := engine.Wait(g, reqs, res, time.Time{}); err != nil {
+		t.Fatalf("Submit = %v; a guard answers even when the store is down", err)
 	}
 	want := []struct {
 		path    engine.Path
@@ -111,7 +113,7 @@ func TestGuardBreakerOpensProbesAndCloses(t *testing.T) {
 	res := make([]engine.Result, 1)
 	decide := func() engine.Result {
 		t.Helper()
-		if err := g.Decide(context.Background(), req, res); err != nil {
+		if err := engine.Wait(g, req, res, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
 		return res[0]
@@ -168,8 +170,8 @@ func TestGuardConcurrentOutage(t *testing.T) {
 					clock.Advance(300 * time.Millisecond)
 				}
 				req := []engine.Request{{Key: "shared", Limit: perHour, Cost: 0}}
-				if err := g.Decide(context.Background(), req, res); err != nil || res[0].Err != nil {
-					t.Errorf("Decide: %v %v", err, res[0].Err)
+				if err := engine.Wait(g, req, res, time.Time{}); err != nil || res[0].Err != nil {
+					t.Errorf("Submit: %v %v", err, res[0].Err)
 					return
 				}
 			}
@@ -180,7 +182,7 @@ func TestGuardConcurrentOutage(t *testing.T) {
 
 func TestGuardConformance(t *testing.T) {
 	enginetest.Run(t, func(t *testing.T, now func() time.Time) engine.Store {
-		g, err := engine.NewGuard(engine.GuardConfig{Store: openMemory(t, now)})
+		g, err := chain.NewGuard(chain.GuardConfig{Store: openMemory(t, now)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,19 +196,19 @@ func TestGuardConformance(t *testing.T) {
 func TestGuardResetWhileOpen(t *testing.T) {
 	clock := enginetest.NewClock(enginetest.Epoch)
 	f := &flakyStore{inner: openMemory(t, clock.Now)}
-	deny, err := engine.NewDenyCache(engine.DenyCacheConfig{Store: f, Now: clock.Now})
+	deny, err := chain.NewDenyCache(chain.DenyCacheConfig{Store: f, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	local := openMemory(t, clock.Now)
-	g, err := engine.NewGuard(engine.GuardConfig{Store: deny, Local: local, Threshold: 1, Now: clock.Now})
+	g, err := chain.NewGuard(chain.GuardConfig{Store: deny, Local: local, Threshold: 1, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	one := engine.Limit{Algorithm: engine.FixedWindow, Rate: 1, Period: time.Hour}
 	decideKey := func(key string) engine.Result {
 		res := make([]engine.Result, 1)
-		if err := g.Decide(context.Background(), []engine.Request{{Key: key, Limit: one, Cost: 1}}, res); err != nil {
+		if err := engine.Wait(g, []engine.Request{{Key: key, Limit: one, Cost: 1}}, res, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
 		return res[0]
@@ -226,7 +228,7 @@ func TestGuardResetWhileOpen(t *testing.T) {
 	}
 	before := f.count()
 	err = g.Reset(context.Background(), "k")
-	if !errors.Is(err, engine.ErrNotReset) {
+	if !errors.Is(err, chain.ErrNotReset) {
 		t.Fatalf("Reset while open = %v; want ErrNotReset", err)
 	}
 	if f.count() != before {
