@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/chain"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/upstream"
@@ -40,7 +41,7 @@ func TestRefusalBodyDuringAnOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard, err := engine.NewGuard(engine.GuardConfig{Store: up, Default: engine.FailClosed})
+	guard, err := chain.New(chain.Config{Store: up, Default: engine.FailClosed})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/memstore"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -94,7 +95,7 @@ func newStrategyClient(t *testing.T, l engine.Limit) *strategyClient {
 	t.Helper()
 	c := &strategyClient{}
 	c.clock.Store(time.Unix(1_800_000_030, 123_456_000).UnixNano())
-	mem, err := engine.NewMemoryStore(engine.MemoryConfig{Now: func() time.Time { return time.Unix(0, c.clock.Load()) }})
+	mem, err := memstore.New(memstore.Config{Now: func() time.Time { return time.Unix(0, c.clock.Load()) }})
 	if err != nil {
 		t.Fatal(err)
 	}

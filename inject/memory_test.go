@@ -1,7 +1,6 @@
 package inject
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/memstore"
 )
 
 // TestMemoryPerKey is the measurement the injector's sizing rests on:
@@ -48,7 +48,7 @@ func heapPerKey(t *testing.T, l engine.Limit, n, size int) int64 {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	m, err := engine.NewMemoryStore(engine.MemoryConfig{MaxKeys: n})
+	m, err := memstore.New(memstore.Config{MaxKeys: n})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func heapPerKey(t *testing.T, l engine.Limit, n, size int) int64 {
 	pad := strings.Repeat("k", size-12)
 	for i := range n {
 		reqs[0] = engine.Request{Key: fmt.Sprintf("%s%012d", pad, i), Limit: l, Cost: 1}
-		if err := m.Decide(context.Background(), reqs, res); err != nil || res[0].Err != nil {
+		if err := engine.Wait(m, reqs, res, time.Time{}); err != nil || res[0].Err != nil {
 			t.Fatal(err, res[0].Err)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
-	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/engine/memstore"
 	"github.com/sluice-rl/sluice/rls"
 	"github.com/sluice-rl/sluice/rlsconfig/xds/xdstest"
 	"github.com/sluice-rl/sluice/service"
@@ -34,7 +34,7 @@ func start(t *testing.T, cfg Config) (*Client, *rls.Server) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	mem, err := engine.NewMemoryStore(engine.MemoryConfig{})
+	mem, err := memstore.New(memstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
