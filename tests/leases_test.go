@@ -43,7 +43,7 @@ func TestLeasesAcrossSidecars(t *testing.T) {
 		// The test counts leases, not latency: a CI machine running the
 		// race detector beside it can stall a lease call past the default
 		// 100ms, and a release that times out is an error to its client.
-		cars = append(cars, startSluice(t, "--upstream", "redis://"+r.Addr, "--policies", pol, "--upstream-timeout", "2s"))
+		cars = append(cars, startSluice(t, "--upstream", "redis://"+r.Addr, "--policies", pol, "--upstream-timeout", decidingTimeout))
 	}
 	const clients, limit = 50, 10
 	var granted, released, abandoned, refused, lost, expired atomic.Int64
@@ -141,7 +141,7 @@ func TestLeaseOfKilledClient(t *testing.T) {
 	if err := os.WriteFile(pol, []byte("policies:\n  one:\n    algorithm: concurrency\n    limit: 1\n    lease_ttl: 1500ms\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := startSluice(t, "--upstream", "redis://"+r.Addr, "--policies", pol)
+	s := startSluice(t, "--upstream", "redis://"+r.Addr, "--policies", pol, "--upstream-timeout", decidingTimeout)
 	// The client: acquires, then sleeps holding the lease until killed.
 	// The lease ends 1500ms after Redis granted it, which is after started.
 	started := time.Now()

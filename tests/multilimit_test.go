@@ -44,7 +44,7 @@ func TestMultiLimitExactAcrossSidecars(t *testing.T) {
 	var wg sync.WaitGroup
 	var clients []*redis.Client
 	for range 3 {
-		s := startSluice(t, "--upstream", "redis://"+r.Addr, "--policies", pol)
+		s := startSluice(t, "--upstream", "redis://"+r.Addr, "--policies", pol, "--upstream-timeout", decidingTimeout, "--on-upstream-failure", "deny")
 		c := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 3, PoolSize: 10})
 		defer c.Close()
 		clients = append(clients, c)

@@ -227,7 +227,7 @@ func TestRLSAnswers(t *testing.T) {
 			var args []string
 			if be.name == "upstream" {
 				redis = redistest.Start(t)
-				args = []string{"--upstream", "redis://" + redis.Addr}
+				args = []string{"--upstream", "redis://" + redis.Addr, "--upstream-timeout", decidingTimeout}
 			}
 			s := startDoors(t, dir, args...)
 			c, _ := rlsClient(t, s.GRPC)
