@@ -67,8 +67,14 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	period := farFromWindowEdge(10 * time.Minute)
 
 	up := "redis+cluster://" + strings.Join(cl.Addrs(), ",")
+	// The deadline is long beside a round trip on a loaded machine (at
+	// 100ms, under -race beside other work, a round trip now and then
+	// timed out: a refusal by the failure mode, and a charge Redis made
+	// after the sidecar gave up), and the stalled migration below outlasts
+	// it all the same.
+	const timeout = 2 * time.Second
 	args := []string{"--upstream", up, "--on-upstream-failure", "deny", "--deny-cache-size", "1",
-		"--upstream-timeout", upstreamTimeout.String()}
+		"--upstream-timeout", timeout.String()}
 	var sidecars []*sluice
 	var rdbs []*redis.Client
 	for range 3 {
@@ -144,7 +150,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	}
 	// A stalled migration: longer than the upstream timeout.
 	pause("half of each slot's keys on b")
-	time.Sleep(5 * upstreamTimeout)
+	time.Sleep(timeout + 5*upstreamTimeout)
 	for _, slot := range handSlots {
 		migrate(t, a.srv, b.srv, everyOther(slot, 1))
 	}
