@@ -79,6 +79,13 @@ func TestMultiLimitExactAcrossSidecars(t *testing.T) {
 	if len(admitted) == 0 {
 		t.Fatal("nothing admitted")
 	}
+	// Every decision came from Redis: one by the failure mode (a round
+	// trip past --upstream-timeout) would be this sidecar's alone.
+	for i, c := range clients {
+		if n := fallbacks(t, c); n != 0 {
+			t.Errorf("sidecar %d decided %d requests by its failure mode", i, n)
+		}
+	}
 	for w, n := range windows {
 		if n > 20 {
 			t.Errorf("the minute ending at %s admitted %d; want at most 20", time.Unix(w*60, 0).UTC(), n)
