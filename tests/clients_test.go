@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,126 +15,13 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// The README shows each file of examples/ whole, under a link to it; the
-// tests run each one against the binary, so the README cannot show code
-// that does not work. The examples talk to localhost:6380; the tests point
+// The README shows each file of examples/ whole (docs_test.go checks it);
+// the tests run each one against the binary, so the README cannot show
+// code that does not work. The examples talk to localhost:6380; the tests point
 // them at the test's port.
 
 // exampleOutput is what every client example prints on a fresh sluice.
 const exampleOutput = "allowed: 20 of 21 left\n"
-
-// shownFile is a README line that names the file the code block after it
-// shows: [`examples/x.py`](examples/x.py).
-var shownFile = regexp.MustCompile("^\\[`([^`]+)`\\]\\(([^)]+)\\)$")
-
-// readmeBlocks returns the README's fenced code blocks that follow a
-// shownFile line, by the file they show.
-func readmeBlocks(t *testing.T) map[string]string {
-	t.Helper()
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(readme), "\n")
-	blocks := map[string]string{}
-	for i := 0; i+1 < len(lines); i++ {
-		m := shownFile.FindStringSubmatch(lines[i])
-		if m == nil || m[1] != m[2] || !strings.HasPrefix(lines[i+1], "```") {
-			continue
-		}
-		var b strings.Builder
-		for i += 2; i < len(lines) && lines[i] != "```"; i++ {
-			b.WriteString(lines[i] + "\n")
-		}
-		if _, dup := blocks[m[1]]; dup {
-			t.Errorf("README.md shows %s twice", m[1])
-		}
-		blocks[m[1]] = b.String()
-	}
-	return blocks
-}
-
-// TestREADMEShowsTheExampleFiles: every file in examples/ is in the
-// README, whole and exactly, under a link to it.
-func TestREADMEShowsTheExampleFiles(t *testing.T) {
-	blocks := readmeBlocks(t)
-	n := 0
-	err := filepath.WalkDir("../examples", func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		n++
-		rel := strings.TrimPrefix(filepath.ToSlash(path), "../")
-		code, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		switch shown, ok := blocks[rel]; {
-		case !ok:
-			t.Errorf("README.md does not show %s (a line [`%s`](%s), then the file in a code block)", rel, rel, rel)
-		case shown != string(code):
-			t.Errorf("README.md shows %s otherwise than the file holds:\n%s", rel, shown)
-		}
-		delete(blocks, rel)
-		return nil
-	})
-	if err != nil || n < 4 {
-		t.Fatalf("examples/: %d files, %v", n, err)
-	}
-	for rel := range blocks {
-		t.Errorf("README.md shows %s, which is not in examples/", rel)
-	}
-}
-
-// TestREADMESessions runs the README's console sessions that start Sluice
-// (a line "$ go run ./cmd/sluice [flags] &"): the built binary with those
-// flags, from the repository's root as the README's paths are, then each
-// "$ redis-cli -p 6380 …" line, whose output must be the lines the README
-// shows under it, less their # comments.
-func TestREADMESessions(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sessions [][]string
-	for _, block := range strings.Split(string(readme), "```console\n")[1:] {
-		block, _, _ = strings.Cut(block, "```")
-		if strings.Contains(block, "$ go run ./cmd/sluice") {
-			sessions = append(sessions, strings.Split(strings.TrimSuffix(block, "\n"), "\n"))
-		}
-	}
-	withPolicies := false
-	comment := regexp.MustCompile(`\s+#.*$`)
-	for _, lines := range sessions {
-		t.Run(lines[0], func(t *testing.T) {
-			var s *sluice
-			for i := 0; i < len(lines); i++ {
-				if flags, ok := strings.CutPrefix(lines[i], "$ go run ./cmd/sluice"); ok {
-					args := strings.Fields(strings.TrimSuffix(strings.TrimSpace(flags), "&"))
-					withPolicies = withPolicies || strings.Contains(flags, "--policies examples/policies.yaml")
-					s = startSluiceIn(t, "..", args...)
-					continue
-				}
-				args, ok := strings.CutPrefix(lines[i], "$ redis-cli -p 6380 ")
-				if !ok || s == nil {
-					t.Fatalf("README line %q: want a go run ./cmd/sluice line, then redis-cli -p 6380 lines", lines[i])
-				}
-				var want []string
-				for i+1 < len(lines) && !strings.HasPrefix(lines[i+1], "$ ") {
-					i++
-					want = append(want, comment.ReplaceAllString(lines[i], ""))
-				}
-				got := redisCLI(t, s, "", append([]string{"--no-raw"}, strings.Fields(args)...)...)
-				if got != strings.Join(want, "\n")+"\n" {
-					t.Errorf("redis-cli -p 6380 %s printed\n%s\nwhere the README shows\n%s", args, got, strings.Join(want, "\n"))
-				}
-			}
-		})
-	}
-	if !withPolicies {
-		t.Errorf("no README session loads examples/policies.yaml (go run ./cmd/sluice --policies examples/policies.yaml), as RL.ALLOW needs")
-	}
-}
 
 func runExample(t *testing.T, cmd *exec.Cmd) string {
 	t.Helper()

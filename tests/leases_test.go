@@ -31,7 +31,10 @@ func leasePolicies(t *testing.T) string {
 // Three sidecars on one Redis, 50 clients holding leases of one key for
 // random short times: the lease script's own high-water mark shows that
 // never more than 10 were held at once; every lease was still held when
-// its client released it, or ended by itself; none is left.
+// its client released it, or ended by itself; none is left. A lease
+// released 1s or more after its client asked for it may have ended by
+// itself first (a loaded machine can stall a client that long): it counts
+// as lost only when the client saw less than its lease_ttl pass.
 func TestLeasesAcrossSidecars(t *testing.T) {
 	r := redistest.Start(t)
 	pol := leasePolicies(t)
@@ -40,10 +43,10 @@ func TestLeasesAcrossSidecars(t *testing.T) {
 		// The test counts leases, not latency: a CI machine running the
 		// race detector beside it can stall a lease call past the default
 		// 100ms, and a release that times out is an error to its client.
-		cars = append(cars, startSluice(t, "--upstream", "redis://"+r.Addr, "--policies", pol, "--upstream-timeout", "2s"))
+		cars = append(cars, startSluice(t, "--upstream", "redis://"+r.Addr, "--policies", pol, "--upstream-timeout", decidingTimeout))
 	}
 	const clients, limit = 50, 10
-	var granted, released, abandoned, refused, lost atomic.Int64
+	var granted, released, abandoned, refused, lost, expired atomic.Int64
 	stop := time.Now().Add(3 * time.Second)
 	var wg sync.WaitGroup
 	errs := make(chan error, clients)
@@ -57,6 +60,7 @@ func TestLeasesAcrossSidecars(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(i), 16))
 			for n := 0; time.Now().Before(stop); n++ {
 				id := fmt.Sprintf("c%d-%d", i, n)
+				asked := time.Now()
 				v, err := rdb.Do(ctx, "RL.ACQUIRE", "POLICY", "jobs", "work", id).Slice()
 				if err != nil || len(v) != 5 {
 					errs <- fmt.Errorf("client %d: RL.ACQUIRE: %v %v", i, v, err)
@@ -78,9 +82,12 @@ func TestLeasesAcrossSidecars(t *testing.T) {
 					errs <- fmt.Errorf("client %d: RL.RELEASE: %v", i, err)
 					return
 				}
-				if held == 1 {
+				switch {
+				case held == 1:
 					released.Add(1)
-				} else {
+				case time.Since(asked) >= time.Second: // its lease_ttl may have passed
+					expired.Add(1)
+				default:
 					lost.Add(1)
 				}
 			}
@@ -97,7 +104,8 @@ func TestLeasesAcrossSidecars(t *testing.T) {
 		t.Fatal(err)
 	}
 	most, _ := strconv.Atoi(strings.TrimPrefix(mark, "-"))
-	t.Logf("granted %d, released %d, abandoned %d, refused %d; most held at once: %d", granted.Load(), released.Load(), abandoned.Load(), refused.Load(), most)
+	t.Logf("granted %d, released %d, abandoned %d, ended before a late release %d, refused %d; most held at once: %d",
+		granted.Load(), released.Load(), abandoned.Load(), expired.Load(), refused.Load(), most)
 	if most > limit {
 		t.Errorf("the script saw %d leases held at once, more than the limit %d", most, limit)
 	}
@@ -107,8 +115,9 @@ func TestLeasesAcrossSidecars(t *testing.T) {
 	if lost.Load() > 0 {
 		t.Errorf("%d leases were gone when their client released them, well before their 1s", lost.Load())
 	}
-	if granted.Load() != released.Load()+abandoned.Load()+lost.Load() {
-		t.Errorf("granted %d != released %d + abandoned %d", granted.Load(), released.Load(), abandoned.Load())
+	if granted.Load() != released.Load()+abandoned.Load()+expired.Load()+lost.Load() {
+		t.Errorf("granted %d != released %d + abandoned %d + ended before a late release %d + lost %d",
+			granted.Load(), released.Load(), abandoned.Load(), expired.Load(), lost.Load())
 	}
 	// The abandoned leases end by themselves: after the TTL none is left.
 	time.Sleep(1100 * time.Millisecond)
@@ -132,8 +141,10 @@ func TestLeaseOfKilledClient(t *testing.T) {
 	if err := os.WriteFile(pol, []byte("policies:\n  one:\n    algorithm: concurrency\n    limit: 1\n    lease_ttl: 1500ms\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := startSluice(t, "--upstream", "redis://"+r.Addr, "--policies", pol)
+	s := startSluice(t, "--upstream", "redis://"+r.Addr, "--policies", pol, "--upstream-timeout", decidingTimeout)
 	// The client: acquires, then sleeps holding the lease until killed.
+	// The lease ends 1500ms after Redis granted it, which is after started.
+	started := time.Now()
 	cli := exec.Command("sh", "-c", "redis-cli -p "+strconv.Itoa(s.Port)+" RL.ACQUIRE POLICY one k doomed && exec sleep 60")
 	out := &syncBuffer{}
 	cli.Stdout = out
@@ -154,8 +165,16 @@ func TestLeaseOfKilledClient(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 2})
 	defer rdb.Close()
 	v, err := rdb.Do(ctxT(t), "RL.ACQUIRE", "POLICY", "one", "k", "next").Slice()
-	if err != nil || v[0].(int64) != 0 || v[3].(int64) <= 0 || v[3].(int64) > 1500 {
-		t.Fatalf("right after the kill: %v %v, want refused for up to 1500ms", v, err)
+	// Refused, or admitted only once lease_ttl has passed: a loaded
+	// machine may take that long to get here, and the order is what the
+	// test asserts, not how fast it ran.
+	switch {
+	case err != nil:
+		t.Fatalf("right after the kill: %v", err)
+	case v[0].(int64) == 0 && (v[3].(int64) <= 0 || v[3].(int64) > 1500):
+		t.Fatalf("right after the kill: %v, want refused for up to 1500ms", v)
+	case v[0].(int64) == 1 && time.Since(started) < 1500*time.Millisecond:
+		t.Fatalf("right after the kill, %v after the client started: %v, want refused until lease_ttl", time.Since(started), v)
 	}
 	time.Sleep(time.Until(acquired.Add(1600 * time.Millisecond)))
 	v, err = rdb.Do(ctxT(t), "RL.ACQUIRE", "POLICY", "one", "k", "next").Slice()

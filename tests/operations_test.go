@@ -33,7 +33,7 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := startSluice(t, "--upstream", "redis://"+r.Addr, "--policies", pol)
+	s := startSluice(t, "--upstream", "redis://"+r.Addr, "--policies", pol, "--upstream-timeout", decidingTimeout)
 	ctx := ctxT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 2})
 	defer rdb.Close()
@@ -158,8 +158,8 @@ func TestReadiness(t *testing.T) {
 // long before its retry-after would run out.
 func TestResetReachesEverySidecar(t *testing.T) {
 	r := redistest.Start(t)
-	a := startSluice(t, "--upstream", "redis://"+r.Addr)
-	b := startSluice(t, "--upstream", "redis://"+r.Addr)
+	a := startSluice(t, "--upstream", "redis://"+r.Addr, "--upstream-timeout", decidingTimeout)
+	b := startSluice(t, "--upstream", "redis://"+r.Addr, "--upstream-timeout", decidingTimeout)
 	ctx := ctxT(t)
 	ca := redis.NewClient(&redis.Options{Addr: a.Addr, Protocol: 2})
 	cb := redis.NewClient(&redis.Options{Addr: b.Addr, Protocol: 2})

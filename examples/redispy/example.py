@@ -10,7 +10,10 @@ if allowed:
 else:
     print(f"limited: retry in {retry_after_ms} ms")
 
-# Weighted and pipelined: three checks, one round trip.
+# Weighted and pipelined: three checks, one round trip. transaction=False,
+# because redis-py's default pipeline wraps its commands in MULTI/EXEC,
+# which Sluice does not offer: each decision is atomic by itself, and limits
+# that must admit a request together belong in one policy (limits: [...]).
 pipe = r.pipeline(transaction=False)
 for cost in (5, 10, 10):
     pipe.execute_command("RL.TOKEN", "upload:42", 20, 10, "1s", cost)
