@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-rl/sluice/respserver"
 	"github.com/sluice-rl/sluice/rls"
 	"github.com/sluice-rl/sluice/rlsconfig"
+	"github.com/sluice-rl/sluice/rlsconfig/xds"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/telemetry"
 	"github.com/sluice-rl/sluice/upstream"
@@ -52,6 +53,7 @@ type Sidecar struct {
 	admin   *http.Server
 	adminLn net.Listener
 	rules   *rlsconfig.Watcher // nil without --rls-config
+	xds     *xds.Client        // nil without --rls-xds-server
 	grpc    *rls.Server        // nil without --grpc-listen
 	grpcLn  net.Listener
 	check   *httpcheck.Server // nil without --http-listen
@@ -144,6 +146,11 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	if err := s.listenAdmin(); err != nil {
 		return err
 	}
+	if cfg.RLSXDSServer != "" {
+		if err := s.rlsFromXDS(ctx); err != nil {
+			return err
+		}
+	}
 	if err := s.listenGRPC(); err != nil {
 		return err
 	}
@@ -180,7 +187,11 @@ func (s *Sidecar) listenGRPC() (err error) {
 	if err != nil {
 		return fmt.Errorf("invalid --grpc-tls-*: %w", err)
 	}
-	if s.grpc, err = rls.New(rls.Config{Service: s.svc, Rules: s.rules.Current, StopWhenOverLimit: cfg.RLSStopOverLimit,
+	rules := s.rules.Current
+	if s.xds != nil {
+		rules = s.xds.Current
+	}
+	if s.grpc, err = rls.New(rls.Config{Service: s.svc, Rules: rules, StopWhenOverLimit: cfg.RLSStopOverLimit,
 		Headers: cfg.RLSHeaders, Ready: s.ready, TLS: tlsCfg, Logger: s.log}); err != nil {
 		return err
 	}

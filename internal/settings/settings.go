@@ -65,6 +65,19 @@ type Config struct {
 	RLSStopOverLimit bool          // charge no descriptor of a call when any is over its limit
 	RLSHeaders       rls.Headers   // response headers Envoy is asked to add
 
+	// The rate limit service's configuration over xDS, instead of RLSConfig.
+	RLSXDSServer             string        // management server address; empty: none
+	RLSXDSNodeID             string        // the node's id; empty: "default", as the peer's
+	RLSXDSNodeMetadata       KeyValues     // the node's metadata
+	RLSXDSHeaders            KeyValues     // gRPC metadata sent on the stream
+	RLSXDSTLS                bool          // TLS to the server, with the system's roots unless RLSXDSTLSCA
+	RLSXDSTLSCA              string        // PEM CA the server's certificate must chain to
+	RLSXDSTLSCert            string        // PEM client certificate chain (mTLS); with RLSXDSTLSKey
+	RLSXDSTLSKey             string        // PEM client private key
+	RLSXDSTLSServerName      string        // name checked in the server's certificate; empty: the address's host
+	RLSXDSRetry              time.Duration // first wait before reconnecting; doubles to a minute
+	RLSXDSStartWithoutConfig bool          // serve before the first configuration arrives
+
 	// The HTTP check endpoint.
 	HTTPListen    string // address; empty: off (the flag's "off")
 	HTTPKeyHeader string // request header whose value is the key when none is given
@@ -95,6 +108,7 @@ func Default() Config {
 		MaxClients:      10_000,
 		MaxInputMemory:  256 << 20,
 		IOLoops:         1,
+		RLSXDSRetry:     3 * time.Second,
 	}
 }
 
@@ -145,7 +159,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 		"event loops serving client connections, a thread each (`n`); 0: a goroutine per connection, as on systems other than Linux")
 
 	fs.Var((*offAddr)(&c.GRPCListen), "grpc-listen",
-		"`address` to serve Envoy's rate limit service on (gRPC, envoyproxy/ratelimit's port is 8081), or off. Needs --rls-config. "+
+		"`address` to serve Envoy's rate limit service on (gRPC, envoyproxy/ratelimit's port is 8081), or off. Needs --rls-config or --rls-xds-server. "+
 			"A non-loopback address needs --grpc-tls-client-ca or --grpc-insecure")
 	fs.StringVar(&c.GRPCTLSCert, "grpc-tls-cert", c.GRPCTLSCert, "PEM `file` of the gRPC server's certificate chain; with --grpc-tls-key, serve TLS")
 	fs.StringVar(&c.GRPCTLSKey, "grpc-tls-key", c.GRPCTLSKey, "PEM `file` of the gRPC server's private key")
@@ -163,6 +177,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.TextVar(&c.RLSHeaders, "rls-response-headers", c.RLSHeaders,
 		"headers Envoy is asked to add to responses (`set`): off; peer (RateLimit-Limit, -Remaining, -Reset, as LIMIT_RESPONSE_HEADERS_ENABLED); "+
 			"draft (the IETF RateLimit-Policy and RateLimit fields, Retry-After when over); both")
+	c.registerXDS(fs)
 
 	fs.Var((*offAddr)(&c.HTTPListen), "http-listen",
 		"`address` to serve the HTTP check (/v1/check) on for nginx auth_request, Traefik forwardAuth, Envoy ext_authz, or off. "+

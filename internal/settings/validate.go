@@ -71,6 +71,9 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
+	if err := c.validateXDS(); err != nil {
+		return err
+	}
 	if err := c.validateGRPC(); err != nil {
 		return err
 	}
@@ -99,6 +102,8 @@ func examplePort(name string) string {
 		return "8081"
 	case "http-listen":
 		return "8082"
+	case "rls-xds-server":
+		return "18000"
 	}
 	return "6380"
 }
@@ -163,8 +168,9 @@ func (c *Config) validateGRPC() error {
 	if err != nil {
 		return err
 	}
-	if c.RLSConfig == "" {
-		return fmt.Errorf("%s needs --rls-config DIR: the rate limit service answers from envoyproxy/ratelimit's YAML files", c.name("grpc-listen"))
+	if c.RLSConfig == "" && c.RLSXDSServer == "" {
+		return fmt.Errorf("%s needs --rls-config DIR or --rls-xds-server ADDR: the rate limit service answers from envoyproxy/ratelimit's configuration, "+
+			"YAML files or xDS resources", c.name("grpc-listen"))
 	}
 	if isLoopback(host) || c.GRPCTLSClientCA != "" || c.GRPCInsecure {
 		return nil
@@ -256,6 +262,9 @@ func (c *Config) checkFiles() error {
 		{"grpc-tls-client-ca", c.GRPCTLSClientCA, false},
 		{"http-tls-cert", c.HTTPTLSCert, false},
 		{"http-tls-key", c.HTTPTLSKey, false},
+		{"rls-xds-tls-ca", c.RLSXDSTLSCA, false},
+		{"rls-xds-tls-cert", c.RLSXDSTLSCert, false},
+		{"rls-xds-tls-key", c.RLSXDSTLSKey, false},
 	} {
 		if f.path == "" {
 			continue

@@ -1,0 +1,240 @@
+// Package xds takes envoyproxy/ratelimit's configuration from an xDS
+// management server instead of a directory: RateLimitConfig resources, one
+// per domain, state of the world over one ADS stream, as the peer takes
+// them under CONFIG_TYPE=GRPC_XDS_SOTW (Envoy Gateway serves them so).
+//
+// It is the gRPC transport only: each response's resources go through
+// rlsconfig.FromXDS, the same checks as the YAML files, and a response that
+// fails them is refused (NACK, with the reason) while the configuration
+// in use stays. The stream is reopened with a growing, jittered wait when
+// it breaks, asking for the version in use so that an unchanged server
+// sends nothing new.
+package xds
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/sluice-rl/sluice/internal/version"
+	"github.com/sluice-rl/sluice/rlsconfig"
+)
+
+// TypeURL is the resource type asked for: go-control-plane's
+// resource.RateLimitConfigType, the peer's.
+const TypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
+
+// Config configures a Client. Zero values are the documented defaults.
+type Config struct {
+	// Server is the management server's address, host:port (or any gRPC
+	// target). Required.
+	Server string
+	// NodeID is the node's id, by which the server picks this node's
+	// snapshot. Empty means "default", the peer's default.
+	NodeID string
+	// NodeMetadata is sent as the node's metadata, each value a string.
+	NodeMetadata map[string]string
+	// TLS, if set, secures the connection: its RootCAs (nil: the system's)
+	// check the server, Certificates are this node's for mTLS, ServerName
+	// overrides the name checked. Nil means plaintext.
+	TLS *tls.Config
+	// Headers are sent as gRPC metadata on the stream (an authorization
+	// token, a tenant).
+	Headers map[string]string
+	// RetryInterval is the first wait before reopening a broken stream;
+	// each failure in a row doubles it up to MaxRetryInterval, and every
+	// wait is jittered by half either way so that a fleet restarted
+	// together does not reconnect together. Zero means 3s, the peer's
+	// CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL.
+	RetryInterval time.Duration
+	// MaxRetryInterval caps the wait. Zero means 60s, the peer's
+	// XDS_CLIENT_BACKOFF_MAX_INTERVAL.
+	MaxRetryInterval time.Duration
+	// Logger receives a line per applied or refused version and per broken
+	// stream. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Client holds the configuration received from the management server.
+// Current is safe for concurrent use: a request takes it once and sees one
+// configuration, old or new, never a mix.
+type Client struct {
+	cfg   Config
+	log   *slog.Logger
+	conn  *grpc.ClientConn
+	node  *corev3.Node
+	cur   atomic.Pointer[rlsconfig.Config]
+	first chan struct{} // closed when a first configuration is applied
+	// version is the version_info of the configuration in use, asked for
+	// again on a new stream; written by Run's goroutine only.
+	version string
+}
+
+// New checks cfg and prepares the connection; nothing is dialled before
+// Run. Until a first configuration arrives, Current has no domains, so
+// every request is of an unknown domain and answered OK.
+func New(cfg Config) (*Client, error) {
+	if cfg.Server == "" {
+		return nil, errors.New("xds: no management server address")
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = "default"
+	}
+	if cfg.RetryInterval < 0 || cfg.MaxRetryInterval < 0 {
+		return nil, errors.New("xds: negative retry interval")
+	}
+	if cfg.RetryInterval == 0 {
+		cfg.RetryInterval = 3 * time.Second
+	}
+	if cfg.MaxRetryInterval == 0 {
+		cfg.MaxRetryInterval = time.Minute
+	}
+	cfg.MaxRetryInterval = max(cfg.MaxRetryInterval, cfg.RetryInterval)
+	c := &Client{cfg: cfg, log: cfg.Logger, first: make(chan struct{})}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	md := make(map[string]*structpb.Value, len(cfg.NodeMetadata))
+	for k, v := range cfg.NodeMetadata {
+		md[k] = structpb.NewStringValue(v)
+	}
+	c.node = &corev3.Node{Id: cfg.NodeID, Metadata: &structpb.Struct{Fields: md},
+		UserAgentName: "sluice", UserAgentVersionType: &corev3.Node_UserAgentVersion{UserAgentVersion: version.String()}}
+	empty, err := rlsconfig.FromXDS()
+	if err != nil {
+		return nil, err
+	}
+	c.cur.Store(empty)
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		creds = credentials.NewTLS(cfg.TLS)
+	}
+	// The channel's own reconnection waits as long as the stream's, so
+	// that one setting paces both.
+	connect := grpc.ConnectParams{MinConnectTimeout: 20 * time.Second, Backoff: backoff.Config{
+		BaseDelay: cfg.RetryInterval, Multiplier: 2, Jitter: 0.5, MaxDelay: cfg.MaxRetryInterval}}
+	if c.conn, err = grpc.NewClient(cfg.Server, grpc.WithTransportCredentials(creds), grpc.WithConnectParams(connect)); err != nil {
+		return nil, fmt.Errorf("xds: management server %q: %w", cfg.Server, err)
+	}
+	return c, nil
+}
+
+// Current is the configuration in use.
+func (c *Client) Current() *rlsconfig.Config { return c.cur.Load() }
+
+// Applied is closed once a first configuration from the server is in use:
+// a sidecar that must not answer before it has one waits on it.
+func (c *Client) Applied() <-chan struct{} { return c.first }
+
+// Run keeps a stream open to the management server until ctx ends, then
+// closes the connection and returns nil.
+func (c *Client) Run(ctx context.Context) error {
+	defer c.conn.Close()
+	if len(c.cfg.Headers) > 0 {
+		ctx = metadata.NewOutgoingContext(ctx, metadata.New(c.cfg.Headers))
+	}
+	wait := c.cfg.RetryInterval
+	for {
+		got, err := c.stream(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if got {
+			wait = c.cfg.RetryInterval // the server was there: start again from the first wait
+		}
+		d := wait/2 + rand.N(wait) // wait ± half
+		c.log.Warn("rls config: xDS stream broken; the configuration in use stays", "server", c.cfg.Server, "err", err, "retry_in", d)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		wait = min(2*wait, c.cfg.MaxRetryInterval)
+	}
+}
+
+// stream opens one ADS stream and applies what it receives until it
+// breaks; got reports whether any response came.
+func (c *Client) stream(ctx context.Context) (got bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the stream on every return
+	s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		return false, err
+	}
+	// No resource names: every RateLimitConfig of this node (a wildcard).
+	// The version in use, so that a server that still has it sends nothing
+	// until it changes.
+	if err := s.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, VersionInfo: c.version}); err != nil {
+		return false, err
+	}
+	for {
+		resp, err := s.Recv()
+		if err != nil {
+			return got, err
+		}
+		got = true
+		ack := &discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
+		if err := c.apply(resp); err != nil {
+			c.log.Error("rls config: xDS version refused; the configuration in use stays",
+				"version", resp.GetVersionInfo(), "in_use", c.version, "err", err)
+			ack.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
+		}
+		ack.VersionInfo = c.version
+		if err := s.Send(ack); err != nil {
+			return got, err
+		}
+	}
+}
+
+// apply makes a response's resources the configuration in use.
+func (c *Client) apply(resp *discoveryv3.DiscoveryResponse) error {
+	if resp.GetTypeUrl() != TypeURL {
+		return fmt.Errorf("xds: a response of type %q; want %s", resp.GetTypeUrl(), TypeURL)
+	}
+	rcs := make([]*rlspb.RateLimitConfig, 0, len(resp.GetResources()))
+	for i, r := range resp.GetResources() {
+		rc := &rlspb.RateLimitConfig{}
+		if err := r.UnmarshalTo(rc); err != nil {
+			return fmt.Errorf("xds: resource %d: %w", i, err)
+		}
+		rcs = append(rcs, rc)
+	}
+	cfg, err := rlsconfig.FromXDS(rcs...)
+	if err != nil {
+		return err
+	}
+	old := c.cur.Swap(cfg)
+	c.version = resp.GetVersionInfo()
+	select {
+	case <-c.first:
+	default:
+		close(c.first)
+	}
+	if old.Digest() != cfg.Digest() {
+		c.log.Info("rls config applied from xDS", "version", c.version, "domains", cfg.Domains())
+		for _, msg := range cfg.Warnings() {
+			c.log.Warn("rls config: accepted but ignored", "detail", msg)
+		}
+	}
+	return nil
+}
