@@ -18,6 +18,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -33,8 +34,15 @@ import (
 
 func main() {
 	args := os.Args[1:]
+	if filepath.Base(os.Args[0]) == peerName {
+		tuneGC(os.Getenv)
+		os.Exit(runPeer(context.Background(), args, environ(), os.Getenv, os.Stdout, os.Stderr))
+	}
 	if len(args) > 0 {
 		switch args[0] {
+		case "envoy-ratelimit":
+			tuneGC(os.Getenv)
+			os.Exit(runPeer(context.Background(), args[1:], environ(), os.Getenv, os.Stdout, os.Stderr))
 		case "inject":
 			os.Exit(inject.Main(args[1:], os.Stdin, os.Stdout, os.Stderr))
 		case "webhook":
@@ -97,7 +105,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "sluice: %v%s\n", err, hint)
 		return 2
 	}
+	return serve(ctx, cfg, getenv, stderr, nil)
+}
+
+// serve runs the sidecar cfg describes until ctx ends or a signal stops
+// it; notes, when given, logs what the settings said before anything
+// starts.
+func serve(ctx context.Context, cfg settings.Config, getenv func(string) string, stderr io.Writer, notes func(*slog.Logger)) int {
 	log := cfg.NewLogger(stderr)
+	if notes != nil {
+		notes(log)
+	}
 	limitMemory(log)
 	// Catch SIGTERM before anything listens: a signal that arrives once a
 	// client can connect must drain, not kill.
@@ -176,6 +194,9 @@ a flag given on the command line wins. A setting that can be switched off
 is switched off by the word off.
 
 Commands:
+  envoy-ratelimit
+              serve as envoyproxy/ratelimit does, configured by its
+              environment variables (as does this binary named ratelimit)
   inject      add the Sluice sidecar to the pods in Kubernetes YAML files
   webhook     serve a Kubernetes admission webhook that adds the sidecar
   help        this text; sluice help <command> (or sluice <command> --help)
