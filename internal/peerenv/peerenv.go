@@ -193,8 +193,17 @@ func (m *mapper) redis(cfg *settings.Config) {
 		user = url.UserPassword(name, pass).String() + "@"
 	}
 	addr := m.str("REDIS_URL")
+	hosts := func(list string) {
+		for _, h := range strings.Split(list, ",") {
+			if _, _, err := net.SplitHostPort(h); err != nil {
+				m.fail("REDIS_URL", "with REDIS_SOCKET_TYPE=tcp, write host:port (%q is not)", h)
+				return
+			}
+		}
+	}
 	switch strings.ToLower(m.str("REDIS_TYPE")) {
 	case "single":
+		hosts(addr)
 		cfg.Upstream = scheme + "://" + user + addr
 	case "sentinel":
 		// The peer's form: "master,sentinel1:26379,sentinel2:26379".
@@ -206,8 +215,10 @@ func (m *mapper) redis(cfg *settings.Config) {
 		if m.set("REDIS_SENTINEL_AUTH") {
 			m.fail("REDIS_SENTINEL_AUTH", "Sluice reaches sentinels without a password: unset it")
 		}
+		hosts(sentinels)
 		cfg.Upstream = scheme + "+sentinel://" + user + sentinels + "/" + master
 	case "cluster":
+		hosts(addr)
 		cfg.Upstream = scheme + "+cluster://" + user + addr
 	default:
 		m.fail("REDIS_TYPE", "must be single, sentinel or cluster")
