@@ -169,6 +169,24 @@ func TestPeerEnvIstio(t *testing.T) {
 	}
 }
 
+// TestPeerEnvShadow: SHADOW_MODE=true answers every call OK, counting it:
+// the second call of a limit of one is over, and answered OK.
+func TestPeerEnvShadow(t *testing.T) {
+	r := redistest.Start(t)
+	root := t.TempDir()
+	configMapDir(t, filepath.Join(root, "config"), map[string]string{"config.yaml": istioConfig})
+	grpcPort := port(t)
+	startRatelimit(t, map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr, "RUNTIME_ROOT": root,
+		"SHADOW_MODE": "true", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": grpcPort, "PORT": port(t), "DEBUG_PORT": port(t)}, "127.0.0.1:"+grpcPort)
+	c, _ := rlsClient(t, "127.0.0.1:"+grpcPort)
+	for range 2 {
+		checkStatuses(t, ask(t, c, "echo-ratelimit", 0, desc("PATH", "/")), rlOK, st{rlOK, 1, pb.RateLimitResponse_RateLimit_MINUTE, "", 0})
+	}
+	if n := dbsize(t, r); n != "1" {
+		t.Errorf("Redis holds %s keys; want the one count", n)
+	}
+}
+
 // TestPeerEnvEnvoyGateway: Sluice started as /bin/ratelimit with the
 // environment of Envoy Gateway's default deployment takes its
 // configuration from the xDS server over mTLS, with the certificates EG
