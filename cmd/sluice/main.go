@@ -164,7 +164,7 @@ func parseFlags(args []string, getenv func(string) string, usageOut io.Writer) (
 		return cfg, errVersion
 	}
 	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected argument %q: sluice takes only flags, or a command (inject, webhook, help)", fs.Arg(0))
+		return cfg, fmt.Errorf("unexpected argument %q: sluice takes only flags, or a command (envoy-ratelimit, inject, webhook, help)", fs.Arg(0))
 	}
 	return cfg, cfg.Finish(fs, getenv)
 }
@@ -179,8 +179,10 @@ func help(args []string, stdout, stderr io.Writer) int {
 		return inject.Main([]string{"--help"}, nil, stdout, stderr)
 	case "webhook":
 		return webhook.Main(context.Background(), []string{"--help"}, stdout, stderr)
+	case "envoy-ratelimit":
+		return runPeer(context.Background(), []string{"--help"}, nil, nil, stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "sluice help: no command %q: the commands are inject and webhook\n", args[0])
+	fmt.Fprintf(stderr, "sluice help: no command %q: the commands are envoy-ratelimit, inject and webhook\n", args[0])
 	return 2
 }
 
