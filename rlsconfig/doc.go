@@ -16,4 +16,9 @@
 // peer's texts. It adds a line to every error, and four fields of Sluice's
 // own inside rate_limit (algorithm, period, burst, on_failure) that make a
 // file Sluice's alone. README.md beside this file lists every rule.
+//
+// FromXDS builds the same Config from RateLimitConfig resources, the
+// peer's configuration over xDS: they become the loader's own descriptors
+// and meet the same checks. Package xds beneath this one is the stream
+// that fetches them.
 package rlsconfig

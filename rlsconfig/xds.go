@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 
 	rlspb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
@@ -50,12 +51,13 @@ func FromXDS(resources ...*rlspb.RateLimitConfig) (*Config, error) {
 		h.Write(b)
 		// Each field a check can name gets a "line" of its own, so that the
 		// loader's Error points back at the field.
-		pos := &positions{paths: []string{"", "domain"}}
-		root := &yRoot{domain: rc.GetDomain(), domainLine: 1, descriptors: pos.descriptors(rc.GetDescriptors(), "descriptors")}
+		pos := &positions{}
+		pos.add(0, "", -1) // line 0: no field
+		root := &yRoot{domain: rc.GetDomain(), domainLine: pos.add(0, "domain", -1), descriptors: pos.descriptors(rc.GetDescriptors(), 0)}
 		if err := c.add(name, root); err != nil {
 			var e *Error
-			if errors.As(err, &e) && e.Line > 0 && e.Line < len(pos.paths) {
-				return nil, &ResourceError{Resource: name, Path: pos.paths[e.Line], Msg: e.Msg}
+			if errors.As(err, &e) && e.Line > 0 && e.Line < len(pos.fields) {
+				return nil, &ResourceError{Resource: name, Path: pos.path(e.Line), Msg: e.Msg}
 			}
 			return nil, err
 		}
@@ -66,37 +68,59 @@ func FromXDS(resources ...*rlspb.RateLimitConfig) (*Config, error) {
 }
 
 // positions numbers the fields of one resource as the loader numbers a
-// file's lines: paths[line] is the field at that line.
-type positions struct{ paths []string }
+// file's lines. A field's path is written only for an error: a generated
+// configuration has tens of thousands of descriptors.
+type positions struct{ fields []field }
 
-func (p *positions) at(path string) int {
-	p.paths = append(p.paths, path)
-	return len(p.paths) - 1
+// field is a field's name, its index when it is a list's element (-1
+// otherwise), and the line of the field it is in.
+type field struct {
+	parent int
+	name   string
+	index  int
 }
 
-// descriptors turns a resource's descriptors into the loader's, as the
-// peer's ConfigXdsProtoToYaml turns them into its YAML structs. A unit
-// becomes its enum name (an unknown number its digits, refused as the
-// peer refuses it).
-func (p *positions) descriptors(ds []*rlspb.RateLimitDescriptor, path string) []*yDescriptor {
+func (p *positions) add(parent int, name string, index int) int {
+	p.fields = append(p.fields, field{parent, name, index})
+	return len(p.fields) - 1
+}
+
+// path is the field at line, as descriptors[0].rate_limit.unit.
+func (p *positions) path(line int) string {
+	f := p.fields[line]
+	seg := f.name
+	if f.index >= 0 {
+		seg += "[" + strconv.Itoa(f.index) + "]"
+	}
+	if f.parent == 0 {
+		return seg
+	}
+	return p.path(f.parent) + "." + seg
+}
+
+// descriptors turns a resource's descriptors, in the field at line parent,
+// into the loader's, as the peer's ConfigXdsProtoToYaml turns them into its
+// YAML structs. A unit becomes its enum name (an unknown number its
+// digits, refused as the peer refuses it).
+func (p *positions) descriptors(ds []*rlspb.RateLimitDescriptor, parent int) []*yDescriptor {
 	out := make([]*yDescriptor, 0, len(ds))
 	for i, d := range ds {
-		dp := fmt.Sprintf("%s[%d]", path, i)
-		yd := &yDescriptor{line: p.at(dp), key: d.GetKey(), value: d.GetValue(),
+		line := p.add(parent, "descriptors", i)
+		yd := &yDescriptor{line: line, key: d.GetKey(), value: d.GetValue(),
 			shadow: d.GetShadowMode(), quota: d.GetQuotaMode(), detailed: d.GetDetailedMetric()}
 		if md := d.GetMetadata(); md != nil {
 			yd.metadata = md.AsMap()
 		}
 		if rl := d.GetRateLimit(); rl != nil {
-			yrl := &yRateLimit{line: p.at(dp + ".rate_limit"), requestsPerUnit: rl.GetRequestsPerUnit(),
+			yrl := &yRateLimit{line: p.add(line, "rate_limit", -1), requestsPerUnit: rl.GetRequestsPerUnit(),
 				unit: rl.GetUnit().String(), unlimited: rl.GetUnlimited(), name: rl.GetName()}
-			yrl.unitLine = p.at(dp + ".rate_limit.unit")
+			yrl.unitLine = p.add(yrl.line, "unit", -1)
 			for j, r := range rl.GetReplaces() {
-				yrl.replaces = append(yrl.replaces, yReplace{line: p.at(fmt.Sprintf("%s.rate_limit.replaces[%d]", dp, j)), name: r.GetName()})
+				yrl.replaces = append(yrl.replaces, yReplace{line: p.add(yrl.line, "replaces", j), name: r.GetName()})
 			}
 			yd.rateLimit = yrl
 		}
-		yd.descriptors = p.descriptors(d.GetDescriptors(), dp+".descriptors")
+		yd.descriptors = p.descriptors(d.GetDescriptors(), line)
 		out = append(out, yd)
 	}
 	return out

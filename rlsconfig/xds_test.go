@@ -168,3 +168,20 @@ func TestFromXDSNone(t *testing.T) {
 		t.Errorf("digest %s", c.Digest())
 	}
 }
+
+// BenchmarkFromXDS converts and checks 20,000 descriptors of the shape of
+// a platform's generated configuration (a route value, a nested user key),
+// the load the issue measures for files, in one resource.
+func BenchmarkFromXDS(b *testing.B) {
+	rc := &rlspb.RateLimitConfig{Name: "big", Domain: "big"}
+	for i := range 20_000 {
+		rc.Descriptors = append(rc.Descriptors, &rlspb.RateLimitDescriptor{Key: "route", Value: "/api/v1/resource-" + itoa(int64(i)),
+			Descriptors: []*rlspb.RateLimitDescriptor{{Key: "user", RateLimit: per(100, rlspb.RateLimitUnit_MINUTE)}}})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := FromXDS(rc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -281,6 +281,13 @@ func (m *mapper) xds(cfg *settings.Config, force bool) {
 			cfg.RLSXDSHeaders[k] = val
 		}
 	}
+	if v := m.env["XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"]; v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			m.fail("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "must be a positive number of bytes")
+		}
+		cfg.RLSXDSMaxMessage = settings.ByteSize(n)
+	}
 	if !m.bool("CONFIG_GRPC_XDS_SERVER_USE_TLS") {
 		return // the peer reads its TLS variables only with TLS
 	}

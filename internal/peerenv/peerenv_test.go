@@ -132,6 +132,8 @@ func TestMapSettings(t *testing.T) {
 			func(c settings.Config) any {
 				return c.RLSXDSHeaders.String() + " " + c.RLSXDSNodeMetadata.String() + " " + c.RLSXDSRetry.String() + " " + c.RLSXDSTLSServerName
 			}, "authorization=Bearer x,x-team=rl ver=1=2,zone=a 250ms eg"},
+		{"xds message size", with(envoyGateway, "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "8388608"),
+			func(c settings.Config) any { return c.RLSXDSMaxMessage }, settings.ByteSize(8 << 20)},
 		{"xds without TLS reads no TLS files", with(envoyGateway, "CONFIG_GRPC_XDS_SERVER_USE_TLS", "false"),
 			func(c settings.Config) any { return c.RLSXDSTLSCA + c.RLSXDSTLSCert }, ""},
 		{"xds defaults", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "CONFIG_TYPE": "GRPC_XDS_SOTW"},
@@ -182,6 +184,7 @@ func TestMapRefuses(t *testing.T) {
 		{"config type", with(istio, "CONFIG_TYPE", "GRPC_XDS_DELTA"), "CONFIG_TYPE=GRPC_XDS_DELTA: must be FILE or GRPC_XDS_SOTW"},
 		{"header name", with(istio, "LIMIT_RESPONSE_HEADERS_ENABLED", "true", "LIMIT_LIMIT_HEADER", "X-RL-Limit"), "LIMIT_LIMIT_HEADER=X-RL-Limit: Sluice names this header RateLimit-Limit"},
 		{"xds retry", with(envoyGateway, "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3"), "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL=3: must be a positive duration"},
+		{"xds message size", with(envoyGateway, "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "4mb"), "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES=4mb: must be a positive number of bytes"},
 		{"xds headers", with(envoyGateway, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "a=b"), `CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS=a=b: "a=b" is no key:value pair`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

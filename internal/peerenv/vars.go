@@ -68,7 +68,7 @@ var Vars = []Var{
 	{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "60s", Unused, "not used: reconnection waits double up to a minute"},
 	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5", Unused, "not used: reconnection waits are jittered by half"},
 	{"XDS_CLIENT_BACKOFF_JITTER", "true", Unused, "not used: reconnection waits are always jittered"},
-	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "", Unused, "not used: gRPC's default message size applies"},
+	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "", Mapped, "--rls-xds-max-message-size when set; unset, Sluice's 64mb (the peer's is gRPC's 4 MB)"},
 	{"USE_DOG_STATSD", "false", Unused, statsUse},
 	{"USE_DOG_STATSD_MOGRIFIERS", "", Unused, statsUse},
 	{"USE_STATSD", "true", Unused, statsUse},

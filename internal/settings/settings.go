@@ -79,6 +79,7 @@ type Config struct {
 	RLSXDSTLSServerName      string        // name checked in the server's certificate; empty: the address's host
 	RLSXDSRetry              time.Duration // first wait before reconnecting; doubles to a minute
 	RLSXDSStartWithoutConfig bool          // serve before the first configuration arrives
+	RLSXDSMaxMessage         ByteSize      // largest xDS response accepted
 
 	// The HTTP check endpoint.
 	HTTPListen    string // address; empty: off (the flag's "off")
@@ -110,7 +111,9 @@ func Default() Config {
 		MaxClients:      10_000,
 		MaxInputMemory:  256 << 20,
 		IOLoops:         1,
-		RLSXDSRetry:     3 * time.Second,
+
+		RLSXDSRetry:      3 * time.Second,
+		RLSXDSMaxMessage: 64 << 20,
 	}
 }
 

@@ -17,8 +17,8 @@ func (c *Config) registerXDS(fs *flag.FlagSet) {
 			"RateLimitConfig resources, one per domain, state of the world over ADS (envoyproxy/ratelimit's CONFIG_GRPC_XDS_SERVER_URL)")
 	fs.StringVar(&c.RLSXDSNodeID, "rls-xds-node-id", c.RLSXDSNodeID,
 		"node `id` sent to the xDS server, which picks this node's resources by it; empty: default, as envoyproxy/ratelimit")
-	fs.Var(&c.RLSXDSNodeMetadata, "rls-xds-node-metadata", "node metadata sent to the xDS server (`key=value,...`)")
-	fs.Var(&c.RLSXDSHeaders, "rls-xds-headers", "gRPC metadata sent on the xDS stream, such as an authorization token (`key=value,...`)")
+	fs.Var(&c.RLSXDSNodeMetadata, "rls-xds-node-metadata", "node metadata sent to the xDS server, as `key=value,...` pairs")
+	fs.Var(&c.RLSXDSHeaders, "rls-xds-headers", "gRPC metadata sent on the xDS stream, as `key=value,...` pairs, such as an authorization token")
 	fs.BoolVar(&c.RLSXDSTLS, "rls-xds-tls", c.RLSXDSTLS,
 		"connect to the xDS server over TLS, checking its certificate against the system's roots unless --rls-xds-tls-ca")
 	fs.StringVar(&c.RLSXDSTLSCA, "rls-xds-tls-ca", c.RLSXDSTLSCA, "PEM `file` of the CA the xDS server's certificate must chain to; implies --rls-xds-tls")
@@ -32,6 +32,9 @@ func (c *Config) registerXDS(fs *flag.FlagSet) {
 	fs.BoolVar(&c.RLSXDSStartWithoutConfig, "rls-xds-start-without-config", c.RLSXDSStartWithoutConfig,
 		"serve before the xDS server has sent a configuration, answering every domain as unknown (OK) until then "+
 			"(envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, start-up waits for one")
+	fs.Var(&c.RLSXDSMaxMessage, "rls-xds-max-message-size",
+		"largest xDS response accepted (`size`): the whole configuration comes in one, about 46 bytes a descriptor "+
+			"(envoyproxy/ratelimit's XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES, whose default is gRPC's 4mb)")
 }
 
 // XDSTLS reports whether the connection to the xDS server is over TLS.
@@ -65,10 +68,16 @@ func (c *Config) validateXDS() error {
 		return fmt.Errorf("invalid %s and %s: give one source of the rate limit service's configuration, files or xDS",
 			c.name("rls-config"), c.name("rls-xds-server"))
 	}
+	if c.GRPCListen == "" {
+		return fmt.Errorf("invalid %s: its configuration is the gRPC door's; set --grpc-listen", c.name("rls-xds-server"))
+	}
 	if !strings.Contains(c.RLSXDSServer, "/") { // a gRPC target such as dns:///host:port is left to gRPC
 		if _, err := c.hostPort("rls-xds-server", c.RLSXDSServer); err != nil {
 			return err
 		}
+	}
+	if c.RLSXDSMaxMessage <= 0 || c.RLSXDSMaxMessage > 1<<31-1 {
+		return fmt.Errorf("invalid %s %q: must be a size from 1 to 2gb", c.name("rls-xds-max-message-size"), c.RLSXDSMaxMessage.String())
 	}
 	if c.RLSXDSRetry <= 0 {
 		return fmt.Errorf("invalid %s %q: must be a positive duration such as 3s", c.name("rls-xds-retry"), c.RLSXDSRetry)

@@ -67,6 +67,11 @@ type Config struct {
 	// MaxRetryInterval caps the wait. Zero means 60s, the peer's
 	// XDS_CLIENT_BACKOFF_MAX_INTERVAL.
 	MaxRetryInterval time.Duration
+	// MaxMessageSize is the largest response accepted: the whole
+	// configuration comes in one. Zero means 64 MiB. gRPC's own 4 MiB, the
+	// peer's default, refuses some 90,000 descriptors (20,000 of a route
+	// value and a nested user key each measured 0.93 MB).
+	MaxMessageSize int
 	// Logger receives a line per applied or refused version and per broken
 	// stream. Nil means slog.Default().
 	Logger *slog.Logger
@@ -107,6 +112,9 @@ func New(cfg Config) (*Client, error) {
 		cfg.MaxRetryInterval = time.Minute
 	}
 	cfg.MaxRetryInterval = max(cfg.MaxRetryInterval, cfg.RetryInterval)
+	if cfg.MaxMessageSize <= 0 {
+		cfg.MaxMessageSize = 64 << 20
+	}
 	c := &Client{cfg: cfg, log: cfg.Logger, first: make(chan struct{})}
 	if c.log == nil {
 		c.log = slog.Default()
@@ -130,7 +138,8 @@ func New(cfg Config) (*Client, error) {
 	// that one setting paces both.
 	connect := grpc.ConnectParams{MinConnectTimeout: 20 * time.Second, Backoff: backoff.Config{
 		BaseDelay: cfg.RetryInterval, Multiplier: 2, Jitter: 0.5, MaxDelay: cfg.MaxRetryInterval}}
-	if c.conn, err = grpc.NewClient(cfg.Server, grpc.WithTransportCredentials(creds), grpc.WithConnectParams(connect)); err != nil {
+	if c.conn, err = grpc.NewClient(cfg.Server, grpc.WithTransportCredentials(creds), grpc.WithConnectParams(connect),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxMessageSize))); err != nil {
 		return nil, fmt.Errorf("xds: management server %q: %w", cfg.Server, err)
 	}
 	return c, nil

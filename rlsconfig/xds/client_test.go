@@ -198,3 +198,23 @@ func TestMutualTLS(t *testing.T) {
 	default:
 	}
 }
+
+// A response larger than MaxMessageSize breaks the stream, is never
+// applied, and the client comes back for it.
+func TestMaxMessageSize(t *testing.T) {
+	m := xdstest.Start(t, "127.0.0.1:0", nil)
+	m.Set(t, "n", "1", xdstest.Limits("shop", "client_ip", 2))
+	c, _ := start(t, Config{Server: m.Addr, NodeID: "n", RetryInterval: 10 * time.Millisecond, MaxMessageSize: 64})
+	for i := range 2 {
+		select {
+		case <-m.Opened:
+		case <-time.After(xdstest.Wait):
+			t.Fatalf("stream %d never opened", i+1)
+		}
+	}
+	select {
+	case <-c.Applied():
+		t.Fatal("a response over the size limit was applied")
+	default:
+	}
+}
