@@ -45,8 +45,17 @@ func runPeer(ctx context.Context, args []string, env map[string]string, getenv f
 	return serve(ctx, cfg, getenv, stderr, func(log *slog.Logger) {
 		log.Info("configured by envoyproxy/ratelimit's environment variables", "grpc", cfg.GRPCListen,
 			"http", cfg.RLSHTTPListen, "debug", cfg.AdminListen, "resp", cfg.Listen)
+		// One line per reason: the statistics variables share one.
+		var whys []string
+		vars := map[string][]string{}
 		for _, n := range notes {
-			log.Info("variable accepted, not used", "var", n.Var, "why", n.Why)
+			if vars[n.Why] == nil {
+				whys = append(whys, n.Why)
+			}
+			vars[n.Why] = append(vars[n.Why], n.Var)
+		}
+		for _, why := range whys {
+			log.Info("accepted, not used", "vars", strings.Join(vars[why], ","), "why", why)
 		}
 	})
 }
