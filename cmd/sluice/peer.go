@@ -55,7 +55,8 @@ func runPeer(ctx context.Context, args []string, env map[string]string, getenv f
 			vars[n.Why] = append(vars[n.Why], n.Var)
 		}
 		for _, why := range whys {
-			log.Info("accepted, not used", "vars", strings.Join(vars[why], ","), "why", why)
+			// A warning: at the peer's default level (warn) it is still said.
+			log.Warn("accepted, not used", "vars", strings.Join(vars[why], ","), "why", why)
 		}
 	})
 }

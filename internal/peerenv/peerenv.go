@@ -310,12 +310,25 @@ func (m *mapper) refusals() {
 	}
 }
 
-// notes names each variable set that Sluice accepts and does not use.
+// switchedOff are the switches of Unused variables, each with the value
+// that asks for nothing: USE_STATSD=false asks for no statsd, which Sluice
+// sends none of, so it is not worth a note.
+var switchedOff = map[string]bool{"USE_STATSD": false, "USE_DOG_STATSD": false, "USE_PROMETHEUS": false,
+	"DISABLE_STATS": true, "TRACING_ENABLED": false, "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": false}
+
+// notes names each variable set that Sluice accepts and does not use,
+// but for a switch set to off.
 func (m *mapper) notes() {
 	for _, v := range Vars {
-		if v.Group == Unused && m.set(v.Name) {
-			m.out = append(m.out, Note{Var: v.Name, Why: v.Use})
+		if v.Group != Unused || !m.set(v.Name) {
+			continue
 		}
+		if off, ok := switchedOff[v.Name]; ok {
+			if b, err := strconv.ParseBool(m.env[v.Name]); err == nil && b == off {
+				continue
+			}
+		}
+		m.out = append(m.out, Note{Var: v.Name, Why: v.Use})
 	}
 }
 

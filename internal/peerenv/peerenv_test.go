@@ -57,8 +57,8 @@ func TestMapPlatforms(t *testing.T) {
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("Istio's sample:\n got %+v\nwant %+v", cfg, want)
 	}
-	if len(notes) != 1 || notes[0].Var != "USE_STATSD" {
-		t.Errorf("Istio's sample: notes %v, want USE_STATSD alone", notes)
+	if len(notes) != 0 {
+		t.Errorf("Istio's sample: notes %v, want none: USE_STATSD=false asks for nothing Sluice lacks", notes)
 	}
 
 	cfg, notes, err = Map(envoyGateway)
@@ -78,7 +78,7 @@ func TestMapPlatforms(t *testing.T) {
 	for _, n := range notes {
 		named = append(named, n.Var)
 	}
-	if got := strings.Join(named, " "); got != "USE_STATSD USE_PROMETHEUS PROMETHEUS_ADDR PROMETHEUS_MAPPER_YAML" {
+	if got := strings.Join(named, " "); got != "USE_PROMETHEUS PROMETHEUS_ADDR PROMETHEUS_MAPPER_YAML" {
 		t.Errorf("Envoy Gateway: notes %s", got)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -150,6 +150,31 @@ func TestMapSettings(t *testing.T) {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestMapNotes: a variable accepted and not used is named, a switch set
+// to off is not.
+func TestMapNotes(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{with(istio, "USE_STATSD", "true", "STATSD_HOST", "statsd"), "USE_STATSD STATSD_HOST"},
+		{with(istio, "USE_STATSD", "0", "DISABLE_STATS", "true", "TRACING_ENABLED", "false"), ""},
+		{with(istio, "REDIS_POOL_SIZE", "20", "GRPC_MAX_CONNECTION_AGE", "1h", "DISABLE_STATS", "false"), "GRPC_MAX_CONNECTION_AGE DISABLE_STATS REDIS_POOL_SIZE"},
+	} {
+		_, notes, err := Map(tc.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var named []string
+		for _, n := range notes {
+			named = append(named, n.Var)
+		}
+		if got := strings.Join(named, " "); got != tc.want {
+			t.Errorf("notes %q, want %q", got, tc.want)
+		}
 	}
 }
 
