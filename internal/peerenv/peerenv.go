@@ -64,8 +64,8 @@ func Map(env map[string]string) (settings.Config, []Note, error) {
 	return cfg, m.out, nil
 }
 
-// mapper reads one environment; the first error is kept and the rest of
-// the reads become no-ops in effect.
+// mapper reads one environment. Only its first error is kept, so that
+// Map's names the first variable found wrong, in one line.
 type mapper struct {
 	env map[string]string
 	err error
