@@ -59,6 +59,8 @@ type Sidecar struct {
 	grpc    *rls.Server        // nil without --grpc-listen
 	grpcLn  net.Listener
 	check   *httpcheck.Server // nil without --http-listen
+	rlsHTTP *http.Server      // nil without --rls-http-listen
+	rlsHTLn net.Listener
 	checkLn net.Listener
 	closers []func() // run in reverse by close
 
@@ -156,6 +158,9 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	if err := s.listenGRPC(); err != nil {
 		return err
 	}
+	if err := s.listenRLSHTTP(); err != nil {
+		return err
+	}
 	return s.listenHTTPCheck()
 }
 
@@ -194,7 +199,7 @@ func (s *Sidecar) listenGRPC() (err error) {
 		rules = s.xds.Current
 	}
 	if s.grpc, err = rls.New(rls.Config{Service: s.svc, Rules: rules, StopWhenOverLimit: cfg.RLSStopOverLimit,
-		Headers: cfg.RLSHeaders, Ready: s.ready, TLS: tlsCfg, Logger: s.log}); err != nil {
+		Shadow: cfg.RLSShadow, Headers: cfg.RLSHeaders, Ready: s.ready, TLS: tlsCfg, Logger: s.log}); err != nil {
 		return err
 	}
 	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
@@ -353,6 +358,9 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	doors := []door{{"resp", func() error { return s.resp.Serve(s.ln) }, s.resp.Shutdown, respserver.ErrServerClosed}}
 	if s.grpc != nil {
 		doors = append(doors, door{"grpc", func() error { return s.grpc.Serve(s.grpcLn) }, s.grpc.Shutdown, rls.ErrServerClosed})
+	}
+	if s.rlsHTTP != nil {
+		doors = append(doors, door{"rls http", func() error { return s.rlsHTTP.Serve(s.rlsHTLn) }, s.rlsHTTP.Shutdown, http.ErrServerClosed})
 	}
 	if s.check != nil {
 		doors = append(doors, door{"http check", func() error { return s.check.Serve(s.checkLn) }, s.check.Shutdown, httpcheck.ErrServerClosed})

@@ -139,7 +139,7 @@ func TestImage(t *testing.T) {
 	fi, _ := os.Stat(archive)
 	t.Logf("image: %d layers, %d bytes of layers, archive %d bytes", len(m.Layers), total, fi.Size())
 	slices.Sort(files)
-	if want := []string{"etc/ssl/certs/ca-certificates.crt", "sluice"}; !slices.Equal(files, want) {
+	if want := []string{"bin/ratelimit", "etc/ssl/certs/ca-certificates.crt", "sluice"}; !slices.Equal(files, want) {
 		t.Errorf("files in the image %v; want only %v (no shell, nothing else)", files, want)
 	}
 	pem, err := os.ReadFile(filepath.Join(root, "etc/ssl/certs/ca-certificates.crt"))
@@ -164,6 +164,14 @@ func TestImage(t *testing.T) {
 		t.Errorf("--version inside the image: %q, %v; want the stamped %q", v, err, version)
 	}
 	runInChroot(t, root, user)
+	// /bin/ratelimit, envoyproxy/ratelimit's command, is Sluice taking the
+	// peer's variables: one it does not offer stops it, named.
+	peer := exec.Command("chroot", user, root, "/bin/ratelimit")
+	peer.Env = []string{"REDIS_PERSECOND=true"}
+	out, err = peer.CombinedOutput()
+	if want := "ratelimit: REDIS_PERSECOND=true: "; !strings.HasPrefix(string(out), want) || peer.ProcessState.ExitCode() != 2 {
+		t.Errorf("/bin/ratelimit inside the image: %q, %v; want exit 2 and %q...", out, err, want)
+	}
 }
 
 // runInChroot serves from inside the unpacked image and answers PING.
@@ -297,7 +305,15 @@ func unpack(t *testing.T, layer []byte, mediaType, root string) []string {
 			}
 			f.Close()
 			names = append(names, name)
-		default: // a link (a shell is often one) is recorded, not followed
+		case tar.TypeSymlink:
+			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(h.Linkname, target); err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, name)
+		default: // a hard link (a shell is often one) is recorded, not followed
 			names = append(names, name)
 		}
 	}

@@ -148,7 +148,7 @@ func (s *Server) queue(c *call, ms []rlsconfig.Match, peek bool) bool {
 			slot = noneAllowed
 		default:
 			k, err := c.b.Add(service.Request{Key: r.Key, Cost: c.hits[i], Peek: peek, Limit: r.Limit,
-				OnFailure: r.OnFailure, Shadow: r.Shadow, Label: r.Label})
+				OnFailure: r.OnFailure, Shadow: r.Shadow || s.shadow, Label: r.Label})
 			if err != nil {
 				// Rules are checked at load; nothing else can fail here.
 				s.log.Error("rls: a configured rule was refused by the service", "rule", r.Source, "err", err)
@@ -242,7 +242,7 @@ func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match)
 		// Shadow mode: over its limit, and answered OK with what an
 		// over-limit status carries, as the peer's.
 		st.Code = pb.RateLimitResponse_OK
-		if over && !r.Shadow {
+		if over && !r.Shadow && !s.shadow {
 			st.Code = pb.RateLimitResponse_OVER_LIMIT
 		}
 		h.consider(i, st, r, retry, reset)

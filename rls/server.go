@@ -69,6 +69,9 @@ type Config struct {
 	// does. It costs a second pass (see ShouldRateLimit). False, the peer's
 	// default: every descriptor is charged whatever the others decide.
 	StopWhenOverLimit bool
+	// Shadow answers every descriptor as if its rule were in shadow mode
+	// (counted, reported, never refused): the peer's SHADOW_MODE.
+	Shadow bool
 	// Headers picks the response headers; zero: none, as the peer.
 	Headers Headers
 	// Ready reports whether the sidecar can decide: the health service
@@ -87,6 +90,7 @@ type Server struct {
 	svc      *service.Service
 	rules    func() *rlsconfig.Config
 	stop     bool
+	shadow   bool
 	headers  Headers
 	ready    func() error
 	log      *slog.Logger
@@ -116,7 +120,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{svc: cfg.Service, rules: cfg.Rules, stop: cfg.StopWhenOverLimit, headers: cfg.Headers,
+	s := &Server{svc: cfg.Service, rules: cfg.Rules, stop: cfg.StopWhenOverLimit, shadow: cfg.Shadow, headers: cfg.Headers,
 		ready: cfg.Ready, log: cfg.Logger}
 	s.calls.New = func() any { return newCall(s.svc) }
 	// A call waits for its batch's round trip to Redis in its handler, so

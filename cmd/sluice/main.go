@@ -18,6 +18,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -33,8 +34,15 @@ import (
 
 func main() {
 	args := os.Args[1:]
+	if filepath.Base(os.Args[0]) == peerName {
+		tuneGC(os.Getenv)
+		os.Exit(runPeer(context.Background(), args, environ(), os.Getenv, os.Stdout, os.Stderr))
+	}
 	if len(args) > 0 {
 		switch args[0] {
+		case "envoy-ratelimit":
+			tuneGC(os.Getenv)
+			os.Exit(runPeer(context.Background(), args[1:], environ(), os.Getenv, os.Stdout, os.Stderr))
 		case "inject":
 			os.Exit(inject.Main(args[1:], os.Stdin, os.Stdout, os.Stderr))
 		case "webhook":
@@ -97,7 +105,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "sluice: %v%s\n", err, hint)
 		return 2
 	}
+	return serve(ctx, cfg, getenv, stderr, nil)
+}
+
+// serve runs the sidecar cfg describes until ctx ends or a signal stops
+// it; notes, when given, logs what the settings said before anything
+// starts.
+func serve(ctx context.Context, cfg settings.Config, getenv func(string) string, stderr io.Writer, notes func(*slog.Logger)) int {
 	log := cfg.NewLogger(stderr)
+	if notes != nil {
+		notes(log)
+	}
 	limitMemory(log)
 	// Catch SIGTERM before anything listens: a signal that arrives once a
 	// client can connect must drain, not kill.
@@ -146,7 +164,7 @@ func parseFlags(args []string, getenv func(string) string, usageOut io.Writer) (
 		return cfg, errVersion
 	}
 	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected argument %q: sluice takes only flags, or a command (inject, webhook, help)", fs.Arg(0))
+		return cfg, fmt.Errorf("unexpected argument %q: sluice takes only flags, or a command (envoy-ratelimit, inject, webhook, help)", fs.Arg(0))
 	}
 	return cfg, cfg.Finish(fs, getenv)
 }
@@ -161,8 +179,10 @@ func help(args []string, stdout, stderr io.Writer) int {
 		return inject.Main([]string{"--help"}, nil, stdout, stderr)
 	case "webhook":
 		return webhook.Main(context.Background(), []string{"--help"}, stdout, stderr)
+	case "envoy-ratelimit":
+		return runPeer(context.Background(), []string{"--help"}, nil, nil, stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "sluice help: no command %q: the commands are inject and webhook\n", args[0])
+	fmt.Fprintf(stderr, "sluice help: no command %q: the commands are envoy-ratelimit, inject and webhook\n", args[0])
 	return 2
 }
 
@@ -176,6 +196,9 @@ a flag given on the command line wins. A setting that can be switched off
 is switched off by the word off.
 
 Commands:
+  envoy-ratelimit
+              serve as envoyproxy/ratelimit does, configured by its
+              environment variables (as does this binary named ratelimit)
   inject      add the Sluice sidecar to the pods in Kubernetes YAML files
   webhook     serve a Kubernetes admission webhook that adds the sidecar
   help        this text; sluice help <command> (or sluice <command> --help)

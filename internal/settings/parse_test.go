@@ -71,6 +71,11 @@ func TestFlagErrors(t *testing.T) {
 			`invalid SLUICE_POLICIES "/nonexistent/p.yaml": no such file or directory`},
 		{"rls config not a directory", []string{"--rls-config", "parse_test.go"}, nil,
 			`invalid --rls-config "parse_test.go": not a directory: give the directory of the YAML files`},
+		{"peer's HTTP port without the gRPC door", []string{"--rls-http-listen", "127.0.0.1:8080"}, nil,
+			`--rls-http-listen needs --grpc-listen: /json answers as the gRPC door does`},
+		{"peer's HTTP port open", []string{"--rls-config", ".", "--grpc-listen", "127.0.0.1:8081"}, map[string]string{"SLUICE_RLS_HTTP_LISTEN": "0.0.0.0:8080"},
+			`refusing to serve /json on "0.0.0.0:8080" (from SLUICE_RLS_HTTP_LISTEN): it is reachable from other machines without TLS. ` +
+				`Listen on 127.0.0.1, or set --grpc-insecure if only this pod can reach the address`},
 		{"policies a directory", []string{"--policies", "."}, nil, `invalid --policies ".": a directory: give the file`},
 		{"missing TLS key", []string{"--http-tls-cert", "parse_test.go", "--http-tls-key", "nope.key"}, nil,
 			`invalid --http-tls-key "nope.key": no such file or directory`},

@@ -64,6 +64,8 @@ type Config struct {
 	RLSConfigPoll    time.Duration // how often to re-read RLSConfig besides file events; 0: events only
 	RLSStopOverLimit bool          // charge no descriptor of a call when any is over its limit
 	RLSHeaders       rls.Headers   // response headers Envoy is asked to add
+	RLSShadow        bool          // every rule in shadow mode: counted, never refused (the peer's SHADOW_MODE)
+	RLSHTTPListen    string        // address of the peer's HTTP port (/json, /healthcheck); empty: off
 
 	// The rate limit service's configuration over xDS, instead of RLSConfig.
 	RLSXDSServer             string        // management server address; empty: none
@@ -180,6 +182,11 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.TextVar(&c.RLSHeaders, "rls-response-headers", c.RLSHeaders,
 		"headers Envoy is asked to add to responses (`set`): off; peer (RateLimit-Limit, -Remaining, -Reset, as LIMIT_RESPONSE_HEADERS_ENABLED); "+
 			"draft (the IETF RateLimit-Policy and RateLimit fields, Retry-After when over); both")
+	fs.BoolVar(&c.RLSShadow, "rls-shadow", c.RLSShadow,
+		"answer every descriptor OK, counting it and reporting what it would have been (envoyproxy/ratelimit's SHADOW_MODE)")
+	fs.Var((*offAddr)(&c.RLSHTTPListen), "rls-http-listen",
+		"`address` to serve envoyproxy/ratelimit's HTTP port on (its 8080): /json answers a rate limit request written in JSON, "+
+			"/healthcheck the readiness; or off. Needs --grpc-listen; a non-loopback address needs --grpc-insecure")
 	c.registerXDS(fs)
 
 	fs.Var((*offAddr)(&c.HTTPListen), "http-listen",

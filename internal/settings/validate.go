@@ -77,6 +77,9 @@ func (c *Config) Validate() error {
 	if err := c.validateGRPC(); err != nil {
 		return err
 	}
+	if err := c.validateRLSHTTP(); err != nil {
+		return err
+	}
 	return c.validateHTTP()
 }
 
@@ -102,6 +105,8 @@ func examplePort(name string) string {
 		return "8081"
 	case "http-listen":
 		return "8082"
+	case "rls-http-listen":
+		return "8080"
 	case "rls-xds-server":
 		return "18000"
 	}
@@ -178,6 +183,27 @@ func (c *Config) validateGRPC() error {
 	return fmt.Errorf("refusing to serve gRPC on %q%s without client certificates: it is reachable from other machines. "+
 		"Set --grpc-tls-cert, --grpc-tls-key and --grpc-tls-client-ca, listen on 127.0.0.1, "+
 		"or set --grpc-insecure if only this pod can reach the address", c.GRPCListen, c.from("grpc-listen"))
+}
+
+// validateRLSHTTP checks the peer's HTTP port: it answers what the gRPC
+// door answers, so it needs that door, and beyond loopback the same word
+// that the address is reachable only by whom it should be.
+func (c *Config) validateRLSHTTP() error {
+	if c.RLSHTTPListen == "" {
+		return nil
+	}
+	host, err := c.hostPort("rls-http-listen", c.RLSHTTPListen)
+	if err != nil {
+		return err
+	}
+	if c.GRPCListen == "" {
+		return fmt.Errorf("%s needs --grpc-listen: /json answers as the gRPC door does", c.name("rls-http-listen"))
+	}
+	if isLoopback(host) || c.GRPCInsecure {
+		return nil
+	}
+	return fmt.Errorf("refusing to serve /json on %q%s: it is reachable from other machines without TLS. "+
+		"Listen on 127.0.0.1, or set --grpc-insecure if only this pod can reach the address", c.RLSHTTPListen, c.from("rls-http-listen"))
 }
 
 // validateHTTP is the HTTP check's protected mode: TLS, a bearer token, or
