@@ -29,7 +29,7 @@ import (
 // Leases (RL.ACQUIRE, RL.RELEASE) go from the guard straight to upstream.
 type chain struct {
 	kind    upstream.Kind
-	up      *upstream.Store // its replies are read by the RESP server's first event loop
+	up      *upstream.Store // its replies are read on the first event loop (app.go)
 	batcher *engine.Batcher
 	deny    *engine.DenyCache
 	guard   *engine.Guard

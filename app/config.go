@@ -127,7 +127,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.Var(&c.MaxInputMemory, "max-input-memory",
 		"most input all clients may have sent and not finished, together (`size`: 256mb, 1gb); past it the client holding the most is closed, as Redis's maxmemory-clients does")
 	fs.IntVar(&c.IOLoops, "io-loops", c.IOLoops,
-		"event loops serving client connections, a thread each (`n`); 0: a goroutine per connection, as on systems other than Linux")
+		"event loops serving client connections, a thread each (`n`); the upstream's connection is read on the first; 0: a goroutine per connection, as on systems other than Linux")
 
 	fs.StringVar(&c.GRPCListen, "grpc-listen", c.GRPCListen,
 		"`address` to serve Envoy's rate limit service on (gRPC, envoyproxy/ratelimit's port is 8081); empty: off. Needs --rls-config. "+
