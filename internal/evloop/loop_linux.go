@@ -240,13 +240,6 @@ func (w *Watcher) Set(want Events) error {
 	return w.ctlLocked(want)
 }
 
-// Want is what w waits for.
-func (w *Watcher) Want() Events {
-	w.l.mu.Lock()
-	defer w.l.mu.Unlock()
-	return w.want
-}
-
 // ctlLocked tells epoll what w waits for; a descriptor waiting for
 // nothing leaves the epoll, so that one its user does not read cannot
 // wake the loop again and again. l.mu is held.
@@ -301,9 +294,6 @@ func (w *Watcher) Remove() {
 		l.setOwersLocked(owers)
 	}
 }
-
-// FD is the descriptor w watches.
-func (w *Watcher) FD() int { return w.fd }
 
 func (l *Loop) setOwersLocked(owers []*Watcher) { l.owers.Store(&owers) }
 

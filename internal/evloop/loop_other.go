@@ -26,6 +26,4 @@ func (*Loop) OnTurn(func()) bool                           { return false }
 func (*Loop) Hold(bool)                                    {}
 func (*Loop) Watch(int, Events, Handler) (*Watcher, error) { return nil, errors.ErrUnsupported }
 func (*Watcher) Set(Events) error                          { return errors.ErrUnsupported }
-func (*Watcher) Want() Events                              { return 0 }
 func (*Watcher) Remove()                                   {}
-func (*Watcher) FD() int                                   { return -1 }
