@@ -30,14 +30,25 @@ type Loop struct {
 	// change so that the hold reads them without the lock.
 	owers atomic.Pointer[[]*Watcher]
 
-	mu       sync.Mutex
-	watchers map[int]*Watcher // guarded by mu: by descriptor
-	gen      uint32           // guarded by mu: numbers registrations, so a stale event is told from a new one on a reused descriptor
-	posted   []func()         // guarded by mu
-	wakeAt   time.Time        // guarded by mu: the earliest WakeAt not yet past; zero: none
-	running  bool             // guarded by mu: Run has started
-	ended    bool             // guarded by mu: the loop has ended (or never ran and was closed)
-	done     chan struct{}    // closed when Run returns
+	// Three locks, so that the loop's goroutine, looking up a watcher or
+	// taking what was posted, never waits behind another goroutine's
+	// write to the eventfd (a landing from another loop).
+	mu      sync.Mutex
+	posted  []func()  // guarded by mu
+	wakeAt  time.Time // guarded by mu: the earliest WakeAt not yet past; zero: none
+	running bool      // guarded by mu: Run has started
+	ended   bool      // guarded by mu: the loop has ended (or never ran and was closed)
+	// wmu guards the watchers; the loop's lookups share it.
+	wmu      sync.RWMutex
+	watchers map[int]*Watcher // guarded by wmu: by descriptor
+	gen      uint32           // guarded by wmu: numbers registrations, so a stale event is told from a new one on a reused descriptor
+	unwatch  bool             // guarded by wmu: the loop has ended; Watch refuses
+	// fdMu guards the descriptors' lifetime: signal shares it, end closes
+	// them holding it.
+	fdMu   sync.RWMutex
+	closed bool // guarded by fdMu
+
+	done chan struct{} // closed when Run returns
 
 	// The loop goroutine's own.
 	events  []unix.EpollEvent
@@ -57,8 +68,8 @@ type Watcher struct {
 	gen   uint32
 	h     Handler
 	owing Owing  // h, if it implements Owing
-	want  Events // guarded by l.mu
-	gone  bool   // guarded by l.mu: removed, or the loop ended
+	want  Events // guarded by l.wmu
+	gone  bool   // guarded by l.wmu: removed, or the loop ended
 }
 
 // New makes a loop; Run runs it.
@@ -153,9 +164,9 @@ func (l *Loop) Wake() {
 // signal writes the eventfd, unless the loop has ended: its number may
 // name another file by then.
 func (l *Loop) signal() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ended {
+	l.fdMu.RLock()
+	defer l.fdMu.RUnlock()
+	if l.closed {
 		return
 	}
 	one := [8]byte{1}
@@ -206,9 +217,9 @@ func (l *Loop) Hold(on bool) { l.holding = on }
 // polled), with h to call when it is ready. A descriptor is watched at
 // most once; it is not closed by the loop.
 func (l *Loop) Watch(fd int, want Events, h Handler) (*Watcher, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ended || l.stop.Load() {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.unwatch || l.stop.Load() {
 		return nil, ErrClosed
 	}
 	if l.watchers[fd] != nil {
@@ -232,8 +243,8 @@ func (l *Loop) Watch(fd int, want Events, h Handler) (*Watcher, error) {
 
 // Set changes what w waits for.
 func (w *Watcher) Set(want Events) error {
-	w.l.mu.Lock()
-	defer w.l.mu.Unlock()
+	w.l.wmu.Lock()
+	defer w.l.wmu.Unlock()
 	if w.gone {
 		return ErrClosed
 	}
@@ -242,7 +253,7 @@ func (w *Watcher) Set(want Events) error {
 
 // ctlLocked tells epoll what w waits for; a descriptor waiting for
 // nothing leaves the epoll, so that one its user does not read cannot
-// wake the loop again and again. l.mu is held.
+// wake the loop again and again. l.wmu is held.
 func (w *Watcher) ctlLocked(want Events) error {
 	if want == w.want {
 		return nil
@@ -276,8 +287,8 @@ func (w *Watcher) ctlLocked(want Events) error {
 // dispatching at that very moment, on the loop's goroutine).
 func (w *Watcher) Remove() {
 	l := w.l
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
 	if w.gone {
 		return
 	}
@@ -354,9 +365,9 @@ func (l *Loop) dispatch(ev unix.EpollEvent) {
 		_, _ = unix.Read(l.wake, buf[:])
 		return
 	}
-	l.mu.Lock()
+	l.wmu.RLock()
 	w := l.watchers[int(ev.Fd)]
-	l.mu.Unlock()
+	l.wmu.RUnlock()
 	if w == nil || w.gen != uint32(ev.Pad) {
 		return // removed since epoll_wait, or a new registration of the number
 	}
@@ -420,8 +431,8 @@ func (l *Loop) holdReply() bool {
 
 // live tells whether w is still watched.
 func (l *Loop) live(w *Watcher) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.wmu.RLock()
+	defer l.wmu.RUnlock()
 	return !w.gone
 }
 
@@ -443,11 +454,14 @@ func (l *Loop) end() {
 		l.mu.Lock()
 		if len(l.posted) == 0 {
 			l.ended = true
+			l.mu.Unlock()
 			break
 		}
 		l.mu.Unlock()
 		l.runPosted()
 	}
+	l.wmu.Lock()
+	l.unwatch = true
 	ws := make([]*Watcher, 0, len(l.watchers))
 	for _, w := range l.watchers {
 		w.gone = true
@@ -455,9 +469,12 @@ func (l *Loop) end() {
 	}
 	clear(l.watchers)
 	l.owers.Store(new([]*Watcher))
+	l.wmu.Unlock()
+	l.fdMu.Lock()
+	l.closed = true
 	unix.Close(l.ep)
 	unix.Close(l.wake)
-	l.mu.Unlock()
+	l.fdMu.Unlock()
 	for _, w := range ws {
 		w.h.Ended()
 	}
