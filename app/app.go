@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-rl/sluice/engine/chain"
 	"github.com/sluice-rl/sluice/engine/memstore"
 	"github.com/sluice-rl/sluice/httpcheck"
+	"github.com/sluice-rl/sluice/internal/evloop"
 	"github.com/sluice-rl/sluice/internal/settings"
 	"github.com/sluice-rl/sluice/internal/tlsfiles"
 	"github.com/sluice-rl/sluice/internal/version"
@@ -126,18 +127,28 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	if cfg.Upstream != "" {
 		storeName = "redis"
 	}
-	if s.svc, err = service.New(service.Config{Store: store, Policies: policies, Tracer: tracer, StoreName: storeName}); err != nil {
+	scfg := service.Config{Store: store, Policies: policies, Tracer: tracer, StoreName: storeName}
+	if s.chain != nil {
+		// The RESP door cuts a large round into as many parts as the
+		// batcher sends round trips at once.
+		scfg.InFlight = cfg.BatchInFlight
+	}
+	if s.svc, err = service.New(scfg); err != nil {
 		return err
 	}
-	loops := cfg.IOLoops
-	if loops == 0 {
-		loops = -1 // respserver's "a goroutine per connection"
+	loops, err := s.startLoops(cfg.IOLoops)
+	if err != nil {
+		return err
+	}
+	if s.chain != nil && len(loops) > 0 {
+		// The Redis connection belongs to the first loop: its replies are
+		// read there, with no thread woken between them and the clients
+		// that loop serves (a TLS connection keeps a reader goroutine).
+		s.chain.up.UseLoop(loops[0])
+		log.Debug("the upstream's connection is read on the first event loop", "loop", 0, "io_loops", len(loops))
 	}
 	rcfg := respserver.Config{Service: s.svc, RequirePass: cfg.RequirePass, Logger: log,
 		MaxConns: cfg.MaxClients, MaxInputMemory: int64(cfg.MaxInputMemory), Info: append(s.infoSections(), s.adminInfo()), Keys: s.mem.Len, Loops: loops}
-	if s.chain != nil {
-		rcfg.Upstream, rcfg.RoundParts = s.chain.up, cfg.BatchInFlight
-	}
 	if s.resp, err = respserver.New(rcfg); err != nil {
 		return err
 	}
@@ -174,6 +185,34 @@ func (s *Sidecar) runWatcher(run func(context.Context) error) (stop func()) {
 		_ = run(ctx)
 	}()
 	return func() { cancel(); <-done }
+}
+
+// startLoops runs the n event loops of --io-loops until the sidecar
+// closes: they serve the RESP door's connections and the upstream's. On
+// a system with none (not Linux) it returns none, and every connection
+// gets a goroutine of its own, as with --io-loops 0.
+func (s *Sidecar) startLoops(n int) ([]*evloop.Loop, error) {
+	var loops []*evloop.Loop
+	for i := range n {
+		l, err := evloop.New()
+		if errors.Is(err, errors.ErrUnsupported) {
+			s.log.Info("no event loops on this system: a goroutine per connection", "io_loops", n)
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("event loop %d: %w", i, err)
+		}
+		ran := make(chan struct{})
+		go func() {
+			defer close(ran)
+			if err := l.Run(); err != nil {
+				s.log.Error("event loop failed; its connections are closed", "loop", i, "err", err)
+			}
+		}()
+		s.closers = append(s.closers, func() { l.Close(); <-ran })
+		loops = append(loops, l)
+	}
+	return loops, nil
 }
 
 // listenGRPC loads --rls-config, starts watching it, and listens for

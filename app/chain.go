@@ -25,7 +25,7 @@ import (
 // owns). Leases go from the guard straight to upstream.
 type sharedStore struct {
 	kind  upstream.Kind
-	up    *upstream.Store // its replies are read by the RESP server's first event loop
+	up    *upstream.Store // its replies are read on the first event loop (app.go)
 	chain *chain.Chain
 	close func()
 }

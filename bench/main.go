@@ -7,7 +7,11 @@
 //
 //	go run ./bench            # builds Sluice, starts its own Redis, runs everything
 //	go run ./bench -runs 5 -n 400000
+//	go run ./bench -sluice /path/to/old/sluice -only '1000000, -P (16|1)$|latency' -sluice-args '--io-loops 2'
 //
+// -sluice measures a prebuilt binary, so that runs of two builds can be
+// interleaved on a noisy machine; -only runs the scenarios whose name
+// matches its regular expression.
 // Everything listens on 127.0.0.1 and is stopped when the command ends.
 package main
 
@@ -22,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -46,7 +51,19 @@ var (
 	runs     = flag.Int("runs", 5, "runs of each scenario; the median is reported")
 	requests = flag.Int("n", 200_000, "requests per run")
 	clients  = flag.Int("c", 50, "concurrent connections")
+	prebuilt = flag.String("sluice", "", "a prebuilt sluice `binary` to measure instead of building ./cmd/sluice")
+	extra    = flag.String("sluice-args", "", "more `flags` for every sidecar measured, space-separated (\"--io-loops 2\")")
+	only     = flag.String("only", "", "run only the scenarios whose name matches this `regexp`")
 )
+
+// wanted tells whether -only selects the scenario named name.
+func wanted(name string) bool {
+	ok, err := regexp.MatchString(*only, name)
+	if err != nil {
+		fatalf("-only: %v", err)
+	}
+	return ok
+}
 
 func main() {
 	flag.Parse()
@@ -78,7 +95,12 @@ func main() {
 	}
 
 	sluiceBin, constBin := filepath.Join(dir, "sluice"), filepath.Join(dir, "constserver")
-	for bin, pkg := range map[string]string{sluiceBin: "./cmd/sluice", constBin: "./bench/constserver"} {
+	builds := map[string]string{sluiceBin: "./cmd/sluice", constBin: "./bench/constserver"}
+	if *prebuilt != "" {
+		delete(builds, sluiceBin)
+		sluiceBin = *prebuilt
+	}
+	for bin, pkg := range builds {
 		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
 			fatalf("go build %s: %v\n%s", pkg, err, out)
 		}
@@ -88,14 +110,15 @@ func main() {
 	start("redis-server", "--port", redisPort, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
 		"--unixsocket", redisSocket, "--unixsocketperm", "700")
 	waitPort(redisPort)
-	sluicePID := start(sluiceBin, "--listen", "127.0.0.1:"+sluicePort, "--admin-listen", "127.0.0.1:"+freePort(),
+	sluice := func(args ...string) int { return start(sluiceBin, append(args, strings.Fields(*extra)...)...) }
+	sluicePID := sluice("--listen", "127.0.0.1:"+sluicePort, "--admin-listen", "127.0.0.1:"+freePort(),
 		"--upstream", "redis://127.0.0.1:"+redisPort)
 	// The same sidecar on a Unix socket (--listen unix:PATH), as an
 	// application in its pod can reach it; Redis is still reached over TCP.
-	sluiceUnixPID := start(sluiceBin, "--listen", "unix:"+sluiceSocket, "--admin-listen", "127.0.0.1:"+freePort(),
+	sluiceUnixPID := sluice("--listen", "unix:"+sluiceSocket, "--admin-listen", "127.0.0.1:"+freePort(),
 		"--upstream", "redis://127.0.0.1:"+redisPort)
 	waitSocket(sluiceSocket)
-	memPID := start(sluiceBin, "--listen", "127.0.0.1:"+memPort, "--admin-listen", "127.0.0.1:"+freePort())
+	memPID := sluice("--listen", "127.0.0.1:"+memPort, "--admin-listen", "127.0.0.1:"+freePort())
 	constPID := start(constBin, "--listen", "127.0.0.1:"+constPort)
 	for _, p := range []string{sluicePort, memPort, constPort} {
 		waitPort(p)
@@ -127,33 +150,43 @@ func main() {
 	tokenSidecar := []string{"RL.TOKEN", "t:__rand_int__", "1000", "1000", "1s"}
 	for _, k := range []int{1_000_000, 100_000} {
 		for _, p := range []int{16, 1} {
+			name := fmt.Sprintf("GCRA, keys from %d, -P %d", k, p)
+			if !wanted(name) {
+				continue
+			}
 			var ceiling []target
 			if p == 1 {
 				ceiling = append(ceiling, pingTCP)
 			}
 			c := compare(rdb, *requests, *clients, p, target{port: redisPort, args: gcraDirect, keys: k},
 				target{port: sluicePort, args: gcraSidecar, keys: k, pid: sluicePID}, ceiling...)
-			report(fmt.Sprintf("GCRA, keys from %d, -P %d", k, p), c)
+			report(name, c)
 		}
-		c := compare(rdb, *requests, *clients, 16, target{port: redisPort, args: tokenDirect, keys: k},
-			target{port: sluicePort, args: tokenSidecar, keys: k, pid: sluicePID})
-		report(fmt.Sprintf("token bucket, keys from %d, -P 16", k), c)
+		if name := fmt.Sprintf("token bucket, keys from %d, -P 16", k); wanted(name) {
+			c := compare(rdb, *requests, *clients, 16, target{port: redisPort, args: tokenDirect, keys: k},
+				target{port: sluicePort, args: tokenSidecar, keys: k, pid: sluicePID})
+			report(name, c)
+		}
 	}
 
 	// One hot key allowed: a limit high enough to admit everything.
 	hotDirect := []string{"EVALSHA", baseline.GCRA.SHA, "1", "hot-open", "1000000000", "1000000", "1", "1"}
 	hotSidecar := []string{"CL.THROTTLE", "hot-open", "1000000000", "1000000", "1", "1"}
-	c := compare(rdb, *requests, *clients, 16, target{port: redisPort, args: hotDirect},
-		target{port: sluicePort, args: hotSidecar, pid: sluicePID})
-	report("one hot key allowed, -P 16", c)
+	if name := "one hot key allowed, -P 16"; wanted(name) {
+		c := compare(rdb, *requests, *clients, 16, target{port: redisPort, args: hotDirect},
+			target{port: sluicePort, args: hotSidecar, pid: sluicePID})
+		report(name, c)
+	}
 
 	// One hot key refused: burst 0 at 1 per hour.
 	coldDirect := []string{"EVALSHA", baseline.GCRA.SHA, "1", "hot", "0", "1", "3600", "1"}
 	coldSidecar := []string{"CL.THROTTLE", "hot", "0", "1", "3600", "1"}
-	c = compare(rdb, *requests, *clients, 16, target{port: redisPort, args: coldDirect},
-		target{port: sluicePort, args: coldSidecar, pid: sluicePID}, pingTCP)
-	report("one hot key refused, -P 16", c)
-	fmt.Printf("    round trips reaching Redis through Sluice: %.2f%% of requests\n", 100*c.b.evalshaPerRequest)
+	if name := "one hot key refused, -P 16"; wanted(name) {
+		c := compare(rdb, *requests, *clients, 16, target{port: redisPort, args: coldDirect},
+			target{port: sluicePort, args: coldSidecar, pid: sluicePID}, pingTCP)
+		report(name, c)
+		fmt.Printf("    round trips reaching Redis through Sluice: %.2f%% of requests\n", 100*c.b.evalshaPerRequest)
+	}
 
 	// The application reaching its sidecar over a Unix socket; direct
 	// calls stay on TCP, as a central Redis is on another machine.
@@ -168,6 +201,9 @@ func main() {
 		{"GCRA, keys from 1000000, -P 1, Unix socket", 1, gcraDirect, 1_000_000, gcraSidecar},
 		{"one hot key refused, -P 16, Unix socket", 16, coldDirect, 0, coldSidecar},
 	} {
+		if !wanted(row.name) {
+			continue
+		}
 		c := compare(rdb, *requests, *clients, row.p, target{port: redisPort, args: row.direct, keys: row.keys},
 			target{socket: sluiceSocket, args: row.side, keys: row.keys, pid: sluiceUnixPID}, pingUnix)
 		report(row.name, c)
@@ -175,14 +211,20 @@ func main() {
 
 	// One client, one request at a time: latency.
 	// A tenth of the requests: plenty for a median, and ten times faster.
-	c = compare(rdb, *requests/10, 1, 1, target{port: redisPort, args: gcraDirect},
-		target{port: sluicePort, args: gcraSidecar, pid: sluicePID})
-	fmt.Printf("%-40s p50 direct %.3f ms, Sluice %.3f ms, difference %+.3f ms\n", "-c 1 latency", c.a.p50, c.b.p50, c.b.p50-c.a.p50)
+	if name := "-c 1 latency"; wanted(name) {
+		c := compare(rdb, *requests/10, 1, 1, target{port: redisPort, args: gcraDirect},
+			target{port: sluicePort, args: gcraSidecar, pid: sluicePID})
+		fmt.Printf("%-40s p50 direct %.3f ms, Sluice %.3f ms, difference %+.3f ms\n", name, c.a.p50, c.b.p50, c.b.p50-c.a.p50)
+	}
 
 	// The in-memory store against a server that answers from nothing, and
 	// Redis answering PING beside them: the ceiling of any RESP server on
 	// this machine. Keys from 100,000, the default --max-keys.
 	for _, p := range []int{1, 16} {
+		name := fmt.Sprintf("in-memory store, -P %d", p)
+		if !wanted(name) {
+			continue
+		}
 		n := *requests
 		if p > 1 {
 			// Five times the requests: at over 500,000 a second, a run of
@@ -194,7 +236,7 @@ func main() {
 			target{port: memPort, args: gcraSidecar, pid: memPID})
 		pc := compare(nil, n, *clients, p, pingTCP, target{port: memPort, args: gcraSidecar, pid: memPID})
 		fmt.Printf("%-40s constant reply %9.0f/s, Sluice in-memory %9.0f/s, ratio %.2f; to Redis answering PING %.2f; CPU µs per request: constant %.2f, Sluice %.2f\n",
-			fmt.Sprintf("in-memory store, -P %d", p), c.a.rps, c.b.rps, c.ratio, pc.ratio, c.a.serverCPU, c.b.serverCPU)
+			name, c.a.rps, c.b.rps, c.ratio, pc.ratio, c.a.serverCPU, c.b.serverCPU)
 	}
 }
 
@@ -283,8 +325,8 @@ func medianSample(ss []sample) sample {
 // process's CPU per request, redis-benchmark's included: where they all
 // share the machine's CPUs, as here, that sum is what bounds throughput.
 func report(name string, c comparison) {
-	fmt.Printf("%-40s direct %9.0f/s, Sluice %9.0f/s, ratio %.2f; Redis CPU µs per request: direct %.2f, Sluice %.2f (%.0f%%); Sluice's own %.2f; all processes: direct %.2f, Sluice %.2f",
-		name, c.a.rps, c.b.rps, c.ratio, c.a.redisCPU, c.b.redisCPU, 100*c.cpuRatio, c.b.serverCPU,
+	fmt.Printf("%-40s direct %9.0f/s, Sluice %9.0f/s, ratio %.2f; p50 ms: direct %.3f, Sluice %.3f; Redis CPU µs per request: direct %.2f, Sluice %.2f (%.0f%%); Sluice's own %.2f; all processes: direct %.2f, Sluice %.2f",
+		name, c.a.rps, c.b.rps, c.ratio, c.a.p50, c.b.p50, c.a.redisCPU, c.b.redisCPU, 100*c.cpuRatio, c.b.serverCPU,
 		c.a.redisCPU+c.a.clientCPU, c.b.redisCPU+c.b.serverCPU+c.b.clientCPU)
 	if c.ceiling > 0 {
 		// redis-benchmark is one thread: near 100% of a CPU, it is the

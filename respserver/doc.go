@@ -10,14 +10,18 @@
 // command table (commands.go), which also feeds COMMAND, COMMAND DOCS and
 // arity checks, so the table is the single description of the surface.
 //
-// On Linux an event loop (loop_linux.go) serves the connections: one
+// On Linux, event loops (package evloop, given in Config.Loops; the
+// server's share of one is loop_linux.go) serve the connections: one
 // goroutine waits on epoll for all of them, reads each that has sent
 // something, and hands every decision read in that round to the service
 // as one batch, so that the store behind it (a batcher, Redis) pays one
 // round trip for the decisions of many connections, and a request costs
-// one read and one write, no goroutine switch. Elsewhere, or with Loops
-// -1, each connection has a goroutine of its own, which decides what one
-// read brought as one batch. Either way a command that is not a decision
+// one read and one write, no goroutine switch. The server does not know
+// the store: app may have the store read Redis's replies on the same loop,
+// and the loop's hold (evloop.Hold) waits for a small round's reply.
+// Elsewhere, or with no Loops (--io-loops 0), each connection has a
+// goroutine of its own, which decides what one read brought as one batch.
+// Either way a command that is not a decision
 // (RL.RESET, HELLO, AUTH, …) first settles the decisions queued before it,
 // so that replies keep the pipeline's order and effects.
 //
@@ -42,8 +46,8 @@
 // watches.
 //
 // What one connection does to another (CLIENT KILL, a MONITOR line) is
-// asked of whatever serves the other: its event loop, woken through its
-// eventfd as a landing wakes it (asks_linux.go), or its own goroutine,
+// asked of whatever serves the other: its event loop, through a function
+// posted to it (asks_linux.go), or its own goroutine,
 // through its net.Conn. Nothing touches another connection's descriptor
 // or buffers (clientlist.go, monitor.go).
 package respserver

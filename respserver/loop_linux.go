@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,13 +14,14 @@ import (
 	"github.com/tidwall/redcon"
 	"golang.org/x/sys/unix"
 
+	"github.com/sluice-rl/sluice/internal/evloop"
 	"github.com/sluice-rl/sluice/service"
 )
 
-// loop is an event loop: one goroutine that waits on epoll for every
-// connection it serves, reads each that has sent something, hands the
-// decisions of all of them to the service as one batch, and writes every
-// reply.
+// loop is the server's share of an event loop (evloop): the connections
+// it serves there, read when they have sent something; at the end of each
+// of the loop's turns, the decisions of all of them are handed to the
+// service as one batch, and every reply is written.
 //
 // Go's own network poller gives each connection a goroutine, which costs a
 // wake-up, a read that finds nothing and, on a busy machine, thread
@@ -33,44 +33,28 @@ import (
 // loop goes on: reading, answering what needs no round trip (PING,
 // errors, deny-cache hits, the in-memory store), and queueing each
 // connection's next decisions behind its batch in flight. When a batch
-// lands, the goroutine that completed it puts its segments on the loop's
-// landed queue and wakes the loop, which writes the replies in order. The
-// first loop reads the upstream store's replies itself (Config.Upstream),
-// so that its batches land on it without a wake-up. A
-// command that waits on Redis without being a decision (RL.RESET) runs on
-// a goroutine of its own and lands the same way.
+// lands, the goroutine that completed it puts its segments on the landed
+// queue and wakes the loop, which writes the replies in order at the end
+// of its turn. The store may read its replies on the same event loop (app
+// wires it so; the server does not know): its batches then land on the
+// loop's own goroutine, and the wake-up costs nothing. A command that
+// waits on Redis without being a decision (RL.RESET) runs on a goroutine
+// of its own and lands the same way.
 type loop struct {
 	s    *Server
-	ep   int // the epoll instance
-	wake int // an eventfd that wakes the loop: new connections, landings, drain, stop
+	el   *evloop.Loop
 	load atomic.Int64
 
-	mu       sync.Mutex
-	incoming []*loopConn // guarded by mu: adopted, not yet seen by the loop
-	landed   []*segment  // guarded by mu: segments whose results are in
-	evicts   []*client   // guarded by mu: connections the input budget closes
-	asks     []*loopConn // guarded by mu: connections other goroutines asked about: CLIENT KILL, MONITOR lines (asks_linux.go)
-	deciding bool        // guarded by mu: the loop is inside Service.Decide or pumping the upstream; it takes landings itself after
-	stopped  bool        // guarded by mu: adopts no more connections
-	ended    bool        // guarded by mu: the loop has closed its descriptors
+	mu      sync.Mutex
+	landed  []*segment // guarded by mu: segments whose results are in
+	stopped bool       // guarded by mu: adopts no more connections
 
 	drainAt atomic.Int64 // UnixNano at which to close every connection; 0: none
-	stopNow atomic.Bool
 	cuts    atomic.Int64 // rounds handed over in parts
 
-	upstream Upstream // the store this loop reads the replies of; nil: none
-	// smallRound: the last round went whole, too small to be cut in
-	// parts; missed: holds in a row that no reply ended; holdOff: no hold
-	// before it (see holdUpstream).
-	smallRound bool
-	missed     int
-	holdOff    time.Time
-	holdFDs    [1]unix.PollFd
-
 	// The loop goroutine's own.
-	conns   map[int]*loopConn
-	touched []*loopConn // connections with something to do this turn
-	events  []unix.EpollEvent
+	conns   map[*loopConn]struct{}
+	touched []*loopConn      // connections with something to do this turn
 	batches []*service.Batch // a round's batches, reused
 	taking  []*segment       // the landed queue, swapped out
 	parting []*segment       // a round's segments while decide cuts it
@@ -79,14 +63,16 @@ type loop struct {
 	rounds  sync.Pool        // *round
 }
 
-// loopConn is a connection a loop serves.
+// loopConn is a connection a loop serves: the handler of its descriptor.
 type loopConn struct {
+	l       *loop
 	fd      int
+	w       *evloop.Watcher // nil until the loop welcomes it
+	watched evloop.Events   // what w waits for
 	c       *client
-	watched uint32 // the epoll events registered for it; 0: none (removed from epoll)
-	blocked bool   // replies wait for room in the socket
-	eof     bool   // the client has sent all it will: close once answered
-	touched bool   // in the loop's touched list
+	blocked bool // replies wait for room in the socket
+	eof     bool // the client has sent all it will: close once answered
+	touched bool // in the loop's touched list
 }
 
 // round is one hand-over to the service: the segments that land together.
@@ -96,58 +82,29 @@ type round struct {
 	landed func()
 }
 
-// upstreamEvent is the epoll data of the upstream store's connection: no
-// descriptor's number.
-const upstreamEvent = -2
-
 // maxQueued bounds the replies a connection may owe behind its batch in
 // flight before the loop stops reading it until that batch lands.
 const maxQueued = 4096
 
-// startLoops starts n event loops; none for n < 1.
-func startLoops(s *Server, n int) ([]*loop, error) {
+// startLoops takes a share of each event loop: its turns from now on.
+func startLoops(s *Server, els []*evloop.Loop) ([]*loop, error) {
 	var loops []*loop
-	for range n {
-		l, err := newLoop(s)
-		if err != nil {
+	for i, el := range els {
+		l := &loop{s: s, el: el, conns: make(map[*loopConn]struct{})}
+		l.rounds.New = func() any {
+			r := &round{l: l}
+			r.landed = r.land
+			return r
+		}
+		if !el.OnTurn(l.turn) {
 			for _, l := range loops {
 				l.stop()
 			}
-			return nil, fmt.Errorf("respserver: event loop: %w", err)
+			return nil, fmt.Errorf("respserver: event loop %d: %w", i, evloop.ErrClosed)
 		}
 		loops = append(loops, l)
-		if len(loops) == 1 && s.cfg.Upstream != nil {
-			l.upstream = s.cfg.Upstream
-			l.upstream.PollWith(l.watchUpstream)
-		}
-		go l.run()
 	}
 	return loops, nil
-}
-
-func newLoop(s *Server) (*loop, error) {
-	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		return nil, err
-	}
-	wake, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
-	if err != nil {
-		unix.Close(ep)
-		return nil, err
-	}
-	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake)}); err != nil {
-		unix.Close(ep)
-		unix.Close(wake)
-		return nil, err
-	}
-	l := &loop{s: s, ep: ep, wake: wake, conns: make(map[int]*loopConn),
-		events: make([]unix.EpollEvent, 256)}
-	l.rounds.New = func() any {
-		r := &round{l: l}
-		r.landed = r.land
-		return r
-	}
-	return l, nil
 }
 
 // pollable tells whether a loop can serve nc: it needs its descriptor.
@@ -179,46 +136,31 @@ func (l *loop) adopt(nc net.Conn, c *client) error {
 	if dupErr != nil {
 		return dupErr
 	}
-	_ = nc.Close()
 	if err := unix.SetNonblock(fd, true); err != nil {
 		unix.Close(fd)
 		return err
 	}
-	lc := &loopConn{fd: fd, c: c}
-	c.lc = lc // c.loop is l already (register)
+	lc := &loopConn{l: l, fd: fd, c: c}
+	c.lc = lc // c.loop is l already (register); ask reads lc under l.mu
 	c.fd.Store(int32(fd))
-	l.incoming = append(l.incoming, lc)
-	l.signalLocked()
+	if !l.el.Post(func() { l.welcome(lc) }) {
+		unix.Close(fd)
+		c.lc = nil
+		return evloop.ErrClosed
+	}
+	_ = nc.Close()
 	return nil
 }
 
-// signal wakes the loop, unless it has ended.
-func (l *loop) signal() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.signalLocked()
-}
-
-// signalLocked is signal with l.mu held: once the loop ends, its eventfd
-// is closed, and the number may already name another file.
-func (l *loop) signalLocked() {
-	if l.ended {
-		return
-	}
-	one := [8]byte{1}
-	_, _ = unix.Write(l.wake, one[:])
-}
-
 // land puts segments whose results are in on the landed queue, from
-// whichever goroutine completed them, and wakes the loop unless it is the
-// one deciding (it takes the queue itself when Decide returns).
+// whichever goroutine completed them, and wakes the loop: at no cost when
+// the loop's own goroutine completed them (the store's replies read on
+// it, the in-memory store deciding inside handOver).
 func (l *loop) land(segs ...*segment) {
 	l.mu.Lock()
 	l.landed = append(l.landed, segs...)
-	if !l.deciding {
-		l.signalLocked()
-	}
 	l.mu.Unlock()
+	l.el.Wake()
 }
 
 // land is a round's completion: its segments land together.
@@ -232,10 +174,13 @@ func (r *round) land() {
 
 // evictLater has the loop close c for the input budget.
 func (l *loop) evictLater(c *client) {
-	l.mu.Lock()
-	l.evicts = append(l.evicts, c)
-	l.signalLocked()
-	l.mu.Unlock()
+	l.el.Post(func() {
+		if lc := c.lc; lc != nil && lc.fd >= 0 {
+			c.out = redcon.AppendError(c.out, errInputBudget)
+			l.write(lc)
+			l.close(lc, nil)
+		}
+	})
 }
 
 // drainUntil has the loop close every connection at t, or once its
@@ -243,155 +188,21 @@ func (l *loop) evictLater(c *client) {
 // served as before.
 func (l *loop) drainUntil(t time.Time) {
 	l.drainAt.Store(t.UnixNano())
-	l.signal()
+	l.el.WakeAt(t)
 }
 
-// stop has the loop close every connection it serves and end.
+// stop has the loop close every connection it serves, and adopt no more.
+// The event loop itself goes on (app closes it); once it has ended, each
+// connection was closed by its Ended.
 func (l *loop) stop() {
 	l.mu.Lock()
 	l.stopped = true
 	l.mu.Unlock()
-	l.stopNow.Store(true)
-	l.signal()
-}
-
-func (l *loop) run() {
-	defer l.end()
-	for !l.stopNow.Load() {
-		timeout := -1
-		if wait, draining := l.drainLeft(); wait > 0 {
-			timeout = int((wait + time.Millisecond - 1) / time.Millisecond)
-		} else if draining {
-			l.closeIdle()
+	l.el.Post(func() {
+		for lc := range l.conns {
+			l.close(lc, nil)
 		}
-		n, err := l.wait(timeout)
-		if err != nil {
-			if err == unix.EINTR {
-				continue
-			}
-			l.s.log.Error("event loop failed; closing its connections", "err", err)
-			return
-		}
-		for _, ev := range l.events[:n] {
-			fd := int(ev.Fd)
-			switch fd {
-			case l.wake:
-				l.welcome()
-				continue
-			case upstreamEvent:
-				l.pumpUpstream()
-				continue
-			}
-			lc := l.conns[fd]
-			if lc == nil {
-				continue
-			}
-			if ev.Events&unix.EPOLLOUT != 0 && lc.blocked {
-				lc.blocked = false
-				l.touch(lc)
-			}
-			if l.reading(lc) && ev.Events&(unix.EPOLLIN|unix.EPOLLHUP|unix.EPOLLERR|unix.EPOLLRDHUP) != 0 {
-				l.read(lc)
-			}
-		}
-		l.turn()
-	}
-}
-
-// wait waits for events. While a small round is at the upstream, it may
-// first wait for its reply alone (holdUpstream). It looks without
-// blocking, and before it
-// blocks lets the goroutines this turn woke run on this thread (a TLS
-// upstream's reply reader, an RL.RESET): a loop that blocks in epoll_wait
-// at once leaves them to another thread, which costs a wake-up or two.
-// Where the loop reads the upstream's replies itself the yield finds
-// little to run, but the moment it takes gathers a little more for the
-// next batch: without it, measured at -P 1, batches were smaller and Redis
-// spent about a tenth more per decision, for no more throughput.
-func (l *loop) wait(timeout int) (int, error) {
-	if timeout != 0 && l.holdUpstream() {
-		l.events[0] = unix.EpollEvent{Events: unix.EPOLLIN, Fd: upstreamEvent}
-		return 1, nil
-	}
-	n, err := unix.EpollWait(l.ep, l.events, 0)
-	if n != 0 || err != nil || timeout == 0 {
-		return n, err
-	}
-	runtime.Gosched()
-	return unix.EpollWait(l.ep, l.events, timeout)
-}
-
-// holdFor is how long the loop waits for the reply of a small round in
-// flight before it reads its connections again; after maxMissed holds in
-// a row that no reply ended, it does not hold for holdOffFor.
-const (
-	holdFor    = 300 * time.Microsecond
-	maxMissed  = 8
-	holdOffFor = 100 * time.Millisecond
-)
-
-// holdUpstream waits up to holdFor for the upstream's reply to the small
-// round in flight, and reports whether it came; the loop's connections
-// are not read meanwhile. Read at once, the requests that come during a
-// round trip make one small batch after another, each a wake-up of the
-// loop; held, they wait in their sockets until the reply is written and
-// are then read together, while the loop sleeps. Side by side (6 pairs
-// at -P 16, 8 at -P 1, over a million keys), it took Sluice's CPU at
-// -P 16 from 2.05 to 1.75 µs a request, and redis-benchmark's p50 at
-// -P 1 from 0.38 to 0.29 ms, throughput unchanged. A Redis that misses
-// maxMissed holds in a row (far away, paused, slow) is not held for
-// during holdOffFor: the loop then reads its connections as soon as they
-// send, and what waits in them waits holdFor at most, now and then.
-func (l *loop) holdUpstream() bool {
-	if !l.smallRound || l.upstream == nil {
-		return false
-	}
-	fd := l.upstream.Owing()
-	if fd < 0 {
-		return false
-	}
-	now := time.Now()
-	if now.Before(l.holdOff) {
-		return false
-	}
-	l.holdFDs[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
-	ts := unix.NsecToTimespec(int64(holdFor))
-	n, err := unix.Ppoll(l.holdFDs[:], &ts, nil)
-	if n > 0 {
-		l.missed = 0
-		return true
-	}
-	if err == nil {
-		if l.missed++; l.missed >= maxMissed {
-			l.missed = 0
-			l.holdOff = now.Add(holdOffFor)
-		}
-	}
-	return false
-}
-
-// watchUpstream adds the upstream store's connection to the loop's epoll;
-// the store calls it, on any goroutine, when it connects. The connection
-// leaves the epoll when the store closes it.
-func (l *loop) watchUpstream(fd int) error {
-	return unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: upstreamEvent})
-}
-
-// pumpUpstream reads the upstream store's replies that have come: their
-// batches land on this goroutine, taken at the end of the turn.
-func (l *loop) pumpUpstream() {
-	l.setDeciding(true)
-	l.upstream.Pump()
-	l.setDeciding(false)
-}
-
-// setDeciding says whether the loop itself is running what may land
-// segments (Service.Decide, the upstream's pump): while it is, a landing
-// does not wake it, as it takes the landed queue itself after.
-func (l *loop) setDeciding(on bool) {
-	l.mu.Lock()
-	l.deciding = on
-	l.mu.Unlock()
+	})
 }
 
 // drainLeft is how long connections are still served while draining.
@@ -403,32 +214,37 @@ func (l *loop) drainLeft() (time.Duration, bool) {
 	return time.Until(time.Unix(0, at)), true
 }
 
-// welcome registers the connections adopted since the last wake-up.
-func (l *loop) welcome() {
-	var buf [8]byte
-	_, _ = unix.Read(l.wake, buf[:])
-	l.mu.Lock()
-	in, evicts, asks := l.incoming, l.evicts, l.asks
-	l.incoming, l.evicts, l.asks = nil, nil, nil
-	l.mu.Unlock()
-	for _, c := range evicts {
-		if lc := c.lc; lc != nil && lc.fd >= 0 {
-			c.out = redcon.AppendError(c.out, errInputBudget)
-			l.write(lc)
-			l.close(lc, nil)
-		}
+// welcome starts watching a connection adopted.
+func (l *loop) welcome(lc *loopConn) {
+	w, err := l.el.Watch(lc.fd, evloop.Readable, lc)
+	l.conns[lc] = struct{}{}
+	if err != nil {
+		l.close(lc, err)
+		return
 	}
-	for _, lc := range in {
-		l.conns[lc.fd] = lc
-		if l.watch(lc); lc.fd < 0 {
-			continue
-		}
-		if wait, draining := l.drainLeft(); (draining && wait <= 0) || lc.c.killed.Load() {
-			l.close(lc, nil)
-		}
+	lc.w, lc.watched = w, evloop.Readable
+	if wait, draining := l.drainLeft(); (draining && wait <= 0) || lc.c.killed.Load() {
+		l.close(lc, nil)
 	}
-	l.answer(asks)
 }
+
+// Ready reads what the client sent, or writes what waited for room.
+func (lc *loopConn) Ready(ev evloop.Events) {
+	l := lc.l
+	if lc.fd < 0 {
+		return
+	}
+	if ev&evloop.Writable != 0 && lc.blocked {
+		lc.blocked = false
+		l.touch(lc)
+	}
+	if ev&evloop.Readable != 0 && l.reading(lc) {
+		l.read(lc)
+	}
+}
+
+// Ended closes the connection: its event loop has ended.
+func (lc *loopConn) Ended() { lc.l.close(lc, nil) }
 
 // touch puts a connection on this turn's list.
 func (l *loop) touch(lc *loopConn) {
@@ -480,6 +296,9 @@ func (c *client) takeRead(n int) {
 // touched connections' decisions to the service as one batch, takes what
 // that answered at once, and writes every reply.
 func (l *loop) turn() {
+	if wait, draining := l.drainLeft(); draining && wait <= 0 {
+		l.closeIdle()
+	}
 	l.takeLanded()
 	for l.handOver() {
 		l.takeLanded()
@@ -564,15 +383,14 @@ func (l *loop) handOver() bool {
 		l.rounds.Put(r)
 		return false
 	}
-	l.setDeciding(true)
 	l.decide(r, bs)
-	l.setDeciding(false)
 	clear(l.batches)
 	return true
 }
 
 // decide hands a round's batches, whose segments r holds, to the service.
-// A large round goes in Config.RoundParts parts of about equal size,
+// A large round goes in as many parts as the store sends round trips at
+// once (the service's InFlight), of about equal size,
 // whole connections each, which the store sends as round trips in flight
 // together: Redis then decides one part while the loop writes the
 // replies of another and reads what their clients send next. Handed over
@@ -584,8 +402,11 @@ func (l *loop) decide(r *round, bs []*service.Batch) {
 	for _, b := range bs {
 		l.sizes = append(l.sizes, b.Len())
 	}
-	l.ends = cutRound(l.sizes, l.s.cfg.RoundParts, l.ends[:0])
-	l.smallRound = len(l.ends) == 1
+	l.ends = cutRound(l.sizes, l.s.cfg.Service.InFlight(), l.ends[:0])
+	// A round handed over whole is worth the event loop's hold: its reply
+	// ends it (evloop's holdFor says why). Parts in flight are not: Redis
+	// decides one while the loop answers another.
+	l.el.Hold(len(l.ends) == 1)
 	if len(l.ends) == 1 {
 		l.s.cfg.Service.Decide(bs, r.landed)
 		return
@@ -670,31 +491,21 @@ func (l *loop) write(lc *loopConn) {
 	}
 }
 
-// watch registers with epoll what the loop waits for on a connection: room
-// to write, something to read, or nothing (it is removed from epoll, so
-// that a connection the loop does not read cannot wake it again and
-// again).
+// watch tells the event loop what to wait for on a connection: room to
+// write, something to read, or nothing (so that a connection the loop
+// does not read cannot wake it again and again).
 func (l *loop) watch(lc *loopConn) {
-	var want uint32
+	var want evloop.Events
 	switch {
 	case lc.blocked:
-		want = unix.EPOLLOUT
+		want = evloop.Writable
 	case l.reading(lc):
-		want = unix.EPOLLIN | unix.EPOLLRDHUP
+		want = evloop.Readable
 	}
-	if want == lc.watched {
+	if want == lc.watched || lc.w == nil {
 		return
 	}
-	var err error
-	switch {
-	case want == 0:
-		err = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, lc.fd, nil)
-	case lc.watched == 0:
-		err = unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, lc.fd, &unix.EpollEvent{Events: want, Fd: int32(lc.fd)})
-	default:
-		err = unix.EpollCtl(l.ep, unix.EPOLL_CTL_MOD, lc.fd, &unix.EpollEvent{Events: want, Fd: int32(lc.fd)})
-	}
-	if err != nil {
+	if err := lc.w.Set(want); err != nil {
 		l.close(lc, err)
 		return
 	}
@@ -707,11 +518,11 @@ func (l *loop) close(lc *loopConn, err error) {
 	if lc.fd < 0 {
 		return
 	}
-	if lc.watched != 0 {
-		_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, lc.fd, nil)
+	if lc.w != nil {
+		lc.w.Remove()
 	}
 	unix.Close(lc.fd)
-	delete(l.conns, lc.fd)
+	delete(l.conns, lc)
 	lc.fd = -1
 	l.load.Add(-1)
 	l.s.closed(lc.c, err)
@@ -720,33 +531,9 @@ func (l *loop) close(lc *loopConn, err error) {
 // closeIdle closes, once draining is over, every connection that owes
 // nothing; the others close as soon as their answers are out (turn).
 func (l *loop) closeIdle() {
-	for _, lc := range l.conns {
+	for lc := range l.conns {
 		if lc.c.idle() {
 			l.close(lc, nil)
 		}
 	}
-}
-
-// end closes everything the loop holds, once it stops.
-func (l *loop) end() {
-	if l.upstream != nil {
-		l.upstream.Unpoll() // before ep closes
-	}
-	l.mu.Lock()
-	l.stopped = true
-	in := l.incoming
-	l.incoming = nil
-	l.mu.Unlock()
-	for _, lc := range in {
-		unix.Close(lc.fd)
-		l.s.closed(lc.c, nil)
-	}
-	for _, lc := range l.conns {
-		l.close(lc, nil)
-	}
-	l.mu.Lock()
-	l.ended = true
-	unix.Close(l.ep)
-	unix.Close(l.wake)
-	l.mu.Unlock()
 }

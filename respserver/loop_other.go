@@ -7,16 +7,24 @@ import (
 	"net"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/evloop"
 )
 
-// loop is the event loop, which only Linux has (loop_linux.go). Elsewhere
-// no loop starts, and every connection has a goroutine of its own.
+// loop is the server's share of an event loop, which only Linux has
+// (loop_linux.go). Elsewhere none exists, and every connection has a
+// goroutine of its own.
 type loop struct{ load atomic.Int64 }
 
 // loopConn is a connection a loop serves: none here.
 type loopConn struct{}
 
-func startLoops(*Server, int) ([]*loop, error) { return nil, nil }
+func startLoops(_ *Server, els []*evloop.Loop) ([]*loop, error) {
+	if len(els) > 0 {
+		return nil, errors.New("respserver: event loops are Linux's")
+	}
+	return nil, nil
+}
 
 func pollable(net.Conn) bool { return false }
 

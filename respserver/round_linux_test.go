@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sluice-rl/sluice/engine/chain"
+	"github.com/sluice-rl/sluice/service"
 )
 
 // A large round is cut into parts of about equal size at batch (that is,
@@ -55,7 +56,13 @@ func TestCutRoundsKeepOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Close)
-	srv, addr := startServer(t, Config{Service: testService(t, b, nil), RoundParts: 2})
+	// The service says the store has two round trips in flight: the
+	// loop cuts large rounds in two.
+	svc, err := service.New(service.Config{Store: b, StoreName: "memory", InFlight: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, addr := startServer(t, Config{Service: svc})
 	const conns, pipeline, rounds = 10, 40, 5
 	var wg sync.WaitGroup
 	for c := range conns {

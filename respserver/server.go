@@ -13,6 +13,7 @@ import (
 
 	"github.com/tidwall/redcon"
 
+	"github.com/sluice-rl/sluice/internal/evloop"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -58,36 +59,15 @@ type Config struct {
 	// keyspace; it is called on the connection's loop, so it must be
 	// quick. Nil means none.
 	Keys func() int
-	// Loops is how many event loops serve connections, each on one thread
-	// (Linux only). A loop reads every connection that has sent something,
-	// decides all they sent as one batch and writes every reply, so
-	// connections cost no goroutine switches and their decisions batch
-	// together. Zero means 1. -1, and any system but Linux, gives each
-	// connection a goroutine of its own instead.
-	Loops int
-	// Upstream, if set, is the store whose replies the first event loop
-	// reads itself: the loop watches the store's connection in its own
-	// epoll and pumps it when a reply has come, so that the reply reaches
-	// the loop that answers it with no thread woken in between.
-	Upstream Upstream
-	// RoundParts is how many parts an event loop hands a round of many
-	// decisions over in: as many as the store sends round trips at once,
-	// so that Redis decides one part while the loop answers another. Zero
-	// or 1 hands every round over whole.
-	RoundParts int
-}
-
-// Upstream is a store an event loop can read the replies of
-// (upstream.Store): PollWith hands the loop a function that adds a
-// connection's descriptor to its epoll, the loop calls Pump when the
-// descriptor is readable, and Unpoll when it ends.
-type Upstream interface {
-	PollWith(watch func(fd int) error)
-	Pump()
-	Unpoll()
-	// Owing is the descriptor of the connection the loop reads while
-	// replies are owed on it, else -1.
-	Owing() int
+	// Loops are the event loops that serve connections, each on one
+	// thread (Linux only; see evloop): a loop reads every connection that
+	// has sent something, decides all they sent as one batch and writes
+	// every reply, so connections cost no goroutine switches and their
+	// decisions batch together. The caller runs and closes them; a
+	// connection is given to the loop serving the fewest. None (the zero
+	// value, as --io-loops 0) gives each connection a goroutine of its
+	// own.
+	Loops []*evloop.Loop
 }
 
 // InfoSection is one section of INFO, read each time INFO asks.
@@ -136,7 +116,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.MaxRequestBytes < 0 || cfg.MaxInputMemory < 0 || cfg.MaxConns < 0 || cfg.MaxArgs < 0 || cfg.Loops < -1 {
+	if cfg.MaxRequestBytes < 0 || cfg.MaxInputMemory < 0 || cfg.MaxConns < 0 || cfg.MaxArgs < 0 {
 		return nil, errors.New("respserver: negative limit in Config")
 	}
 	if cfg.MaxRequestBytes == 0 {
@@ -150,9 +130,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxInputMemory == 0 {
 		cfg.MaxInputMemory = 256 << 20
-	}
-	if cfg.Loops == 0 {
-		cfg.Loops = 1
 	}
 	return &Server{
 		cfg:     cfg,

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/engine/memstore"
+	"github.com/sluice-rl/sluice/internal/evloop"
 	"github.com/sluice-rl/sluice/policy"
 )
 
@@ -63,16 +64,45 @@ func testPolicies(t testing.TB) engine.Policies {
 	return set
 }
 
-// testLoops, when not zero, is the Loops of every server a test starts
-// (see TestGoroutineTransport).
-var testLoops int
+// testGoroutines gives every server a test starts with no Loops of its
+// own a goroutine per connection, instead of one event loop (see
+// TestGoroutineTransport).
+var testGoroutines bool
+
+// testLoops runs n event loops until the test ends; for n == 0, or where
+// there are none (not Linux), it returns an empty, non-nil list: a
+// goroutine per connection, which serveOn leaves so.
+func testLoops(t testing.TB, n int) []*evloop.Loop {
+	t.Helper()
+	loops := []*evloop.Loop{}
+	for range n {
+		l, err := evloop.New()
+		if errors.Is(err, errors.ErrUnsupported) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := make(chan error, 1)
+		go func() { ran <- l.Run() }()
+		t.Cleanup(func() {
+			l.Close()
+			if err := <-ran; err != nil {
+				t.Errorf("event loop: %v", err)
+			}
+		})
+		loops = append(loops, l)
+	}
+	return loops
+}
 
 // serveOn serves cfg on a fresh loopback port; Serve's result arrives on
-// the channel.
+// the channel. Without Loops, the server has one event loop of its own
+// (unless testGoroutines).
 func serveOn(t testing.TB, cfg Config) (*Server, net.Listener, chan error) {
 	t.Helper()
-	if cfg.Loops == 0 {
-		cfg.Loops = testLoops
+	if cfg.Loops == nil && !testGoroutines {
+		cfg.Loops = testLoops(t, 1)
 	}
 	srv, err := New(cfg)
 	if err != nil {

@@ -54,6 +54,11 @@ type Config struct {
 	// means 2s. Decisions get no
 	// deadline here: the store bounds its own waits (engine.Store).
 	ResetTimeout time.Duration
+	// InFlight is how many round trips the store has in flight at once
+	// (the batcher's limit): a door that hands over a large round of
+	// decisions cuts it into as many parts, so that the store decides one
+	// while the door answers another. Zero or 1: rounds go whole.
+	InFlight int
 }
 
 // Service decides batches of requests for every front door. Its methods
@@ -64,6 +69,7 @@ type Service struct {
 	tracer       trace.Tracer
 	resetTimeout time.Duration
 	storeName    string
+	inFlight     int
 
 	leaser engine.Leaser
 
@@ -85,7 +91,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.ResetTimeout = 2 * time.Second
 	}
 	s := &Service{store: cfg.Store, policies: cfg.Policies, tracer: cfg.Tracer, resetTimeout: cfg.ResetTimeout,
-		leaser: cfg.Leaser, storeName: cmp.Or(cfg.StoreName, engine.PathStore.String())}
+		leaser: cfg.Leaser, storeName: cmp.Or(cfg.StoreName, engine.PathStore.String()), inFlight: cfg.InFlight}
 	if s.leaser == nil {
 		s.leaser, _ = cfg.Store.(engine.Leaser)
 	}
@@ -96,6 +102,10 @@ func New(cfg Config) (*Service, error) {
 	}
 	return s, nil
 }
+
+// InFlight is Config.InFlight: how many parts a door cuts a large round
+// into.
+func (s *Service) InFlight() int { return s.inFlight }
 
 // PathName names a decision's path for a reader: the store's name
 // (Config.StoreName) for engine.PathStore, the path's own name for the

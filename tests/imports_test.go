@@ -66,3 +66,23 @@ func TestImportsPointDown(t *testing.T) {
 		t.Errorf("checked %d packages; go list printed:\n%s", seen, out)
 	}
 }
+
+// The event loop package is shared by a door (respserver) and the store
+// (upstream), which know nothing of each other: it depends on no package
+// of the project, directly or through another.
+func TestEventLoopDependsOnNoProjectPackage(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "../internal/evloop").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	const mod = "github.com/sluice-rl/sluice/"
+	deps := strings.Fields(string(out))
+	if len(deps) == 0 || deps[len(deps)-1] != mod+"internal/evloop" {
+		t.Fatalf("go list -deps printed no internal/evloop last:\n%s", out)
+	}
+	for _, dep := range deps[:len(deps)-1] {
+		if strings.HasPrefix(dep, mod) {
+			t.Errorf("internal/evloop depends on %s", dep)
+		}
+	}
+}

@@ -190,12 +190,17 @@ func TestReadinessFollowsRedisWithoutTraffic(t *testing.T) {
 }
 
 // With two event loops, the first reads every batch's reply from Redis,
-// the second's included, and each connection gets exactly its own
-// decisions, in order: a failed or misdelivered batch would be refused
-// (--on-upstream-failure deny) or counted against the wrong key.
+// the second's included (the log says so at debug level), and each
+// connection gets exactly its own decisions, in order: a failed or
+// misdelivered batch would be refused (--on-upstream-failure deny) or
+// counted against the wrong key.
 func TestTwoLoopsShareTheStoresReplies(t *testing.T) {
 	r := redistest.Start(t)
 	s := startSluice(t, "--upstream", "redis://"+r.Addr, "--io-loops", "2", "--on-upstream-failure", "deny")
+	if logs := s.logs.String(); !strings.Contains(logs, "the upstream's connection is read on the first event loop") ||
+		!strings.Contains(logs, "io_loops=2") {
+		t.Errorf("the log does not say which loop reads Redis's replies:\n%s", logs)
+	}
 	ctx := ctxT(t)
 	const conns, pipeline, rounds = 8, 30, 4
 	var wg sync.WaitGroup

@@ -12,6 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tidwall/redcon"
+
+	"github.com/sluice-rl/sluice/internal/evloop"
 )
 
 // pipe is one connection to a standalone (or Sentinel's current master)
@@ -25,10 +27,11 @@ import (
 // trip: a goroutine start and a thread wake-up more on every round trip
 // than a write from the loop itself and one reader.
 //
-// An event loop can read the replies itself instead (pollWith): it
-// watches the connection's descriptor in its own epoll and pumps the pipe
-// when it is readable, so that a reply reaches the loop that answers it
-// with no thread woken in between.
+// An event loop can read the replies instead (useLoop): the pipe watches
+// its connection's descriptor on the loop, and pumps its replies from the
+// loop's callback when it is readable, so that a reply reaches the loop
+// that answers the client (the same loop, as app wires it) with no thread
+// woken in between.
 //
 // It dials when first needed, with the client's own dialer (TLS and
 // Sentinel's master discovery included), and authenticates and selects the
@@ -48,21 +51,23 @@ type pipe struct {
 	// is still going. Guarded by wmu.
 	out []byte
 
-	mu      sync.Mutex
-	conn    net.Conn // nil: not connected; guarded by mu
-	rd      *replies // conn's replies; guarded by mu
-	pollFD  int      // rd's descriptor while an event loop reads rd (pump), not a goroutine; else -1; guarded by mu
-	dialing bool     // a goroutine is dialing; guarded by mu
-	queued  []byte   // commands sent while dialing; guarded by mu
-	owed    []owed   // the replies owed, oldest first; guarded by mu
-	closed  bool     // guarded by mu
+	mu   sync.Mutex
+	conn net.Conn // nil: not connected; guarded by mu
+	rd   *replies // conn's replies; guarded by mu
+	// polled is rd's descriptor on the event loop that reads rd, nil
+	// while a goroutine reads it instead. Guarded by mu.
+	polled  *evloop.Watcher
+	dialing bool   // a goroutine is dialing; guarded by mu
+	queued  []byte // commands sent while dialing; guarded by mu
+	owed    []owed // the replies owed, oldest first; guarded by mu
+	closed  bool   // guarded by mu
 	// late fires at the oldest owed reply's deadline, or before it (it is
 	// not moved when a reply comes), and fails the connection if that
 	// reply is late. Guarded by mu.
 	late *time.Timer
-	// watch, if set, is the event loop that reads the connections dialed
-	// from now on: it watches the descriptor it is given. Guarded by mu.
-	watch func(fd int) error
+	// loop, if set, is the event loop that reads the connections dialed
+	// from now on. Guarded by mu.
+	loop *evloop.Loop
 }
 
 // owed is a reply a sender waits for.
@@ -85,7 +90,7 @@ func newPipe(client redis.UniversalClient) *pipe {
 	if opt.StreamingCredentialsProvider != nil || opt.Dialer == nil {
 		return nil
 	}
-	return &pipe{opt: opt, pollFD: -1}
+	return &pipe{opt: opt}
 }
 
 // timeout is how long a reply may take when its sender set no deadline:
@@ -209,11 +214,12 @@ func (p *pipe) dial(deadline time.Time) {
 		return
 	}
 	p.conn, p.rd = conn, newReplies(conn)
-	p.pollFD = -1
-	if fd, ok := p.rd.fd(); ok && p.watch != nil && p.watch(fd) == nil {
-		p.pollFD = fd
+	p.polled = nil
+	if fd, ok := p.rd.fd(); ok && p.loop != nil {
+		// A loop that has ended refuses: a goroutine reads instead.
+		p.polled, _ = p.loop.Watch(fd, evloop.Readable, &polledConn{p: p, rd: p.rd})
 	}
-	if p.pollFD < 0 {
+	if p.polled == nil {
 		go p.read(p.rd)
 	}
 	cmds := p.queued
@@ -315,48 +321,36 @@ func (p *pipe) deliver(conn net.Conn, reply any) bool {
 	return true
 }
 
-// pollWith has an event loop read the replies of the connections dialed
-// from now on: watch adds a connection's descriptor to the loop's epoll,
-// and the loop calls pump whenever it is readable. A connection whose
-// descriptor cannot be watched (TLS) still has a reader goroutine, and so
-// does the one open now, if any.
-func (p *pipe) pollWith(watch func(fd int) error) {
+// useLoop has an event loop read the replies of the connections dialed
+// from now on. A connection whose descriptor cannot be watched (TLS)
+// still has a reader goroutine, and so does the one open now, if any.
+func (p *pipe) useLoop(l *evloop.Loop) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.watch = watch
+	p.loop = l
 }
 
-// unpoll ends pollWith, on the loop's goroutine, before its epoll closes:
-// the connection it read gets a reader goroutine.
-func (p *pipe) unpoll() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.watch = nil
-	if p.pollFD >= 0 {
-		p.pollFD = -1
-		go p.read(p.rd)
-	}
+// polledConn is a connection of the pipe's as the event loop that reads
+// it sees it: the handler of its descriptor.
+type polledConn struct {
+	p  *pipe
+	rd *replies
 }
 
-// owing is the descriptor of the polled connection while it owes
-// replies, else -1.
-func (p *pipe) owing() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.owed) == 0 {
-		return -1
-	}
-	return p.pollFD
+// current tells whether the pipe still reads this connection on the loop:
+// a readiness may come for one since closed.
+func (pc *polledConn) current() bool {
+	pc.p.mu.Lock()
+	defer pc.p.mu.Unlock()
+	return pc.p.rd == pc.rd && pc.p.polled != nil
 }
 
-// pump reads the replies that have come on a polled connection and hands
-// each to its sender, on the caller's goroutine: the event loop's.
-func (p *pipe) pump() {
-	p.mu.Lock()
-	r, polled := p.rd, p.pollFD >= 0
-	p.mu.Unlock()
-	if !polled {
-		return // a stale readiness of a connection since closed
+// Ready reads the replies that have come and hands each to its sender,
+// on the event loop's goroutine.
+func (pc *polledConn) Ready(evloop.Events) {
+	p, r := pc.p, pc.rd
+	if !pc.current() {
+		return
 	}
 	if err := r.fill(); err != nil {
 		p.fail(r.conn, fmt.Errorf("upstream: read from %s: %w", r.conn.RemoteAddr(), err))
@@ -374,6 +368,28 @@ func (p *pipe) pump() {
 	}
 }
 
+// Owing tells the event loop that replies are owed on the connection:
+// one it may hold for (evloop.Owing).
+func (pc *polledConn) Owing() bool {
+	p := pc.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rd == pc.rd && len(p.owed) > 0
+}
+
+// Ended hands the connection to a reader goroutine: the event loop that
+// read it has ended.
+func (pc *polledConn) Ended() {
+	p := pc.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.loop = nil
+	if p.rd == pc.rd && p.polled != nil {
+		p.polled = nil
+		go p.read(p.rd)
+	}
+}
+
 // fail closes conn, if it is still the pipe's, and fails every reply owed
 // on it with err.
 func (p *pipe) fail(conn net.Conn, err error) {
@@ -382,10 +398,14 @@ func (p *pipe) fail(conn net.Conn, err error) {
 		p.mu.Unlock()
 		return
 	}
-	p.conn, p.rd, p.pollFD = nil, nil, -1
+	polled := p.polled
+	p.conn, p.rd, p.polled = nil, nil, nil
 	owed := p.owed
 	p.owed = nil
 	p.mu.Unlock()
+	if polled != nil {
+		polled.Remove() // before the descriptor's number can be reused
+	}
 	conn.Close()
 	for _, o := range owed {
 		o.got(nil, err)

@@ -1,87 +1,101 @@
 package upstream_test
 
 import (
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/engine/chain"
 	"github.com/sluice-rl/sluice/engine/enginetest"
+	"github.com/sluice-rl/sluice/internal/evloop"
 	"github.com/sluice-rl/sluice/upstream"
 )
 
-// pollLoop is an event loop in miniature, as respserver's first loop is
-// to the store: it watches the descriptors the store hands it and pumps
-// the store when one is readable. Nothing else reads a polled connection,
-// so a reply it did not pump would never land.
-type pollLoop struct {
-	watched atomic.Int32 // connections the store handed over
-	stop    atomic.Bool
-	done    chan struct{}
-}
-
-func startPollLoop(t *testing.T, s *upstream.Store) *pollLoop {
+// startLoop runs an event loop that reads s's replies (UseLoop) until the
+// test ends, or until it calls end.
+func startLoop(t *testing.T, s *upstream.Store) (l *evloop.Loop, end func()) {
 	t.Helper()
-	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	l, err := evloop.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &pollLoop{done: make(chan struct{})}
-	s.PollWith(func(fd int) error {
-		l.watched.Add(1)
-		return unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: -2})
-	})
-	go func() {
-		defer close(l.done)
-		events := make([]unix.EpollEvent, 8)
-		for !l.stop.Load() {
-			if n, _ := unix.EpollWait(ep, events, 10); n > 0 {
-				s.Pump()
+	ran := make(chan error, 1)
+	go func() { ran <- l.Run() }()
+	s.UseLoop(l)
+	ended := false
+	end = func() {
+		if !ended {
+			ended = true
+			l.Close()
+			if err := <-ran; err != nil {
+				t.Errorf("event loop: %v", err)
 			}
 		}
-		s.Unpoll() // before ep closes, as the loop does
-		unix.Close(ep)
-	}()
-	t.Cleanup(l.end)
-	return l
+	}
+	t.Cleanup(end)
+	return l, end
 }
 
-// end stops the loop and waits for it to hand reading back.
-func (l *pollLoop) end() {
-	l.stop.Store(true)
-	<-l.done
+// readsOnLoop tells whether s's replies are read on l: a batch sent while
+// l is busy (running a posted function) must not land until l is free.
+func readsOnLoop(t *testing.T, s *upstream.Store, l *evloop.Loop) bool {
+	t.Helper()
+	busy, free := make(chan struct{}), make(chan struct{})
+	if !l.Post(func() { close(busy); <-free }) {
+		t.Fatal("the loop has ended")
+	}
+	<-busy
+	req := engine.Request{Key: "on-loop", Limit: limitOf(engine.FixedWindow, 1000, time.Hour), Cost: 1}
+	res := make([]engine.Result, 1)
+	landed := make(chan error, 1)
+	s.Submit([]engine.Request{req}, res, time.Now().Add(5*time.Second), func(err error) { landed <- err })
+	onLoop := true
+	select {
+	case <-landed:
+		onLoop = false
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(free)
+	if onLoop {
+		select {
+		case err := <-landed:
+			if err != nil || res[0].Err != nil {
+				t.Fatalf("the batch read on the loop: %v %+v", err, res[0])
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the batch sent while the loop was busy never landed once it was free")
+		}
+	}
+	return onLoop
 }
 
 // A loop that reads the replies decides as the store's own reader does,
 // with many batches in flight from many callers.
-func TestPolledDecides(t *testing.T) {
+func TestLoopDecides(t *testing.T) {
 	_, client := standalone(t)
 	s := newStore(t, upstream.Config{Client: client, Prefix: "polled:"})
 	defer s.Close()
-	l := startPollLoop(t, s)
+	l, _ := startLoop(t, s)
 	b, err := chain.NewBatcher(chain.BatcherConfig{Store: s, MaxBatch: 8, MaxInFlight: 4, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	enginetest.ManyCallers(t, b, limitOf(engine.GCRA, 1000, time.Hour), 10, 20, func(int) int { return 2 })
-	if got := l.watched.Load(); got != 1 {
-		t.Fatalf("the loop was handed %d connections; want 1", got)
+	if !readsOnLoop(t, s, l) {
+		t.Fatal("the store's replies are not read on the loop it was given")
 	}
 }
 
-// A paused Redis fails a polled batch by its deadline (no read waits, so
-// a timer must see it late), and the connection dialed after is handed to
-// the loop again.
-func TestPolledPausedRedis(t *testing.T) {
+// A paused Redis fails a batch read on the loop by its deadline (no read
+// waits, so a timer must see it late), and the connection dialed after
+// is read on the loop again.
+func TestLoopPausedRedis(t *testing.T) {
 	srv, client := standalone(t)
 	s := newStore(t, upstream.Config{Client: client})
 	defer s.Close()
-	l := startPollLoop(t, s)
+	l, _ := startLoop(t, s)
 	req := engine.Request{Key: "paused", Limit: limitOf(engine.FixedWindow, 100, time.Hour), Cost: 1}
 	if _, err := send(t, s, time.Now().Add(5*time.Second), 10*time.Second, req); err != nil {
 		t.Fatal(err)
@@ -105,23 +119,23 @@ func TestPolledPausedRedis(t *testing.T) {
 	if err != nil || res[0].Err != nil {
 		t.Fatalf("after Redis resumed: %v %+v", err, res[0])
 	}
-	if got := l.watched.Load(); got != 2 {
-		t.Fatalf("the loop was handed %d connections; want 2 (the first, and the one dialed again)", got)
+	if !readsOnLoop(t, s, l) {
+		t.Fatal("the connection dialed again is not read on the loop")
 	}
 }
 
 // When the loop ends, the connection it read gets a reader goroutine.
-func TestUnpollHandsReadingBack(t *testing.T) {
+func TestLoopEndHandsReadingBack(t *testing.T) {
 	_, client := standalone(t)
 	s := newStore(t, upstream.Config{Client: client, Prefix: "unpoll:"})
 	defer s.Close()
-	l := startPollLoop(t, s)
+	_, end := startLoop(t, s)
 	limit := limitOf(engine.TokenBucket, 100, time.Hour)
 	req := engine.Request{Key: "k", Limit: limit, Cost: 1}
 	if _, err := send(t, s, time.Now().Add(5*time.Second), 10*time.Second, req); err != nil {
 		t.Fatal(err)
 	}
-	l.end()
+	end()
 	res, err := send(t, s, time.Now().Add(5*time.Second), 10*time.Second, req)
 	if err != nil || res[0].Err != nil || res[0].Decision.Remaining != 98 {
 		t.Fatalf("after the loop ended: %v %+v; want remaining 98", err, res)

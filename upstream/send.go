@@ -9,6 +9,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/evloop"
 )
 
 var _ engine.Store = (*Store)(nil)
@@ -134,40 +135,16 @@ func (s *Store) Close() {
 	}
 }
 
-// PollWith has an event loop read the replies to batches from now on, in
-// its own epoll, instead of a goroutine of the store's: watch adds a
-// descriptor to the loop's epoll, and the loop calls Pump whenever it is
-// readable. A reply then reaches the loop that answers it with no thread
-// woken in between. On Cluster, and on a connection with no descriptor
-// (TLS), replies are read as before.
-func (s *Store) PollWith(watch func(fd int) error) {
+// UseLoop has an event loop read the replies to batches from now on:
+// the store watches its connection's descriptor on l, and its replies are
+// read and their batches completed on l's goroutine. app hands it the
+// loop that serves the RESP door's first connections, so that a reply
+// reaches the loop that answers it with no thread woken in between; the
+// loop holds for a small batch's reply (evloop.Owing). On Cluster, and on
+// a connection with no descriptor (TLS), a goroutine of the store's reads
+// the replies as before, and so it does again once l ends.
+func (s *Store) UseLoop(l *evloop.Loop) {
 	if s.pipe != nil {
-		s.pipe.pollWith(watch)
-	}
-}
-
-// Pump reads the replies that have come and completes their batches, on
-// the caller's goroutine: the event loop's that PollWith named.
-func (s *Store) Pump() {
-	if s.pipe != nil {
-		s.pipe.pump()
-	}
-}
-
-// Owing is the descriptor of the connection the event loop reads (see
-// PollWith) while replies are owed on it, else -1: the loop may wait on it
-// for a reply that is about to come (respserver's hold).
-func (s *Store) Owing() int {
-	if s.pipe == nil {
-		return -1
-	}
-	return s.pipe.owing()
-}
-
-// Unpoll ends PollWith, on the event loop's goroutine, before its epoll
-// closes: the store reads its replies itself again.
-func (s *Store) Unpoll() {
-	if s.pipe != nil {
-		s.pipe.unpoll()
+		s.pipe.useLoop(l)
 	}
 }

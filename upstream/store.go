@@ -6,7 +6,9 @@
 // A batch is one round trip. On standalone and Sentinel Redis one EVALSHA of
 // the batch script decides the whole batch, so Redis pays its per-command
 // cost once for many decisions; it goes on the store's own pipelined
-// connection (pipe.go), which its sender writes without waiting. On
+// connection (pipe.go), which its sender writes without waiting, and
+// whose replies an event loop may read (UseLoop: the loop app gives it,
+// package evloop), so that they land where the clients are answered. On
 // Cluster the batch is grouped by hash slot, one EVALSHA per slot, all in
 // one pipeline that go-redis splits per node and runs on the nodes in
 // parallel. A Redis that lost its scripts (restarted, SCRIPT FLUSH)

@@ -161,7 +161,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.Var(&c.MaxInputMemory, "max-input-memory",
 		"most input all clients may have sent and not finished, together (`size`: 256mb, 1gb); past it the client holding the most is closed, as Redis's maxmemory-clients does")
 	fs.IntVar(&c.IOLoops, "io-loops", c.IOLoops,
-		"event loops serving client connections, a thread each (`n`); 0: a goroutine per connection, as on systems other than Linux")
+		"event loops serving client connections, a thread each (`n`); the upstream's connection is read on the first; 0: a goroutine per connection, as on systems other than Linux")
 
 	fs.Var((*offAddr)(&c.GRPCListen), "grpc-listen",
 		"`address` to serve Envoy's rate limit service on (gRPC, envoyproxy/ratelimit's port is 8081), or off. Needs --rls-config or --rls-xds-server. "+

@@ -1,0 +1,254 @@
+package evloop
+
+import (
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// pipeEnd is a handler over the read end of an os.Pipe: it reports what
+// it was called for on channels.
+type pipeEnd struct {
+	ready chan Events
+	ended chan struct{}
+	owes  atomic.Bool
+}
+
+func newPipeEnd() *pipeEnd {
+	return &pipeEnd{ready: make(chan Events, 64), ended: make(chan struct{}, 1)}
+}
+
+func (p *pipeEnd) Ready(ev Events) { p.ready <- ev }
+func (p *pipeEnd) Ended()          { p.ended <- struct{}{} }
+func (p *pipeEnd) Owing() bool     { return p.owes.Load() }
+
+func osPipe(t *testing.T) (r, w *os.File) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(); w.Close() })
+	return r, w
+}
+
+// running starts a loop on a goroutine of its own and closes it when the
+// test ends; Run's error is checked then.
+func running(t *testing.T) *Loop {
+	t.Helper()
+	l, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- l.Run() }()
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return l
+}
+
+func within[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: not within 5s", what)
+		panic("unreachable")
+	}
+}
+
+func quiet[T any](t *testing.T, c <-chan T, what string) {
+	t.Helper()
+	select {
+	case v := <-c:
+		t.Fatalf("%s: got %v", what, v)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// A watched descriptor's handler runs when it is readable, not while it
+// waits for nothing, and not once removed; Ended tells a handler still
+// watched that the loop ended.
+func TestWatch(t *testing.T) {
+	l := running(t)
+	r, w := osPipe(t)
+	h := newPipeEnd()
+	wr, err := l.Watch(int(r.Fd()), Readable, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Watch(int(r.Fd()), Readable, h); err == nil {
+		t.Error("a descriptor was watched twice")
+	}
+	quiet(t, h.ready, "nothing written")
+	w.Write([]byte("x"))
+	if ev := within(t, h.ready, "written"); ev&Readable == 0 {
+		t.Fatalf("ready for %v; want Readable", ev)
+	}
+	// Level-triggered: unread, it is ready again; waiting for nothing,
+	// it is not.
+	if err := wr.Set(0); err != nil {
+		t.Fatal(err)
+	}
+	drain(h.ready)
+	quiet(t, h.ready, "watched for nothing")
+	if err := wr.Set(Readable); err != nil {
+		t.Fatal(err)
+	}
+	within(t, h.ready, "watched again, unread")
+	wr.Remove()
+	drain(h.ready)
+	quiet(t, h.ready, "removed")
+
+	r2, _ := osPipe(t)
+	h2 := newPipeEnd()
+	if _, err := l.Watch(int(r2.Fd()), Readable, h2); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	within(t, h2.ended, "Ended of a descriptor watched when the loop ended")
+	select {
+	case <-h.ended:
+		t.Error("Ended called for a descriptor removed before")
+	default:
+	}
+	if _, err := l.Watch(int(r2.Fd()), Readable, h2); err != ErrClosed {
+		t.Errorf("Watch after Close: %v; want ErrClosed", err)
+	}
+	if l.Post(func() {}) {
+		t.Error("Post after Close reported it would run")
+	}
+}
+
+func drain[T any](c chan T) {
+	time.Sleep(20 * time.Millisecond)
+	for len(c) > 0 {
+		<-c
+	}
+}
+
+// Post runs functions on the loop's goroutine in order, and a turn
+// function runs after them; Wake from another goroutine runs a turn of a
+// sleeping loop; WakeAt runs one at its time with nothing else to wake
+// the loop.
+func TestPostWakeAndTurns(t *testing.T) {
+	l := running(t)
+	turns := make(chan int, 1024)
+	var posted []int
+	n := 0
+	l.OnTurn(func() {
+		n++
+		select {
+		case turns <- len(posted):
+		default:
+		}
+	})
+	done := make(chan []int, 1)
+	for i := range 100 {
+		if !l.Post(func() { posted = append(posted, i) }) {
+			t.Fatal("Post refused on a running loop")
+		}
+	}
+	l.Post(func() { done <- append([]int(nil), posted...) })
+	got := within(t, done, "posted functions")
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("posted functions ran in the order %v", got)
+		}
+	}
+	within(t, turns, "a turn after posting")
+	time.Sleep(20 * time.Millisecond)
+	drain(turns)
+	l.Wake()
+	within(t, turns, "a turn after Wake")
+	drain(turns)
+	start := time.Now()
+	l.WakeAt(start.Add(30 * time.Millisecond))
+	within(t, turns, "the Wake of WakeAt") // WakeAt wakes at once too
+	for {
+		within(t, turns, "a turn at WakeAt's time")
+		if time.Since(start) >= 30*time.Millisecond {
+			break
+		}
+	}
+	quiet(t, turns, "a turn after WakeAt's time with nothing to do")
+}
+
+// The hold waits for an owing descriptor's reply alone while Hold is on,
+// ends when the reply is readable, and stops holding for holdOffFor after
+// maxMissed holds in a row that no reply ended; it does not hold with
+// Hold off or nothing owed.
+func TestHold(t *testing.T) {
+	l, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	r, w := osPipe(t)
+	h := newPipeEnd()
+	if _, err := l.Watch(int(r.Fd()), Readable, h); err != nil {
+		t.Fatal(err)
+	}
+	if l.holdReply() {
+		t.Fatal("held with Hold off")
+	}
+	l.Hold(true)
+	if l.holdReply() {
+		t.Fatal("held with nothing owed")
+	}
+	h.owes.Store(true)
+	for i := range maxMissed {
+		start := time.Now()
+		if l.holdReply() {
+			t.Fatalf("hold %d ended with nothing to read", i+1)
+		}
+		if took := time.Since(start); took < holdFor {
+			t.Fatalf("hold %d gave up after %v; want %v", i+1, took, holdFor)
+		}
+	}
+	if l.holdOff.IsZero() || l.missed != 0 {
+		t.Fatalf("after %d missed holds: holdOff %v, missed %d; want holding off", maxMissed, l.holdOff, l.missed)
+	}
+	w.Write([]byte("+OK\r\n"))
+	if l.holdReply() {
+		t.Error("held while holding off")
+	}
+	l.holdOff = time.Time{}
+	if !l.holdReply() {
+		t.Fatal("a reply to read did not end the hold")
+	}
+	if ev := within(t, h.ready, "the handler after the hold"); ev != Readable {
+		t.Errorf("the hold called Ready(%v); want Readable", ev)
+	}
+	l.Hold(false)
+	if l.holdReply() {
+		t.Error("held after Hold(false)")
+	}
+}
+
+// A wake-up asked for by many goroutines at once while the loop sleeps,
+// wakes, or runs its turn is never lost.
+func TestWakeIsNeverLost(t *testing.T) {
+	l := running(t)
+	var asked, seen atomic.Int64
+	l.OnTurn(func() { seen.Store(asked.Load()) })
+	for range 2000 {
+		want := asked.Add(1)
+		l.Wake()
+		deadline := time.Now().Add(5 * time.Second)
+		for seen.Load() < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("wake-up %d lost: the loop saw %d", want, seen.Load())
+			}
+			time.Sleep(10 * time.Microsecond)
+		}
+	}
+}
