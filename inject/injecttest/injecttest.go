@@ -7,20 +7,11 @@ package injecttest
 import (
 	"bufio"
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
-	"net"
-	"os"
 	"testing"
-	"time"
 
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
@@ -33,6 +24,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sluice-rl/sluice/internal/testca"
 )
 
 // types are the kinds the project's manifests and test inputs use.
@@ -146,39 +139,14 @@ func Find[T any](objs []Object, kind, name string) T {
 	return zero
 }
 
-// WriteCert writes a fresh self-signed certificate for 127.0.0.1 with the
-// given serial number, and its key, as PEM files at certFile and keyFile,
-// each written beside and renamed into place as the kubelet does, and
-// adds the certificate to pool.
+// WriteCert writes a fresh certificate for 127.0.0.1 with the given
+// serial number, and its key, as PEM files at certFile and keyFile, each
+// written beside and renamed into place as the kubelet does, and adds the
+// CA that signed it to pool.
 func WriteCert(tb testing.TB, certFile, keyFile string, serial int64, pool *x509.CertPool) {
 	tb.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "sluice-webhook"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	pool.AddCert(c)
-	for path, block := range map[string]*pem.Block{certFile: {Type: "CERTIFICATE", Bytes: der}, keyFile: {Type: "EC PRIVATE KEY", Bytes: kder}} {
-		tmp := path + ".new"
-		if err := os.WriteFile(tmp, pem.EncodeToMemory(block), 0o600); err != nil {
-			tb.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			tb.Fatal(err)
-		}
-	}
+	ca := testca.New(tb)
+	ca.Serial = serial
+	ca.Issue(tb, "sluice-webhook").Write(tb, certFile, keyFile)
+	pool.AddCert(ca.TLS.Leaf)
 }

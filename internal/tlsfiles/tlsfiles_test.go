@@ -1,69 +1,25 @@
 package tlsfiles
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/testca"
 )
 
 // issuer is a certificate and its key, written as PEM files.
-type issuer struct {
-	cert     *x509.Certificate
-	key      *ecdsa.PrivateKey
-	certFile string
-	keyFile  string
-}
+type issuer struct{ certFile, keyFile string }
 
-// issue makes a certificate for name, signed by parent (nil: self-signed,
-// a CA), and writes it and its key to dir.
-func issue(t *testing.T, dir, name string, parent *issuer) *issuer {
+// files writes c to dir as name.crt and name.key.
+func files(t *testing.T, dir, name string, c *testca.Cert) *issuer {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	signer, signerKey := tmpl, key
-	if parent == nil {
-		tmpl.IsCA, tmpl.BasicConstraintsValid, tmpl.KeyUsage = true, true, x509.KeyUsageCertSign|x509.KeyUsageDigitalSignature
-	} else {
-		signer, signerKey = parent.cert, parent.key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	is := &issuer{cert: cert, key: key, certFile: filepath.Join(dir, name+".crt"), keyFile: filepath.Join(dir, name+".key")}
-	write(t, is.certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-	write(t, is.keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
+	is := &issuer{certFile: filepath.Join(dir, name+".crt"), keyFile: filepath.Join(dir, name+".key")}
+	c.Write(t, is.certFile, is.keyFile)
 	return is
 }
 
@@ -79,10 +35,11 @@ func write(t *testing.T, path string, b []byte) {
 // a real handshake.
 func TestServerAsksForClientCertificates(t *testing.T) {
 	dir := t.TempDir()
-	ca := issue(t, dir, "ca", nil)
-	server := issue(t, dir, "server", ca)
-	client := issue(t, dir, "client", ca)
-	stranger := issue(t, dir, "stranger", nil)
+	authority := testca.New(t)
+	ca := files(t, dir, "ca", &authority.Cert)
+	server := files(t, dir, "server", authority.Issue(t, "server"))
+	client := files(t, dir, "client", authority.Issue(t, "client"))
+	stranger := files(t, dir, "stranger", testca.New(t).Issue(t, "stranger"))
 
 	cfg, err := Server(server.certFile, server.keyFile, ca.certFile)
 	if err != nil {
@@ -143,8 +100,9 @@ func TestServerAsksForClientCertificates(t *testing.T) {
 // error that names it.
 func TestServerFiles(t *testing.T) {
 	dir := t.TempDir()
-	ca := issue(t, dir, "ca", nil)
-	server := issue(t, dir, "server", ca)
+	authority := testca.New(t)
+	ca := files(t, dir, "ca", &authority.Cert)
+	server := files(t, dir, "server", authority.Issue(t, "server"))
 	notPEM := filepath.Join(dir, "not.pem")
 	write(t, notPEM, []byte("hello"))
 

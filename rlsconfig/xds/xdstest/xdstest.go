@@ -8,14 +8,8 @@ package xdstest
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -32,6 +26,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-rl/sluice/internal/testca"
 )
 
 // Wait bounds every wait on the server: a broken client fails its test in
@@ -151,22 +147,15 @@ type Certs struct {
 // NewCerts makes the certificates, writing the files to dir.
 func NewCerts(t testing.TB, dir string) *Certs {
 	t.Helper()
-	ca, caKey := issue(t, "test-ca", nil, nil)
-	server, _ := issue(t, "xds-server", &ca, caKey)
-	client, clientKey := issue(t, "sluice", &ca, caKey)
-	c := &Certs{Pool: x509.NewCertPool(), Server: server, Client: client, CAFile: filepath.Join(dir, "ca.pem"),
+	ca := testca.New(t)
+	server := ca.Issue(t, "xds-server", ServerName)
+	client := ca.Issue(t, "sluice", ServerName)
+	c := &Certs{Pool: ca.Pool, Server: server.TLS, Client: client.TLS, CAFile: filepath.Join(dir, "ca.pem"),
 		ClientCert: filepath.Join(dir, "client.pem"), ClientKey: filepath.Join(dir, "client-key.pem")}
-	c.Pool.AddCert(ca.Leaf)
-	keyDER, err := x509.MarshalECPrivateKey(clientKey)
-	if err != nil {
+	if err := os.WriteFile(c.CAFile, ca.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for path, b := range map[string]*pem.Block{c.CAFile: {Type: "CERTIFICATE", Bytes: ca.Leaf.Raw},
-		c.ClientCert: {Type: "CERTIFICATE", Bytes: client.Leaf.Raw}, c.ClientKey: {Type: "EC PRIVATE KEY", Bytes: keyDER}} {
-		if err := os.WriteFile(path, pem.EncodeToMemory(b), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	client.Write(t, c.ClientCert, c.ClientKey)
 	return c
 }
 
@@ -175,31 +164,4 @@ func NewCerts(t testing.TB, dir string) *Certs {
 func (c *Certs) ServerTLS() *tls.Config {
 	return &tls.Config{Certificates: []tls.Certificate{c.Server}, ClientCAs: c.Pool,
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
-}
-
-// issue makes a certificate for ServerName, signed by parent (nil: a CA).
-func issue(t testing.TB, cn string, parent *tls.Certificate, parentKey *ecdsa.PrivateKey) (tls.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{ServerName},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	signer, signerKey := tmpl, key
-	if parent == nil {
-		tmpl.IsCA, tmpl.BasicConstraintsValid, tmpl.KeyUsage = true, true, x509.KeyUsageCertSign|x509.KeyUsageDigitalSignature
-	} else {
-		signer, signerKey = parent.Leaf, parentKey
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, key
 }
