@@ -67,22 +67,54 @@ func TestImportsPointDown(t *testing.T) {
 	}
 }
 
-// The event loop package is shared by a door (respserver) and the store
-// (upstream), which know nothing of each other: it depends on no package
-// of the project, directly or through another.
-func TestEventLoopDependsOnNoProjectPackage(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "../internal/evloop").Output()
+// The arrows hold through every package in between, not only the direct
+// imports (go list's Deps): a door that reached Redis through a helper
+// package would still be a door that knows Redis.
+func TestDepsPointDown(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "../...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
 	const mod = "github.com/sluice-rl/sluice/"
-	deps := strings.Fields(string(out))
-	if len(deps) == 0 || deps[len(deps)-1] != mod+"internal/evloop" {
-		t.Fatalf("go list -deps printed no internal/evloop last:\n%s", out)
+	// What a door may not depend on, however far down: the store's
+	// client, the scripts, the chain and memory store (reached through the
+	// service's contract only), the composition root, another door.
+	door := []string{"upstream", "lua", "engine/chain", "engine/memstore", "policy", "telemetry", "app", "cmd/"}
+	forbidden := map[string][]string{
+		"respserver": append([]string{"rls", "httpcheck"}, door...),
+		"rls":        append([]string{"respserver", "httpcheck"}, door...),
+		"httpcheck":  append([]string{"respserver", "rls"}, door...),
+		// The store knows no door and no rule the doors share.
+		"upstream": {"respserver", "rls", "httpcheck", "service", "policy", "telemetry", "app", "cmd/"},
+		"service":  {"engine/", "upstream", "lua", "respserver", "rls", "httpcheck", "policy", "telemetry", "app", "cmd/", "internal/"},
+		// The core, the loop, the wire format and the scripts depend on no
+		// package of the project.
+		"engine":          {""},
+		"internal/evloop": {""},
+		"internal/resp":   {""},
+		"lua":             {""},
 	}
-	for _, dep := range deps[:len(deps)-1] {
-		if strings.HasPrefix(dep, mod) {
-			t.Errorf("internal/evloop depends on %s", dep)
+	seen := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg, ok := strings.CutPrefix(fields[0], mod)
+		if !ok {
+			continue
 		}
+		rules, ok := forbidden[pkg]
+		if !ok {
+			continue
+		}
+		seen++
+		for _, dep := range fields[1:] {
+			for _, bad := range rules {
+				if strings.HasPrefix(dep, mod+bad) {
+					t.Errorf("%s depends on %s", pkg, dep)
+				}
+			}
+		}
+	}
+	if seen != len(forbidden) {
+		t.Errorf("checked %d of %d packages; go list printed:\n%s", seen, len(forbidden), out)
 	}
 }
