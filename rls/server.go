@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -71,6 +72,13 @@ type Config struct {
 	StopWhenOverLimit bool
 	// Headers picks the response headers; zero: none, as the peer.
 	Headers Headers
+	// MaxDescriptors is the most descriptors one call may carry, and
+	// MaxEntries the most entries one descriptor may; a call over either
+	// is refused INVALID_ARGUMENT, naming the cap. Zero:
+	// DefaultMaxDescriptors and DefaultMaxEntries. The peer has no such
+	// caps; see partSize for how a call of more than the default is
+	// decided.
+	MaxDescriptors, MaxEntries int
 	// Ready reports whether the sidecar can decide: the health service
 	// answers NOT_SERVING while it returns an error. Nil: always ready.
 	Ready func() error
@@ -84,11 +92,15 @@ type Config struct {
 // Server serves Envoy's rate limit service, the health service and server
 // reflection on one gRPC server.
 type Server struct {
-	svc      *service.Service
-	rules    func() *rlsconfig.Config
-	stop     bool
-	headers  Headers
-	ready    func() error
+	svc     *service.Service
+	rules   func() *rlsconfig.Config
+	stop    bool
+	headers Headers
+	ready   func() error
+
+	maxDescriptors, maxEntries int
+	fallbacks                  fallbackLog
+
 	log      *slog.Logger
 	g        *grpc.Server
 	draining atomic.Bool
@@ -110,6 +122,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Headers > HeadersBoth {
 		return nil, errors.New("rls: unknown Config.Headers")
 	}
+	if cfg.MaxDescriptors < 0 || cfg.MaxEntries < 0 {
+		return nil, errors.New("rls: negative Config.MaxDescriptors or MaxEntries")
+	}
+	if cfg.MaxDescriptors == 0 {
+		cfg.MaxDescriptors = DefaultMaxDescriptors
+	}
+	if cfg.MaxEntries == 0 {
+		cfg.MaxEntries = DefaultMaxEntries
+	}
 	if cfg.Ready == nil {
 		cfg.Ready = func() error { return nil }
 	}
@@ -117,7 +138,8 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{svc: cfg.Service, rules: cfg.Rules, stop: cfg.StopWhenOverLimit, headers: cfg.Headers,
-		ready: cfg.Ready, log: cfg.Logger}
+		ready: cfg.Ready, log: cfg.Logger, maxDescriptors: cfg.MaxDescriptors, maxEntries: cfg.MaxEntries,
+		fallbacks: fallbackLog{log: cfg.Logger, now: time.Now}}
 	s.calls.New = func() any { return newCall(s.svc) }
 	// A call waits for its batch's round trip to Redis in its handler, so
 	// a worker per call in flight: calls then reuse goroutines whose stacks

@@ -55,15 +55,17 @@ type Config struct {
 	IOLoops        int      // event loops; 0: a goroutine per connection
 
 	// Envoy's rate limit service (gRPC).
-	GRPCListen       string        // address; empty: off (the flag's "off")
-	GRPCTLSCert      string        // PEM certificate chain; with GRPCTLSKey, serve TLS
-	GRPCTLSKey       string        // PEM private key
-	GRPCTLSClientCA  string        // PEM CA that client certificates must chain to; empty: none asked
-	GRPCInsecure     bool          // allow a non-loopback address without client certificates
-	RLSConfig        string        // directory of envoyproxy/ratelimit YAML files
-	RLSConfigPoll    time.Duration // how often to re-read RLSConfig besides file events; 0: events only
-	RLSStopOverLimit bool          // charge no descriptor of a call when any is over its limit
-	RLSHeaders       rls.Headers   // response headers Envoy is asked to add
+	GRPCListen        string        // address; empty: off (the flag's "off")
+	GRPCTLSCert       string        // PEM certificate chain; with GRPCTLSKey, serve TLS
+	GRPCTLSKey        string        // PEM private key
+	GRPCTLSClientCA   string        // PEM CA that client certificates must chain to; empty: none asked
+	GRPCInsecure      bool          // allow a non-loopback address without client certificates
+	RLSConfig         string        // directory of envoyproxy/ratelimit YAML files
+	RLSConfigPoll     time.Duration // how often to re-read RLSConfig besides file events; 0: events only
+	RLSStopOverLimit  bool          // charge no descriptor of a call when any is over its limit
+	RLSHeaders        rls.Headers   // response headers Envoy is asked to add
+	RLSMaxDescriptors int           // most descriptors in one ShouldRateLimit call
+	RLSMaxEntries     int           // most entries in one descriptor
 
 	// The rate limit service's configuration over xDS, instead of RLSConfig.
 	RLSXDSServer             string        // management server address; empty: none
@@ -110,8 +112,10 @@ func Default() Config {
 		MaxInputMemory:  256 << 20,
 		IOLoops:         1,
 
-		RLSXDSRetry:      3 * time.Second,
-		RLSXDSMaxMessage: 64 << 20,
+		RLSMaxDescriptors: rls.DefaultMaxDescriptors,
+		RLSMaxEntries:     rls.DefaultMaxEntries,
+		RLSXDSRetry:       3 * time.Second,
+		RLSXDSMaxMessage:  64 << 20,
 	}
 }
 
@@ -180,6 +184,10 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.TextVar(&c.RLSHeaders, "rls-response-headers", c.RLSHeaders,
 		"headers Envoy is asked to add to responses (`set`): off; peer (RateLimit-Limit, -Remaining, -Reset, as LIMIT_RESPONSE_HEADERS_ENABLED); "+
 			"draft (the IETF RateLimit-Policy and RateLimit fields, Retry-After when over); both")
+	fs.IntVar(&c.RLSMaxDescriptors, "rls-max-descriptors", c.RLSMaxDescriptors,
+		"most descriptors in one rate limit call (`n`); a call with more is refused INVALID_ARGUMENT, naming the cap")
+	fs.IntVar(&c.RLSMaxEntries, "rls-max-entries", c.RLSMaxEntries,
+		"most entries in one descriptor of a rate limit call (`n`); a descriptor with more is refused INVALID_ARGUMENT, naming the cap")
 	c.registerXDS(fs)
 
 	fs.Var((*offAddr)(&c.HTTPListen), "http-listen",
