@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -124,6 +125,11 @@ func (c *call) result(k int) (*engine.Decision, bool, error) {
 // has the same window. A caller that needs all-or-nothing across several
 // limits should put them in one Sluice policy, decided in one script.
 func (s *Server) ShouldRateLimit(_ context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	return s.decide(req, &reply{})
+}
+
+// decide answers req into rep, which the answer then points into.
+func (s *Server) decide(req *pb.RateLimitRequest, rep *reply) (*pb.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, errEmptyDomain)
 	}
@@ -147,14 +153,14 @@ func (s *Server) ShouldRateLimit(_ context.Context, req *pb.RateLimitRequest) (*
 		s.fallbacks.note(c.decide(), len(matches))
 		if s.anyOver(c) {
 			c.peeked = true
-			return s.answer(c, req, matches)
+			return s.answer(c, req, matches, rep)
 		}
 		c.clearParts()
 	}
 	if s.queue(c, matches, false) {
 		s.fallbacks.note(c.decide(), len(matches))
 	}
-	return s.answer(c, req, matches)
+	return s.answer(c, req, matches, rep)
 }
 
 // resolve reads the request's descriptors and finds their rules.
@@ -242,11 +248,11 @@ func (s *Server) anyOver(c *call) bool {
 }
 
 // answer builds the response from the decided batch, as the peer does.
-func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match) (*pb.RateLimitResponse, error) {
+func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match, rep *reply) (*pb.RateLimitResponse, error) {
 	now := time.Now()
-	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(ms))}
-	// One allocation for every status and what it points to.
-	boxes := make([]statusBox, len(ms))
+	resp := &rep.resp
+	statuses, boxes := rep.sized(len(ms))
+	resp.Statuses = statuses
 	var h headerPick
 	failedRate, failedQuota, totalQuota := 0, 0, 0
 	for i := range ms {
@@ -328,6 +334,37 @@ func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match)
 		resp.ResponseHeadersToAdd = s.responseHeaders(&h, resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT)
 	}
 	return resp, nil
+}
+
+// reply is one call's response with the statuses it points to, made
+// once for every status; the gRPC handler's come from a pool, and go back
+// once the codec has written them (codec.Marshal).
+type reply struct {
+	resp     pb.RateLimitResponse
+	statuses []*pb.RateLimitResponse_DescriptorStatus
+	boxes    []statusBox
+	pool     *sync.Pool // where the reply goes back; nil: it is the caller's
+}
+
+// sized returns the statuses and their boxes for n descriptors.
+func (r *reply) sized(n int) ([]*pb.RateLimitResponse_DescriptorStatus, []statusBox) {
+	if cap(r.boxes) < n {
+		r.statuses, r.boxes = make([]*pb.RateLimitResponse_DescriptorStatus, n), make([]statusBox, n)
+	}
+	r.statuses, r.boxes = r.statuses[:n], r.boxes[:n]
+	return r.statuses, r.boxes
+}
+
+// release puts a pooled reply back, emptied; it does nothing to one that
+// is not pooled.
+func (r *reply) release() {
+	if r == nil || r.pool == nil {
+		return
+	}
+	clear(r.statuses)
+	clear(r.boxes)
+	r.resp.OverallCode, r.resp.Statuses, r.resp.ResponseHeadersToAdd = 0, nil, nil
+	r.pool.Put(r)
 }
 
 // statusBox holds a descriptor status and the messages it points to.

@@ -105,6 +105,8 @@ type Server struct {
 	g        *grpc.Server
 	draining atomic.Bool
 	calls    sync.Pool // *call
+	requests sync.Pool // *request
+	replies  sync.Pool // *reply
 
 	pb.UnimplementedRateLimitServiceServer
 }
@@ -141,18 +143,52 @@ func New(cfg Config) (*Server, error) {
 		ready: cfg.Ready, log: cfg.Logger, maxDescriptors: cfg.MaxDescriptors, maxEntries: cfg.MaxEntries,
 		fallbacks: fallbackLog{log: cfg.Logger, now: time.Now}}
 	s.calls.New = func() any { return newCall(s.svc) }
+	s.requests.New = func() any { return new(request) }
+	s.replies.New = func() any { return &reply{pool: &s.replies} }
 	// A call waits for its batch's round trip to Redis in its handler, so
 	// a worker per call in flight: calls then reuse goroutines whose stacks
 	// have grown, instead of a new goroutine growing its stack each time.
-	opts := []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(newVTCodec())}
+	opts := []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(newCodec())}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
 	s.g = grpc.NewServer(opts...)
-	pb.RegisterRateLimitServiceServer(s.g, s)
+	s.g.RegisterService(&serviceDesc, s)
 	healthpb.RegisterHealthServer(s.g, &health{s: s})
 	reflection.Register(s.g)
 	return s, nil
+}
+
+// serviceDesc is RateLimitService as its generated code describes it,
+// with a handler that reads each call into a pooled request and answers
+// with a pooled reply, which the codec puts back once written: grpc's
+// generated handler makes a new message each call. Reflection finds the
+// service by the same name and proto file.
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: pb.RateLimitService_ServiceDesc.ServiceName,
+	HandlerType: pb.RateLimitService_ServiceDesc.HandlerType,
+	Methods:     []grpc.MethodDesc{{MethodName: "ShouldRateLimit", Handler: handleShouldRateLimit}},
+	Metadata:    pb.RateLimitService_ServiceDesc.Metadata,
+}
+
+// handleShouldRateLimit is the generated handler's work without its new
+// message. This server installs no interceptor, so none is called.
+func handleShouldRateLimit(srv any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+	s := srv.(*Server)
+	req := s.requests.Get().(*request)
+	defer func() {
+		req.reset()
+		s.requests.Put(req)
+	}()
+	if err := dec(req); err != nil {
+		return nil, err
+	}
+	rep := s.replies.Get().(*reply)
+	if _, err := s.decide(&req.msg, rep); err != nil {
+		rep.release()
+		return nil, err
+	}
+	return rep, nil
 }
 
 // streamWorkers is how many calls in flight are served by reused
