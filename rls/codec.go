@@ -32,21 +32,25 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 		return c.proto.Marshal(v)
 	}
 	defer rep.release()
+	// Into one of grpc's pooled buffers, at least as large as grpc pools
+	// (poolingMin): a response is a few dozen bytes, below that size, and
+	// grpc's own codec makes a slice for each, with the interface that
+	// holds it; here only the one-element BufferSlice is made.
 	size := responseSize(m)
-	if mem.IsBelowBufferPoolingThreshold(size) {
-		if b, ok := appendResponse(make([]byte, 0, size), m); ok && len(b) == size {
-			return mem.BufferSlice{mem.SliceBuffer(b)}, nil
-		}
-		return c.proto.Marshal(m)
-	}
 	pool := mem.DefaultBufferPool()
-	buf := pool.Get(size)
+	buf := pool.Get(max(size, poolingMin))
 	if b, ok := appendResponse((*buf)[:0], m); ok && len(b) == size {
+		*buf = b
 		return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 	}
 	pool.Put(buf)
 	return c.proto.Marshal(m)
 }
+
+// poolingMin is the least capacity mem.NewBuffer gives back to its pool
+// when freed (one past grpc's buffer pooling threshold): a smaller one would be
+// taken from the pool and never returned.
+const poolingMin = 1<<10 + 1
 
 // Unmarshal reads a request into a pooled request (the handler's) or a
 // RateLimitRequest, and anything else, or a request wire.go leaves to

@@ -202,3 +202,11 @@ func TestOverGRPC(t *testing.T) {
 		t.Fatal("a call without descriptors was answered")
 	}
 }
+
+// poolingMin must stay where grpc pools: a response buffer below it would
+// be taken from the pool and never given back.
+func TestPoolingMin(t *testing.T) {
+	if mem.IsBelowBufferPoolingThreshold(poolingMin) {
+		t.Fatalf("grpc pools no buffer of %d bytes: raise poolingMin", poolingMin)
+	}
+}
