@@ -238,7 +238,8 @@ func (s *Sidecar) listenGRPC() (err error) {
 		rules = s.xds.Current
 	}
 	if s.grpc, err = rls.New(rls.Config{Service: s.svc, Rules: rules, StopWhenOverLimit: cfg.RLSStopOverLimit,
-		Shadow: cfg.RLSShadow, Headers: cfg.RLSHeaders, Ready: s.ready, TLS: tlsCfg, Logger: s.log}); err != nil {
+		Shadow: cfg.RLSShadow, Headers: cfg.RLSHeaders, MaxDescriptors: cfg.RLSMaxDescriptors, MaxEntries: cfg.RLSMaxEntries,
+		Ready: s.ready, TLS: tlsCfg, Logger: s.log}); err != nil {
 		return err
 	}
 	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
@@ -246,7 +247,8 @@ func (s *Sidecar) listenGRPC() (err error) {
 	}
 	s.closers = append(s.closers, func() { s.grpcLn.Close() })
 	s.log.Info("serving Envoy's rate limit service (gRPC)", "addr", s.grpcLn.Addr().String(), "tls", tlsCfg != nil,
-		"client_certs", cfg.GRPCTLSClientCA != "", "headers", cfg.RLSHeaders.String(), "stop_charging_when_over_limit", cfg.RLSStopOverLimit)
+		"client_certs", cfg.GRPCTLSClientCA != "", "headers", cfg.RLSHeaders.String(), "stop_charging_when_over_limit", cfg.RLSStopOverLimit,
+		"max_descriptors", cfg.RLSMaxDescriptors, "max_entries", cfg.RLSMaxEntries)
 	return nil
 }
 

@@ -37,6 +37,10 @@ descriptors:
       replaces: [{name: tenant}]
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: paced
+    rate_limit: {unit: minute, requests_per_unit: 100, algorithm: gcra, burst: 20, name: paced}
+  - key: bucket
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 50, name: bucket}
 `
 
 // answersNow is ten minutes into an hour: every hourly window has 50
@@ -204,6 +208,42 @@ func TestAnswerHeaders(t *testing.T) {
 				entry("tenant", "y"), entry("client_ip", "z"))
 			if got := headerLine(r); got != tc.refused {
 				t.Errorf("refused: %s; want %s", got, tc.refused)
+			}
+		})
+	}
+}
+
+// Sluice's own rules: RateLimit-Policy's q over w is the sustained rate,
+// and a bucket's or GCRA's burst the vendor parameter sluice-burst, as the
+// HTTP check says them (before, the burst was not said at all). The peer's
+// set is unchanged.
+func TestAnswerHeadersSluiceRules(t *testing.T) {
+	for _, tc := range []struct {
+		set        Headers
+		paced, bkt string
+	}{
+		{HeadersDraft, `RateLimit-Policy: "paced";q=100;w=60;sluice-burst=21|RateLimit: "paced";r=20;t=1`,
+			`RateLimit-Policy: "bucket";q=10;w=1;sluice-burst=50|RateLimit: "bucket";r=49;t=1`},
+		{HeadersPeer, "RateLimit-Limit: 100|RateLimit-Remaining: 20|RateLimit-Reset: 1",
+			"RateLimit-Limit: 10|RateLimit-Remaining: 49|RateLimit-Reset: 1"},
+	} {
+		t.Run(tc.set.String(), func(t *testing.T) {
+			s, _ := newAnswering(t, Config{Headers: tc.set})
+			r, err := s.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "shop",
+				Descriptors: []*rlv3.RateLimitDescriptor{entry("paced", "x")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := headerLine(r); got != tc.paced {
+				t.Errorf("gcra: %s; want %s", got, tc.paced)
+			}
+			r, err = s.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "shop",
+				Descriptors: []*rlv3.RateLimitDescriptor{entry("bucket", "x")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := headerLine(r); got != tc.bkt {
+				t.Errorf("token bucket: %s; want %s", got, tc.bkt)
 			}
 		})
 	}

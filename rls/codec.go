@@ -1,41 +1,84 @@
 package rls
 
 import (
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/encoding"
-	_ "google.golang.org/grpc/encoding/proto" // registers the codec vtCodec falls back to
+	_ "google.golang.org/grpc/encoding/proto" // registers the codec this one falls back to
 	"google.golang.org/grpc/mem"
 )
 
-// vtMessage is a message with go-control-plane's generated (vtprotobuf)
-// marshaller, which writes without protobuf's reflection.
-type vtMessage interface {
-	SizeVT() int
-	MarshalToSizedBufferVTStrict([]byte) (int, error)
-}
-
-// vtCodec marshals RateLimitResponse with its generated marshaller into a
-// pooled buffer, and everything else (requests, which have no generated
-// unmarshaller; health; reflection) with grpc's own proto codec. It is
+// codec reads RateLimitRequest and writes RateLimitResponse with wire.go's
+// functions, and everything else (health, reflection, and any message
+// those functions leave to protobuf) with grpc's own proto codec. It is
 // this server's codec only (grpc.ForceServerCodecV2), not the process's.
-type vtCodec struct{ proto encoding.CodecV2 }
+type codec struct{ proto encoding.CodecV2 }
 
-func newVTCodec() *vtCodec { return &vtCodec{proto: encoding.GetCodecV2("proto")} }
+func newCodec() *codec { return &codec{proto: encoding.GetCodecV2("proto")} }
 
-func (c *vtCodec) Name() string { return "proto" }
+func (c *codec) Name() string { return "proto" }
 
-func (c *vtCodec) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(vtMessage)
-	if !ok {
+// Marshal writes a response; a pooled reply goes back to its pool once
+// written, since grpc keeps only the bytes (this server has no stats
+// handler or binary log that would look at the message afterwards).
+func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
+	var m *pb.RateLimitResponse
+	rep, _ := v.(*reply)
+	switch t := v.(type) {
+	case *reply:
+		m = &t.resp
+	case *pb.RateLimitResponse:
+		m = t
+	default:
 		return c.proto.Marshal(v)
 	}
-	size := m.SizeVT()
+	defer rep.release()
+	// Into one of grpc's pooled buffers, at least as large as grpc pools
+	// (poolingMin): a response is a few dozen bytes, below that size, and
+	// grpc's own codec makes a slice for each, with the interface that
+	// holds it; here only the one-element BufferSlice is made.
+	size := responseSize(m)
 	pool := mem.DefaultBufferPool()
-	buf := pool.Get(size)
-	if _, err := m.MarshalToSizedBufferVTStrict((*buf)[:size]); err != nil {
-		pool.Put(buf)
-		return nil, err
+	buf := pool.Get(max(size, poolingMin))
+	if b, ok := appendResponse((*buf)[:0], m); ok && len(b) == size {
+		*buf = b
+		return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 	}
-	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+	pool.Put(buf)
+	return c.proto.Marshal(m)
 }
 
-func (c *vtCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
+// poolingMin is the least capacity mem.NewBuffer gives back to its pool
+// when freed (one past grpc's buffer pooling threshold): a smaller one would be
+// taken from the pool and never returned.
+const poolingMin = 1<<10 + 1
+
+// Unmarshal reads a request into a pooled request (the handler's) or a
+// RateLimitRequest, and anything else, or a request wire.go leaves to
+// protobuf, with protobuf.
+func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
+	switch t := v.(type) {
+	case *request:
+		if t.decode(bytesOf(data)) {
+			return nil
+		}
+		t.reset()
+		return c.proto.Unmarshal(data, &t.msg)
+	case *pb.RateLimitRequest:
+		var r request
+		if !r.decode(bytesOf(data)) {
+			return c.proto.Unmarshal(data, t)
+		}
+		t.Reset()
+		t.Domain, t.Descriptors, t.HitsAddend = r.msg.Domain, r.msg.Descriptors, r.msg.HitsAddend
+		return nil
+	}
+	return c.proto.Unmarshal(data, v)
+}
+
+// bytesOf is data in one slice: its one buffer's, or else a copy.
+func bytesOf(data mem.BufferSlice) []byte {
+	if len(data) == 1 {
+		return data[0].ReadOnlyData()
+	}
+	return data.Materialize()
+}

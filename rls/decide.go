@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -23,16 +24,18 @@ const (
 	errEmptyDescriptors = "rate limit descriptor list must not be empty"
 )
 
-// call is one ShouldRateLimit's scratch, pooled: the batch, the
-// descriptors as rlsconfig reads them, and where each descriptor's
-// decision went.
+// call is one ShouldRateLimit's scratch, pooled: the batches its parts
+// are decided in, the descriptors as rlsconfig reads them, and where each
+// descriptor's decision went.
 type call struct {
-	b       *service.Batch
+	svc     *service.Service
+	parts   []*service.Batch // parts[0] always; more for a call of more than partSize descriptors
+	used    int              // parts holding requests this pass
 	ds      []rlsconfig.Descriptor
 	entries []rlsconfig.Entry
 	over    []rlsconfig.Override
 	hits    []int64
-	slot    []int // per descriptor: its index in b, or one of the no* values
+	slot    []int // per descriptor: part×partSize + its index there, or one of the no* values
 	peeked  bool  // the answer is the peek pass's: nothing was charged
 }
 
@@ -42,14 +45,71 @@ const (
 	noneAllowed = -2 // requests_per_unit 0, or more hits than the rule could ever admit: over
 )
 
-func newCall(svc *service.Service) *call { return &call{b: svc.NewBatch()} }
+// partSize is the most descriptors of one call decided in one store
+// submission. A call of more (a cap raised above the default) is decided
+// part after part, each waiting for the one before: it then shares each
+// round trip with other callers like any call of partSize, and each part
+// has the batcher's whole timeout to itself, so that a large call never
+// makes a round trip overrun and push other callers' decisions into the
+// failure mode (issue 28: 10,000 descriptors in one round trip overran
+// the 100ms deadline on a loaded machine).
+const partSize = DefaultMaxDescriptors
+
+func newCall(svc *service.Service) *call {
+	return &call{svc: svc, parts: []*service.Batch{svc.NewBatch()}}
+}
 
 func (c *call) reset() {
-	c.b.Clear()
+	c.clearParts()
 	clear(c.entries) // drop the request's strings
 	clear(c.ds)
 	c.ds, c.entries, c.over, c.hits, c.slot = c.ds[:0], c.entries[:0], c.over[:0], c.hits[:0], c.slot[:0]
 	c.peeked = false
+}
+
+func (c *call) clearParts() {
+	for _, b := range c.parts[:c.used] {
+		b.Clear()
+	}
+	c.used = 0
+}
+
+// add queues r in the current part, opening the next when it is full.
+func (c *call) add(r service.Request) (int, error) {
+	if c.used == 0 || c.parts[c.used-1].Len() == partSize {
+		if c.used == len(c.parts) {
+			c.parts = append(c.parts, c.svc.NewBatch())
+		}
+		c.used++
+	}
+	p := c.used - 1
+	k, err := c.parts[p].Add(r)
+	if err != nil {
+		return k, err
+	}
+	return p*partSize + k, nil
+}
+
+// decide decides the parts in order, each once the one before has
+// landed, and reports how many decisions a failure mode made.
+func (c *call) decide() (fallbacks int) {
+	for _, b := range c.parts[:c.used] {
+		c.svc.DecideWait(b)
+		for i := range b.Len() {
+			if byFailureMode(b.Path(i)) {
+				fallbacks++
+			}
+		}
+	}
+	return fallbacks
+}
+
+// result is slot k's decision, whether shadow mode turned a refusal
+// into an admission, and the error met instead.
+func (c *call) result(k int) (*engine.Decision, bool, error) {
+	b, i := c.parts[k/partSize], k%partSize
+	d, err := b.Result(i)
+	return d, err == nil && b.Shadowed(i), err
 }
 
 // ShouldRateLimit answers as envoyproxy/ratelimit does. Every descriptor
@@ -65,11 +125,19 @@ func (c *call) reset() {
 // has the same window. A caller that needs all-or-nothing across several
 // limits should put them in one Sluice policy, decided in one script.
 func (s *Server) ShouldRateLimit(_ context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	return s.decide(req, &reply{})
+}
+
+// decide answers req into rep, which the answer then points into.
+func (s *Server) decide(req *pb.RateLimitRequest, rep *reply) (*pb.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, errEmptyDomain)
 	}
 	if len(req.GetDescriptors()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, errEmptyDescriptors)
+	}
+	if err := s.bounded(req); err != nil {
+		return nil, err
 	}
 	c := s.calls.Get().(*call)
 	defer func() {
@@ -82,17 +150,17 @@ func (s *Server) ShouldRateLimit(_ context.Context, req *pb.RateLimitRequest) (*
 	}
 	peek := s.stop && s.queue(c, matches, true)
 	if peek {
-		s.svc.DecideWait(c.b)
+		s.fallbacks.note(c.decide(), len(matches))
 		if s.anyOver(c) {
 			c.peeked = true
-			return s.answer(c, req, matches)
+			return s.answer(c, req, matches, rep)
 		}
-		c.b.Clear()
+		c.clearParts()
 	}
 	if s.queue(c, matches, false) {
-		s.svc.DecideWait(c.b)
+		s.fallbacks.note(c.decide(), len(matches))
 	}
-	return s.answer(c, req, matches)
+	return s.answer(c, req, matches, rep)
 }
 
 // resolve reads the request's descriptors and finds their rules.
@@ -147,7 +215,7 @@ func (s *Server) queue(c *call, ms []rlsconfig.Match, peek bool) bool {
 			// refuse them as invalid, and they can never be admitted.
 			slot = noneAllowed
 		default:
-			k, err := c.b.Add(service.Request{Key: r.Key, Cost: c.hits[i], Peek: peek, Limit: r.Limit,
+			k, err := c.add(service.Request{Key: r.Key, Cost: c.hits[i], Peek: peek, Limit: r.Limit,
 				OnFailure: r.OnFailure, Shadow: r.Shadow || s.shadow, Label: r.Label})
 			if err != nil {
 				// Rules are checked at load; nothing else can fail here.
@@ -159,7 +227,7 @@ func (s *Server) queue(c *call, ms []rlsconfig.Match, peek bool) bool {
 		}
 		c.slot = append(c.slot, slot)
 	}
-	return c.b.Len() > 0
+	return c.used > 0
 }
 
 // anyOver reports whether any descriptor of the peek pass is over its
@@ -170,8 +238,8 @@ func (s *Server) anyOver(c *call) bool {
 		case k == noneAllowed:
 			return true
 		case k >= 0:
-			d, err := c.b.Result(k)
-			if err == nil && (!d.Allowed || c.b.Shadowed(k)) {
+			d, shadowed, err := c.result(k)
+			if err == nil && (!d.Allowed || shadowed) {
 				return true
 			}
 		}
@@ -180,11 +248,11 @@ func (s *Server) anyOver(c *call) bool {
 }
 
 // answer builds the response from the decided batch, as the peer does.
-func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match) (*pb.RateLimitResponse, error) {
+func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match, rep *reply) (*pb.RateLimitResponse, error) {
 	now := time.Now()
-	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(ms))}
-	// One allocation for every status and what it points to.
-	boxes := make([]statusBox, len(ms))
+	resp := &rep.resp
+	statuses, boxes := rep.sized(len(ms))
+	resp.Statuses = statuses
 	var h headerPick
 	failedRate, failedQuota, totalQuota := 0, 0, 0
 	for i := range ms {
@@ -207,14 +275,14 @@ func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match)
 		var retry time.Duration
 		reset := windowLeft(r.Limit.Period, now)
 		if k >= 0 {
-			d, err := c.b.Result(k)
+			d, shadowed, err := c.result(k)
 			if err != nil {
 				if errors.Is(err, engine.ErrInvalid) {
 					return nil, status.Error(codes.InvalidArgument, err.Error())
 				}
 				return nil, status.Error(codes.Unavailable, "rate limit store: "+err.Error())
 			}
-			over = !d.Allowed || c.b.Shadowed(k)
+			over = !d.Allowed || shadowed
 			if !over {
 				left := d.Remaining
 				if c.peeked {
@@ -266,6 +334,37 @@ func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match)
 		resp.ResponseHeadersToAdd = s.responseHeaders(&h, resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT)
 	}
 	return resp, nil
+}
+
+// reply is one call's response with the statuses it points to, made
+// once for every status; the gRPC handler's come from a pool, and go back
+// once the codec has written them (codec.Marshal).
+type reply struct {
+	resp     pb.RateLimitResponse
+	statuses []*pb.RateLimitResponse_DescriptorStatus
+	boxes    []statusBox
+	pool     *sync.Pool // where the reply goes back; nil: it is the caller's
+}
+
+// sized returns the statuses and their boxes for n descriptors.
+func (r *reply) sized(n int) ([]*pb.RateLimitResponse_DescriptorStatus, []statusBox) {
+	if cap(r.boxes) < n {
+		r.statuses, r.boxes = make([]*pb.RateLimitResponse_DescriptorStatus, n), make([]statusBox, n)
+	}
+	r.statuses, r.boxes = r.statuses[:n], r.boxes[:n]
+	return r.statuses, r.boxes
+}
+
+// release puts a pooled reply back, emptied; it does nothing to one that
+// is not pooled.
+func (r *reply) release() {
+	if r == nil || r.pool == nil {
+		return
+	}
+	clear(r.statuses)
+	clear(r.boxes)
+	r.resp.OverallCode, r.resp.Statuses, r.resp.ResponseHeadersToAdd = 0, nil, nil
+	r.pool.Put(r)
 }
 
 // statusBox holds a descriptor status and the messages it points to.

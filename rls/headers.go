@@ -36,7 +36,12 @@ func (s *Server) responseHeaders(h *headerPick, over bool) []*core.HeaderValue {
 	if s.headers == HeadersDraft || s.headers == HeadersBoth {
 		name := policyName(r)
 		out = append(out,
-			&core.HeaderValue{Key: hdrPolicy, Value: string(ratefields.AppendPolicy(nil, name, int64(r.RequestsPerUnit), ratefields.Seconds(r.Limit.Period)))},
+			// The sustained rate as q over w and a bucket's or GCRA's burst as
+			// sluice-burst, as the HTTP check says it: for the peer's own
+			// rules (fixed windows of whole units) that is requests_per_unit
+			// over the unit, as before; a rule with Sluice's fields may admit
+			// a burst above its rate, or have a period of no whole seconds.
+			&core.HeaderValue{Key: hdrPolicy, Value: string(ratefields.AppendLimitPolicy(nil, name, r.Limit))},
 			&core.HeaderValue{Key: hdrRateLimit, Value: string(ratefields.AppendRateLimit(nil, name, int64(st.LimitRemaining), reset))})
 		if over {
 			out = append(out, &core.HeaderValue{Key: hdrRetryAfter, Value: strconv.FormatInt(max(ratefields.Seconds(h.retry), 1), 10)})

@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -74,6 +75,13 @@ type Config struct {
 	Shadow bool
 	// Headers picks the response headers; zero: none, as the peer.
 	Headers Headers
+	// MaxDescriptors is the most descriptors one call may carry, and
+	// MaxEntries the most entries one descriptor may; a call over either
+	// is refused INVALID_ARGUMENT, naming the cap. Zero:
+	// DefaultMaxDescriptors and DefaultMaxEntries. The peer has no such
+	// caps; see partSize for how a call of more than the default is
+	// decided.
+	MaxDescriptors, MaxEntries int
 	// Ready reports whether the sidecar can decide: the health service
 	// answers NOT_SERVING while it returns an error. Nil: always ready.
 	Ready func() error
@@ -87,16 +95,22 @@ type Config struct {
 // Server serves Envoy's rate limit service, the health service and server
 // reflection on one gRPC server.
 type Server struct {
-	svc      *service.Service
-	rules    func() *rlsconfig.Config
-	stop     bool
-	shadow   bool
-	headers  Headers
-	ready    func() error
+	svc     *service.Service
+	rules   func() *rlsconfig.Config
+	stop    bool
+	shadow  bool
+	headers Headers
+	ready   func() error
+
+	maxDescriptors, maxEntries int
+	fallbacks                  fallbackLog
+
 	log      *slog.Logger
 	g        *grpc.Server
 	draining atomic.Bool
 	calls    sync.Pool // *call
+	requests sync.Pool // *request
+	replies  sync.Pool // *reply
 
 	pb.UnimplementedRateLimitServiceServer
 }
@@ -114,6 +128,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Headers > HeadersBoth {
 		return nil, errors.New("rls: unknown Config.Headers")
 	}
+	if cfg.MaxDescriptors < 0 || cfg.MaxEntries < 0 {
+		return nil, errors.New("rls: negative Config.MaxDescriptors or MaxEntries")
+	}
+	if cfg.MaxDescriptors == 0 {
+		cfg.MaxDescriptors = DefaultMaxDescriptors
+	}
+	if cfg.MaxEntries == 0 {
+		cfg.MaxEntries = DefaultMaxEntries
+	}
 	if cfg.Ready == nil {
 		cfg.Ready = func() error { return nil }
 	}
@@ -121,20 +144,55 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{svc: cfg.Service, rules: cfg.Rules, stop: cfg.StopWhenOverLimit, shadow: cfg.Shadow, headers: cfg.Headers,
-		ready: cfg.Ready, log: cfg.Logger}
+		ready: cfg.Ready, log: cfg.Logger, maxDescriptors: cfg.MaxDescriptors, maxEntries: cfg.MaxEntries,
+		fallbacks: fallbackLog{log: cfg.Logger, now: time.Now}}
 	s.calls.New = func() any { return newCall(s.svc) }
+	s.requests.New = func() any { return new(request) }
+	s.replies.New = func() any { return &reply{pool: &s.replies} }
 	// A call waits for its batch's round trip to Redis in its handler, so
 	// a worker per call in flight: calls then reuse goroutines whose stacks
 	// have grown, instead of a new goroutine growing its stack each time.
-	opts := []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(newVTCodec())}
+	opts := []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(newCodec())}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
 	s.g = grpc.NewServer(opts...)
-	pb.RegisterRateLimitServiceServer(s.g, s)
+	s.g.RegisterService(&serviceDesc, s)
 	healthpb.RegisterHealthServer(s.g, &health{s: s})
 	reflection.Register(s.g)
 	return s, nil
+}
+
+// serviceDesc is RateLimitService as its generated code describes it,
+// with a handler that reads each call into a pooled request and answers
+// with a pooled reply, which the codec puts back once written: grpc's
+// generated handler makes a new message each call. Reflection finds the
+// service by the same name and proto file.
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: pb.RateLimitService_ServiceDesc.ServiceName,
+	HandlerType: pb.RateLimitService_ServiceDesc.HandlerType,
+	Methods:     []grpc.MethodDesc{{MethodName: "ShouldRateLimit", Handler: handleShouldRateLimit}},
+	Metadata:    pb.RateLimitService_ServiceDesc.Metadata,
+}
+
+// handleShouldRateLimit is the generated handler's work without its new
+// message. This server installs no interceptor, so none is called.
+func handleShouldRateLimit(srv any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+	s := srv.(*Server)
+	req := s.requests.Get().(*request)
+	defer func() {
+		req.reset()
+		s.requests.Put(req)
+	}()
+	if err := dec(req); err != nil {
+		return nil, err
+	}
+	rep := s.replies.Get().(*reply)
+	if _, err := s.decide(&req.msg, rep); err != nil {
+		rep.release()
+		return nil, err
+	}
+	return rep, nil
 }
 
 // streamWorkers is how many calls in flight are served by reused

@@ -20,6 +20,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -781,4 +782,98 @@ func TestRLSSharesRoundTrips(t *testing.T) {
 	if scripts == 0 || scripts >= callers*calls {
 		t.Errorf("%d script calls for %d calls of 3 descriptors; want fewer than one a call", scripts, callers*calls)
 	}
+}
+
+// TestRLSBoundedCalls: a call over a cap is refused INVALID_ARGUMENT
+// naming the cap (issue 28: one call of 10,000 descriptors overran the
+// round trip it shared and pushed its decisions and a RESP client's into
+// the failure mode). With the cap raised, such a call is decided in parts:
+// neither its decisions nor a concurrent RESP client's are made by the
+// failure mode (deny, so that any would be refused), under a deadline that
+// one round trip of the whole call overruns.
+func TestRLSBoundedCalls(t *testing.T) {
+	dir := writeRLS(t, map[string]string{"x.yaml": "domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 1000000}\n"})
+	many := func(n, entries int) []*rlv3.RateLimitDescriptor {
+		ds := make([]*rlv3.RateLimitDescriptor, n)
+		for i := range ds {
+			kv := []string{"a", fmt.Sprint(i)}
+			for j := 1; j < entries; j++ {
+				kv = append(kv, fmt.Sprint("e", j), "v")
+			}
+			ds[i] = desc(kv...)
+		}
+		return ds
+	}
+	t.Run("caps", func(t *testing.T) {
+		s := startDoors(t, dir)
+		c, _ := rlsClient(t, s.GRPC)
+		for _, tc := range []struct {
+			n, entries int
+			want       string
+		}{
+			{65, 1, "rate limit request has 65 descriptors, more than the cap of 64 (--rls-max-descriptors)"},
+			{1, 65, "rate limit descriptor 0 has 65 entries, more than the cap of 64 (--rls-max-entries)"},
+			{64, 64, ""},
+		} {
+			resp, err := c.ShouldRateLimit(ctxT(t), &pb.RateLimitRequest{Domain: "x", Descriptors: many(tc.n, tc.entries)})
+			if tc.want == "" {
+				if err != nil || len(resp.Statuses) != tc.n {
+					t.Errorf("%d descriptors of %d entries: %v; want answered", tc.n, tc.entries, err)
+				}
+				continue
+			}
+			if st, _ := status.FromError(err); st.Code() != codes.InvalidArgument || st.Message() != tc.want {
+				t.Errorf("%d descriptors of %d entries: %v; want InvalidArgument %q", tc.n, tc.entries, err, tc.want)
+			}
+		}
+	})
+	t.Run("large call in parts", func(t *testing.T) {
+		r := redistest.Start(t)
+		s := startDoors(t, dir, "--upstream", "redis://"+r.Addr, "--upstream-timeout", "60ms",
+			"--on-upstream-failure", "deny", "--rls-max-descriptors", "10000")
+		c, _ := rlsClient(t, s.GRPC)
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 2})
+		t.Cleanup(func() { rdb.Close() })
+		ask(t, c, "x", 0, desc("a", "warm")) // loads the script
+		stop := make(chan struct{})
+		var refused, resp atomic.Int64
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				v, err := rdb.Do(ctxT(t), "RL.GCRA", fmt.Sprint("resp:", i), 1000000, 1000000, "1h").Slice()
+				resp.Add(1)
+				if err != nil || len(v) == 0 || v[0] != int64(1) {
+					refused.Add(1)
+				}
+			}
+		})
+		for range 3 {
+			answer, err := c.ShouldRateLimit(ctxT(t), &pb.RateLimitRequest{Domain: "x", Descriptors: many(10_000, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			over := 0
+			for _, st := range answer.Statuses {
+				if st.Code != rlOK {
+					over++
+				}
+			}
+			if over > 0 {
+				t.Errorf("%d of 10,000 descriptors over a limit they cannot reach: the failure mode decided", over)
+			}
+		}
+		close(stop)
+		wg.Wait()
+		if n := refused.Load(); n > 0 || resp.Load() == 0 {
+			t.Errorf("the RESP client beside the call: %d of %d decisions refused (the failure mode decided)", n, resp.Load())
+		}
+		if strings.Contains(s.logs.String(), "failure mode") {
+			t.Errorf("the failure mode decided:\n%s", s.logs)
+		}
+	})
 }

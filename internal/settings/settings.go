@@ -55,17 +55,19 @@ type Config struct {
 	IOLoops        int      // event loops; 0: a goroutine per connection
 
 	// Envoy's rate limit service (gRPC).
-	GRPCListen       string        // address; empty: off (the flag's "off")
-	GRPCTLSCert      string        // PEM certificate chain; with GRPCTLSKey, serve TLS
-	GRPCTLSKey       string        // PEM private key
-	GRPCTLSClientCA  string        // PEM CA that client certificates must chain to; empty: none asked
-	GRPCInsecure     bool          // allow a non-loopback address without client certificates
-	RLSConfig        string        // directory of envoyproxy/ratelimit YAML files
-	RLSConfigPoll    time.Duration // how often to re-read RLSConfig besides file events; 0: events only
-	RLSStopOverLimit bool          // charge no descriptor of a call when any is over its limit
-	RLSHeaders       rls.Headers   // response headers Envoy is asked to add
-	RLSShadow        bool          // every rule in shadow mode: counted, never refused (the peer's SHADOW_MODE)
-	RLSHTTPListen    string        // address of the peer's HTTP port (/json, /healthcheck); empty: off
+	GRPCListen        string        // address; empty: off (the flag's "off")
+	GRPCTLSCert       string        // PEM certificate chain; with GRPCTLSKey, serve TLS
+	GRPCTLSKey        string        // PEM private key
+	GRPCTLSClientCA   string        // PEM CA that client certificates must chain to; empty: none asked
+	GRPCInsecure      bool          // allow a non-loopback address without client certificates
+	RLSConfig         string        // directory of envoyproxy/ratelimit YAML files
+	RLSConfigPoll     time.Duration // how often to re-read RLSConfig besides file events; 0: events only
+	RLSStopOverLimit  bool          // charge no descriptor of a call when any is over its limit
+	RLSHeaders        rls.Headers   // response headers Envoy is asked to add
+	RLSShadow         bool          // every rule in shadow mode: counted, never refused (the peer's SHADOW_MODE)
+	RLSHTTPListen     string        // address of the peer's HTTP port (/json, /healthcheck); empty: off
+	RLSMaxDescriptors int           // most descriptors in one ShouldRateLimit call
+	RLSMaxEntries     int           // most entries in one descriptor
 
 	// The rate limit service's configuration over xDS, instead of RLSConfig.
 	RLSXDSServer             string        // management server address; empty: none
@@ -112,8 +114,10 @@ func Default() Config {
 		MaxInputMemory:  256 << 20,
 		IOLoops:         1,
 
-		RLSXDSRetry:      3 * time.Second,
-		RLSXDSMaxMessage: 64 << 20,
+		RLSMaxDescriptors: rls.DefaultMaxDescriptors,
+		RLSMaxEntries:     rls.DefaultMaxEntries,
+		RLSXDSRetry:       3 * time.Second,
+		RLSXDSMaxMessage:  64 << 20,
 	}
 }
 
@@ -187,6 +191,10 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.Var((*offAddr)(&c.RLSHTTPListen), "rls-http-listen",
 		"`address` to serve envoyproxy/ratelimit's HTTP port on (its 8080): /json answers a rate limit request written in JSON, "+
 			"/healthcheck the readiness; or off. Needs --grpc-listen; a non-loopback address needs --grpc-insecure")
+	fs.IntVar(&c.RLSMaxDescriptors, "rls-max-descriptors", c.RLSMaxDescriptors,
+		"most descriptors in one rate limit call (`n`); a call with more is refused INVALID_ARGUMENT, naming the cap")
+	fs.IntVar(&c.RLSMaxEntries, "rls-max-entries", c.RLSMaxEntries,
+		"most entries in one descriptor of a rate limit call (`n`); a descriptor with more is refused INVALID_ARGUMENT, naming the cap")
 	c.registerXDS(fs)
 
 	fs.Var((*offAddr)(&c.HTTPListen), "http-listen",

@@ -57,6 +57,8 @@ func (c *Config) Validate() error {
 		{"deny-cache-size", c.DenyCacheSize, false},
 		{"max-clients", c.MaxClients, false},
 		{"io-loops", c.IOLoops, true},
+		{"rls-max-descriptors", c.RLSMaxDescriptors, false},
+		{"rls-max-entries", c.RLSMaxEntries, false},
 	}
 	for _, n := range ints {
 		if n.n < 0 || n.n == 0 && !n.zeroOK {

@@ -1,0 +1,92 @@
+package rls
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+// The caps' defaults. Envoy sends one descriptor per rate_limits action
+// list of a route, and each holds one entry per action: the gateways'
+// generated configurations (Envoy Gateway, Istio, Contour) use a handful
+// of each, so 64 leaves room without letting one call weigh on a round
+// trip that other callers share.
+const (
+	DefaultMaxDescriptors = 64
+	DefaultMaxEntries     = 64
+)
+
+// bounded refuses a call over the caps, naming the cap and the flag that
+// raises it, before anything of it is read into the call's scratch.
+func (s *Server) bounded(req *pb.RateLimitRequest) error {
+	ds := req.GetDescriptors()
+	if len(ds) > s.maxDescriptors {
+		return status.Error(codes.InvalidArgument, fmt.Sprintf(
+			"rate limit request has %d descriptors, more than the cap of %d (--rls-max-descriptors)", len(ds), s.maxDescriptors))
+	}
+	for i, d := range ds {
+		if n := len(d.GetEntries()); n > s.maxEntries {
+			return status.Error(codes.InvalidArgument, fmt.Sprintf(
+				"rate limit descriptor %d has %d entries, more than the cap of %d (--rls-max-entries)", i, n, s.maxEntries))
+		}
+	}
+	return nil
+}
+
+// byFailureMode reports whether a decision was made by its failure mode
+// rather than by the store or the deny cache.
+func byFailureMode(p engine.Path) bool {
+	return p == engine.PathLocal || p == engine.PathFailOpen || p == engine.PathFailClosed
+}
+
+// fallbackLogEvery is the least time between two log lines about
+// decisions made by their failure mode: one line says how many were
+// since the line before, so that a store that keeps failing does not log
+// per call.
+const fallbackLogEvery = 10 * time.Second
+
+// fallbackLog logs, at most once per fallbackLogEvery, that calls were
+// decided by their failure mode: the store did not answer within the
+// upstream timeout (a round trip overran it under load, or Redis is
+// down) or the breaker was open. The breaker's opening is logged by the
+// chain; a round trip that overran without opening it was silent.
+type fallbackLog struct {
+	log *slog.Logger
+	now func() time.Time
+
+	mu        sync.Mutex
+	last      time.Time // when the last line was written; guarded by mu
+	decisions int       // decisions by failure mode since then; guarded by mu
+	calls     int       // calls they belong to; guarded by mu
+	biggest   int       // the most descriptors of one such call; guarded by mu
+}
+
+// note counts n decisions of a call of size descriptors made by their
+// failure mode, and logs when the last line is old enough. n 0 costs
+// nothing.
+func (f *fallbackLog) note(n, size int) {
+	if n == 0 {
+		return
+	}
+	now := f.now()
+	f.mu.Lock()
+	f.decisions += n
+	f.calls++
+	f.biggest = max(f.biggest, size)
+	if !f.last.IsZero() && now.Sub(f.last) < fallbackLogEvery {
+		f.mu.Unlock()
+		return
+	}
+	decisions, calls, biggest := f.decisions, f.calls, f.biggest
+	f.last, f.decisions, f.calls, f.biggest = now, 0, 0, 0
+	f.mu.Unlock()
+	f.log.Warn("rls: decisions made by their failure mode: the upstream did not answer within --upstream-timeout (overloaded or failing) or its breaker is open",
+		"decisions", decisions, "calls", calls, "largest_call_descriptors", biggest, "at_most_one_line_per", fallbackLogEvery)
+}
