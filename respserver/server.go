@@ -102,7 +102,10 @@ type Server struct {
 	log     *slog.Logger
 	started time.Time
 	nextID  atomic.Int64
-	stats   stats
+	// returning is set while a return of memory to the system is scheduled
+	// (budget.go).
+	returning atomic.Bool
+	stats     stats
 
 	mu       sync.Mutex
 	conns    map[*client]struct{} // guarded by mu
@@ -435,6 +438,7 @@ func (s *Server) Addr() net.Addr {
 // closed counts a connection out.
 func (s *Server) closed(c *client, err error) {
 	c.account(0)
+	s.released(max(cap(c.in.buf), cap(c.out)))
 	c.unmonitor()
 	s.mu.Lock()
 	delete(s.conns, c)

@@ -258,6 +258,23 @@ func (p *Parser) room(hdrEnd int, n int64) string {
 	return ""
 }
 
+// Need is how many more bytes the command being read is known to need:
+// the rest of the bulk under way and its CRLF, as its header announced;
+// 0 between bulks and between commands, where nothing is announced yet.
+// An input buffer sized by it grows once for a large argument, to what
+// the argument needs, instead of doubling past it.
+func (p *Parser) Need() int {
+	switch p.state {
+	case pBulkBody:
+		return int(p.skip) + 2
+	case pBulkCR:
+		return 2
+	case pBulkLF:
+		return 1
+	}
+	return 0
+}
+
 // complete ends the command being read at end.
 func (p *Parser) complete(end int) {
 	p.cmds = append(p.cmds, parsed{args: len(p.spans) - p.cur, end: end})

@@ -228,3 +228,29 @@ func TestNextUnreadShift(t *testing.T) {
 	next("ECHO,x", 8)
 	next("", 0)
 }
+
+// Need is what the bulk under way still lacks, so that a caller can size
+// its buffer for a large argument once.
+func TestParserNeed(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+	}{
+		{"", 0},
+		{"*2\r\n$4\r\nECHO\r\n", 0},
+		{"*2\r\n$4\r\nECHO\r\n$1000", 0}, // the length is not known until its CRLF
+		{"*2\r\n$4\r\nECHO\r\n$1000\r\n", 1002},
+		{"*2\r\n$4\r\nECHO\r\n$1000\r\nabc", 999},
+		{"*2\r\n$4\r\nECHO\r\n$3\r\nabc", 2},
+		{"*2\r\n$4\r\nECHO\r\n$3\r\nabc\r", 1},
+		{"*2\r\n$4\r\nECHO\r\n$3\r\nabc\r\n", 0},
+	} {
+		p := NewParser(DefaultMaxArgs, 1<<20)
+		if _, msg := p.Scan([]byte(tc.in), 0); msg != "" {
+			t.Fatalf("%q: %s", tc.in, msg)
+		}
+		if got := p.Need(); got != tc.want {
+			t.Errorf("Need after %q = %d; want %d", tc.in, got, tc.want)
+		}
+	}
+}
