@@ -324,6 +324,9 @@ func parseCostPeek(tail [][]byte) (cost int64, peek bool, msg string) {
 	switch len(tail) {
 	case 0:
 	case 1:
+		if peek && resp.Is(tail[0], "peek") {
+			return 0, false, errPeekTwice
+		}
 		n, why := resp.ParseInt(tail[0])
 		if why != "" {
 			return 0, false, invalidArg("cost", tail[0], why)

@@ -102,6 +102,13 @@ func (c *client) proceed() {
 			break
 		}
 		in.args = args
+		if in.p.TooMany() {
+			// Read whole and refused, in its place; the connection reads on.
+			c.commands++
+			c.fail(tooManyArgs(args[0], c.s.cfg.MaxArgs))
+			in.parsed = end
+			continue
+		}
 		if len(args) > 0 && c.command(args) { // an empty inline line is no command, as in Redis
 			in.p.Unread()
 			c.held = true

@@ -678,3 +678,38 @@ func TestInputBudgetClosesTheLargest(t *testing.T) {
 		})
 	}
 }
+
+// A command of more arguments than the frame keeps (RL.RESET of 5,000
+// keys) is read to its end and refused with an error that says how to
+// send it; the connection reads on, and its commands before and after
+// run (issue 28: it was a protocol error and a disconnect).
+func TestTooManyArgumentsKeepsTheConnection(t *testing.T) {
+	for _, loops := range []int{1, -1} {
+		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) {
+			_, addr := startServer(t, Config{Service: testService(t, memStore(t), nil), Loops: loops})
+			c := dialTest(t, addr)
+			reset := []string{"RL.RESET"}
+			for i := range 5000 {
+				reset = append(reset, fmt.Sprintf("k%d", i))
+			}
+			var pipeline []byte
+			pipeline = append(pipeline, encodeCommand(bytesArgs("RL.FIXED", "k1", "1", "1h"))...)
+			pipeline = append(pipeline, encodeCommand(bytesArgs(reset...))...)
+			pipeline = append(pipeline, encodeCommand(bytesArgs("RL.FIXED", "k1", "1", "1h", "PEEK"))...)
+			pipeline = append(pipeline, encodeCommand(bytesArgs(reset[:DefaultMaxArgs]...))...)
+			pipeline = append(pipeline, encodeCommand(bytesArgs("PING"))...)
+			c.send(t, pipeline)
+			for _, want := range []string{
+				"[1, 1, 0, 0, 3600000]",
+				"-ERR too many arguments for 'rl.reset' command: at most 4096, its name included; send them in several commands",
+				"[0, 1, 0, 3600000, 3600000]", // the refused reset reset nothing
+				"4095",
+				"+PONG",
+			} {
+				if got, err := c.reply(t); err != nil || got != want {
+					t.Fatalf("got %q, %v; want %q", got, err, want)
+				}
+			}
+		})
+	}
+}

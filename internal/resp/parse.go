@@ -9,8 +9,13 @@ import "math"
 // inline line of any length would be buffered whole. Redis has the same
 // limits, with the same errors.
 const (
-	// DefaultMaxArgs bounds the arguments of one command (Redis: 2^31-1). No
-	// Sluice command needs more than a few; RL.RESET takes up to 4095 keys.
+	// DefaultMaxArgs bounds the arguments of one command kept for it to
+	// run (Redis: 2^31-1). No Sluice command needs more than a few;
+	// RL.RESET takes up to 4095 keys. A multibulk command of more is read
+	// to its end (its bytes within the same request limit) and handed on
+	// as too many (TooMany), for an error that keeps the connection; a
+	// count no command within the request limit could hold is a protocol
+	// error, as Redis's "invalid multibulk length".
 	DefaultMaxArgs = 4096
 	// MaxInline bounds an inline (telnet-style) command line, as Redis does.
 	MaxInline = 64 << 10
@@ -35,6 +40,7 @@ type Parser struct {
 	skip    int64 // bytes left in the current bulk's data
 	at      int   // where the current bulk's data, or inline line, starts
 	start   int   // where the multibulk command being read starts
+	over    bool  // the command being read has more arguments than maxArgs: only its first is kept
 	maxArgs int64
 	// maxBulk bounds a multibulk command as sent, framing included. A
 	// bulk header is checked against it at once, before the client sends
@@ -51,7 +57,15 @@ type Parser struct {
 	// many of spans they hold; they are forgotten at the next Scan or
 	// Shift, which is when the caller is done with them.
 	taken, takenArgs int
+	// lastOver is TooMany's answer: the command Next handed on last had
+	// more arguments than maxArgs.
+	lastOver bool
 }
+
+// minArgBytes is the fewest bytes an argument of a multibulk command
+// takes ("$0\r\n\r\n"): a count above maxBulk/minArgBytes could never
+// fit in a request.
+const minArgBytes = 6
 
 // NewParser returns a parser that refuses a command of more than maxArgs
 // arguments, and one of more than maxBytes bytes as sent, its framing
@@ -63,9 +77,13 @@ func NewParser(maxArgs, maxBytes int) Parser {
 // span is one argument: its offset in the input and its length.
 type span struct{ at, n int }
 
-// parsed is one complete command: how many arguments (in spans), and the
-// offset just past its last byte.
-type parsed struct{ args, end int }
+// parsed is one complete command: how many arguments (in spans), the
+// offset just past its last byte, and whether it had more arguments than
+// the limit (spans then hold its first alone).
+type parsed struct {
+	args, end int
+	over      bool
+}
 
 type parseState uint8
 
@@ -152,7 +170,7 @@ follow:
 					break
 				}
 				n = n*10 + d
-				if state == pCount && n > p.maxArgs || state == pBulkLen && n > p.maxBulk {
+				if state == pCount && n > max(p.maxArgs, p.maxBulk/minArgBytes) || state == pBulkLen && n > p.maxBulk {
 					end, msg = i, headerError(state)
 					break follow
 				}
@@ -174,7 +192,7 @@ follow:
 				state = pStart
 				break
 			}
-			left, state = n, pBulkHeader
+			left, state, p.over = n, pBulkHeader, n > p.maxArgs
 		case pBulkHeader:
 			if c != '$' {
 				end, msg = i, "Protocol error: expected '$', got '"+string(c)+"'"
@@ -226,7 +244,9 @@ follow:
 				end, msg = i, errBulkLength
 				break follow
 			}
-			p.spans = append(p.spans, span{at, i - 1 - at})
+			if !p.over || len(p.spans) == p.cur {
+				p.spans = append(p.spans, span{at, i - 1 - at})
+			}
 			if left--; left > 0 {
 				state = pBulkHeader
 			} else {
@@ -277,9 +297,14 @@ func (p *Parser) Need() int {
 
 // complete ends the command being read at end.
 func (p *Parser) complete(end int) {
-	p.cmds = append(p.cmds, parsed{args: len(p.spans) - p.cur, end: end})
-	p.cur = len(p.spans)
+	p.cmds = append(p.cmds, parsed{args: len(p.spans) - p.cur, end: end, over: p.over})
+	p.cur, p.over = len(p.spans), false
 }
+
+// TooMany reports whether the command Next handed on last had more
+// arguments than the limit: it was read whole, and only its first
+// argument (its name) was handed on, for the caller to refuse it.
+func (p *Parser) TooMany() bool { return p.lastOver }
 
 // Next appends to dst[:0] the arguments of the first complete command not
 // handed on yet, as slices of buf (capped, so that appending to one cannot
@@ -298,6 +323,7 @@ func (p *Parser) Next(buf []byte, dst [][]byte) (args [][]byte, end int, ok bool
 	}
 	p.taken++
 	p.takenArgs += cmd.args
+	p.lastOver = cmd.over
 	return args, cmd.end, true
 }
 
