@@ -129,7 +129,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 2
 	}
 	log := cfg.NewLogger(stderr)
-	limitMemory(log, cfg, getenv)
 	// Catch SIGTERM before anything listens: a signal that arrives once a
 	// client can connect must drain, not kill.
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
@@ -143,6 +142,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		log.Error("sluice did not start", "err", err)
 		return 1
 	}
+	// After app.New, whose first line names the store: nothing large is
+	// allocated before Run.
+	limitMemory(log, cfg, getenv)
 	go func() {
 		for range hup {
 			sc.ReloadPolicies()
