@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -34,5 +35,22 @@ func TestPolicyNamesThroughRedisCLI(t *testing.T) {
 				t.Errorf("the inline victim after the resets by empty and unknown names: %q; want still refused", got)
 			}
 		})
+	}
+}
+
+// RL.RESET of more keys than a command takes, from redis-cli against the
+// binary: refused whole with an error that says what to do, and the
+// connection (redis-cli's, which sends the next command on it) goes on
+// (issue 28: a protocol error and a disconnect).
+func TestResetOfTooManyKeysThroughRedisCLI(t *testing.T) {
+	s := startSluice(t)
+	args := []string{"RL.RESET"}
+	for i := range 5000 {
+		args = append(args, "k"+strconv.Itoa(i))
+	}
+	stdin := strings.Join(args, " ") + "\n" + strings.Join(args[:4096], " ") + "\nPING\n"
+	want := "ERR too many arguments for 'rl.reset' command: at most 4096, its name included; send them in several commands\n\n4095\nPONG\n"
+	if got := redisCLI(t, s, stdin); got != want {
+		t.Errorf("redis-cli:\n got %q\nwant %q", got, want)
 	}
 }
