@@ -2,6 +2,7 @@ package respserver
 
 import (
 	"time"
+	"unsafe"
 
 	"github.com/sluice-rl/sluice/internal/resp"
 )
@@ -61,7 +62,7 @@ func (c *client) grow() {
 		size = kept + need + readSize
 	}
 	size = min(size, c.s.cfg.MaxRequestBytes+readSize)
-	c.account(size + cap(c.out))
+	c.account(size + c.footprint() - cap(in.buf))
 	if c.evict.Load() {
 		size = min(size, kept+readSize)
 	}
@@ -88,7 +89,7 @@ func (c *client) take(n int) {
 	c.proceed()
 	// Replies a client does not read are input it made the server hold:
 	// charged with it, as Redis's maxmemory-clients charges both.
-	c.account(cap(in.buf) + cap(c.out))
+	c.account(c.footprint())
 }
 
 // proceed runs the complete commands read, until one must wait for what
@@ -135,7 +136,7 @@ func (c *client) proceed() {
 // nothing aliases it any more: the client is idle.
 func (c *client) compact() {
 	in := &c.in
-	defer func() { c.account(cap(in.buf) + cap(c.out)) }() // what was written is no longer held
+	defer func() { c.account(c.footprint()) }() // what was written is no longer held
 	if !c.idle() || in.parsed == 0 && len(in.buf) > 0 {
 		return // nothing to drop: a large command arriving read by read is not copied again
 	}
@@ -146,6 +147,13 @@ func (c *client) compact() {
 		c.s.released(cap(in.buf))
 		in.buf = nil
 	}
+}
+
+// footprint is what the connection holds for its input and replies: its
+// input buffer's capacity, its unsent replies' and the places of the
+// arguments it has read (the parser's and the command's).
+func (c *client) footprint() int {
+	return cap(c.in.buf) + cap(c.out) + c.in.p.Footprint() + cap(c.in.args)*int(unsafe.Sizeof([]byte(nil)))
 }
 
 // account sets the bytes this connection holds in the server's total

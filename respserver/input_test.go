@@ -38,7 +38,7 @@ func TestInputGrowsOnceToTheAnnouncedArgument(t *testing.T) {
 	if arrays != 1 || last < announced || last > announced+4*readSize {
 		t.Errorf("2 MiB of a %d-byte argument took %d new arrays, the last of %d bytes; want one of the announced length", announced, arrays, last)
 	}
-	if held := c.inputBytes(); held != int64(cap(c.in.buf)+cap(c.out)) {
-		t.Errorf("the budget holds %d bytes for the client; want its buffer's capacity %d", held, cap(c.in.buf))
+	if held := c.inputBytes(); held < int64(cap(c.in.buf)) || held > int64(cap(c.in.buf)+64<<10) {
+		t.Errorf("the budget holds %d bytes for the client; want its buffer's capacity %d and little more", held, cap(c.in.buf))
 	}
 }

@@ -1,6 +1,9 @@
 package resp
 
-import "math"
+import (
+	"math"
+	"unsafe"
+)
 
 // Limits on what one client may send, checked as the bytes arrive and
 // before anything is buffered whole: a parser that trusts a multibulk
@@ -337,7 +340,8 @@ func (p *Parser) Unread() {
 	p.takenArgs -= p.cmds[p.taken].args
 }
 
-// forget drops the commands Next has handed on.
+// forget drops the commands Next has handed on. Arrays grown for a large
+// pipeline are dropped once empty, as a connection's input buffer is.
 func (p *Parser) forget() {
 	if p.taken == 0 {
 		return
@@ -346,6 +350,26 @@ func (p *Parser) forget() {
 	p.spans, p.cur = p.spans[:k], p.cur-p.takenArgs
 	p.cmds = p.cmds[:copy(p.cmds, p.cmds[p.taken:])]
 	p.taken, p.takenArgs = 0, 0
+	if k == 0 && cap(p.spans) > keepSpans {
+		p.spans = nil
+	}
+	if len(p.cmds) == 0 && cap(p.cmds) > keepSpans {
+		p.cmds = nil
+	}
+}
+
+// keepSpans is the most arguments (and commands) whose places a parser
+// keeps room for once it holds none: those of the longest inline line
+// (MaxInline/2) and the slack append leaves, so that a client may send
+// such lines one after another without an allocation each.
+const keepSpans = MaxInline
+
+// Footprint is the bytes the parser holds for the places of the
+// arguments it has read: 16 or 24 bytes an argument, which a pipeline of
+// empty arguments (6 bytes each on the wire) makes more than the input
+// itself, so a server that bounds its input counts them with it.
+func (p *Parser) Footprint() int {
+	return cap(p.spans)*int(unsafe.Sizeof(span{})) + cap(p.cmds)*int(unsafe.Sizeof(parsed{}))
 }
 
 // Shift moves every offset back by n, for an input buffer that dropped its

@@ -290,3 +290,25 @@ func TestParserTooMany(t *testing.T) {
 		}
 	}
 }
+
+// The places of a large pipeline's arguments are counted while held
+// (Footprint) and dropped once the commands have been handed on.
+func TestFootprintOfAPipeline(t *testing.T) {
+	in := []byte(strings.Repeat("*1\r\n$0\r\n\r\n", 100_000))
+	p := NewParser(DefaultMaxArgs, 1<<20)
+	if _, msg := p.Scan(in, 0); msg != "" {
+		t.Fatal(msg)
+	}
+	if got := p.Footprint(); got < 100_000*16 {
+		t.Errorf("Footprint of 100,000 commands held: %d bytes; want their places counted", got)
+	}
+	for {
+		if _, _, ok := p.Next(in, nil); !ok {
+			break
+		}
+	}
+	p.Shift(len(in))
+	if got := p.Footprint(); got != 0 {
+		t.Errorf("Footprint once they were handed on: %d bytes; want 0", got)
+	}
+}
