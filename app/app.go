@@ -115,7 +115,7 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 		if err != nil {
 			return err
 		}
-		log.Info("policies loaded", "file", cfg.Policies, "count", set.Len(), "names", set.Names())
+		log.Info("policies loaded", "file", cfg.Policies, "count", set.Len(), "names", set.LogNames())
 		s.live = policy.NewLive(set)
 		policies = s.live
 		if s.policies, err = s.live.Watcher(policy.WatchConfig{Path: cfg.Policies, Poll: cfg.PoliciesPoll, Logger: log}); err != nil {

@@ -122,7 +122,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.b.Clear()
 		s.checks.Put(c)
 	}()
-	i, err := c.b.Add(service.Request{Policy: ck.Policy, Key: ck.Key, Cost: ck.Cost, Detail: true})
+	i, err := c.b.Add(service.Request{ByPolicy: true, Policy: ck.Policy, Key: ck.Key, Cost: ck.Cost, Detail: true})
 	if err != nil {
 		plain(w, http.StatusBadRequest, err.Error())
 		return

@@ -2,9 +2,11 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -192,5 +194,30 @@ func wantParseError(t *testing.T, yaml, want string) {
 	}
 	if err.Error() != want {
 		t.Errorf("got  %s\nwant %s", err, want)
+	}
+}
+
+// The log lines name a few policies, not every one of thousands.
+func TestLogNames(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want []string
+	}{
+		{2, []string{"p00000", "p00001"}},
+		{10, []string{"p00000", "p00001", "p00002", "p00003", "p00004", "p00005", "p00006", "p00007", "p00008", "p00009"}},
+		{20000, []string{"p00000", "p00001", "p00002", "p00003", "p00004", "p00005", "p00006", "p00007", "p00008", "p00009", "… 19990 more"}},
+	} {
+		var yaml strings.Builder
+		yaml.WriteString("policies:\n")
+		for i := range tc.n {
+			fmt.Fprintf(&yaml, "  p%05d: {algorithm: gcra, rate: 1, period: 1s}\n", i)
+		}
+		set, err := Parse("policies.yaml", []byte(yaml.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := set.LogNames(); !slices.Equal(got, tc.want) {
+			t.Errorf("%d policies: LogNames = %q; want %q", tc.n, got, tc.want)
+		}
 	}
 }

@@ -46,7 +46,7 @@ func (l *Live) Watcher(cfg WatchConfig) (*watch.Watcher, error) {
 				return err
 			}
 			l.Replace(set)
-			log.Info("policies reloaded", "file", cfg.Path, "count", set.Len(), "names", set.Names())
+			log.Info("policies reloaded", "file", cfg.Path, "count", set.Len(), "names", set.LogNames())
 			return nil
 		},
 	})

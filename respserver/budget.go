@@ -1,6 +1,8 @@
 package respserver
 
 import (
+	"cmp"
+	"runtime/debug"
 	"slices"
 	"time"
 )
@@ -27,7 +29,13 @@ func (s *Server) overBudget() {
 	if over <= 0 {
 		return
 	}
-	slices.SortFunc(cs, func(a, b *client) int { return int(b.inputBytes() - a.inputBytes()) })
+	// The largest first; of equal ones the newest, which has sent the
+	// least of what it announced (a client that a reservation for its
+	// announced argument put over the budget is closed before one that
+	// holds as much and has sent more of it).
+	slices.SortFunc(cs, func(a, b *client) int {
+		return cmp.Or(cmp.Compare(b.inputBytes(), a.inputBytes()), cmp.Compare(b.id, a.id))
+	})
 	for _, c := range cs {
 		if over <= 0 {
 			break
@@ -46,3 +54,27 @@ func (s *Server) overBudget() {
 
 // inputBytes is what the connection holds against the budget.
 func (c *client) inputBytes() int64 { return c.inputHeld.Load() }
+
+// returnAtLeast is the smallest buffer whose release has the server give
+// memory back to the system, and returnAfter how long after a release it
+// does: Go returns freed memory to the system only slowly, and its
+// collector (GOGC 400 in the binary) may not even run on an idle server,
+// so a burst of large inputs would otherwise keep its resident memory
+// long after its clients left. Once a second at most, however many
+// buffers are released meanwhile: a forced collection costs a few
+// milliseconds.
+const (
+	returnAtLeast = 1 << 20
+	returnAfter   = time.Second
+)
+
+// released notes that a connection dropped a buffer of n bytes.
+func (s *Server) released(n int) {
+	if n < returnAtLeast || !s.returning.CompareAndSwap(false, true) {
+		return
+	}
+	time.AfterFunc(returnAfter, func() {
+		s.returning.Store(false)
+		debug.FreeOSMemory()
+	})
+}

@@ -213,7 +213,7 @@ func parsePrecision(tail [][]byte) ([][]byte, int64, string) {
 // parseAllow reads RL.ALLOW policy key [cost] [PEEK] [DETAIL], DETAIL
 // anywhere after the key; the service finds the policy.
 func parseAllow(cmd *command, args [][]byte) (service.Request, shape, string) {
-	req := service.Request{Policy: str(args[1]), Key: str(args[2])}
+	req := service.Request{ByPolicy: true, Policy: str(args[1]), Key: str(args[2])}
 	tail := args[3:]
 	for i, a := range tail {
 		if resp.Is(a, "detail") {
@@ -266,14 +266,14 @@ func parseThrottle(cmd *command, args [][]byte) (service.Request, shape, string)
 // connection's later commands wait for it, and every other connection is
 // served meanwhile.
 func runReset(c *client, args [][]byte) {
-	policy, keys, msg := parseReset(args)
+	byPolicy, policy, keys, msg := parseReset(args)
 	if msg != "" {
 		c.fail(msg)
 		return
 	}
 	svc := c.s.cfg.Service
 	reset := func() error {
-		if policy != "" {
+		if byPolicy {
 			return svc.ResetPolicy(context.Background(), policy, keys)
 		}
 		return svc.Reset(context.Background(), keys)
@@ -296,20 +296,21 @@ func runReset(c *client, args [][]byte) {
 }
 
 // parseReset reads RL.RESET's arguments, copied: they outlive the read
-// buffer when the reset runs off the loop.
-func parseReset(args [][]byte) (policy string, keys []string, msg string) {
+// buffer when the reset runs off the loop. byPolicy is the form, not an
+// empty policy: RL.RESET POLICY "" key names no policy, and resets nothing.
+func parseReset(args [][]byte) (byPolicy bool, policy string, keys []string, msg string) {
 	from := 1
 	if resp.Is(args[1], "policy") {
 		if len(args) < 4 {
-			return "", nil, errResetUsage
+			return false, "", nil, errResetUsage
 		}
-		policy, from = string(args[2]), 3
+		byPolicy, policy, from = true, string(args[2]), 3
 	}
 	keys = make([]string, len(args)-from)
 	for i, k := range args[from:] {
 		keys[i] = string(k)
 	}
-	return policy, keys, ""
+	return byPolicy, policy, keys, ""
 }
 
 // parseCostPeek reads the optional tail of every decision command:
@@ -323,6 +324,9 @@ func parseCostPeek(tail [][]byte) (cost int64, peek bool, msg string) {
 	switch len(tail) {
 	case 0:
 	case 1:
+		if peek && resp.Is(tail[0], "peek") {
+			return 0, false, errPeekTwice
+		}
 		n, why := resp.ParseInt(tail[0])
 		if why != "" {
 			return 0, false, invalidArg("cost", tail[0], why)

@@ -2,6 +2,7 @@ package respserver
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 
 	"github.com/sluice-rl/sluice/engine"
@@ -59,6 +60,7 @@ const (
 	errScan          = "ERR SCAN is not supported: Sluice's keys are rate-limit states, not data to browse; DBSIZE and INFO keyspace count them"
 	errTracingOff    = "ERR tracing is off: start sluice with OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) set"
 	errPrecision     = "ERR option PRECISION needs a number of sub-windows"
+	errPeekTwice     = "ERR syntax error: PEEK given twice"
 	errAllowUsage    = "ERR syntax error: RL.ALLOW policy key [cost] [PEEK] [DETAIL]"
 	errResetUsage    = "ERR syntax error: RL.RESET POLICY name key [key ...]"
 	errReleaseUsage  = "ERR syntax error: RL.RELEASE key lease_id, or RL.RELEASE POLICY name key lease_id"
@@ -78,6 +80,17 @@ const maxQuoted = 64
 // invalidArg is the reply to an argument that does not parse.
 func invalidArg(name string, v []byte, reason string) string {
 	return "ERR invalid " + name + " " + resp.Quote(v) + ": " + reason
+}
+
+// tooManyArgs is the reply to a command of more arguments than the
+// server keeps for one (Config.MaxArgs), which it has read to its end:
+// RL.RESET of that many keys is sent in several commands.
+func tooManyArgs(name []byte, maxArgs int) string {
+	cmd := resp.Quote(name)
+	if c := lookup(name); c != nil {
+		cmd = "'" + c.name + "'"
+	}
+	return "ERR too many arguments for " + cmd + " command: at most " + strconv.Itoa(maxArgs) + ", its name included; send them in several commands"
 }
 
 // arityError is Redis's own text, so clients that match on it still do.

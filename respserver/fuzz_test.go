@@ -309,15 +309,20 @@ func FuzzPolicyArgs(f *testing.F) {
 		if len(rargs) < 2 {
 			return
 		}
-		policy, keys, msg := parseReset(rargs)
+		byPolicy, policy, keys, msg := parseReset(rargs)
 		if msg != "" {
 			if !strings.HasPrefix(msg, "ERR ") || strings.ContainsAny(msg, "\r\n") {
 				t.Errorf("RL.RESET %s: error %q", s, msg)
 			}
 			return
 		}
+		// The form is the first argument's, whatever the name: an empty
+		// name is the policy form, never the inline one.
+		if byPolicy != resp.Is(tail[0], "policy") {
+			t.Errorf("RL.RESET %s: by policy %v", s, byPolicy)
+		}
 		from := 1
-		if policy != "" || resp.Is(tail[0], "policy") {
+		if byPolicy {
 			from = 3
 		}
 		if len(keys) != len(rargs)-from || len(keys) == 0 {

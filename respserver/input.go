@@ -2,6 +2,7 @@ package respserver
 
 import (
 	"time"
+	"unsafe"
 
 	"github.com/sluice-rl/sluice/internal/resp"
 )
@@ -35,19 +36,40 @@ const (
 func (c *client) room() []byte {
 	in := &c.in
 	if cap(in.buf)-len(in.buf) < readSize/2 {
-		// A new array, with only what has not run: the old one stays as
-		// it is, for queued and flying keys alias it.
-		grown := make([]byte, len(in.buf)-in.parsed, max(2*(len(in.buf)-in.parsed), readSize))
-		copy(grown, in.buf[in.parsed:])
-		in.p.Shift(in.parsed)
-		in.buf, in.parsed = grown, 0
-		c.account(cap(grown))
+		c.grow()
 	}
 	room := in.buf[len(in.buf):cap(in.buf)]
 	if left := c.s.cfg.MaxRequestBytes - (len(in.buf) - in.parsed); len(room) > left {
 		room = room[:max(left, 1)]
 	}
 	return room
+}
+
+// grow moves what has not run into a new array (the old one stays as it
+// is, for queued and flying keys alias it), sized for what the command
+// under way is known to need: a large argument gets one array of its
+// announced length, not a doubling that would reach twice it and leave
+// each smaller array behind as garbage. The budget is charged for the new
+// array before it exists: a client that the charge puts over the budget
+// is closed (the largest holders go first), and one closed so is given
+// no new array; at most readSize more.
+func (c *client) grow() {
+	in := &c.in
+	kept := len(in.buf) - in.parsed
+	size := max(2*kept, readSize)
+	if need := in.p.Need(); need > 0 {
+		// What is announced, and a read's room for the headers that follow.
+		size = kept + need + readSize
+	}
+	size = min(size, c.s.cfg.MaxRequestBytes+readSize)
+	c.account(size + c.footprint() - cap(in.buf))
+	if c.evict.Load() {
+		size = min(size, kept+readSize)
+	}
+	grown := make([]byte, kept, size)
+	copy(grown, in.buf[in.parsed:])
+	in.p.Shift(in.parsed)
+	in.buf, in.parsed = grown, 0
 }
 
 // take runs the commands that the n bytes just read into room complete,
@@ -65,6 +87,9 @@ func (c *client) take(n int) {
 	}
 	c.active.Store(time.Now().UnixNano()) // once a read, for CLIENT LIST's idle=
 	c.proceed()
+	// Replies a client does not read are input it made the server hold:
+	// charged with it, as Redis's maxmemory-clients charges both.
+	c.account(c.footprint())
 }
 
 // proceed runs the complete commands read, until one must wait for what
@@ -78,6 +103,13 @@ func (c *client) proceed() {
 			break
 		}
 		in.args = args
+		if in.p.TooMany() {
+			// Read whole and refused, in its place; the connection reads on.
+			c.commands++
+			c.fail(tooManyArgs(args[0], c.s.cfg.MaxArgs))
+			in.parsed = end
+			continue
+		}
 		if len(args) > 0 && c.command(args) { // an empty inline line is no command, as in Redis
 			in.p.Unread()
 			c.held = true
@@ -104,6 +136,7 @@ func (c *client) proceed() {
 // nothing aliases it any more: the client is idle.
 func (c *client) compact() {
 	in := &c.in
+	defer func() { c.account(c.footprint()) }() // what was written is no longer held
 	if !c.idle() || in.parsed == 0 && len(in.buf) > 0 {
 		return // nothing to drop: a large command arriving read by read is not copied again
 	}
@@ -111,13 +144,21 @@ func (c *client) compact() {
 	in.p.Shift(in.parsed)
 	in.buf, in.parsed = in.buf[:n], 0
 	if n == 0 && cap(in.buf) > keepInput {
+		c.s.released(cap(in.buf))
 		in.buf = nil
-		c.account(0)
 	}
 }
 
-// account sets the input bytes this connection holds in the server's
-// total, and asks for evictions when the total is over the budget.
+// footprint is what the connection holds for its input and replies: its
+// input buffer's capacity, its unsent replies' and the places of the
+// arguments it has read (the parser's and the command's).
+func (c *client) footprint() int {
+	return cap(c.in.buf) + cap(c.out) + c.in.p.Footprint() + cap(c.in.args)*int(unsafe.Sizeof([]byte(nil)))
+}
+
+// account sets the bytes this connection holds in the server's total
+// (its input buffer's capacity and its unsent replies'), and asks for
+// evictions when the total is over the budget.
 func (c *client) account(held int) {
 	d := int64(held) - c.inputHeld.Load()
 	if d == 0 {

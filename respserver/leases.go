@@ -50,7 +50,7 @@ func leaseCommands() []*command {
 func parseAcquire(args [][]byte) (service.LeaseRequest, string) {
 	var r service.LeaseRequest
 	if resp.Is(args[1], "policy") {
-		r.Policy, r.Key = string(args[2]), string(args[3])
+		r.ByPolicy, r.Policy, r.Key = true, string(args[2]), string(args[3])
 		if len(args) > 4 {
 			r.ID = string(args[4])
 			if r.ID == "" {
@@ -80,16 +80,16 @@ func parseAcquire(args [][]byte) (service.LeaseRequest, string) {
 }
 
 // parseRelease reads RL.RELEASE's arguments, copied.
-func parseRelease(args [][]byte) (policy, key, id, msg string) {
+func parseRelease(args [][]byte) (service.LeaseRequest, string) {
 	switch {
 	case len(args) == 3:
-		return "", string(args[1]), string(args[2]), ""
+		return service.LeaseRequest{Key: string(args[1]), ID: string(args[2])}, ""
 	case len(args) == 5 && resp.Is(args[1], "policy"):
-		return string(args[2]), string(args[3]), string(args[4]), ""
+		return service.LeaseRequest{ByPolicy: true, Policy: string(args[2]), Key: string(args[3]), ID: string(args[4])}, ""
 	case resp.Is(args[1], "policy"):
-		return "", "", "", errReleasePolicy
+		return service.LeaseRequest{}, errReleasePolicy
 	}
-	return "", "", "", errReleaseUsage
+	return service.LeaseRequest{}, errReleaseUsage
 }
 
 func runAcquire(c *client, args [][]byte) {
@@ -111,7 +111,7 @@ func runAcquire(c *client, args [][]byte) {
 }
 
 func runRelease(c *client, args [][]byte) {
-	policy, key, id, msg := parseRelease(args)
+	r, msg := parseRelease(args)
 	if msg != "" {
 		c.fail(msg)
 		return
@@ -128,7 +128,7 @@ func runRelease(c *client, args [][]byte) {
 		}
 		return redcon.AppendInt(out, 0)
 	}
-	c.offLoop(answer, func() { held, err = svc.Release(context.Background(), policy, key, id) })
+	c.offLoop(answer, func() { held, err = svc.Release(context.Background(), r) })
 }
 
 // offLoop runs work, which may wait on Redis, and then owes answer's

@@ -45,7 +45,7 @@ func FuzzLeaseArgs(f *testing.F) {
 					args[k+1] = bytes.Clone([]byte(a))
 				}
 			}
-			_, _, _, msg := parseRelease(args)
+			_, msg := parseRelease(args)
 			check(msg)
 		}
 	})

@@ -39,17 +39,20 @@ type Config struct {
 	// without completing a command; the connection is then closed. Zero
 	// means 16 MiB.
 	MaxRequestBytes int
-	// MaxArgs bounds the arguments of one command; more get a protocol
-	// error. Zero means DefaultMaxArgs.
+	// MaxArgs bounds the arguments of one command; a command of more is
+	// read to its end and refused with an error, and the connection reads
+	// on. Zero means DefaultMaxArgs.
 	MaxArgs int
 	// MaxConns bounds concurrent connections; more are refused with an
 	// error and closed. Zero means 10,000.
 	MaxConns int
-	// MaxInputMemory bounds the input buffered by all connections together
-	// (commands read and not yet run, and unfinished ones), as Redis 7's
-	// maxmemory-clients does: past it, the connection holding the most is
-	// closed with an error, and the next, until the total is back under.
-	// Zero means 256 MiB.
+	// MaxInputMemory bounds what all connections hold together, as Redis
+	// 7's maxmemory-clients does: their input buffers at their capacity
+	// (commands read and not yet run, and unfinished ones, an argument's
+	// announced length charged as it starts) and their replies not yet
+	// sent. Past it, the connection holding the most is closed with an
+	// error, and the next, until the total is back under. Zero means 256
+	// MiB.
 	MaxInputMemory int64
 	// Info adds sections to INFO after the server's own; INFO sluice shows
 	// them all. A section named as one of the server's own (Memory) adds
@@ -82,7 +85,10 @@ type Server struct {
 	log     *slog.Logger
 	started time.Time
 	nextID  atomic.Int64
-	stats   stats
+	// returning is set while a return of memory to the system is scheduled
+	// (budget.go).
+	returning atomic.Bool
+	stats     stats
 
 	mu       sync.Mutex
 	conns    map[*client]struct{} // guarded by mu
@@ -412,6 +418,7 @@ func (s *Server) Addr() net.Addr {
 // closed counts a connection out.
 func (s *Server) closed(c *client, err error) {
 	c.account(0)
+	s.released(max(cap(c.in.buf), cap(c.out)))
 	c.unmonitor()
 	s.mu.Lock()
 	delete(s.conns, c)

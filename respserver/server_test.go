@@ -650,7 +650,10 @@ func TestNothingWaitsBehindAHeldBatch(t *testing.T) {
 }
 
 // Past the total input budget, the connection holding the most unfinished
-// input is closed with an error, and the others go on.
+// input is closed with an error, and the others go on. An argument's
+// announced length is charged as soon as the argument starts, so the big
+// client is closed before it has sent what it announced: its later
+// writes may meet a closed connection.
 func TestInputBudgetClosesTheLargest(t *testing.T) {
 	for _, loops := range []int{1, 0} {
 		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) {
@@ -659,9 +662,9 @@ func TestInputBudgetClosesTheLargest(t *testing.T) {
 			header := []byte("*2\r\n$4\r\nECHO\r\n$200000\r\n")
 			small.send(t, append(header, bytes.Repeat([]byte("s"), 100<<10)...))
 			big.send(t, []byte("*2\r\n$4\r\nECHO\r\n$4000000\r\n"))
-			big.send(t, bytes.Repeat([]byte("b"), 300<<10))
+			_, _ = big.nc.Write(bytes.Repeat([]byte("b"), 300<<10))
 			time.Sleep(50 * time.Millisecond) // both are read in
-			big.send(t, bytes.Repeat([]byte("b"), 900<<10))
+			_, _ = big.nc.Write(bytes.Repeat([]byte("b"), 900<<10))
 			got, err := big.reply(t)
 			if err != nil || !strings.HasPrefix(got, "-ERR closing the connection: the input all clients have sent") {
 				t.Fatalf("the largest client got %q, %v; want the budget's error", got, err)
@@ -676,6 +679,41 @@ func TestInputBudgetClosesTheLargest(t *testing.T) {
 			}
 			if n := srv.stats.evicted.Load(); n != 1 {
 				t.Errorf("%d clients evicted; want 1", n)
+			}
+		})
+	}
+}
+
+// A command of more arguments than the frame keeps (RL.RESET of 5,000
+// keys) is read to its end and refused with an error that says how to
+// send it; the connection reads on, and its commands before and after
+// run (issue 28: it was a protocol error and a disconnect).
+func TestTooManyArgumentsKeepsTheConnection(t *testing.T) {
+	for _, loops := range []int{1, 0} {
+		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) {
+			_, addr := startServer(t, Config{Service: testService(t, memStore(t), nil), Loops: testLoops(t, loops)})
+			c := dialTest(t, addr)
+			reset := []string{"RL.RESET"}
+			for i := range 5000 {
+				reset = append(reset, fmt.Sprintf("k%d", i))
+			}
+			var pipeline []byte
+			pipeline = append(pipeline, encodeCommand(bytesArgs("RL.FIXED", "k1", "1", "1h"))...)
+			pipeline = append(pipeline, encodeCommand(bytesArgs(reset...))...)
+			pipeline = append(pipeline, encodeCommand(bytesArgs("RL.FIXED", "k1", "1", "1h", "PEEK"))...)
+			pipeline = append(pipeline, encodeCommand(bytesArgs(reset[:DefaultMaxArgs]...))...)
+			pipeline = append(pipeline, encodeCommand(bytesArgs("PING"))...)
+			c.send(t, pipeline)
+			for _, want := range []string{
+				"[1, 1, 0, 0, 3600000]",
+				"-ERR too many arguments for 'rl.reset' command: at most 4096, its name included; send them in several commands",
+				"[0, 1, 0, 3600000, 3600000]", // the refused reset reset nothing
+				"4095",
+				"+PONG",
+			} {
+				if got, err := c.reply(t); err != nil || got != want {
+					t.Fatalf("got %q, %v; want %q", got, err, want)
+				}
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package service
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"unsafe"
 
 	"go.opentelemetry.io/otel/trace"
@@ -13,7 +14,12 @@ import (
 // Request is one decision as a door reads it: by a named policy, or with
 // its limit inline.
 type Request struct {
-	// Policy names the policy to decide by; empty means Limit, inline.
+	// ByPolicy says the request is decided by the policy named Policy;
+	// false, by Limit, inline. It is a flag of its own, not an empty
+	// Policy, so that a client's empty or missing name is an unknown
+	// policy and never falls through to an inline key.
+	ByPolicy bool
+	// Policy names the policy to decide by; set only with ByPolicy.
 	Policy string
 	// Key is the client's key. Under a policy the service stores it under
 	// the policy's prefix. It may alias a door's buffer until the batch is
@@ -42,7 +48,18 @@ var ErrNoPolicies = errors.New("no policies are loaded: start sluice with --poli
 // not have.
 type UnknownPolicyError struct{ Name string }
 
-func (e *UnknownPolicyError) Error() string { return "invalid policy " + e.Name + ": no such policy" }
+func (e *UnknownPolicyError) Error() string {
+	if e.Name == "" {
+		return `invalid policy "": no such policy`
+	}
+	return "invalid policy " + e.Name + ": no such policy"
+}
+
+// errPolicyNotByPolicy is a door's mistake: a policy name on a request
+// not marked ByPolicy, which would otherwise be decided inline.
+func errPolicyNotByPolicy(name string) error {
+	return fmt.Errorf("service: request names policy %q without ByPolicy", name)
+}
 
 // Batch is a door's requests, decided together. A door keeps one per
 // client and reuses it: once warm, a batch allocates nothing.
@@ -91,7 +108,11 @@ func (s *Service) NewBatch() *Batch { return &Batch{s: s} }
 func (b *Batch) Add(r Request) (int, error) {
 	req := engine.Request{Key: r.Key, Limit: r.Limit, Cost: r.Cost, Peek: r.Peek, OnFailure: r.OnFailure}
 	m := meta{policy: cmp.Or(r.Label, Inline), shadow: r.Shadow}
-	if r.Policy != "" {
+	if !r.ByPolicy && r.Policy != "" {
+		b.s.CountError(ErrRequest)
+		return -1, errPolicyNotByPolicy(r.Policy)
+	}
+	if r.ByPolicy {
 		p, err := b.s.lookup(r.Policy)
 		if err != nil {
 			b.s.CountError(ErrRequest)

@@ -19,13 +19,17 @@ import (
 // LeaseRequest is one acquire as a door reads it: by a named concurrency
 // policy, or with its limit inline.
 type LeaseRequest struct {
-	// Policy names the concurrency policy; empty means Limit and TTL,
-	// inline.
+	// ByPolicy says the lease is by the concurrency policy named Policy
+	// (an empty name is an unknown policy, as in Request); false, by Limit
+	// and TTL, inline.
+	ByPolicy bool
+	// Policy names the concurrency policy; set only with ByPolicy.
 	Policy string
 	// Key is the client's key, stored under the policy's prefix.
 	Key string
 	// ID names the lease; empty means the service makes one up, which the
 	// decision carries back.
+	// Release: the lease to free, which must be given.
 	ID        string
 	Limit     int64
 	TTL       time.Duration
@@ -57,7 +61,11 @@ func (e *PolicyKindError) Error() string {
 func (s *Service) Acquire(ctx context.Context, r LeaseRequest) (engine.LeaseDecision, error) {
 	req := engine.LeaseRequest{Key: r.Key, Limit: r.Limit, TTL: r.TTL, ID: r.ID, OnFailure: r.OnFailure}
 	label := Inline
-	if r.Policy != "" {
+	if !r.ByPolicy && r.Policy != "" {
+		s.CountError(ErrRequest)
+		return engine.LeaseDecision{}, errPolicyNotByPolicy(r.Policy)
+	}
+	if r.ByPolicy {
 		p, err := s.leasePolicy(r.Policy, r.Key)
 		if err != nil {
 			return engine.LeaseDecision{}, err
@@ -88,12 +96,17 @@ func (s *Service) Acquire(ctx context.Context, r LeaseRequest) (engine.LeaseDeci
 	return d, nil
 }
 
-// Release frees a lease of key (under policy's prefix when policy is
-// given) and reports whether it was held.
-func (s *Service) Release(ctx context.Context, policy, key, id string) (bool, error) {
-	label := Inline
-	if policy != "" {
-		p, err := s.leasePolicy(policy, key)
+// Release frees the lease r.ID of r.Key (under the policy's prefix when
+// r.ByPolicy; r's Limit and TTL are not used) and reports whether it was
+// held.
+func (s *Service) Release(ctx context.Context, r LeaseRequest) (bool, error) {
+	key, id, label := r.Key, r.ID, Inline
+	if !r.ByPolicy && r.Policy != "" {
+		s.CountError(ErrRequest)
+		return false, errPolicyNotByPolicy(r.Policy)
+	}
+	if r.ByPolicy {
+		p, err := s.leasePolicy(r.Policy, key)
 		if err != nil {
 			return false, err
 		}

@@ -76,8 +76,8 @@ func TestResolvesPolicies(t *testing.T) {
 	svc, rec := newService(t, testPolicies)
 	b := svc.NewBatch()
 	for _, r := range []service.Request{
-		{Policy: "api", Key: "u1", Cost: 1},
-		{Policy: "closed", Key: "u1", Cost: 1},
+		{ByPolicy: true, Policy: "api", Key: "u1", Cost: 1},
+		{ByPolicy: true, Policy: "closed", Key: "u1", Cost: 1},
 		{Key: "u1", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 5, Period: time.Second}, Cost: 2},
 	} {
 		if _, err := b.Add(r); err != nil {
@@ -111,11 +111,15 @@ func TestAddRefuses(t *testing.T) {
 		req  service.Request
 		want string
 	}{
-		{"no policies loaded", none, service.Request{Policy: "api", Key: "k"}, "no policies are loaded"},
-		{"unknown policy", svc, service.Request{Policy: "nope", Key: "k"}, "invalid policy nope: no such policy"},
-		{"empty key under a policy", svc, service.Request{Policy: "api", Key: ""}, `invalid key "": must not be empty`},
-		{"key too long under a policy", svc, service.Request{Policy: "api", Key: strings.Repeat("k", engine.MaxKeyLen)}, "at most 1024 bytes"},
-		{"cost above capacity", svc, service.Request{Policy: "api", Key: "k", Cost: 2}, "invalid cost 2"},
+		{"no policies loaded", none, service.Request{ByPolicy: true, Policy: "api", Key: "k"}, "no policies are loaded"},
+		{"unknown policy", svc, service.Request{ByPolicy: true, Policy: "nope", Key: "k"}, "invalid policy nope: no such policy"},
+		// An inline limit beside it would be decided, were the empty name
+		// taken for the inline form.
+		{"empty policy name", svc, service.Request{ByPolicy: true, Key: "victim", Limit: oneAnHour, Cost: 1}, `invalid policy "": no such policy`},
+		{"policy name without ByPolicy", svc, service.Request{Policy: "api", Key: "k", Limit: oneAnHour, Cost: 1}, `names policy "api" without ByPolicy`},
+		{"empty key under a policy", svc, service.Request{ByPolicy: true, Policy: "api", Key: ""}, `invalid key "": must not be empty`},
+		{"key too long under a policy", svc, service.Request{ByPolicy: true, Policy: "api", Key: strings.Repeat("k", engine.MaxKeyLen)}, "at most 1024 bytes"},
+		{"cost above capacity", svc, service.Request{ByPolicy: true, Policy: "api", Key: "k", Cost: 2}, "invalid cost 2"},
 		{"bad inline limit", svc, service.Request{Key: "k", Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 0, Period: time.Second}, Cost: 1}, "invalid rate 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -130,7 +134,7 @@ func TestAddRefuses(t *testing.T) {
 		})
 	}
 	var unknown *service.UnknownPolicyError
-	if _, err := svc.NewBatch().Add(service.Request{Policy: "nope", Key: "k"}); !errors.As(err, &unknown) || unknown.Name != "nope" {
+	if _, err := svc.NewBatch().Add(service.Request{ByPolicy: true, Policy: "nope", Key: "k"}); !errors.As(err, &unknown) || unknown.Name != "nope" {
 		t.Errorf("unknown policy error %v; want an *UnknownPolicyError naming it", err)
 	}
 	if rec.calls != 0 {
@@ -143,7 +147,7 @@ func TestShadowMode(t *testing.T) {
 	svc, _ := newService(t, testPolicies)
 	b := svc.NewBatch()
 	for range 3 {
-		if _, err := b.Add(service.Request{Policy: "trial", Key: "k", Cost: 1}); err != nil {
+		if _, err := b.Add(service.Request{ByPolicy: true, Policy: "trial", Key: "k", Cost: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -169,11 +173,11 @@ func TestBatchesJoin(t *testing.T) {
 	svc, rec := newService(t, testPolicies)
 	a, b, empty := svc.NewBatch(), svc.NewBatch(), svc.NewBatch()
 	for _, key := range []string{"x", "x"} {
-		if _, err := a.Add(service.Request{Policy: "api", Key: key, Cost: 1}); err != nil {
+		if _, err := a.Add(service.Request{ByPolicy: true, Policy: "api", Key: key, Cost: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := b.Add(service.Request{Policy: "api", Key: "y", Cost: 1}); err != nil {
+	if _, err := b.Add(service.Request{ByPolicy: true, Policy: "api", Key: "y", Cost: 1}); err != nil {
 		t.Fatal(err)
 	}
 	decide(svc, a, empty, b)
@@ -203,7 +207,7 @@ func TestBatchError(t *testing.T) {
 	rec.err = errors.New("upstream: i/o timeout")
 	b := svc.NewBatch()
 	for range 2 {
-		if _, err := b.Add(service.Request{Policy: "api", Key: "k", Cost: 1}); err != nil {
+		if _, err := b.Add(service.Request{ByPolicy: true, Policy: "api", Key: "k", Cost: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -278,7 +282,7 @@ func BenchmarkBatch(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		for i := range 100 {
-			if _, err := batch.Add(service.Request{Policy: "api", Key: keys[i%len(keys)], Cost: 1}); err != nil {
+			if _, err := batch.Add(service.Request{ByPolicy: true, Policy: "api", Key: keys[i%len(keys)], Cost: 1}); err != nil {
 				b.Fatal(err)
 			}
 		}

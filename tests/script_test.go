@@ -55,7 +55,7 @@ case "$*" in `+fail+`) exit 1 ;; esac
 
 	out, code := run("vet*|*-fuzz=^FuzzLoad\\$*")
 	if code != 1 {
-		t.Errorf("scripts/test exited %d with two failed steps; want 1:\n%s", code, out)
+		t.Errorf("scripts/test exited %d with failed steps; want 1:\n%s", code, out)
 	}
 	// Every step after the failed vet ran: the race tests, the memory
 	// bounds and each fuzz target, as the go commands it was given show.
@@ -72,8 +72,9 @@ case "$*" in `+fail+`) exit 1 ;; esac
 		}
 	}
 	m := regexp.MustCompile(`(?s)\nscripts/test: (\d+) failed step\(s\):\n(.*)$`).FindStringSubmatch(out)
-	if m == nil || m[1] != "2" || m[2] != "  vet\n  fuzz FuzzLoad\n" {
-		t.Errorf("scripts/test does not end with the list of exactly the failed steps (vet, fuzz FuzzLoad):\n%s", out)
+	// go vet fails in the Helm module's step too, which vets its own module.
+	if m == nil || m[1] != "3" || m[2] != "  vet\n  helm-module\n  fuzz FuzzLoad\n" {
+		t.Errorf("scripts/test does not end with the list of exactly the failed steps (vet, helm-module, fuzz FuzzLoad):\n%s", out)
 	}
 
 	if out, code := run("--never--"); code != 0 || !strings.HasSuffix(out, "scripts/test: all passed\n") {

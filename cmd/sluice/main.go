@@ -78,10 +78,41 @@ func tuneGC(getenv func(string) string) {
 // GOMEMLIMIT, if set, wins.
 const memoryRatio = 0.85
 
-func limitMemory(log *slog.Logger) {
+// The memory the settings bound, for Go's memory limit when GOMEMLIMIT is
+// not set: the in-memory store's keys (measured: 304 bytes a key for the
+// fixed-size algorithms, 432 for a sliding log at precision 10, with
+// 128-byte keys), the deny cache's entries, and what Sluice needs besides
+// (code, stacks, the loops' buffers).
+const (
+	bytesPerKey      = 432
+	bytesPerRefusal  = 350
+	baseMemory       = 32 << 20
+	inputSlackFactor = 8 // the limit leaves an eighth of the input budget for garbage
+)
+
+// limitMemory sets Go's memory limit unless GOMEMLIMIT does: to a share
+// of the container's limit, and never above what the settings bound (the
+// input budget and an eighth more, the store, the deny cache, a base).
+// Without it, GOGC 400 lets the heap reach five times the live input:
+// 200 clients holding the budget's worth of large arguments made the
+// process's resident memory reach 1.5 GB at the default 256 MiB budget.
+func limitMemory(log *slog.Logger, cfg settings.Config, getenv func(string) string) {
+	if getenv("GOMEMLIMIT") != "" {
+		return
+	}
 	limit, err := memlimit.Set(memlimit.WithRatio(memoryRatio), memlimit.WithProvider(memlimit.FromCgroup))
-	if err == nil && limit > 0 && limit < math.MaxInt64 {
-		log.Info("go memory limit", "bytes", limit, "of_cgroup_limit", memoryRatio)
+	if err != nil || limit <= 0 {
+		limit = math.MaxInt64
+	}
+	input := int64(cfg.MaxInputMemory)
+	bound := input + input/inputSlackFactor + int64(cfg.MaxKeys)*bytesPerKey + int64(cfg.DenyCacheSize)*bytesPerRefusal + baseMemory
+	from := "container"
+	if bound < limit {
+		limit, from = bound, "settings"
+		debug.SetMemoryLimit(limit)
+	}
+	if limit < math.MaxInt64 {
+		log.Info("go memory limit", "bytes", limit, "from", from)
 	}
 }
 
@@ -116,7 +147,6 @@ func serve(ctx context.Context, cfg settings.Config, getenv func(string) string,
 	if notes != nil {
 		notes(log)
 	}
-	limitMemory(log)
 	// Catch SIGTERM before anything listens: a signal that arrives once a
 	// client can connect must drain, not kill.
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
@@ -130,6 +160,9 @@ func serve(ctx context.Context, cfg settings.Config, getenv func(string) string,
 		log.Error("sluice did not start", "err", err)
 		return 1
 	}
+	// After app.New, whose first line names the store: nothing large is
+	// allocated before Run.
+	limitMemory(log, cfg, getenv)
 	go func() {
 		for range hup {
 			sc.ReloadPolicies()

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -146,5 +148,34 @@ func TestTuneGC(t *testing.T) {
 	})
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Errorf("GOGC=100: GC percent %d; want it left alone", got)
+	}
+}
+
+// Go's memory limit follows the settings when GOMEMLIMIT is unset (never
+// above the input budget and an eighth, the store, the deny cache and a
+// base), and is left alone when it is set.
+func TestLimitMemoryFollowsTheSettings(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(before) })
+	cfg := settings.Default()
+	cfg.MaxInputMemory = 64 << 20
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	debug.SetMemoryLimit(math.MaxInt64)
+	limitMemory(log, cfg, func(string) string { return "" })
+	want := int64(64<<20+8<<20) + int64(cfg.MaxKeys)*bytesPerKey + int64(cfg.DenyCacheSize)*bytesPerRefusal + baseMemory
+	if got := debug.SetMemoryLimit(-1); got > want {
+		t.Errorf("memory limit %d with GOMEMLIMIT unset; want at most %d, from the settings", got, want)
+	}
+
+	debug.SetMemoryLimit(math.MaxInt64)
+	limitMemory(log, cfg, func(k string) string {
+		if k == "GOMEMLIMIT" {
+			return "1GiB"
+		}
+		return ""
+	})
+	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+		t.Errorf("memory limit %d with GOMEMLIMIT set; want it left to the runtime", got)
 	}
 }

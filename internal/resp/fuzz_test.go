@@ -17,11 +17,14 @@ import (
 // arguments, how many bytes were fine, and the error that stopped it.
 type frames struct {
 	cmds [][]string
+	over []bool // each command had more arguments than the limit (TooMany)
 	fine int
 	msg  string
 }
 
-func (f frames) String() string { return fmt.Sprintf("%q, %d bytes fine, %q", f.cmds, f.fine, f.msg) }
+func (f frames) String() string {
+	return fmt.Sprintf("%q (too many: %v), %d bytes fine, %q", f.cmds, f.over, f.fine, f.msg)
+}
 
 // scanAll feeds data to a parser with small limits, so that fuzzing
 // reaches them, in reads of at most chunk bytes appended to one buffer, as
@@ -53,6 +56,10 @@ func scanAll(t *testing.T, data []byte, chunk int) frames {
 			if len(args) > maxArgs {
 				t.Fatalf("a command of %d arguments passed a limit of %d", len(args), maxArgs)
 			}
+			if p.TooMany() && (len(args) != 1 || in[start] != '*') {
+				t.Fatalf("a command of too many arguments handed on as %q", args)
+			}
+			f.over = append(f.over, p.TooMany())
 			if in[start] == '*' && end-start > maxBytes {
 				t.Fatalf("a command of %d bytes passed a limit of %d: %q", end-start, maxBytes, in[start:end])
 			}
@@ -84,6 +91,8 @@ func FuzzFrames(f *testing.F) {
 		"*+4444444444444444444\r\n", "*1\r\n$+99999999999999\r\n", "*1\r\n$4\r\nPING\r\n*-1\r\n",
 		"*1\r\n$-5\r\nx\r\n", "*1\r\n$\r\n\r\n", "*1\r\n$4\r\nPINGxx*1\r\n$4\r\nPING\r\n",
 		"*9\r\n", "*1\r\n$250\r\n", "*2\r\n$1\r\na\r\n$240\r\n",
+		"*9\r\n$1\r\na\r\n$0\r\n\r\n$0\r\n\r\n$0\r\n\r\n$0\r\n\r\n$0\r\n\r\n$0\r\n\r\n$0\r\n\r\n$0\r\n\r\n*1\r\n$4\r\nPING\r\n", // too many, then one
+		"*43\r\n", // more than 256 bytes could hold
 	} {
 		f.Add([]byte(s))
 	}
@@ -105,7 +114,7 @@ func FuzzFrames(f *testing.F) {
 				continue // an inline line may hold more than its frame may
 			}
 			again := scanAll(t, frame, 3)
-			if again.msg != "" || len(again.cmds) != 1 || !slices.Equal(again.cmds[0], cmd) {
+			if again.msg != "" || len(again.cmds) != 1 || !slices.Equal(again.cmds[0], cmd) || again.over[0] {
 				t.Fatalf("%q sent again as %q parses as %v", cmd, frame, again)
 			}
 		}

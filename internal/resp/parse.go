@@ -1,6 +1,9 @@
 package resp
 
-import "math"
+import (
+	"math"
+	"unsafe"
+)
 
 // Limits on what one client may send, checked as the bytes arrive and
 // before anything is buffered whole: a parser that trusts a multibulk
@@ -9,8 +12,13 @@ import "math"
 // inline line of any length would be buffered whole. Redis has the same
 // limits, with the same errors.
 const (
-	// DefaultMaxArgs bounds the arguments of one command (Redis: 2^31-1). No
-	// Sluice command needs more than a few; RL.RESET takes up to 4095 keys.
+	// DefaultMaxArgs bounds the arguments of one command kept for it to
+	// run (Redis: 2^31-1). No Sluice command needs more than a few;
+	// RL.RESET takes up to 4095 keys. A multibulk command of more is read
+	// to its end (its bytes within the same request limit) and handed on
+	// as too many (TooMany), for an error that keeps the connection; a
+	// count no command within the request limit could hold is a protocol
+	// error, as Redis's "invalid multibulk length".
 	DefaultMaxArgs = 4096
 	// MaxInline bounds an inline (telnet-style) command line, as Redis does.
 	MaxInline = 64 << 10
@@ -35,6 +43,7 @@ type Parser struct {
 	skip    int64 // bytes left in the current bulk's data
 	at      int   // where the current bulk's data, or inline line, starts
 	start   int   // where the multibulk command being read starts
+	over    bool  // the command being read has more arguments than maxArgs: only its first is kept
 	maxArgs int64
 	// maxBulk bounds a multibulk command as sent, framing included. A
 	// bulk header is checked against it at once, before the client sends
@@ -51,7 +60,15 @@ type Parser struct {
 	// many of spans they hold; they are forgotten at the next Scan or
 	// Shift, which is when the caller is done with them.
 	taken, takenArgs int
+	// lastOver is TooMany's answer: the command Next handed on last had
+	// more arguments than maxArgs.
+	lastOver bool
 }
+
+// minArgBytes is the fewest bytes an argument of a multibulk command
+// takes ("$0\r\n\r\n"): a count above maxBulk/minArgBytes could never
+// fit in a request.
+const minArgBytes = 6
 
 // NewParser returns a parser that refuses a command of more than maxArgs
 // arguments, and one of more than maxBytes bytes as sent, its framing
@@ -63,9 +80,13 @@ func NewParser(maxArgs, maxBytes int) Parser {
 // span is one argument: its offset in the input and its length.
 type span struct{ at, n int }
 
-// parsed is one complete command: how many arguments (in spans), and the
-// offset just past its last byte.
-type parsed struct{ args, end int }
+// parsed is one complete command: how many arguments (in spans), the
+// offset just past its last byte, and whether it had more arguments than
+// the limit (spans then hold its first alone).
+type parsed struct {
+	args, end int
+	over      bool
+}
 
 type parseState uint8
 
@@ -152,7 +173,7 @@ follow:
 					break
 				}
 				n = n*10 + d
-				if state == pCount && n > p.maxArgs || state == pBulkLen && n > p.maxBulk {
+				if state == pCount && n > max(p.maxArgs, p.maxBulk/minArgBytes) || state == pBulkLen && n > p.maxBulk {
 					end, msg = i, headerError(state)
 					break follow
 				}
@@ -174,7 +195,7 @@ follow:
 				state = pStart
 				break
 			}
-			left, state = n, pBulkHeader
+			left, state, p.over = n, pBulkHeader, n > p.maxArgs
 		case pBulkHeader:
 			if c != '$' {
 				end, msg = i, "Protocol error: expected '$', got '"+string(c)+"'"
@@ -226,7 +247,9 @@ follow:
 				end, msg = i, errBulkLength
 				break follow
 			}
-			p.spans = append(p.spans, span{at, i - 1 - at})
+			if !p.over || len(p.spans) == p.cur {
+				p.spans = append(p.spans, span{at, i - 1 - at})
+			}
 			if left--; left > 0 {
 				state = pBulkHeader
 			} else {
@@ -258,11 +281,33 @@ func (p *Parser) room(hdrEnd int, n int64) string {
 	return ""
 }
 
+// Need is how many more bytes the command being read is known to need:
+// the rest of the bulk under way and its CRLF, as its header announced;
+// 0 between bulks and between commands, where nothing is announced yet.
+// An input buffer sized by it grows once for a large argument, to what
+// the argument needs, instead of doubling past it.
+func (p *Parser) Need() int {
+	switch p.state {
+	case pBulkBody:
+		return int(p.skip) + 2
+	case pBulkCR:
+		return 2
+	case pBulkLF:
+		return 1
+	}
+	return 0
+}
+
 // complete ends the command being read at end.
 func (p *Parser) complete(end int) {
-	p.cmds = append(p.cmds, parsed{args: len(p.spans) - p.cur, end: end})
-	p.cur = len(p.spans)
+	p.cmds = append(p.cmds, parsed{args: len(p.spans) - p.cur, end: end, over: p.over})
+	p.cur, p.over = len(p.spans), false
 }
+
+// TooMany reports whether the command Next handed on last had more
+// arguments than the limit: it was read whole, and only its first
+// argument (its name) was handed on, for the caller to refuse it.
+func (p *Parser) TooMany() bool { return p.lastOver }
 
 // Next appends to dst[:0] the arguments of the first complete command not
 // handed on yet, as slices of buf (capped, so that appending to one cannot
@@ -281,6 +326,7 @@ func (p *Parser) Next(buf []byte, dst [][]byte) (args [][]byte, end int, ok bool
 	}
 	p.taken++
 	p.takenArgs += cmd.args
+	p.lastOver = cmd.over
 	return args, cmd.end, true
 }
 
@@ -294,7 +340,8 @@ func (p *Parser) Unread() {
 	p.takenArgs -= p.cmds[p.taken].args
 }
 
-// forget drops the commands Next has handed on.
+// forget drops the commands Next has handed on. Arrays grown for a large
+// pipeline are dropped once empty, as a connection's input buffer is.
 func (p *Parser) forget() {
 	if p.taken == 0 {
 		return
@@ -303,6 +350,26 @@ func (p *Parser) forget() {
 	p.spans, p.cur = p.spans[:k], p.cur-p.takenArgs
 	p.cmds = p.cmds[:copy(p.cmds, p.cmds[p.taken:])]
 	p.taken, p.takenArgs = 0, 0
+	if k == 0 && cap(p.spans) > keepSpans {
+		p.spans = nil
+	}
+	if len(p.cmds) == 0 && cap(p.cmds) > keepSpans {
+		p.cmds = nil
+	}
+}
+
+// keepSpans is the most arguments (and commands) whose places a parser
+// keeps room for once it holds none: those of the longest inline line
+// (MaxInline/2) and the slack append leaves, so that a client may send
+// such lines one after another without an allocation each.
+const keepSpans = MaxInline
+
+// Footprint is the bytes the parser holds for the places of the
+// arguments it has read: 16 or 24 bytes an argument, which a pipeline of
+// empty arguments (6 bytes each on the wire) makes more than the input
+// itself, so a server that bounds its input counts them with it.
+func (p *Parser) Footprint() int {
+	return cap(p.spans)*int(unsafe.Sizeof(span{})) + cap(p.cmds)*int(unsafe.Sizeof(parsed{}))
 }
 
 // Shift moves every offset back by n, for an input buffer that dropped its

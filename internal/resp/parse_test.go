@@ -1,6 +1,8 @@
 package resp
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -13,6 +15,7 @@ func TestParserFrames(t *testing.T) {
 		"*-10\r\n*0\r\n*-9223372036854775808\r\n*1\r\n$4\r\nPING\r\n", // counts of 0 or less: no command, as in Redis
 		"*1\r\n$8\r\n\r\n\r\n\r\n\r\n\r\n*1\r\n$4\r\nPING\r\n",        // a bulk holding CRLFs
 		"*4096\r\n",
+		"*4097\r\n", // more than kept: read to its end, then refused by the caller (TooMany)
 	}
 	for _, in := range valid {
 		for _, chunk := range []int{1, 3, len(in)} {
@@ -24,7 +27,7 @@ func TestParserFrames(t *testing.T) {
 					t.Errorf("%q in chunks of %d: %d, %q", in, chunk, n, msg)
 				}
 			}
-			if strings.HasSuffix(in, "\r\n") && in != "*4096\r\n" && g.state != pStart {
+			if strings.HasSuffix(in, "\r\n") && !strings.HasPrefix(in, "*409") && g.state != pStart {
 				t.Errorf("%q in chunks of %d: ends in state %d", in, chunk, g.state)
 			}
 		}
@@ -33,13 +36,15 @@ func TestParserFrames(t *testing.T) {
 		in, msg string
 		ok      int
 	}{
-		{"*4097\r\n", "Protocol error: invalid multibulk length", 4},
-		{"*1\r\n$4\r\nPING\r\n*4444444444444444444\r\n", "Protocol error: invalid multibulk length", 18},
+		// More arguments than 1 MiB could hold, at 6 bytes the least
+		// each: 174,762.
+		{"*174763\r\n", "Protocol error: invalid multibulk length", 6},
+		{"*1\r\n$4\r\nPING\r\n*4444444444444444444\r\n", "Protocol error: invalid multibulk length", 20},
 		{"*1\r\n$1048577\r\n", "Protocol error: invalid bulk length", 11},
 		{"*2\r\n$1\r\na\r\n$99999999999999999999\r\n", "Protocol error: invalid bulk length", 18},
 		{strings.Repeat("x", MaxInline+1), "Protocol error: too big inline request", MaxInline},
 		// Malformed frames stop the parser at their first bad byte.
-		{"*-1\r\n*4444444444444444444\r\n", "Protocol error: invalid multibulk length", 9},
+		{"*-1\r\n*4444444444444444444\r\n", "Protocol error: invalid multibulk length", 11},
 		{"*+1\r\n", "Protocol error: invalid multibulk length", 1},
 		{"*01\r\n", "Protocol error: invalid multibulk length", 2},
 		{"*-0\r\n", "Protocol error: invalid multibulk length", 2},
@@ -227,4 +232,83 @@ func TestNextUnreadShift(t *testing.T) {
 	}
 	next("ECHO,x", 8)
 	next("", 0)
+}
+
+// Need is what the bulk under way still lacks, so that a caller can size
+// its buffer for a large argument once.
+func TestParserNeed(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+	}{
+		{"", 0},
+		{"*2\r\n$4\r\nECHO\r\n", 0},
+		{"*2\r\n$4\r\nECHO\r\n$1000", 0}, // the length is not known until its CRLF
+		{"*2\r\n$4\r\nECHO\r\n$1000\r\n", 1002},
+		{"*2\r\n$4\r\nECHO\r\n$1000\r\nabc", 999},
+		{"*2\r\n$4\r\nECHO\r\n$3\r\nabc", 2},
+		{"*2\r\n$4\r\nECHO\r\n$3\r\nabc\r", 1},
+		{"*2\r\n$4\r\nECHO\r\n$3\r\nabc\r\n", 0},
+	} {
+		p := NewParser(DefaultMaxArgs, 1<<20)
+		if _, msg := p.Scan([]byte(tc.in), 0); msg != "" {
+			t.Fatalf("%q: %s", tc.in, msg)
+		}
+		if got := p.Need(); got != tc.want {
+			t.Errorf("Need after %q = %d; want %d", tc.in, got, tc.want)
+		}
+	}
+}
+
+// A command of more arguments than the limit is read whole and handed on
+// as its name alone, flagged, so that the caller can refuse it and read
+// on; the commands around it are untouched.
+func TestParserTooMany(t *testing.T) {
+	const maxArgs = 3
+	in := "*1\r\n$4\r\nPING\r\n" + "*5\r\n$8\r\nRL.RESET\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n" +
+		"*3\r\n$8\r\nRL.RESET\r\n$1\r\na\r\n$1\r\nb\r\n"
+	for _, chunk := range []int{1, 7, len(in)} {
+		p := NewParser(maxArgs, 1<<20)
+		buf := []byte(in)
+		var got []string
+		for i := 0; i < len(in); i += chunk {
+			end := min(i+chunk, len(in))
+			if _, msg := p.Scan(buf[:end], i); msg != "" {
+				t.Fatalf("chunks of %d: %s", chunk, msg)
+			}
+			for {
+				args, _, ok := p.Next(buf[:end], nil)
+				if !ok {
+					break
+				}
+				got = append(got, fmt.Sprintf("%q %v", args, p.TooMany()))
+			}
+		}
+		want := []string{`["PING"] false`, `["RL.RESET"] true`, `["RL.RESET" "a" "b"] false`}
+		if !slices.Equal(got, want) {
+			t.Errorf("chunks of %d: %v; want %v", chunk, got, want)
+		}
+	}
+}
+
+// The places of a large pipeline's arguments are counted while held
+// (Footprint) and dropped once the commands have been handed on.
+func TestFootprintOfAPipeline(t *testing.T) {
+	in := []byte(strings.Repeat("*1\r\n$0\r\n\r\n", 100_000))
+	p := NewParser(DefaultMaxArgs, 1<<20)
+	if _, msg := p.Scan(in, 0); msg != "" {
+		t.Fatal(msg)
+	}
+	if got := p.Footprint(); got < 100_000*16 {
+		t.Errorf("Footprint of 100,000 commands held: %d bytes; want their places counted", got)
+	}
+	for {
+		if _, _, ok := p.Next(in, nil); !ok {
+			break
+		}
+	}
+	p.Shift(len(in))
+	if got := p.Footprint(); got != 0 {
+		t.Errorf("Footprint once they were handed on: %d bytes; want 0", got)
+	}
 }

@@ -159,11 +159,11 @@ func (c *Config) Register(fs *flag.FlagSet) {
 			"Left at its default and taken (a second sidecar on this machine), it is off with a warning")
 	fs.IntVar(&c.BatchMax, "batch-max", c.BatchMax, "most decisions sent to the upstream in one round trip (`n`)")
 	fs.IntVar(&c.BatchInFlight, "batch-inflight", c.BatchInFlight, "most round trips to the upstream in flight at once (`n`)")
-	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most keys the in-memory store keeps, about 300 bytes each (`n`)")
+	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most keys the in-memory store keeps, about 300 bytes each with 128-byte keys, 430 for a sliding log (`n`)")
 	fs.IntVar(&c.DenyCacheSize, "deny-cache-size", c.DenyCacheSize, "most refusals remembered locally, about 350 bytes each (`n`)")
 	fs.IntVar(&c.MaxClients, "max-clients", c.MaxClients, "most client connections at once (`n`)")
 	fs.Var(&c.MaxInputMemory, "max-input-memory",
-		"most input all clients may have sent and not finished, together (`size`: 256mb, 1gb); past it the client holding the most is closed, as Redis's maxmemory-clients does")
+		"most input and unread replies all clients may hold, together (`size`: 256mb, 1gb): an argument is charged its announced length as it starts; past it the client holding the most is closed, as Redis's maxmemory-clients does")
 	fs.IntVar(&c.IOLoops, "io-loops", c.IOLoops,
 		"event loops serving client connections, a thread each (`n`); the upstream's connection is read on the first; 0: a goroutine per connection, as on systems other than Linux")
 
