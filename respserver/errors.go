@@ -59,7 +59,7 @@ const (
 	errScan          = "ERR SCAN is not supported: Sluice's keys are rate-limit states, not data to browse; DBSIZE and INFO keyspace count them"
 	errTracingOff    = "ERR tracing is off: start sluice with OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) set"
 	errPrecision     = "ERR option PRECISION needs a number of sub-windows"
-	errAllowUsage    = "ERR syntax error: RL.ALLOW policy key [cost] [PEEK] [DETAIL]"
+	errAllowUsage    = "ERR syntax error: RL.ALLOW policy key [cost] [PEEK | CHARGE] [DETAIL]"
 	errResetUsage    = "ERR syntax error: RL.RESET POLICY name key [key ...]"
 	errReleaseUsage  = "ERR syntax error: RL.RELEASE key lease_id, or RL.RELEASE POLICY name key lease_id"
 	errReleasePolicy = "ERR syntax error: RL.RELEASE POLICY name key lease_id"
