@@ -308,7 +308,7 @@ func (r *Request) validateCharge() error {
 		return &ParamError{Param: "charge", Value: "with peek", Reason: "a charge always takes; a peek never does"}
 	case r.Multi():
 		return &ParamError{Param: "charge", Value: "on " + strconv.Itoa(len(r.Limits)) + " limits",
-			Reason: "a charge is decided by one limit; charge each of the policy's limits by its own request"}
+			Reason: "a charge is decided by one limit; give the budget a one-limit policy of its own"}
 	case r.Limit.Algorithm == SlidingLog:
 		return &ParamError{Param: "charge", Value: "on sliding_log",
 			Reason: "the sliding log keeps a time per admitted request and has no room for a debt; use sliding_window"}
