@@ -338,7 +338,9 @@ type Decision struct {
 	Allowed bool
 	// Limit is the most the key admits at once: Limit.Capacity().
 	Limit int64
-	// Remaining is how many more units of cost 1 would be admitted now.
+	// Remaining is how many more units of cost 1 would be admitted now;
+	// below zero, how many units the key is over its budget (after a
+	// Charge, or under a limit lowered on a live key).
 	Remaining int64
 	// RetryAfter is how long until the same request would be admitted;
 	// zero when it was admitted.
