@@ -300,18 +300,28 @@ func (r *Request) Validate() error {
 
 // validateCharge checks what a charge may be: a cost of any size up to
 // MaxRate (a charge larger than the capacity is taken as far as the
-// capacity's worth of debt, see charge), on one limit whose algorithm
-// can owe.
+// capacity's worth of debt, see charge), on limits whose algorithms can
+// owe. A multi-limit request's charge is taken by each of its limits.
 func (r *Request) validateCharge() error {
+	noLog := func(l Limit) error {
+		if l.Algorithm == SlidingLog {
+			return &ParamError{Param: "charge", Value: "on sliding_log",
+				Reason: "the sliding log keeps a time per admitted request and has no room for a debt; use sliding_window"}
+		}
+		return nil
+	}
+	if r.Multi() {
+		for _, l := range r.Limits {
+			if err := noLog(l.Limit); err != nil {
+				return err
+			}
+		}
+	} else if err := noLog(r.Limit); err != nil {
+		return err
+	}
 	switch {
 	case r.Peek:
 		return &ParamError{Param: "charge", Value: "with peek", Reason: "a charge always takes; a peek never does"}
-	case r.Multi():
-		return &ParamError{Param: "charge", Value: "on " + strconv.Itoa(len(r.Limits)) + " limits",
-			Reason: "a charge is decided by one limit; give the budget a one-limit policy of its own"}
-	case r.Limit.Algorithm == SlidingLog:
-		return &ParamError{Param: "charge", Value: "on sliding_log",
-			Reason: "the sliding log keeps a time per admitted request and has no room for a debt; use sliding_window"}
 	case r.Cost > MaxRate:
 		return &ParamError{Param: "cost", Value: strconv.FormatInt(r.Cost, 10),
 			Reason: "must be at most " + strconv.FormatInt(MaxRate, 10)}

@@ -27,6 +27,10 @@ func TestCharge(t *testing.T) {
 		{"/v1/check?policy=api&key=llm&charge=100", nil, http.StatusOK, "0", "2"},
 		// One that fits is an admission like any other.
 		{"/v1/check?policy=api&key=other&charge=1", nil, http.StatusOK, "1", ""},
+		// Each limit of a multi-limit policy takes it: 3 fit the burst
+		// limit, not the 2 an hour.
+		{"/v1/check?policy=two&key=llm&charge=3", nil, http.StatusOK, "0", "1"},
+		{"/v1/check?policy=two&key=llm", nil, http.StatusTooManyRequests, "0", "1"},
 	}
 	for i, st := range steps {
 		w := get(s, st.target, st.headers...)
@@ -38,7 +42,6 @@ func TestCharge(t *testing.T) {
 	for _, c := range []struct{ target, want string }{
 		{"/v1/check?policy=api&key=llm&cost=1&charge=1", "both a cost and a charge"},
 		{"/v1/check?policy=api&key=llm&charge=-1", `invalid charge "-1"`},
-		{"/v1/check?policy=two&key=llm&charge=1", "a charge is decided by one limit"},
 	} {
 		w := get(s, c.target)
 		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), c.want) {

@@ -19,7 +19,8 @@
 -- 1,000 a day") is decided against all its limits at once: each looks
 -- (a peek at the request's cost); if all admit and it is no peek, each is
 -- charged; if any refuses, none is, and each limit with room reports what
--- it has (a look at cost 0). Its keys are its own: no single-limit
+-- it has (a look at cost 0). A charge is taken by each limit, whatever
+-- the others. Its keys are its own: no single-limit
 -- request shares them, so they come after all the others. A key's
 -- multi-limit requests come together too, so that those on the same keys
 -- under the same limits (a hot tenant under a policy) are decided as a
@@ -36,7 +37,7 @@
 --          requests, in the order of the request runs, belong to the keys
 --          in the order of the key runs. The number of multi-limit
 --          requests, q; per request: its number of limits n, its cost,
---          mode (as a run's; a charge fails), and its limits' indexes (n fields). Then, for
+--          mode (as a run's), and its limits' indexes (n fields). Then, for
 --          tests only, an optional last field: now (µs), which pins the
 --          clock, otherwise Redis's TIME, read once for the batch.
 --
@@ -398,10 +399,29 @@ end
 -- to hold for the next request; otherwise it writes what the run changed,
 -- and returns nil.
 local function decideMulti(R, base, held, goesOn)
-  if R.charge then
-    fail('a charge is decided by one limit')
-  end
   local cost = param(R.cost, 'cost')
+  if R.charge and cost > 0 then
+    -- Taken by each limit, whatever the others (engine's charge): each is
+    -- read, charged and written in turn. A charge never joins a run.
+    local Ls = limitsOf(R)
+    for j = 1, R.n do
+      if not Ls[j].alg.force then
+        fail('the sliding log takes no charge')
+      end
+    end
+    for j = 1, R.n do
+      local L, key = Ls[j], KEYS[base + j]
+      if pinned then
+        forget(key, now)
+      end
+      local s = L.alg.read(key, now, L, cost, true)
+      put(j, charge(L.alg, s, key, now, L, cost))
+      if s.dirty then
+        L.alg.write(key, now, s, L)
+      end
+    end
+    return nil
+  end
   local Ls, own
   if held then
     Ls, own = held.limits, true -- a run's limits are the same throughout
@@ -479,7 +499,7 @@ end
 -- before it changes a state, so the run goes on from the states before
 -- it; a run that ends at a request that failed writes those.
 local function continues(R, base, P, pbase)
-  if R.n ~= P.n then
+  if R.n ~= P.n or R.charge or P.charge then
     return false
   end
   for j = 0, R.n - 1 do
