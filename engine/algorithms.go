@@ -240,6 +240,16 @@ func writeSliding(st *State, counts *[MaxPrecision + 1]int64, w, s, n int64, sto
 	st.A, st.B, st.C = w, n, 0
 }
 
+// bucketMove reads z from st, in e's units: a cost moves it from start,
+// max(z, now), to end.
+func bucketMove(st *State, now int64, e emission, cost int64) (start, end instant) {
+	start = e.rescale(instant{st.A, st.B}, st.C)
+	if start.us < now {
+		start = instant{now, 0}
+	}
+	return start, e.add(start, e.times(cost))
+}
+
 // weigh is ceil(count × left/s), the share of a sub-window's count that
 // still falls inside the sliding period, exactly.
 func weigh(count, left, s int64) int64 {
@@ -293,12 +303,7 @@ func slidingRetry(counts []int64, w, now, s, room int64) int64 {
 // µs, so that no wait is ever too short.
 func bucket(st *State, now int64, r *Request) (Decision, Outcome) {
 	e, capacity := r.Limit.emission(), r.Limit.Capacity()
-	z := e.rescale(instant{st.A, st.B}, st.C)
-	start := z
-	if z.us < now {
-		start = instant{now, 0}
-	}
-	end := e.add(start, e.times(r.Cost))
+	start, end := bucketMove(st, now, e, r.Cost)
 	span := instant{end.us - now, end.f}
 	tolerance := e.times(capacity)
 	d := Decision{Limit: capacity, Allowed: !less(tolerance, span)}

@@ -97,12 +97,7 @@ func slidingForce(st *State, now int64, l Limit, c int64) Outcome {
 // lowered limit) stays as it is.
 func bucketForce(st *State, now int64, l Limit, c int64) Outcome {
 	e := l.emission()
-	z := e.rescale(instant{st.A, st.B}, st.C)
-	start := z
-	if z.us < now {
-		start = instant{now, 0}
-	}
-	end := e.add(start, e.times(c))
+	start, end := bucketMove(st, now, e, c)
 	if most := e.add(instant{now, 0}, e.times(2*l.Capacity())); less(most, end) {
 		end = most
 	}

@@ -86,14 +86,20 @@ local function newBucket(extra, leaky, token)
     L.ta, L.tf = times(L.capacity, L.q, L.r, L.d)
   end
 
-  local function step(s, key, now, L, cost, peek)
-    local q, r, d, ta, tf = L.q, L.r, L.d, L.ta, L.tf
+  -- move is where a cost moves z: from max(z, now), sa and sf, to ea
+  -- and ef (engine's bucketMove).
+  local function move(s, now, L, cost)
     local sa, sf = s.a, s.f
     if sa < now then
       sa, sf = now, 0
     end
-    local ca, cf = times(cost, q, r, d)
-    local ea, ef = add(sa, sf, ca, cf, d)
+    local ca, cf = times(cost, L.q, L.r, L.d)
+    return sa, sf, add(sa, sf, ca, cf, L.d)
+  end
+
+  local function step(s, key, now, L, cost, peek)
+    local d, ta, tf = L.d, L.ta, L.tf
+    local sa, sf, ea, ef = move(s, now, L, cost)
     local allowed = ea - now < ta or (ea - now == ta and ef <= tf)
     local la, lf, retry, delay = sa - now, sf, 0, 0
     if allowed then
@@ -166,14 +172,8 @@ local function newBucket(extra, leaky, token)
   -- force moves z c intervals past max(z, now), up to now + twice the
   -- capacity's intervals; a z already past that (a lowered limit) stays.
   local function force(s, key, now, L, c)
-    local q, r, d = L.q, L.r, L.d
-    local sa, sf = s.a, s.f
-    if sa < now then
-      sa, sf = now, 0
-    end
-    local ca, cf = times(c, q, r, d)
-    local ea, ef = add(sa, sf, ca, cf, d)
-    local ma, mf = times(2 * L.capacity, q, r, d)
+    local sa, sf, ea, ef = move(s, now, L, c)
+    local ma, mf = times(2 * L.capacity, L.q, L.r, L.d)
     ma = ma + now
     if ma < ea or (ma == ea and mf < ef) then
       ea, ef = ma, mf
