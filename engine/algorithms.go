@@ -40,6 +40,9 @@ type Outcome struct {
 // and a multi-limit request is decided limit by limit, by the store (see
 // Combine).
 func Step(st *State, now int64, r *Request) (Decision, Outcome) {
+	if r.Charge && r.Cost > 0 {
+		return charge(st, now, r)
+	}
 	switch r.Limit.Algorithm {
 	case FixedWindow:
 		return fixedWindow(st, now, r)
@@ -77,8 +80,9 @@ func fixedWindow(st *State, now int64, r *Request) (Decision, Outcome) {
 	} else {
 		d.RetryAfter = Micros(end - now)
 	}
-	// A limit lowered on a live key can leave more counted than it allows.
-	d.Remaining = max(limit-n, 0)
+	// Below zero after a charge, or when a limit lowered on a live key
+	// leaves more counted than it allows: how far over the budget is.
+	d.Remaining = limit - n
 	if n > 0 {
 		d.ResetAfter = Micros(end - now)
 	}
@@ -133,7 +137,7 @@ func slidingLog(st *State, now int64, r *Request) (Decision, Outcome) {
 		span := int(min(need, int64(entries-first)))
 		last := first + sort.Search(span, func(k int) bool { return logSpan(base, st.Log[2*(first+k)+1]) >= need }) - 1
 		d.RetryAfter = Micros(st.Log[2*last] + p - now)
-		d.Remaining = max(limit-n, 0)
+		d.Remaining = limit - n // below zero under a lowered limit
 	} else {
 		d.Remaining = limit - n - r.Cost
 		if r.Cost > 0 {
@@ -177,27 +181,12 @@ func slidingLog(st *State, now int64, r *Request) (Decision, Outcome) {
 func slidingWindow(st *State, now int64, r *Request) (Decision, Outcome) {
 	limit, n := r.Limit.Rate, r.Limit.precision()
 	s := r.Limit.periodMicros() / n
-	var ring []int64
 	stored := st.B == n && int64(len(st.Log)) == n+1
 	w := windowStart(now, s, 0)
 	if stored {
 		w = max(w, st.A)
-		ring = st.Log
 	}
-	// counts[i] is the count of the i-th sub-window before the current one.
-	var counts [MaxPrecision + 1]int64
-	k := w / s
-	for i := range n + 1 {
-		if stored && w-i*s <= st.A {
-			counts[i] = ring[(k-i)%(n+1)]
-		}
-	}
-	full := int64(0)
-	for i := range n {
-		full += counts[i]
-	}
-	elapsed := max(now-w, 0)
-	used := full + weigh(counts[n], s-elapsed, s)
+	counts, used := slidingCounts(st, w, now, s, n, stored)
 	d := Decision{Limit: limit, Allowed: used+r.Cost <= limit}
 	if d.Allowed {
 		counts[0] += r.Cost
@@ -205,7 +194,7 @@ func slidingWindow(st *State, now int64, r *Request) (Decision, Outcome) {
 	} else {
 		d.RetryAfter = Micros(slidingRetry(counts[:n+1], w, now, s, limit-r.Cost))
 	}
-	d.Remaining = max(limit-used, 0)
+	d.Remaining = limit - used // below zero: how far over, as in fixedWindow
 	for i := range n + 1 {
 		if counts[i] > 0 {
 			// It leaves the sliding period when sub-window n+1 after it begins.
@@ -216,17 +205,49 @@ func slidingWindow(st *State, now int64, r *Request) (Decision, Outcome) {
 	if !d.Allowed || r.Peek || r.Cost == 0 {
 		return d, Outcome{}
 	}
+	writeSliding(st, &counts, w, s, n, stored)
+	return d, Outcome{Write: true, Expires: w + (n+1)*s}
+}
+
+// slidingCounts reads the counts of the current sub-window, which starts
+// at w, and the n before it: counts[i] is the i-th before the current one.
+// used is the estimate over the sliding period at now.
+func slidingCounts(st *State, w, now, s, n int64, stored bool) (counts [MaxPrecision + 1]int64, used int64) {
+	k := w / s
+	for i := range n + 1 {
+		if stored && w-i*s <= st.A {
+			counts[i] = st.Log[(k-i)%(n+1)]
+		}
+	}
+	for i := range n {
+		used += counts[i]
+	}
+	return counts, used + weigh(counts[n], s-max(now-w, 0), s)
+}
+
+// writeSliding stores counts as the state of sub-window w.
+func writeSliding(st *State, counts *[MaxPrecision + 1]int64, w, s, n int64, stored bool) {
 	if !stored {
 		st.Log = st.Log[:0]
 		for range n + 1 {
 			st.Log = append(st.Log, 0)
 		}
 	}
+	k := w / s
 	for i := range n + 1 {
 		st.Log[(k-i)%(n+1)] = counts[i]
 	}
 	st.A, st.B, st.C = w, n, 0
-	return d, Outcome{Write: true, Expires: w + (n+1)*s}
+}
+
+// bucketMove reads z from st, in e's units: a cost moves it from start,
+// max(z, now), to end.
+func bucketMove(st *State, now int64, e emission, cost int64) (start, end instant) {
+	start = e.rescale(instant{st.A, st.B}, st.C)
+	if start.us < now {
+		start = instant{now, 0}
+	}
+	return start, e.add(start, e.times(cost))
 }
 
 // weigh is ceil(count × left/s), the share of a sub-window's count that
@@ -282,12 +303,7 @@ func slidingRetry(counts []int64, w, now, s, room int64) int64 {
 // µs, so that no wait is ever too short.
 func bucket(st *State, now int64, r *Request) (Decision, Outcome) {
 	e, capacity := r.Limit.emission(), r.Limit.Capacity()
-	z := e.rescale(instant{st.A, st.B}, st.C)
-	start := z
-	if z.us < now {
-		start = instant{now, 0}
-	}
-	end := e.add(start, e.times(r.Cost))
+	start, end := bucketMove(st, now, e, r.Cost)
 	span := instant{end.us - now, end.f}
 	tolerance := e.times(capacity)
 	d := Decision{Limit: capacity, Allowed: !less(tolerance, span)}
@@ -301,9 +317,12 @@ func bucket(st *State, now int64, r *Request) (Decision, Outcome) {
 		d.RetryAfter = Micros(e.sub(span, tolerance).ceil())
 	}
 	left := instant{drains.us - now, drains.f}
-	// A limit lowered on a live key can leave more in use than it allows.
 	if !less(tolerance, left) {
 		d.Remaining = e.fit(e.sub(tolerance, left))
+	} else {
+		// Over the budget, after a charge or under a limit lowered on a
+		// live key: by the units still to refill before it is back at zero.
+		d.Remaining = -e.fitUp(e.sub(left, tolerance))
 	}
 	d.ResetAfter = Micros(left.ceil())
 	if !d.Allowed || r.Peek || r.Cost == 0 {

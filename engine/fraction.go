@@ -69,6 +69,19 @@ func (e emission) fit(x instant) int64 {
 	return q
 }
 
+// fitUp is how many intervals x >= 0 takes, a part of one counting as
+// one: ceil(x / (p/d)).
+func (e emission) fitUp(x instant) int64 {
+	q, r := mulDiv(x.us, e.d, e.p)
+	if r += x.f; r >= e.p { // r + f < 2p, since f < d <= p
+		q, r = q+1, r-e.p
+	}
+	if r > 0 {
+		q++
+	}
+	return q
+}
+
 // rescale reads f, a remainder in units of 1/from µs, in e's units,
 // rounded up: a state written under another rate is never read as older
 // than it is.

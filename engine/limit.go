@@ -226,6 +226,14 @@ type Request struct {
 	// Peek asks for the decision the request would get, without changing
 	// any state.
 	Peek bool
+	// Charge records a cost known only after the work (the tokens an LLM
+	// answer used): it is taken even when it does not fit, so the budget
+	// may go below zero and later requests are refused until it has
+	// refilled. Decision.Allowed then says whether it fitted, and a
+	// negative Remaining how far over the budget is. See charge in
+	// algorithms.go for what it means per algorithm; the sliding log
+	// takes none.
+	Charge bool
 	// OnFailure says what decides when the store cannot answer in time;
 	// zero means the Guard's default.
 	OnFailure FailureMode
@@ -280,9 +288,43 @@ func (r *Request) Validate() error {
 	if r.Cost < 0 {
 		return &ParamError{Param: "cost", Value: strconv.FormatInt(r.Cost, 10), Reason: "must not be negative"}
 	}
+	if r.Charge {
+		return r.validateCharge()
+	}
 	if c := r.Capacity(); r.Cost > c {
 		return &ParamError{Param: "cost", Value: strconv.FormatInt(r.Cost, 10),
 			Reason: "exceeds the capacity " + strconv.FormatInt(c, 10) + ", so it could never be allowed"}
+	}
+	return nil
+}
+
+// validateCharge checks what a charge may be: a cost of any size up to
+// MaxRate (a charge larger than the capacity is taken as far as the
+// capacity's worth of debt, see charge), on limits whose algorithms can
+// owe. A multi-limit request's charge is taken by each of its limits.
+func (r *Request) validateCharge() error {
+	noLog := func(l Limit) error {
+		if l.Algorithm == SlidingLog {
+			return &ParamError{Param: "charge", Value: "on sliding_log",
+				Reason: "the sliding log keeps a time per admitted request and has no room for a debt; use sliding_window"}
+		}
+		return nil
+	}
+	if r.Multi() {
+		for _, l := range r.Limits {
+			if err := noLog(l.Limit); err != nil {
+				return err
+			}
+		}
+	} else if err := noLog(r.Limit); err != nil {
+		return err
+	}
+	switch {
+	case r.Peek:
+		return &ParamError{Param: "charge", Value: "with peek", Reason: "a charge always takes; a peek never does"}
+	case r.Cost > MaxRate:
+		return &ParamError{Param: "cost", Value: strconv.FormatInt(r.Cost, 10),
+			Reason: "must be at most " + strconv.FormatInt(MaxRate, 10)}
 	}
 	return nil
 }
@@ -306,7 +348,9 @@ type Decision struct {
 	Allowed bool
 	// Limit is the most the key admits at once: Limit.Capacity().
 	Limit int64
-	// Remaining is how many more units of cost 1 would be admitted now.
+	// Remaining is how many more units of cost 1 would be admitted now;
+	// below zero, how many units the key is over its budget (after a
+	// Charge, or under a limit lowered on a live key).
 	Remaining int64
 	// RetryAfter is how long until the same request would be admitted;
 	// zero when it was admitted.

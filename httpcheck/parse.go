@@ -18,15 +18,20 @@ const (
 	HeaderPolicy     = "X-Sluice-Policy"
 	HeaderKey        = "X-Sluice-Key"
 	HeaderCost       = "X-Sluice-Cost"
+	HeaderCharge     = "X-Sluice-Charge"
 	HeaderDenyStatus = "X-Sluice-Deny-Status"
 	HeaderToken      = "X-Sluice-Token"
 )
 
 // Check is one parsed check.
 type Check struct {
-	Policy     string
-	Key        string
-	Cost       int64
+	Policy string
+	Key    string
+	Cost   int64
+	// Charge makes Cost a cost known after the work (the tokens an LLM
+	// answer used): taken even over the limit, never refused
+	// (engine.Request's Charge).
+	Charge     bool
 	DenyStatus int // the status of a refusal: 429, or 401 or 403 for nginx's auth_request
 }
 
@@ -44,7 +49,7 @@ func bad(format string, args ...any) error {
 // are two forms, so that no recipe lets a client choose its own policy,
 // key or cost:
 //
-//   - the query form, Path?policy=NAME&key=KEY[&cost=N][&deny_status=403],
+//   - the query form, Path?policy=NAME&key=KEY[&cost=N | &charge=N][&deny_status=403],
 //     read from the query alone (every X-Sluice-* header is ignored); the
 //     key may instead come from keyHeader, a header the operator names.
 //     nginx's subrequest and Traefik's fixed address use it.
@@ -57,7 +62,7 @@ func bad(format string, args ...any) error {
 // *BadRequest; so is a path that is neither form (its reason says so).
 func Parse(path, rawQuery string, h http.Header, keyHeader string) (Check, error) {
 	c := Check{Cost: 1, DenyStatus: http.StatusTooManyRequests}
-	var cost, deny string
+	var cost, charge, deny string
 	switch {
 	case path == Path && rawQuery != "":
 		q, err := url.ParseQuery(rawQuery)
@@ -75,10 +80,12 @@ func Parse(path, rawQuery string, h http.Header, keyHeader string) (Check, error
 				c.Key = vs[0]
 			case "cost":
 				cost = vs[0]
+			case "charge":
+				charge = vs[0]
 			case "deny_status":
 				deny = vs[0]
 			default:
-				return c, bad("unknown parameter %q: expected policy, key, cost or deny_status", name)
+				return c, bad("unknown parameter %q: expected policy, key, cost, charge or deny_status", name)
 			}
 		}
 		if c.Key == "" && keyHeader != "" {
@@ -88,7 +95,7 @@ func Parse(path, rawQuery string, h http.Header, keyHeader string) (Check, error
 		// As in the query form, a header given twice is refused: which of
 		// the two a reader takes differs from one proxy to the next.
 		// keyHeader is the exception, read as headerKey says.
-		for _, name := range []string{HeaderPolicy, HeaderKey, HeaderCost, HeaderDenyStatus} {
+		for _, name := range []string{HeaderPolicy, HeaderKey, HeaderCost, HeaderCharge, HeaderDenyStatus} {
 			if len(h.Values(name)) > 1 && !(name == HeaderKey && keyHeader != "") {
 				return c, bad("header %s given more than once", name)
 			}
@@ -99,7 +106,7 @@ func Parse(path, rawQuery string, h http.Header, keyHeader string) (Check, error
 		} else {
 			c.Key = h.Get(HeaderKey)
 		}
-		cost, deny = h.Get(HeaderCost), h.Get(HeaderDenyStatus)
+		cost, charge, deny = h.Get(HeaderCost), h.Get(HeaderCharge), h.Get(HeaderDenyStatus)
 	default:
 		return c, bad("no check at %q: the check is %s", path, Path)
 	}
@@ -112,10 +119,20 @@ func Parse(path, rawQuery string, h http.Header, keyHeader string) (Check, error
 		}
 		return c, bad("missing key: give ?key=KEY or the %s header", HeaderKey)
 	}
+	if cost != "" && charge != "" {
+		return c, bad("both a cost and a charge: a check gives a cost before the work, or a charge after it")
+	}
+	if charge != "" {
+		cost, c.Charge = charge, true
+	}
 	if cost != "" {
 		n, err := strconv.ParseInt(cost, 10, 64)
 		if err != nil || n < 0 {
-			return c, bad("invalid cost %q: must be a non-negative integer", cost)
+			what := "cost"
+			if c.Charge {
+				what = "charge"
+			}
+			return c, bad("invalid %s %q: must be a non-negative integer", what, cost)
 		}
 		c.Cost = n
 	}

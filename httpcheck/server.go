@@ -122,7 +122,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.b.Clear()
 		s.checks.Put(c)
 	}()
-	i, err := c.b.Add(service.Request{ByPolicy: true, Policy: ck.Policy, Key: ck.Key, Cost: ck.Cost, Detail: true})
+	i, err := c.b.Add(service.Request{ByPolicy: true, Policy: ck.Policy, Key: ck.Key, Cost: ck.Cost, Charge: ck.Charge, Detail: true})
 	if err != nil {
 		plain(w, http.StatusBadRequest, err.Error())
 		return
@@ -165,7 +165,13 @@ func (s *Server) answer(w http.ResponseWriter, c *check, ck Check, d *engine.Dec
 	_, limits, parts := c.b.Detail(i)
 	h["Ratelimit-Policy"] = []string{string(appendPolicies(c.buf[:0], ck.Policy, limits))}
 	h["Ratelimit"] = []string{string(appendRateLimits(c.buf[:0], ck.Policy, limits, parts))}
-	if d.Allowed {
+	if d.Remaining < 0 {
+		// Over the budget (after a charge): by how many units, which the
+		// draft's fields, never below zero, cannot say.
+		h["X-Ratelimit-Over"] = []string{strconv.FormatInt(-d.Remaining, 10)}
+	}
+	if d.Allowed || ck.Charge {
+		// A charge is never refused: the work is done, and it was taken.
 		if d.Delay > 0 {
 			// The leaky bucket admits with a wait: the gateway (or the
 			// client) should hold the request that long.

@@ -19,7 +19,8 @@
 -- 1,000 a day") is decided against all its limits at once: each looks
 -- (a peek at the request's cost); if all admit and it is no peek, each is
 -- charged; if any refuses, none is, and each limit with room reports what
--- it has (a look at cost 0). Its keys are its own: no single-limit
+-- it has (a look at cost 0). A charge is taken by each limit, whatever
+-- the others. Its keys are its own: no single-limit
 -- request shares them, so they come after all the others. A key's
 -- multi-limit requests come together too, so that those on the same keys
 -- under the same limits (a hot tenant under a policy) are decided as a
@@ -31,12 +32,12 @@
 --          (fixed, log, sliding, token, leaky or gcra), rate, period (µs),
 --          burst. The number of request runs, r; four fields per run: its
 --          number of requests, its limit's index (1-based), its cost, and
---          peek (1 or 0). The number of key runs, g; two fields per run:
+--          mode: 0 takes, 1 peeks, 2 charges (see charge below). The number of key runs, g; two fields per run:
 --          its number of keys and how many requests each key has. The
 --          requests, in the order of the request runs, belong to the keys
 --          in the order of the key runs. The number of multi-limit
 --          requests, q; per request: its number of limits n, its cost,
---          peek (1 or 0), and its limits' indexes (n fields). Then, for
+--          mode (as a run's), and its limits' indexes (n fields). Then, for
 --          tests only, an optional last field: now (µs), which pins the
 --          clock, otherwise Redis's TIME, read once for the batch.
 --
@@ -89,7 +90,7 @@ for x = 1, q do
   if nl < 1 or #ARGV < mj + 2 + nl then
     fail('multi-limit request ' .. x .. ' of ' .. nl .. ' limits cut short at argument ' .. #ARGV)
   end
-  multis[x] = {n = nl, cost = ARGV[mj + 1], peek = ARGV[mj + 2] == '1', at = mj + 3}
+  multis[x] = {n = nl, cost = ARGV[mj + 1], peek = ARGV[mj + 2] == '1', charge = ARGV[mj + 2] == '2', at = mj + 3}
   multiKeys, mj = multiKeys + nl, mj + 3 + nl
 end
 if #ARGV ~= mj - 1 and #ARGV ~= mj then
@@ -138,7 +139,11 @@ for k = 1, r do
   elseif not ok then
     runs[k] = {err = cost}
   else
-    runs[k] = {L = L, A = L.alg, cost = cost, peek = ARGV[j + 3] == '1'}
+    local mode = ARGV[j + 3]
+    runs[k] = {L = L, A = L.alg, cost = cost, peek = mode == '1', charge = mode == '2' and cost > 0}
+    if runs[k].charge and not L.alg.force then
+      runs[k] = {err = {err = 'ERR sluice: the sliding log takes no charge'}}
+    end
   end
 end
 local n = total
@@ -154,6 +159,24 @@ for k = 1, g do
 end
 if keys + multiKeys ~= #KEYS or held ~= n then
   fail('the runs hold ' .. n .. ' requests and the key runs ' .. held .. ' requests of ' .. keys .. ' keys, and the multi-limit requests ' .. multiKeys .. ' keys, for ' .. #KEYS .. ' keys')
+end
+
+-- charge takes cost on s whatever is left: a cost known only after the
+-- work (engine's charge, which this composes the same way). Whether it
+-- fitted is a look at its cost before; it is then forced, as far as a
+-- debt of one capacity; the reply is a look at cost 0 after it, and, when
+-- it did not fit, the wait a request of cost 1 now has.
+local function charge(A, s, key, now, L, cost)
+  local c = min(cost, 2 * L.capacity)
+  local fitted = A.step(s, key, now, L, c, true)
+  A.force(s, key, now, L, c)
+  local _, remaining, retry, reset = A.step(s, key, now, L, 0, true)
+  if fitted then
+    retry = 0
+  else
+    _, _, retry = A.step(s, key, now, L, 1, true)
+  end
+  return fitted, remaining, retry, reset, 0
 end
 
 local out, errors, seen = {}, {}, {}
@@ -269,10 +292,14 @@ local function decided()
       if pinned then
         forget(key, now)
       end
-      s, allowed, remaining, retry, reset, delay = run.A.read(key, now, run.L, run.cost, run.peek, run)
+      -- A charge reads as a peek does: no claim, which would admit.
+      s, allowed, remaining, retry, reset, delay = run.A.read(key, now, run.L, run.cost, run.peek or run.charge, run)
       A, L = run.A, run.L
     end
-    if allowed == nil then
+    if allowed ~= nil then -- a claim decided it
+    elseif run.charge then
+      allowed, remaining, retry, reset, delay = charge(A, s, key, now, L, run.cost)
+    else
       allowed, remaining, retry, reset, delay = A.step(s, key, now, L, run.cost, run.peek)
     end
     release()
@@ -282,7 +309,7 @@ local function decided()
     -- that can tell (A.many) decides them at once, in a time that does
     -- not grow with their number.
     local more = min(left, reqsLeft)
-    if s and more >= 4 and A.many then
+    if s and more >= 4 and A.many and not run.charge then
       local replies = A.many(s, key, now, L, run.cost, run.peek, more)
       if replies then
         for _, x in ipairs(replies) do
@@ -373,6 +400,28 @@ end
 -- and returns nil.
 local function decideMulti(R, base, held, goesOn)
   local cost = param(R.cost, 'cost')
+  if R.charge and cost > 0 then
+    -- Taken by each limit, whatever the others (engine's charge): each is
+    -- read, charged and written in turn. A charge never joins a run.
+    local Ls = limitsOf(R)
+    for j = 1, R.n do
+      if not Ls[j].alg.force then
+        fail('the sliding log takes no charge')
+      end
+    end
+    for j = 1, R.n do
+      local L, key = Ls[j], KEYS[base + j]
+      if pinned then
+        forget(key, now)
+      end
+      local s = L.alg.read(key, now, L, cost, true)
+      put(j, charge(L.alg, s, key, now, L, cost))
+      if s.dirty then
+        L.alg.write(key, now, s, L)
+      end
+    end
+    return nil
+  end
   local Ls, own
   if held then
     Ls, own = held.limits, true -- a run's limits are the same throughout
@@ -450,7 +499,7 @@ end
 -- before it changes a state, so the run goes on from the states before
 -- it; a run that ends at a request that failed writes those.
 local function continues(R, base, P, pbase)
-  if R.n ~= P.n then
+  if R.n ~= P.n or R.charge or P.charge then
     return false
   end
   for j = 0, R.n - 1 do

@@ -86,14 +86,20 @@ local function newBucket(extra, leaky, token)
     L.ta, L.tf = times(L.capacity, L.q, L.r, L.d)
   end
 
-  local function step(s, key, now, L, cost, peek)
-    local q, r, d, ta, tf = L.q, L.r, L.d, L.ta, L.tf
+  -- move is where a cost moves z: from max(z, now), sa and sf, to ea
+  -- and ef (engine's bucketMove).
+  local function move(s, now, L, cost)
     local sa, sf = s.a, s.f
     if sa < now then
       sa, sf = now, 0
     end
-    local ca, cf = times(cost, q, r, d)
-    local ea, ef = add(sa, sf, ca, cf, d)
+    local ca, cf = times(cost, L.q, L.r, L.d)
+    return sa, sf, add(sa, sf, ca, cf, L.d)
+  end
+
+  local function step(s, key, now, L, cost, peek)
+    local d, ta, tf = L.d, L.ta, L.tf
+    local sa, sf, ea, ef = move(s, now, L, cost)
     local allowed = ea - now < ta or (ea - now == ta and ef <= tf)
     local la, lf, retry, delay = sa - now, sf, 0, 0
     if allowed then
@@ -104,11 +110,15 @@ local function newBucket(extra, leaky, token)
     else
       retry = up(sub(ea - now, ef, ta, tf, d))
     end
-    -- A limit lowered on a live key can leave more in use than it allows.
-    local remaining = 0
+    local remaining
     if la < ta or (la == ta and lf <= tf) then
       local xa, xf = sub(ta, tf, la, lf, d)
       remaining = fit(xa, xf, L.period, d)
+    else
+      -- Over the budget, after a charge or under a limit lowered on a
+      -- live key: by the units still to refill before it is back at zero.
+      local xa, xf = sub(la, lf, ta, tf, d)
+      remaining = -fitUp(xa, xf, L.period, d)
     end
     if allowed and not peek and cost > 0 then
       s.a, s.f, s.dirty = ea, ef, true
@@ -159,6 +169,20 @@ local function newBucket(extra, leaky, token)
     return s
   end
 
+  -- force moves z c intervals past max(z, now), up to now + twice the
+  -- capacity's intervals; a z already past that (a lowered limit) stays.
+  local function force(s, key, now, L, c)
+    local sa, sf, ea, ef = move(s, now, L, c)
+    local ma, mf = times(2 * L.capacity, L.q, L.r, L.d)
+    ma = ma + now
+    if ma < ea or (ma == ea and mf < ef) then
+      ea, ef = ma, mf
+    end
+    if sa < ea or (sa == ea and sf < ef) then
+      s.a, s.f, s.dirty = ea, ef, true
+    end
+  end
+
   local function write(key, now, s, L)
     redis.call('SET', key, stored(s.a, s.f, L.d), px(now, up(s.a, s.f)))
   end
@@ -198,5 +222,5 @@ local function newBucket(extra, leaky, token)
     return out
   end
 
-  return {prepare = prepare, read = read, step = step, write = write, many = many}
+  return {prepare = prepare, read = read, step = step, write = write, many = many, force = force}
 end

@@ -40,8 +40,24 @@ function fixed.step(s, key, now, L, cost, peek)
   if allowed and not peek and cost > 0 then
     s.a, s.b, s.ends, s.dirty = w, n, e, true
   end
-  -- A limit lowered on a live key can leave more counted than it allows.
-  return allowed, max(limit - n, 0), retry, reset, 0
+  -- Below zero after a charge, or under a limit lowered on a live key:
+  -- how far over the budget is.
+  return allowed, limit - n, retry, reset, 0
+end
+
+-- force takes c whatever is left (a charge, batch.lua), up to twice the
+-- limit; a count already past that (a lowered limit) stays as it is.
+function fixed.force(s, key, now, L, c)
+  local p = L.period
+  local w = max(now - math.fmod(now, p), s.a)
+  local n = 0
+  if s.a == w then
+    n = s.b
+  end
+  local to = max(n, min(n + c, 2 * L.rate))
+  if to ~= n then
+    s.a, s.b, s.ends, s.dirty = w, to, w + p, true
+  end
 end
 
 function fixed.write(key, now, s)

@@ -148,7 +148,7 @@ function log.step(s, key, now, L, cost, peek)
     end
     local _, at = logAt(s, key, lo)
     retry = at + p - now
-    remaining = max(limit - n, 0)
+    remaining = limit - n -- below zero under a lowered limit
   else
     remaining = limit - n - cost
     if cost > 0 then

@@ -66,6 +66,19 @@ func TestCalls(t *testing.T) {
 			"1\n2\n0\n100000\n0", ""},
 		{"leaky second waits", lua.Batch, []string{"l2"}, one("leaky", "10", "1000000", "3", "1", "0", now),
 			"1\n1\n0\n200000\n100000", ""},
+		// Mode 2 in the peek field: a charge, taken past what is left
+		// (capacity 5; 7 owes 2), never refused, by a multi-limit
+		// request's limits too; a sliding log has none.
+		{"charge", lua.Batch, []string{"ch"}, one("gcra", "1", "1000000", "4", "7", "2", now),
+			"0\n-2\n3000000\n7000000\n0", ""},
+		{"log takes no charge", lua.Batch, []string{"chl"}, one("log", "10", "1000000", "0", "1", "2", now),
+			"-1\n0\n0\n0\n0\nERR sluice: the sliding log takes no charge", ""},
+		{"multi-limit charge", lua.Batch, []string{"chm"},
+			[]string{"1", "gcra", "1", "1000000", "4", "0", "0", "1", "1", "7", "2", "1", now},
+			"0\n-2\n3000000\n7000000\n0", ""},
+		{"multi-limit log takes no charge", lua.Batch, []string{"chm2"},
+			[]string{"1", "log", "10", "1000000", "0", "0", "0", "1", "1", "1", "2", "1", now},
+			"-1\n0\n0\n0\n0\nERR sluice: the sliding log takes no charge", ""},
 		{"batch with a bad request", lua.Batch, []string{"f", "f2"},
 			[]string{"2",
 				"fixed", "2", "1000000", "0",

@@ -203,6 +203,19 @@ local function fit(a, f, period, d)
   return q
 end
 
+-- fitUp is how many intervals a span takes, a part of one counting as one.
+local function fitUp(a, f, period, d)
+  local q, r = muldiv(a, d, period)
+  r = r + f
+  if r >= period then
+    q, r = q + 1, r - period
+  end
+  if r > 0 then
+    q = q + 1
+  end
+  return q
+end
+
 -- Every algorithm is a table of four functions, so that the batch script
 -- decides all of a key's requests with one read and one write, each
 -- request with the same arithmetic as if it came alone:
@@ -228,6 +241,9 @@ end
 --               stores s, which a step changed (s.dirty is set: the
 --               caller writes nothing else), with the TTL the last change
 --               sets
+--   force(s, key, now, L, c)
+--               takes c units whatever is left, as far as a debt of one
+--               capacity (a charge, batch.lua); the sliding log has none
 --
 -- now is the same for every request of a call, and Redis's clock stands
 -- still for keys while a script runs, so no key expires between two of

@@ -52,8 +52,11 @@ function sliding.read(key, now, L)
   return s
 end
 
-function sliding.step(s, key, now, L, cost, peek)
-  local limit, n, sz = L.rate, L.n, L.s
+-- window reads s at now into counts: counts[i] is the count of the i-th
+-- sub-window before the current one, which starts at w and is number k.
+-- used is the estimate over the sliding period.
+local function window(s, key, now, L)
+  local n, sz = L.n, L.s
   local sw, stored, ring = s.sw, s.stored, s.ring
   -- fmod truncates like Go's %. A state from a later sub-window (the clock
   -- stepped back) keeps its sub-window.
@@ -62,7 +65,6 @@ function sliding.step(s, key, now, L, cost, peek)
     w = max(w, sw)
   end
   local k = floor(w / sz)
-  -- counts[i] is the count of the i-th sub-window before the current one.
   local full = 0
   for i = 0, n do
     local c = 0
@@ -78,7 +80,28 @@ function sliding.step(s, key, now, L, cost, peek)
   if r > 0 then
     q = q + 1
   end
-  local used = full + q
+  return w, k, full + q
+end
+
+-- keep stores counts in s as the state of sub-window w, number k.
+local function keep(s, L, w, k)
+  local n, sz = L.n, L.s
+  -- The sub-windows since the stored one change: all of them when the
+  -- state is fresh, at most n+1.
+  local changed = n
+  if s.stored then
+    changed = min(floor((w - s.sw) / sz), n)
+  end
+  for i = 0, changed do
+    local j = (k - i) % (n + 1)
+    s.ring[j], s.changed[j] = counts[i], true
+  end
+  s.sw, s.stored, s.ends, s.dirty = w, true, w + (n + 1) * sz, true
+end
+
+function sliding.step(s, key, now, L, cost, peek)
+  local limit, n, sz = L.rate, L.n, L.s
+  local w, k, used = window(s, key, now, L)
   local allowed = used + cost <= limit
   local retry, reset = 0, 0
   if allowed then
@@ -111,19 +134,20 @@ function sliding.step(s, key, now, L, cost, peek)
     end
   end
   if allowed and not peek and cost > 0 then
-    -- The sub-windows since the stored one change: all of them when the
-    -- state is fresh, at most n+1.
-    local changed = n
-    if stored then
-      changed = min(floor((w - sw) / sz), n)
-    end
-    for i = 0, changed do
-      local j = (k - i) % (n + 1)
-      ring[j], s.changed[j] = counts[i], true
-    end
-    s.sw, s.stored, s.ends, s.dirty = w, true, w + (n + 1) * sz, true
+    keep(s, L, w, k)
   end
-  return allowed, max(limit - used, 0), retry, reset, 0
+  return allowed, limit - used, retry, reset, 0 -- below zero: over, as fixed's
+end
+
+-- force adds c to the current sub-window, as far as the estimate reaches
+-- twice the limit (a charge, batch.lua).
+function sliding.force(s, key, now, L, c)
+  local w, k, used = window(s, key, now, L)
+  local take = min(c, max(2 * L.rate - used, 0))
+  if take > 0 then
+    counts[0] = counts[0] + take
+    keep(s, L, w, k)
+  end
 end
 
 function sliding.write(key, now, s, L)

@@ -78,8 +78,9 @@ func lookup(name []byte) *command {
 }
 
 var (
-	costPeekDocs = []argDoc{{name: "cost", typ: "integer", optional: true}, {name: "peek", typ: "pure-token", optional: true}}
-	decideFlags  = []string{"write", "fast"}
+	costPeekDocs = []argDoc{{name: "cost", typ: "integer", optional: true}, {name: "peek", typ: "pure-token", optional: true},
+		{name: "charge", typ: "pure-token", optional: true}}
+	decideFlags = []string{"write", "fast"}
 )
 
 // inline describes an RL.<algorithm> command: the parameters after the key
@@ -154,7 +155,7 @@ func decisionCommands() []*command {
 	return cmds
 }
 
-// parse reads key, the inline parameters, period, [cost] [PEEK].
+// parse reads key, the inline parameters, period, [cost] [PEEK | CHARGE].
 func (in inline) parse(cmd *command, args [][]byte) (service.Request, shape, string) {
 	req := service.Request{Key: str(args[1]), Limit: engine.Limit{Algorithm: in.alg}}
 	for i, p := range in.params {
@@ -182,8 +183,8 @@ func (in inline) parse(cmd *command, args [][]byte) (service.Request, shape, str
 			return req, 0, msg
 		}
 	}
-	cost, peek, msg := parseCostPeek(tail)
-	req.Cost, req.Peek = cost, peek
+	var msg string
+	req.Cost, req.Peek, req.Charge, msg = parseCostPeek(tail)
 	return req, shapeRL, msg
 }
 
@@ -210,7 +211,7 @@ func parsePrecision(tail [][]byte) ([][]byte, int64, string) {
 	return tail, 0, ""
 }
 
-// parseAllow reads RL.ALLOW policy key [cost] [PEEK] [DETAIL], DETAIL
+// parseAllow reads RL.ALLOW policy key [cost] [PEEK | CHARGE] [DETAIL], DETAIL
 // anywhere after the key; the service finds the policy.
 func parseAllow(cmd *command, args [][]byte) (service.Request, shape, string) {
 	req := service.Request{ByPolicy: true, Policy: str(args[1]), Key: str(args[2])}
@@ -225,8 +226,8 @@ func parseAllow(cmd *command, args [][]byte) (service.Request, shape, string) {
 	if len(tail) > 2 {
 		return req, 0, errAllowUsage
 	}
-	cost, peek, msg := parseCostPeek(tail)
-	req.Cost, req.Peek = cost, peek
+	var msg string
+	req.Cost, req.Peek, req.Charge, msg = parseCostPeek(tail)
 	return req, shapeRL, msg
 }
 
@@ -313,27 +314,34 @@ func parseReset(args [][]byte) (byPolicy bool, policy string, keys []string, msg
 	return byPolicy, policy, keys, ""
 }
 
-// parseCostPeek reads the optional tail of every decision command:
-// [cost] [PEEK]. The cost defaults to 1.
-func parseCostPeek(tail [][]byte) (cost int64, peek bool, msg string) {
+// parseCostPeek reads the optional tail of every RL.* decision command:
+// [cost] [PEEK | CHARGE]. The cost defaults to 1. CHARGE records a cost
+// known after the work: taken even over the limit (engine.Request's
+// Charge).
+func parseCostPeek(tail [][]byte) (cost int64, peek, charge bool, msg string) {
 	cost = 1
-	if len(tail) > 0 && resp.Is(tail[len(tail)-1], "peek") {
-		peek = true
-		tail = tail[:len(tail)-1]
+	if n := len(tail); n > 0 {
+		peek, charge = resp.Is(tail[n-1], "peek"), resp.Is(tail[n-1], "charge")
+		if peek || charge {
+			tail = tail[:n-1]
+		}
 	}
 	switch len(tail) {
 	case 0:
 	case 1:
-		if peek && resp.Is(tail[0], "peek") {
-			return 0, false, errPeekTwice
+		switch {
+		case peek && resp.Is(tail[0], "peek"):
+			return 0, false, false, errPeekTwice
+		case (peek || charge) && (resp.Is(tail[0], "peek") || resp.Is(tail[0], "charge")):
+			return 0, false, false, errPeekOrCharge
 		}
 		n, why := resp.ParseInt(tail[0])
 		if why != "" {
-			return 0, false, invalidArg("cost", tail[0], why)
+			return 0, false, false, invalidArg("cost", tail[0], why)
 		}
 		cost = n
 	default:
-		return 0, false, invalidArg("option", tail[1], "expected PEEK")
+		return 0, false, false, invalidArg("option", tail[1], "expected PEEK or CHARGE")
 	}
-	return cost, peek, ""
+	return cost, peek, charge, ""
 }

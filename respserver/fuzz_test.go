@@ -227,7 +227,7 @@ var regressions = []struct {
 	{"an empty command line is no command", []string{""}, nil},
 	{"a period one byte past the bound", []string{"RL.FIXED k 1 3650d1ns"}, []string{"-ERR invalid period '3650d1ns': must be between 1ms and 3650d"}},
 	{"a fraction of a day", []string{"RL.FIXED k 1 0.5d"}, []string{"[1, 1, 0, 0, 43200000]"}},
-	{"peek only as the last argument", []string{"RL.FIXED k 1 1s PEEK 1"}, []string{"-ERR invalid option '1': expected PEEK"}},
+	{"peek only as the last argument", []string{"RL.FIXED k 1 1s PEEK 1"}, []string{"-ERR invalid option '1': expected PEEK or CHARGE"}},
 	// Found by FuzzArgs (internal/resp/testdata/fuzz/FuzzArgs/81476e3145e0ed8c).
 	{"leading zeros are not an integer, as in Redis", []string{"RL.FIXED k 0010 1s", "CL.THROTTLE k -0 1 1"},
 		[]string{"-ERR invalid limit '0010': must be an integer", "-ERR invalid max_burst '-0': must be an integer"}},

@@ -148,9 +148,12 @@ func (s *Server) decide(req *pb.RateLimitRequest, rep *reply) (*pb.RateLimitResp
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	peek := s.stop && s.queue(c, matches, true)
-	if peek {
-		s.fallbacks.note(c.decide(), len(matches))
+	if s.stop {
+		// A call whose only limited descriptors can never pass (more
+		// hits than the limit) queues no peek, and is over all the same.
+		if s.queue(c, matches, true) {
+			s.fallbacks.note(c.decide(), len(matches))
+		}
 		if s.anyOver(c) {
 			c.peeked = true
 			return s.answer(c, req, matches, rep)
@@ -210,12 +213,16 @@ func (s *Server) queue(c *call, ms []rlsconfig.Match, peek bool) bool {
 		slot := noRule
 		switch {
 		case !m.Found || r.Unlimited:
-		case r.RefusesAll() || c.hits[i] > r.Limit.Capacity():
-			// The peer counts these and finds them over; the store would
-			// refuse them as invalid, and they can never be admitted.
+		case r.RefusesAll() || c.hits[i] > r.Limit.Capacity() && (peek || r.RefusalTakesNothing):
+			// Over whatever the count: the store would refuse these as
+			// invalid, and they can never be admitted.
 			slot = noneAllowed
 		default:
-			k, err := c.add(service.Request{Key: r.Key, Cost: c.hits[i], Peek: peek, Limit: r.Limit,
+			// A hit is counted even over the limit, as the peer's INCRBY
+			// counts it (a charge), unless the rule says a refusal takes
+			// nothing.
+			charge := !peek && !r.RefusalTakesNothing
+			k, err := c.add(service.Request{Key: r.Key, Cost: c.hits[i], Peek: peek, Charge: charge, Limit: r.Limit,
 				OnFailure: r.OnFailure, Shadow: r.Shadow || s.shadow, Label: r.Label})
 			if err != nil {
 				// Rules are checked at load; nothing else can fail here.

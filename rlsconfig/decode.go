@@ -22,13 +22,13 @@ var peerKeys = map[string]bool{
 
 // sluiceKeys are Sluice's own keys, accepted inside rate_limit only. A file
 // that uses them is Sluice's alone: the peer refuses unknown keys.
-var sluiceKeys = map[string]bool{"algorithm": true, "period": true, "burst": true, "on_failure": true}
+var sluiceKeys = map[string]bool{"algorithm": true, "period": true, "burst": true, "on_failure": true, "refusal_takes_nothing": true}
 
 // fieldsOf lists the keys that mean something in each kind of mapping.
 var fieldsOf = map[string]map[string]bool{
 	"root":       {"domain": true, "descriptors": true},
 	"descriptor": {"key": true, "value": true, "rate_limit": true, "descriptors": true, "shadow_mode": true, "quota_mode": true, "detailed_metric": true, "value_to_metric": true, "share_threshold": true, "metadata": true},
-	"rate_limit": {"requests_per_unit": true, "unit": true, "unlimited": true, "name": true, "replaces": true, "algorithm": true, "period": true, "burst": true, "on_failure": true},
+	"rate_limit": {"requests_per_unit": true, "unit": true, "unlimited": true, "name": true, "replaces": true, "algorithm": true, "period": true, "burst": true, "on_failure": true, "refusal_takes_nothing": true},
 	"replaces":   {"name": true},
 }
 
@@ -62,6 +62,7 @@ type yRateLimit struct {
 	algorithmLine, periodLine, onFailureLine int
 	burst                                    int64
 	burstLine                                int
+	refusalTakesNothing                      bool
 }
 
 type yReplace struct {
@@ -418,6 +419,8 @@ func (d *decoder) decodeRateLimit(m *yaml.Node, rl *yRateLimit) error {
 		case "on_failure":
 			rl.onFailureLine = k.Line
 			return d.str(v, &rl.onFailure, name)
+		case "refusal_takes_nothing":
+			return d.boolean(v, &rl.refusalTakesNothing, name)
 		default: // burst
 			rl.burstLine = k.Line
 			s, err := d.scalarOf(v)

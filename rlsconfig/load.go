@@ -80,6 +80,7 @@ type rule struct {
 	name            string
 	replaces        []string
 	onFailure       engine.FailureMode
+	takesNothing    bool // refusal_takes_nothing
 	metadata        map[string]any
 	file            string
 	line            int
@@ -293,6 +294,7 @@ func newRule(file string, yd *yDescriptor) (*rule, error) {
 		}
 		r.onFailure = m
 	}
+	r.takesNothing = rl.refusalTakesNothing
 	if r.unlimited {
 		r.limit = engine.Limit{}
 		return r, nil

@@ -42,6 +42,13 @@ type Rule struct {
 	Replaces        []string // names of the rules this one replaces in the same request
 	// OnFailure is the rule's on_failure; FailDefault defers to the door's.
 	OnFailure engine.FailureMode
+	// RefusalTakesNothing is Sluice's own rule for a hit over the limit:
+	// refused and not counted. Without it (refusal_takes_nothing: false,
+	// the default) a hit is counted as the peer's INCRBY counts it, even
+	// over the limit (a charge, engine.Request's Charge), which is what
+	// costs charged at stream end rely on. A sliding log, which cannot
+	// count past its limit, always takes nothing.
+	RefusalTakesNothing bool
 	// Metadata is the descriptor's metadata, which the peer returns as
 	// response dynamic metadata for the descriptors that passed. Shared:
 	// read only.
@@ -161,6 +168,7 @@ func (c *Config) Lookup(domain string, entries []Entry) (Rule, bool) {
 		Limit: r.limit, RequestsPerUnit: r.requestsPerUnit, Unit: r.unit, Name: r.name,
 		Unlimited: r.unlimited, Shadow: r.shadow, Quota: r.quota, Replaces: r.replaces,
 		OnFailure: r.onFailure, Metadata: r.metadata, Label: found.path, Source: r.source,
+		RefusalTakesNothing: r.takesNothing || r.limit.Algorithm == engine.SlidingLog,
 	}
 	if !r.unlimited {
 		rule.Key = stateKey(domain, entries, shared, r.limit.Period)

@@ -27,6 +27,9 @@ type Request struct {
 	Key  string
 	Cost int64
 	Peek bool
+	// Charge takes Cost even over the limit: a cost known after the work
+	// (engine.Request's Charge).
+	Charge bool
 	// Detail asks for each limit's own decision beside the one the
 	// request gets (RL.ALLOW … DETAIL): see Batch.Detail.
 	Detail bool
@@ -106,7 +109,7 @@ func (s *Service) NewBatch() *Batch { return &Batch{s: s} }
 // *PolicyKindError for a concurrency policy, or a *engine.ParamError
 // naming the parameter). Either way the error is counted.
 func (b *Batch) Add(r Request) (int, error) {
-	req := engine.Request{Key: r.Key, Limit: r.Limit, Cost: r.Cost, Peek: r.Peek, OnFailure: r.OnFailure}
+	req := engine.Request{Key: r.Key, Limit: r.Limit, Cost: r.Cost, Peek: r.Peek, Charge: r.Charge, OnFailure: r.OnFailure}
 	m := meta{policy: cmp.Or(r.Label, Inline), shadow: r.Shadow}
 	if !r.ByPolicy && r.Policy != "" {
 		b.s.CountError(ErrRequest)

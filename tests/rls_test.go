@@ -81,6 +81,8 @@ const rlsSluice = `domain: sluice
 descriptors:
   - key: api_key
     rate_limit: {algorithm: gcra, period: 30s, requests_per_unit: 60, burst: 2}
+  - key: strict
+    rate_limit: {unit: hour, requests_per_unit: 10, refusal_takes_nothing: true}
 `
 
 // writeRLS writes files (name → body) into a fresh directory.
@@ -204,7 +206,7 @@ func checkStatuses(t *testing.T, resp *pb.RateLimitResponse, overall pb.RateLimi
 			t.Errorf("status %d: current_limit %v, want %d per %v named %q", i, cl, w.rpu, w.unit, w.name)
 			continue
 		}
-		period := map[pb.RateLimitResponse_RateLimit_Unit]int64{pb.RateLimitResponse_RateLimit_HOUR: 3600,
+		period := map[pb.RateLimitResponse_RateLimit_Unit]int64{pb.RateLimitResponse_RateLimit_SECOND: 1, pb.RateLimitResponse_RateLimit_HOUR: 3600,
 			pb.RateLimitResponse_RateLimit_DAY: 86400, pb.RateLimitResponse_RateLimit_MINUTE: 60}[w.unit]
 		if s := g.DurationUntilReset.GetSeconds(); s < 1 || s > period {
 			t.Errorf("status %d: duration_until_reset %v, want 1..%ds", i, g.DurationUntilReset, period)
@@ -293,12 +295,22 @@ func TestRLSAnswers(t *testing.T) {
 				five.HitsAddend = wrapperspb.UInt64(5)
 				checkStatuses(t, ask(t, c, "shop", 3, five), rlOK, st{rlOK, 10, rlHour, "", 2})
 				checkStatuses(t, ask(t, c, "shop", 3, desc("user", "h1")), rlOver, st{rlOver, 10, rlHour, "", 0})
-				// Unlike the peer, a refused hit takes nothing (the peer's
-				// INCRBY counts it, and this call would be over there too).
-				checkStatuses(t, ask(t, c, "shop", 0, desc("user", "h1")), rlOK, st{rlOK, 10, rlHour, "", 1})
+				// As the peer's INCRBY, the refused hits were counted (11 of
+				// 10): the next call of 1 is over too.
+				checkStatuses(t, ask(t, c, "shop", 0, desc("user", "h1")), rlOver, st{rlOver, 10, rlHour, "", 0})
 				big := desc("user", "h2")
 				big.HitsAddend = wrapperspb.UInt64(11)
 				checkStatuses(t, ask(t, c, "shop", 0, big), rlOver, st{rlOver, 10, rlHour, "", 0})
+				checkStatuses(t, ask(t, c, "shop", 0, look), rlOver, st{rlOver, 10, rlHour, "", 0})
+			})
+			t.Run("refusal_takes_nothing: a refused hit is not counted", func(t *testing.T) {
+				checkStatuses(t, ask(t, c, "sluice", 8, desc("strict", "s1")), rlOK, st{rlOK, 10, rlHour, "", 2})
+				checkStatuses(t, ask(t, c, "sluice", 3, desc("strict", "s1")), rlOver, st{rlOver, 10, rlHour, "", 0})
+				checkStatuses(t, ask(t, c, "sluice", 1, desc("strict", "s1")), rlOK, st{rlOK, 10, rlHour, "", 1})
+				big := desc("strict", "s2")
+				big.HitsAddend = wrapperspb.UInt64(11)
+				checkStatuses(t, ask(t, c, "sluice", 0, big), rlOver, st{rlOver, 10, rlHour, "", 0})
+				checkStatuses(t, ask(t, c, "sluice", 1, desc("strict", "s2")), rlOK, st{rlOK, 10, rlHour, "", 9})
 			})
 			t.Run("a descriptor's limit from Envoy wins, only in a configured domain", func(t *testing.T) {
 				d := desc("client_ip", "192.0.2.50")

@@ -253,7 +253,7 @@ func (s *Store) release(b *buffers) {
 // Boxed arguments that repeat, so that passing them allocates nothing.
 var (
 	algArgs  [len(algNames)]any
-	peekArgs = [2]any{"0", "1"}
+	modeArgs = [3]any{"0", "1", "2"}
 )
 
 // algNames is each algorithm's short name, which the batch script takes.
@@ -518,21 +518,26 @@ func burstArg(l engine.Limit) int64 {
 	return l.Burst
 }
 
-func peekArg(peek bool) any {
-	if peek {
-		return peekArgs[1]
+// modeArg is the batch script's mode of a request: 0 takes, 1 peeks, 2
+// charges (a cost known after the work, taken even over the limit).
+func modeArg(r *engine.Request) any {
+	switch {
+	case r.Charge:
+		return modeArgs[2]
+	case r.Peek:
+		return modeArgs[1]
 	}
-	return peekArgs[0]
+	return modeArgs[0]
 }
 
 // appendBatchArgs appends the batch script's arguments for the
 // single-limit requests idx of reqs, each key's together, as group left
 // them and b.groupSize counts them, and the multi-limit requests multi
 // (see batch.lua): the count of distinct limits, each limit; the count of
-// runs, then each run's size, limit index, cost and peek, where a run is
+// runs, then each run's size, limit index, cost and mode, where a run is
 // consecutive requests that share all three; the count of key runs, then
 // each one's count of keys and requests per key; the count of multi-limit
-// requests, then each one's count of limits, cost, peek and limit indexes.
+// requests, then each one's count of limits, cost, mode and limit indexes.
 func (b *buffers) appendBatchArgs(reqs []engine.Request, idx, multi []int) ([]any, []int64) {
 	b.limits, b.reqLimit = b.limits[:0], b.reqLimit[:0]
 	clear(b.limitIndex)
@@ -566,10 +571,10 @@ func (b *buffers) appendBatchArgs(reqs []engine.Request, idx, multi []int) ([]an
 		nums = append(nums, l.Rate, l.Period.Microseconds(), burstArg(l))
 		args = append(args, algArgs[l.Algorithm], &nums[k], &nums[k+1], &nums[k+2])
 	}
-	// A run ends where the next request has another limit, cost or peek.
+	// A run ends where the next request has another limit, cost or mode.
 	continues := func(q int) bool {
 		r, p := &reqs[idx[q]], &reqs[idx[q-1]]
-		return b.reqLimit[q] == b.reqLimit[q-1] && r.Cost == p.Cost && r.Peek == p.Peek
+		return b.reqLimit[q] == b.reqLimit[q-1] && r.Cost == p.Cost && r.Peek == p.Peek && r.Charge == p.Charge
 	}
 	runs := int64(0)
 	for q := range idx {
@@ -586,7 +591,7 @@ func (b *buffers) appendBatchArgs(reqs []engine.Request, idx, multi []int) ([]an
 		}
 		k := len(nums)
 		nums = append(nums, int64(end-q), b.reqLimit[q], reqs[idx[q]].Cost)
-		args = append(args, &nums[k], &nums[k+1], &nums[k+2], peekArg(reqs[idx[q]].Peek))
+		args = append(args, &nums[k], &nums[k+1], &nums[k+2], modeArg(&reqs[idx[q]]))
 		q = end
 	}
 	// Key runs: consecutive keys with as many requests each.
@@ -615,7 +620,7 @@ func (b *buffers) appendBatchArgs(reqs []engine.Request, idx, multi []int) ([]an
 		r := &reqs[i]
 		k := len(nums)
 		nums = append(nums, int64(len(r.Limits)), r.Cost)
-		args = append(args, &nums[k], &nums[k+1], peekArg(r.Peek))
+		args = append(args, &nums[k], &nums[k+1], modeArg(r))
 		for range r.Limits {
 			nums = append(nums, b.reqLimit[at])
 			args = append(args, &nums[len(nums)-1])

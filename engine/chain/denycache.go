@@ -206,8 +206,10 @@ type lastLookup struct {
 // lookup returns the local refusal for r, if one applies at now; last is
 // the batch's lookup before.
 func (c *DenyCache) lookup(r *engine.Request, now time.Time, last *lastLookup) (engine.Decision, bool) {
-	if r.Cost == 0 || r.Cost > r.Capacity() {
-		return engine.Decision{}, false // a look, or a cost the store refuses as invalid
+	if r.Charge || r.Cost == 0 || r.Cost > r.Capacity() {
+		// A charge is never refused, so never answered here; a look, or
+		// a cost the store refuses as invalid.
+		return engine.Decision{}, false
 	}
 	if k := denialKey(r); !last.set || k != last.key {
 		last.e, last.found = c.entries.Get(k)
@@ -258,9 +260,24 @@ func (c *DenyCache) remember(reqs []engine.Request, res []engine.Result, now tim
 			c.entries.Remove(sk)
 			continue
 		}
+		cost := r.Cost
+		if r.Charge {
+			// A charge that did not fit was taken all the same, and its
+			// decision is the one a request of cost 1 now gets (engine's
+			// charge): remembered as that, it refuses every cost, for
+			// longer than a refusal remembered before the charge.
+			cost = 1
+		}
+		if d.Remaining < 0 && (r.Multi() || r.Limit.Algorithm != engine.FixedWindow) {
+			// Over the budget, the key's remaining rises as it refills,
+			// which a remembered decision would not say; a fixed window's
+			// stays as it is until the window ends, its retry-after.
+			c.entries.Remove(sk)
+			continue
+		}
 		if d.RetryAfter > 0 {
 			sk.key = strings.Clone(sk.key) // the caller may reuse the key's bytes
-			e := denial{limit: r.Limit, limits: r.Limits, cost: r.Cost, decision: d,
+			e := denial{limit: r.Limit, limits: r.Limits, cost: cost, decision: d,
 				until: now.Add(d.RetryAfter), resetsAt: now.Add(d.ResetAfter)}
 			if r.Detail != nil {
 				e.detail = append([]engine.Decision(nil), r.Detail...)

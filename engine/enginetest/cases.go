@@ -194,13 +194,15 @@ var Cases = []Case{
 	},
 	// Lowering a live key's limit below what it holds answers remaining 0,
 	// never less; raising it again gives the room back.
+	// A limit lowered on a live key leaves more in use than it allows:
+	// Remaining says how far over, below zero, as after a charge.
 	{
 		Name:  "fixed_window/limit-changes",
 		Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 10, Period: time.Hour},
 		Steps: []Step{
 			{Cost: 10, Want: allow(10, 0, time.Hour)},
-			{Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 2, Period: time.Hour}, Cost: 1, Want: refuse(2, 0, time.Hour, time.Hour)},
-			{Cost: 0, Peek: true, Want: refuse(2, 0, time.Hour, time.Hour)},
+			{Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 2, Period: time.Hour}, Cost: 1, Want: refuse(2, -8, time.Hour, time.Hour)},
+			{Cost: 0, Peek: true, Want: refuse(2, -8, time.Hour, time.Hour)},
 			{Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 20, Period: time.Hour}, Cost: 1, Want: allow(20, 9, time.Hour)},
 		},
 	},
@@ -211,8 +213,8 @@ var Cases = []Case{
 			{Cost: 10, Want: allow(10, 0, time.Minute)},
 			// 8 of the 10 units must age out: all ten go at once.
 			{Advance: 10 * time.Second, Limit: engine.Limit{Algorithm: engine.SlidingLog, Rate: 3, Period: time.Minute},
-				Cost: 1, Want: refuse(3, 0, 50*time.Second, 50*time.Second)},
-			{Cost: 0, Peek: true, Want: refuse(3, 0, 50*time.Second, 50*time.Second)},
+				Cost: 1, Want: refuse(3, -7, 50*time.Second, 50*time.Second)},
+			{Cost: 0, Peek: true, Want: refuse(3, -7, 50*time.Second, 50*time.Second)},
 			{Limit: engine.Limit{Algorithm: engine.SlidingLog, Rate: 20, Period: time.Minute}, Cost: 5, Want: allow(20, 5, time.Minute)},
 		},
 	},
@@ -222,7 +224,7 @@ var Cases = []Case{
 		Steps: []Step{
 			{Cost: 10, Want: allow(10, 0, 2*time.Second)},
 			// 3 fit once the 10 weigh 3: 300 ms before the next window ends.
-			{Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 4, Period: time.Second}, Cost: 1, Want: refuse(4, 0, 1700*ms, 2*time.Second)},
+			{Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 4, Period: time.Second}, Cost: 1, Want: refuse(4, -6, 1700*ms, 2*time.Second)},
 			{Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 30, Period: time.Second}, Cost: 1, Want: allow(30, 19, 2*time.Second)},
 		},
 	},
@@ -231,7 +233,7 @@ var Cases = []Case{
 		Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 10},
 		Steps: []Step{
 			{Cost: 10, Want: allow(10, 0, 10*time.Second)},
-			{Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 3}, Cost: 1, Want: refuse(3, 0, 8*time.Second, 10*time.Second)},
+			{Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 3}, Cost: 1, Want: refuse(3, -7, 8*time.Second, 10*time.Second)},
 			{Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 20}, Cost: 1, Want: allow(20, 9, 11*time.Second)},
 		},
 	},
@@ -240,7 +242,7 @@ var Cases = []Case{
 		Limit: engine.Limit{Algorithm: engine.LeakyBucket, Rate: 1, Period: time.Second, Burst: 10},
 		Steps: []Step{
 			{Cost: 10, Want: allow(10, 0, 10*time.Second)},
-			{Limit: engine.Limit{Algorithm: engine.LeakyBucket, Rate: 1, Period: time.Second, Burst: 3}, Cost: 1, Want: refuse(3, 0, 8*time.Second, 10*time.Second)},
+			{Limit: engine.Limit{Algorithm: engine.LeakyBucket, Rate: 1, Period: time.Second, Burst: 3}, Cost: 1, Want: refuse(3, -7, 8*time.Second, 10*time.Second)},
 			{Limit: engine.Limit{Algorithm: engine.LeakyBucket, Rate: 1, Period: time.Second, Burst: 20}, Cost: 1, Want: delayed(allow(20, 9, 11*time.Second), 10*time.Second)},
 		},
 	},
@@ -249,7 +251,7 @@ var Cases = []Case{
 		Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Second, Burst: 9},
 		Steps: []Step{
 			{Cost: 10, Want: allow(10, 0, 10*time.Second)},
-			{Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Second, Burst: 2}, Cost: 1, Want: refuse(3, 0, 8*time.Second, 10*time.Second)},
+			{Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Second, Burst: 2}, Cost: 1, Want: refuse(3, -7, 8*time.Second, 10*time.Second)},
 			{Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Second, Burst: 19}, Cost: 1, Want: allow(20, 9, 11*time.Second)},
 		},
 	},
@@ -319,5 +321,122 @@ var Cases = []Case{
 		Name:  "invalid/log-too-large",
 		Limit: engine.Limit{Algorithm: engine.SlidingLog, Rate: engine.MaxLogRate + 1, Period: time.Second},
 		Steps: []Step{{Cost: 1, WantErr: "limit"}},
+	},
+}
+
+// ChargeCases are charges: costs known only after the work, taken even
+// over the limit (engine's charge). Every expectation was worked out by
+// hand from engine/charge.go.
+var ChargeCases = []Case{
+	{
+		// 10 a minute. A charge of 25 is taken as far as a debt of one
+		// limit (20 counted): every request is refused until the window
+		// ends, as the peer's INCRBY past its limit refuses.
+		Name:  "fixed_window/charge",
+		Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 10, Period: time.Minute},
+		Steps: []Step{
+			{Cost: 0, Want: allow(10, 10, 0)},
+			{Cost: 25, Charge: true, Want: refuse(10, -10, time.Minute, time.Minute)},
+			{Advance: 30 * time.Second, Cost: 1, Want: refuse(10, -10, 30*time.Second, 30*time.Second)},
+			{Cost: 0, Peek: true, Want: refuse(10, -10, 30*time.Second, 30*time.Second)},
+			{Advance: 30 * time.Second, Cost: 1, Want: allow(10, 9, time.Minute)},
+			// One that fits is an admission; one that does not is taken.
+			{Cost: 4, Charge: true, Want: allow(10, 5, time.Minute)},
+			{Cost: 8, Charge: true, Want: refuse(10, -3, time.Minute, time.Minute)},
+			{Cost: 0, Charge: true, Want: refuse(10, -3, time.Minute, time.Minute)},
+			{Reset: true},
+			{Cost: 10, Want: allow(10, 0, time.Minute)},
+		},
+	},
+	{
+		// 1 a second, capacity 10: a charge of 15 owes 5 tokens, 15 s to
+		// refill in all; a request of 1 fits once 11 s of them are left.
+		Name:  "token_bucket/charge",
+		Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 10},
+		Steps: []Step{
+			{Cost: 15, Charge: true, Want: refuse(10, -5, 6*time.Second, 15*time.Second)},
+			{Advance: 5 * time.Second, Cost: 1, Want: refuse(10, 0, time.Second, 10*time.Second)},
+			{Advance: time.Second, Cost: 1, Want: allow(10, 0, 10*time.Second)},
+			// 100 is taken as far as a debt of the capacity: 20 s; then
+			// nothing more can be owed.
+			{Cost: 100, Charge: true, Want: refuse(10, -10, 11*time.Second, 20*time.Second)},
+			{Cost: 5, Charge: true, Want: refuse(10, -10, 11*time.Second, 20*time.Second)},
+			{Advance: 11 * time.Second, Cost: 1, Want: allow(10, 0, 10*time.Second)},
+		},
+	},
+	{
+		Name:  "gcra/charge",
+		Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Second, Burst: 4},
+		Steps: []Step{
+			{Cost: 7, Charge: true, Want: refuse(5, -2, 3*time.Second, 7*time.Second)},
+			{Advance: 2 * time.Second, Cost: 1, Want: refuse(5, 0, time.Second, 5*time.Second)},
+			{Advance: time.Second, Cost: 1, Want: allow(5, 0, 5*time.Second)},
+		},
+	},
+	{
+		// The leaky bucket's charge is work already done: it waits for
+		// nothing, but later requests queue behind it.
+		Name:  "leaky_bucket/charge",
+		Limit: engine.Limit{Algorithm: engine.LeakyBucket, Rate: 1, Period: time.Second, Burst: 3},
+		Steps: []Step{
+			{Cost: 1, Want: allow(3, 2, time.Second)},
+			{Cost: 3, Charge: true, Want: refuse(3, -1, 2*time.Second, 4*time.Second)},
+			{Advance: 2 * time.Second, Cost: 1, Charge: true, Want: allow(3, 0, 3*time.Second)},
+			{Advance: time.Second, Cost: 1, Want: delayed(allow(3, 0, 3*time.Second), 2*time.Second)},
+		},
+	},
+	{
+		// 10 a second: a charge of 15 counts in the current window, and
+		// weighs in the next as the previous window leaves it.
+		Name:  "sliding_window/charge",
+		Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 10, Period: time.Second},
+		Steps: []Step{
+			{Cost: 15, Charge: true, Want: refuse(10, -5, 1400*ms, 2*time.Second)},
+			{Advance: time.Second, Cost: 1, Want: refuse(10, -5, 400*ms, time.Second)},
+			{Advance: 400 * ms, Cost: 1, Want: allow(10, 0, 1600*ms)},
+		},
+	},
+	{
+		// A refusal before a charge, which a deny cache remembers: the
+		// charge is still taken, and the refusals after it say so.
+		Name:  "fixed_window/charge-after-refusal",
+		Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 10, Period: time.Minute},
+		Steps: []Step{
+			{Cost: 10, Want: allow(10, 0, time.Minute)},
+			{Cost: 1, Want: refuse(10, 0, time.Minute, time.Minute)},
+			{Cost: 5, Charge: true, Want: refuse(10, -5, time.Minute, time.Minute)},
+			{Cost: 1, Want: refuse(10, -5, time.Minute, time.Minute)},
+			{Advance: time.Second, Cost: 2, Want: refuse(10, -5, 59*time.Second, 59*time.Second)},
+		},
+	},
+	{
+		// Over the budget, a bucket's remaining rises as it refills.
+		Name:  "token_bucket/charge-after-refusal",
+		Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 10},
+		Steps: []Step{
+			{Cost: 10, Want: allow(10, 0, 10*time.Second)},
+			{Cost: 1, Want: refuse(10, 0, time.Second, 10*time.Second)},
+			{Cost: 3, Charge: true, Want: refuse(10, -3, 4*time.Second, 13*time.Second)},
+			{Cost: 1, Want: refuse(10, -3, 4*time.Second, 13*time.Second)},
+			{Advance: time.Second, Cost: 1, Want: refuse(10, -2, 3*time.Second, 12*time.Second)},
+		},
+	},
+	{
+		Name:  "sliding_log/charge",
+		Limit: engine.Limit{Algorithm: engine.SlidingLog, Rate: 10, Period: time.Second},
+		Steps: []Step{
+			{Cost: 5, Charge: true, WantErr: "charge"},
+			{Cost: 5, Want: allow(10, 5, time.Second)},
+		},
+	},
+	{
+		Name:  "token_bucket/charge-bad",
+		Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 10},
+		Steps: []Step{
+			{Cost: 1, Charge: true, Peek: true, WantErr: "charge"},
+			{Cost: engine.MaxRate + 1, Charge: true, WantErr: "cost"},
+			{Cost: -1, Charge: true, WantErr: "cost"},
+			{Cost: engine.MaxRate, Charge: true, Want: refuse(10, -10, 11*time.Second, 20*time.Second)},
+		},
 	},
 }

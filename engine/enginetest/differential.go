@@ -27,6 +27,7 @@ type Op struct {
 	Key     int           // which of the scenario's keys
 	Cost    int64         // may exceed the capacity or be negative: bad input
 	Peek    bool
+	Charge  bool // a cost known after the work, taken even over the limit
 	Reset   bool
 	Multi   bool // decided by the scenario's Limits, not its Limit
 	// Batch joins the operation to the batch of the one before it: a
@@ -152,7 +153,27 @@ func NewScenario(seed []byte) Scenario {
 	}
 	sc.Ops = ops
 	multiLimits(&sc, rand.New(rand.NewPCG(rng.Uint64(), extra+2)), periods)
+	charges(&sc, rand.New(rand.NewPCG(rng.Uint64(), extra+3)))
 	return sc
+}
+
+// charges makes a sixth of the operations charges, from a stream of its
+// own so that every seed's other operations stay what they were: costs
+// up to three capacities, so that debts reach their bound, and now and
+// then on a multi-limit operation or with a peek, which both stores must
+// refuse alike.
+func charges(sc *Scenario, rng *rand.Rand) {
+	c := sc.Limit.Capacity()
+	for i := range sc.Ops {
+		op := &sc.Ops[i]
+		if op.Reset || rng.IntN(6) != 0 || op.Multi && rng.IntN(10) != 0 {
+			continue
+		}
+		op.Charge, op.Peek = true, rng.IntN(20) == 0
+		if op.Cost >= 0 {
+			op.Cost = rng.Int64N(3*max(c, 1) + 2)
+		}
+	}
 }
 
 // multiLimits makes a third of the scenarios multi-limit, from a stream
@@ -194,7 +215,7 @@ func multiLimits(sc *Scenario, rng *rand.Rand, periods []time.Duration) {
 
 // request is op's request on key.
 func (sc *Scenario) request(op Op, key string) engine.Request {
-	r := engine.Request{Key: key, Limit: sc.Limit, Cost: op.Cost, Peek: op.Peek}
+	r := engine.Request{Key: key, Limit: sc.Limit, Cost: op.Cost, Peek: op.Peek, Charge: op.Charge}
 	if op.Multi {
 		r.Limit, r.Limits, r.Detail = engine.Limit{}, sc.Limits, make([]engine.Decision, len(sc.Limits))
 	}

@@ -57,6 +57,7 @@ type Step struct {
 	Advance time.Duration
 	Cost    int64
 	Peek    bool
+	Charge  bool // a cost known after the work: taken even over the limit
 	Reset   bool // reset the key instead of deciding
 	// Limit, when set, replaces the case's limit from this step on: the
 	// same key under a lowered or raised limit.
@@ -83,7 +84,7 @@ func Run(t *testing.T, open Opener) {
 		if batched {
 			mode = "batched"
 		}
-		for _, c := range Cases {
+		for _, c := range append(Cases[:len(Cases):len(Cases)], ChargeCases...) {
 			t.Run(mode+"/"+c.Name, func(t *testing.T) {
 				clock := NewClock(Epoch)
 				s := open(t, clock.Now)
@@ -121,7 +122,7 @@ func runCase(t *testing.T, s engine.Store, clock *Clock, key string, c Case, bat
 		reqs := make([]engine.Request, j-i)
 		for k := range reqs {
 			st := c.Steps[i+k]
-			reqs[k] = engine.Request{Key: key, Limit: limits[i+k], Cost: st.Cost, Peek: st.Peek}
+			reqs[k] = engine.Request{Key: key, Limit: limits[i+k], Cost: st.Cost, Peek: st.Peek, Charge: st.Charge}
 		}
 		res := make([]engine.Result, len(reqs))
 		if err := engine.Wait(s, reqs, res, time.Time{}); err != nil {
@@ -148,7 +149,7 @@ func checkStep(t *testing.T, i int, st Step, r engine.Result) {
 		return
 	}
 	if r.Decision != st.Want {
-		t.Errorf("step %d (cost %d, peek %v):\n got %s\nwant %s", i, st.Cost, st.Peek, Format(r.Decision), Format(st.Want))
+		t.Errorf("step %d (cost %d, peek %v, charge %v):\n got %s\nwant %s", i, st.Cost, st.Peek, st.Charge, Format(r.Decision), Format(st.Want))
 	}
 }
 

@@ -450,7 +450,8 @@ func limitStateKey(key string, l engine.NamedLimit) stateKey {
 // batch script does (lua/batch.lua): each limit looks (a peek at the
 // request's cost); if all admit and it is no peek, each is charged; if
 // any refuses, nothing is, and each limit with room reports what it has
-// (a look at cost 0).
+// (a look at cost 0). A charge is taken by each limit, whatever the
+// others.
 func (m *Store) decideMulti(now int64, run []engine.Request, res []engine.Result) {
 	r0 := &run[0]
 	n := len(r0.Limits)
@@ -521,6 +522,9 @@ func (m *Store) decideOneMulti(now int64, r *engine.Request, res *engine.Result,
 	}
 	allowed := true
 	for j := range n {
+		if r.Charge {
+			break // taken by each limit, whatever the others: no look
+		}
 		parts[j] = look(j, r.Cost)
 		allowed = allowed && parts[j].Allowed
 	}
@@ -537,7 +541,7 @@ func (m *Store) decideOneMulti(now int64, r *engine.Request, res *engine.Result,
 		for j := range n {
 			if e := es[j]; e != nil {
 				var out engine.Outcome
-				parts[j], out = engine.Step(&e.State, now, &engine.Request{Key: r.Key, Limit: r.Limits[j].Limit, Cost: r.Cost})
+				parts[j], out = engine.Step(&e.State, now, &engine.Request{Key: r.Key, Limit: r.Limits[j].Limit, Cost: r.Cost, Charge: r.Charge})
 				if out.Write {
 					e.expires = out.Expires
 				}
@@ -547,7 +551,7 @@ func (m *Store) decideOneMulti(now int64, r *engine.Request, res *engine.Result,
 			if es[j] == nil {
 				var st engine.State
 				var out engine.Outcome
-				parts[j], out = engine.Step(&st, now, &engine.Request{Key: r.Key, Limit: r.Limits[j].Limit, Cost: r.Cost})
+				parts[j], out = engine.Step(&st, now, &engine.Request{Key: r.Key, Limit: r.Limits[j].Limit, Cost: r.Cost, Charge: r.Charge})
 				if out.Write {
 					s := m.shard(hs[j])
 					e := s.insert(sks[j], hs[j], now)
