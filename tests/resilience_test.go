@@ -458,8 +458,11 @@ func checkFailureModes(t *testing.T, replies [][]reply, broke, mended time.Time)
 func TestSentinelFailoverUnderLoad(t *testing.T) {
 	st := redistest.StartSentinel(t)
 	up := "redis+sentinel://" + strings.Join(st.Addrs(), ",") + "/" + st.Name
-	a := startSluice(t, "--upstream", up, "--on-upstream-failure", "local")
-	b := startSluice(t, "--upstream", up, "--on-upstream-failure", "local")
+	// A round trip a loaded machine stretches past the default 100ms is
+	// decided locally, and the sidecars then disagree although the
+	// failover is long over: the count checks wait for Redis.
+	a := startSluice(t, "--upstream", up, "--on-upstream-failure", "local", "--upstream-timeout", decidingTimeout)
+	b := startSluice(t, "--upstream", up, "--on-upstream-failure", "local", "--upstream-timeout", decidingTimeout)
 	ra, rb := client(t, a), client(t, b)
 	ctx := ctxT(t)
 	if !fromStore(ctx, ra, rb, "warm") {
