@@ -21,6 +21,10 @@ var _ engine.Store = (*Store)(nil)
 // caller itself; on Cluster, where a batch may span nodes and meet
 // redirects, Decide runs on a goroutine of its own.
 func (s *Store) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
+	if s.masters != nil {
+		s.submitByMaster(reqs, res, deadline, done)
+		return
+	}
 	if s.pipe == nil {
 		go func() {
 			ctx := context.Background()
@@ -109,7 +113,12 @@ func (s *Store) appendScriptCall(buf []byte, name, body string, c *call) []byte 
 	for _, k := range c.keys {
 		buf = s.appendKey(buf, k)
 	}
-	for _, a := range c.args {
+	return s.appendArgs(buf, c.args)
+}
+
+// appendArgs appends a script call's arguments as RESP bulk strings.
+func (s *Store) appendArgs(buf []byte, args []any) []byte {
+	for _, a := range args {
 		switch v := a.(type) {
 		case string:
 			buf = redcon.AppendBulkString(buf, v)
@@ -133,6 +142,9 @@ func (s *Store) Close() {
 	if s.pipe != nil {
 		s.pipe.close()
 	}
+	if s.masters != nil {
+		s.masters.close()
+	}
 }
 
 // UseLoop has an event loop read the replies to batches from now on:
@@ -146,5 +158,8 @@ func (s *Store) Close() {
 func (s *Store) UseLoop(l *evloop.Loop) {
 	if s.pipe != nil {
 		s.pipe.useLoop(l)
+	}
+	if s.masters != nil {
+		s.masters.useLoop(l)
 	}
 }
