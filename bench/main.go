@@ -18,6 +18,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/csv"
 	"flag"
 	"fmt"
@@ -213,6 +215,9 @@ func main() {
 	if wanted("Redis Cluster") {
 		clusterRows(start, sluice, dir, gcraSidecar)
 	}
+	if wanted("TLS to Redis") {
+		tlsRows(start, sluice, dir, gcraDirect, gcraSidecar)
+	}
 
 	// One client, one request at a time: latency.
 	// A tenth of the requests: plenty for a median, and ten times faster.
@@ -254,7 +259,8 @@ type target struct {
 	args         []string
 	keys         int
 	pid          int
-	cluster      bool // redis-benchmark --cluster: port is a seed node
+	cluster      bool   // redis-benchmark --cluster: port is a seed node
+	cacert       string // redis-benchmark --tls, trusting this CA file
 }
 
 // sample is one redis-benchmark run.
@@ -361,6 +367,9 @@ func benchmark(t target, c, pipeline, n int) (rps, p50, cpu float64) {
 	}
 	if t.cluster {
 		cmdArgs = append(cmdArgs, "--cluster")
+	}
+	if t.cacert != "" {
+		cmdArgs = append(cmdArgs, "--tls", "--cacert", t.cacert)
 	}
 	cmdArgs = append(cmdArgs, "-c", strconv.Itoa(c), "-n", strconv.Itoa(n),
 		"-P", strconv.Itoa(pipeline), "-r", strconv.Itoa(keys), "--csv")
@@ -552,6 +561,44 @@ func clusterRows(start func(string, ...string) int, sluice func(...string) int, 
 		}
 		c := compare(masters, *requests, *clients, p, target{port: ports[0], args: direct, keys: 1_000_000, cluster: true},
 			target{port: port, args: sidecar, keys: 1_000_000, pid: pid})
+		report(name, c)
+		fmt.Printf("    script calls per decision: direct %.3f, Sluice %.3f\n", c.a.evalshaPerRequest, c.b.evalshaPerRequest)
+	}
+}
+
+// tlsRows compares Sluice reaching Redis over TLS (rediss://) with an
+// application calling the baseline script over TLS too: a Redis of its
+// own that speaks only TLS, with a CA and certificate made here. The
+// application reaches its sidecar over plain TCP, on its own machine.
+func tlsRows(start func(string, ...string) int, sluice func(...string) int, dir string, direct, sidecar []string) {
+	writeCerts(dir)
+	ca := filepath.Join(dir, "ca.pem")
+	port := freePort()
+	start("redis-server", "--port", "0", "--tls-port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--dbfilename", "tls.rdb", "--tls-cert-file", filepath.Join(dir, "redis.crt"),
+		"--tls-key-file", filepath.Join(dir, "redis.key"), "--tls-ca-cert-file", ca, "--tls-auth-clients", "no")
+	waitPort(port)
+	roots := x509.NewCertPool()
+	pem, err := os.ReadFile(ca)
+	if err != nil || !roots.AppendCertsFromPEM(pem) {
+		fatalf("the bench's CA: %v", err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, TLSConfig: &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"}})
+	defer rdb.Close()
+	if err := rdb.ScriptLoad(context.Background(), baseline.GCRA.Source).Err(); err != nil {
+		fatalf("SCRIPT LOAD over TLS: %v", err)
+	}
+	sport := freePort()
+	pid := sluice("--listen", "127.0.0.1:"+sport, "--admin-listen", "127.0.0.1:"+freePort(),
+		"--upstream", "rediss://127.0.0.1:"+port, "--upstream-tls-ca", ca)
+	waitPort(sport)
+	for _, p := range []int{16, 1} {
+		name := fmt.Sprintf("TLS to Redis, GCRA, keys from 1000000, -P %d", p)
+		if !wanted(name) {
+			continue
+		}
+		c := compare(nodes{rdb}, *requests, *clients, p, target{port: port, args: direct, keys: 1_000_000, cacert: ca},
+			target{port: sport, args: sidecar, keys: 1_000_000, pid: pid})
 		report(name, c)
 		fmt.Printf("    script calls per decision: direct %.3f, Sluice %.3f\n", c.a.evalshaPerRequest, c.b.evalshaPerRequest)
 	}
