@@ -219,3 +219,51 @@ func TestDecideMultiLimitWhileSlotMigrates(t *testing.T) {
 	batch("every key of the request moved", 100*time.Millisecond)
 	t.Logf("the multi-limit request was decided %v after its keys were split across the masters", took.Round(time.Millisecond))
 }
+
+// TestCallsPerMaster: a batch over many keys, in hundreds of slots of
+// every master, costs each master one script call, and decides as many
+// requests as it holds.
+func TestCallsPerMaster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 2})
+	t.Cleanup(func() { _ = cc.Close() })
+	at := time.Unix(1_800_000_000, 0)
+	s := newStore(t, upstream.Config{Client: cc, Prefix: "cpm:", Now: func() time.Time { return at }})
+	lim := limitOf(engine.GCRA, 1000, time.Second)
+	var reqs []engine.Request
+	slots := map[uint16]bool{}
+	for i := range 500 {
+		r := engine.Request{Key: "k:" + strconv.Itoa(i), Limit: lim, Cost: 1}
+		reqs = append(reqs, r)
+		slots[upstream.Slot(s.Key(r.Key, r.Limit.Algorithm))] = true
+	}
+	decide(t, s, reqs...) // loads the script on every master
+	for _, n := range cl.Nodes {
+		mustDo(t, n, "CONFIG", "RESETSTAT")
+	}
+	for k, r := range decide(t, s, reqs...) {
+		if r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != lim.Capacity()-2 {
+			t.Fatalf("request %d: %+v; want allowed, the second of its key", k, r)
+		}
+	}
+	for _, n := range cl.Nodes {
+		if calls := evalshaCalls(t, n); calls != 1 {
+			t.Errorf("master %s: %d EVALSHA calls for a batch of %d keys in %d slots; want 1", n.Addr, calls, len(reqs), len(slots))
+		}
+	}
+}
+
+// evalshaCalls is how many EVALSHA calls srv has run (INFO commandstats).
+func evalshaCalls(t *testing.T, srv *redistest.Server) int64 {
+	t.Helper()
+	for _, line := range strings.Split(mustDo(t, srv, "INFO", "commandstats"), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+			n, err := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
+			if err != nil {
+				t.Fatal(fmt.Errorf("INFO commandstats: %q: %w", line, err))
+			}
+			return n
+		}
+	}
+	return 0
+}
