@@ -9,9 +9,11 @@
 // connection (pipe.go), which its sender writes without waiting, and
 // whose replies an event loop may read (UseLoop: the loop app gives it,
 // package evloop), so that they land where the clients are answered. On
-// Cluster the batch is grouped by hash slot, one EVALSHA per slot, all in
-// one pipeline that go-redis splits per node and runs on the nodes in
-// parallel. A Redis that lost its scripts (restarted, SCRIPT FLUSH)
+// Cluster the batch is grouped by the master that serves each key, one
+// EVALSHA per master, each on that master's own pipe (masters.go); the
+// few requests whose key a master no longer serves go again one call per
+// hash slot through go-redis, which follows Redis's redirects
+// (cluster.go). A Redis that lost its scripts (restarted, SCRIPT FLUSH)
 // answers NOSCRIPT; the store then sends the same calls as EVAL, which
 // loads the scripts again, invisibly to the caller.
 package upstream
@@ -59,7 +61,7 @@ type Config struct {
 // Store decides requests on Redis. It is safe for concurrent use.
 type Store struct {
 	client  redis.UniversalClient
-	cluster bool // client is a *redis.ClusterClient: group batches by slot
+	cluster bool // client is a *redis.ClusterClient: group batches by master, or by slot
 	prefix  string
 	now     func() time.Time
 	bufs    sync.Pool // *buffers
