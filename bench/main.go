@@ -18,6 +18,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/csv"
 	"flag"
 	"fmt"
@@ -124,11 +126,12 @@ func main() {
 		waitPort(p)
 	}
 
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + redisPort})
-	defer rdb.Close()
+	one := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + redisPort})
+	defer one.Close()
+	rdb := nodes{one}
 	ctx := context.Background()
 	for _, sc := range []baseline.Script{baseline.GCRA, baseline.Token} {
-		if err := rdb.ScriptLoad(ctx, sc.Source).Err(); err != nil {
+		if err := one.ScriptLoad(ctx, sc.Source).Err(); err != nil {
 			fatalf("SCRIPT LOAD: %v", err)
 		}
 	}
@@ -209,6 +212,13 @@ func main() {
 		report(row.name, c)
 	}
 
+	if wanted("Redis Cluster") {
+		clusterRows(start, sluice, dir, gcraSidecar)
+	}
+	if wanted("TLS to Redis") {
+		tlsRows(start, sluice, dir, gcraDirect, gcraSidecar)
+	}
+
 	// One client, one request at a time: latency.
 	// A tenth of the requests: plenty for a median, and ten times faster.
 	if name := "-c 1 latency"; wanted(name) {
@@ -249,6 +259,8 @@ type target struct {
 	args         []string
 	keys         int
 	pid          int
+	cluster      bool   // redis-benchmark --cluster: port is a seed node
+	cacert       string // redis-benchmark --tls, trusting this CA file
 }
 
 // sample is one redis-benchmark run.
@@ -273,7 +285,7 @@ type comparison struct {
 // then b (and then the ceiling, if one is given), *runs times, so that the
 // machine's drift, which is large on a shared VM, touches every side
 // alike; each ratio is taken within one round of runs.
-func compare(rdb *redis.Client, n, c, pipeline int, a, b target, ceiling ...target) comparison {
+func compare(rdb nodes, n, c, pipeline int, a, b target, ceiling ...target) comparison {
 	var as, bs, cs []sample
 	var ratios, cpuRatios, ceilings []float64
 	for range *runs {
@@ -293,7 +305,7 @@ func compare(rdb *redis.Client, n, c, pipeline int, a, b target, ceiling ...targ
 	return cmp
 }
 
-func once(rdb *redis.Client, n, c, pipeline int, t target) sample {
+func once(rdb nodes, n, c, pipeline int, t target) sample {
 	cpu0, eval0 := redisStats(rdb)
 	own0 := processCPU(t.pid)
 	rps, p50, client := benchmark(t, c, pipeline, n)
@@ -353,12 +365,22 @@ func benchmark(t target, c, pipeline, n int) (rps, p50, cpu float64) {
 	if t.socket != "" {
 		cmdArgs = []string{"-s", t.socket}
 	}
+	if t.cluster {
+		cmdArgs = append(cmdArgs, "--cluster")
+	}
+	if t.cacert != "" {
+		cmdArgs = append(cmdArgs, "--tls", "--cacert", t.cacert)
+	}
 	cmdArgs = append(cmdArgs, "-c", strconv.Itoa(c), "-n", strconv.Itoa(n),
 		"-P", strconv.Itoa(pipeline), "-r", strconv.Itoa(keys), "--csv")
 	cmd := exec.Command("redis-benchmark", append(cmdArgs, t.args...)...)
 	out, err := cmd.Output()
 	if err != nil {
 		fatalf("redis-benchmark %v: %v\n%s", t.args, err, out)
+	}
+	// In cluster mode redis-benchmark lists the masters before its CSV.
+	if i := strings.Index(string(out), "\"test\""); i > 0 {
+		out = out[i:]
 	}
 	rows, err := csv.NewReader(strings.NewReader(string(out))).ReadAll()
 	if err != nil || len(rows) < 2 || len(rows[1]) < 5 {
@@ -370,11 +392,22 @@ func benchmark(t target, c, pipeline, n int) (rps, p50, cpu float64) {
 	return rps, p50, cpu
 }
 
-// redisStats reads Redis's CPU seconds and EVALSHA call count.
-func redisStats(rdb *redis.Client) (cpu, evalsha float64) {
-	if rdb == nil {
-		return 0, 0
+// nodes are the Redis servers whose CPU and script calls a comparison
+// counts: one, or a cluster's masters; nil, none.
+type nodes []*redis.Client
+
+// redisStats reads the CPU seconds and EVALSHA call count of every node,
+// summed.
+func redisStats(rdb nodes) (cpu, evalsha float64) {
+	for _, n := range rdb {
+		c, e := nodeStats(n)
+		cpu, evalsha = cpu+c, evalsha+e
 	}
+	return cpu, evalsha
+}
+
+// nodeStats reads one Redis's CPU seconds and EVALSHA call count.
+func nodeStats(rdb *redis.Client) (cpu, evalsha float64) {
 	info, err := rdb.Info(context.Background(), "cpu", "commandstats").Result()
 	if err != nil {
 		fatalf("INFO: %v", err)
@@ -470,4 +503,103 @@ func cpuModel() string {
 		}
 	}
 	return "unknown CPU"
+}
+
+// clusterRows compares Sluice on a Redis Cluster of three masters, which
+// it starts, with an application calling the baseline GCRA script on the
+// cluster directly: redis-benchmark --cluster, whose clients each keep to
+// one node and put that node's hash tag in every key ({tag}), so that
+// each call goes straight to the master that serves it. Redis's CPU and
+// script calls are summed over the masters.
+func clusterRows(start func(string, ...string) int, sluice func(...string) int, dir string, sidecar []string) {
+	ctx := context.Background()
+	var ports, addrs []string
+	for range 3 {
+		p := freePort()
+		start("redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes-"+p+".conf")
+		ports, addrs = append(ports, p), append(addrs, "127.0.0.1:"+p)
+	}
+	for _, p := range ports {
+		waitPort(p)
+	}
+	create := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...)
+	if out, err := create.CombinedOutput(); err != nil {
+		fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	var masters nodes
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		defer c.Close()
+		masters = append(masters, c)
+	}
+	// Every node must see the whole cluster before either side starts.
+	for _, c := range masters {
+		for try := 0; ; try++ {
+			info, err := c.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if try == 1000 {
+				fatalf("cluster not ok after 10s: %v %s", err, info)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := c.ScriptLoad(ctx, baseline.GCRA.Source).Err(); err != nil {
+			fatalf("SCRIPT LOAD: %v", err)
+		}
+	}
+	port := freePort()
+	pid := sluice("--listen", "127.0.0.1:"+port, "--admin-listen", "127.0.0.1:"+freePort(),
+		"--upstream", "redis+cluster://"+strings.Join(addrs, ","))
+	waitPort(port)
+	direct := []string{"EVALSHA", baseline.GCRA.SHA, "1", "k:{tag}:__rand_int__", "1000", "1000", "1", "1"}
+	for _, p := range []int{16, 1} {
+		name := fmt.Sprintf("Redis Cluster, GCRA, keys from 1000000, -P %d", p)
+		if !wanted(name) {
+			continue
+		}
+		c := compare(masters, *requests, *clients, p, target{port: ports[0], args: direct, keys: 1_000_000, cluster: true},
+			target{port: port, args: sidecar, keys: 1_000_000, pid: pid})
+		report(name, c)
+		fmt.Printf("    script calls per decision: direct %.3f, Sluice %.3f\n", c.a.evalshaPerRequest, c.b.evalshaPerRequest)
+	}
+}
+
+// tlsRows compares Sluice reaching Redis over TLS (rediss://) with an
+// application calling the baseline script over TLS too: a Redis of its
+// own that speaks only TLS, with a CA and certificate made here. The
+// application reaches its sidecar over plain TCP, on its own machine.
+func tlsRows(start func(string, ...string) int, sluice func(...string) int, dir string, direct, sidecar []string) {
+	writeCerts(dir)
+	ca := filepath.Join(dir, "ca.pem")
+	port := freePort()
+	start("redis-server", "--port", "0", "--tls-port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--dbfilename", "tls.rdb", "--tls-cert-file", filepath.Join(dir, "redis.crt"),
+		"--tls-key-file", filepath.Join(dir, "redis.key"), "--tls-ca-cert-file", ca, "--tls-auth-clients", "no")
+	waitPort(port)
+	roots := x509.NewCertPool()
+	pem, err := os.ReadFile(ca)
+	if err != nil || !roots.AppendCertsFromPEM(pem) {
+		fatalf("the bench's CA: %v", err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, TLSConfig: &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"}})
+	defer rdb.Close()
+	if err := rdb.ScriptLoad(context.Background(), baseline.GCRA.Source).Err(); err != nil {
+		fatalf("SCRIPT LOAD over TLS: %v", err)
+	}
+	sport := freePort()
+	pid := sluice("--listen", "127.0.0.1:"+sport, "--admin-listen", "127.0.0.1:"+freePort(),
+		"--upstream", "rediss://127.0.0.1:"+port, "--upstream-tls-ca", ca)
+	waitPort(sport)
+	for _, p := range []int{16, 1} {
+		name := fmt.Sprintf("TLS to Redis, GCRA, keys from 1000000, -P %d", p)
+		if !wanted(name) {
+			continue
+		}
+		c := compare(nodes{rdb}, *requests, *clients, p, target{port: port, args: direct, keys: 1_000_000, cacert: ca},
+			target{port: sport, args: sidecar, keys: 1_000_000, pid: pid})
+		report(name, c)
+		fmt.Printf("    script calls per decision: direct %.3f, Sluice %.3f\n", c.a.evalshaPerRequest, c.b.evalshaPerRequest)
+	}
 }

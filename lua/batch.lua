@@ -56,6 +56,29 @@
 -- replies five. The limit a decision reports is not sent: it follows from
 -- the limit asked (engine's Limit.Capacity), and a smaller reply is less
 -- for Redis to encode and for the caller to parse.
+--
+-- On Redis Cluster one call decides a master's part of a batch, keys of
+-- many slots (the script's flag allow-cross-slot-keys lets it reach keys
+-- it does not declare, and a call may declare only one slot's): it
+-- declares none, and ARGV starts with the number of keys and the keys,
+-- which then stand for KEYS. A key whose slot this node does not serve
+-- (moved, or migrating and the key gone) fails its request alone with
+-- Redis's "Script attempted to access a non local key" before anything
+-- of it is written: every request reads all its keys before it writes.
+-- The caller sends those requests again, alone, with declared keys, so
+-- that Redis redirects them.
+local KEYS, ARGV = KEYS, ARGV
+if #KEYS == 0 and #ARGV > 0 then
+  local nk = tonumber(ARGV[1]) or 0
+  local keys, args = {}, {}
+  for j = 1, nk do
+    keys[j] = ARGV[1 + j]
+  end
+  for j = nk + 2, #ARGV do
+    args[j - nk - 1] = ARGV[j]
+  end
+  KEYS, ARGV = keys, args
+end
 -- Each algorithm is defined when a limit first names it (see lua.go).
 local loaders = {fixed = load_fixed, log = load_log, sliding = load_sliding, token = load_token, leaky = load_leaky, gcra = load_gcra}
 local algorithms = {}
@@ -101,7 +124,7 @@ local now = clock(ARGV[mj])
 -- Each limit is read and checked once; one that is bad fails the requests
 -- that name it.
 local function prepare(L, j)
-  L.rate, L.period, L.burst = limit(j + 1)
+  L.rate, L.period, L.burst = limit(ARGV, j + 1)
   if L.alg then
     L.alg.prepare(L)
   end

@@ -92,6 +92,12 @@ var (
 // that cannot serve for one bad request.
 const shebang = "#!lua\n"
 
+// batchShebang is shebang with the flag allow-cross-slot-keys (Redis 7):
+// on Cluster one batch call reaches the keys of every slot its node
+// serves, declared in ARGV rather than KEYS (see batch.lua). Outside a
+// cluster the flag changes nothing.
+const batchShebang = "#!lua flags=allow-cross-slot-keys\n"
+
 // loader wraps an algorithm's source in a function that defines it and
 // returns it: load_fixed, load_gcra, … A script's body runs on every call,
 // and defining every algorithm's functions and tables cost Redis about
@@ -101,7 +107,7 @@ func loader(name, src string) string {
 }
 
 func init() {
-	batch := shebang + prelude
+	batch := batchShebang + prelude
 	for _, a := range algorithms {
 		batch += "\n" + loader(a.name, a.src)
 	}

@@ -105,13 +105,14 @@ local function param(v, name)
   return n
 end
 
--- limit reads a limit's rate, period (µs) and burst from ARGV starting at i.
-local function limit(i)
-  local rate, period = param(ARGV[i], 'rate'), param(ARGV[i + 1], 'period')
+-- limit reads a limit's rate, period (µs) and burst from args (the
+-- script's arguments: ARGV, or what stands for it) starting at i.
+local function limit(args, i)
+  local rate, period = param(args[i], 'rate'), param(args[i + 1], 'period')
   if rate < 1 or period < 1 then
     fail('rate and period must be at least 1')
   end
-  return rate, period, param(ARGV[i + 2], 'burst')
+  return rate, period, param(args[i + 2], 'burst')
 end
 
 -- muldiv returns floor(a * b / c) and a * b mod c, exactly, for integers

@@ -16,10 +16,11 @@ import (
 )
 
 // TestDecideWhileSlotMigrates moves a hash slot from one master to another
-// by hand, and decides a batch at each step of the migration: keys of the
-// slot on both masters (one script call over them meets TRYAGAIN), a key
-// new to the slot, and, behind them in the same pipeline to the source,
-// keys of another slot it keeps. Every request is decided, once, within
+// by hand, and holds it half-moved, deciding a batch at each step of the
+// migration: keys of the slot on both masters (the source's call decides
+// those it holds; the others, not there, go again alone and meet ASK), a
+// key new to the slot, and keys of another slot the source keeps, in the
+// same call. Every request is decided, once, within
 // the deadline, and the slot's keys end on the target.
 func TestDecideWhileSlotMigrates(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
@@ -76,7 +77,7 @@ func TestDecideWhileSlotMigrates(t *testing.T) {
 	}
 	all := append(append([]string{}, keys...), stay...)
 	batch("before", all, remaining)
-	tryAgain0 := errorCount(t, src, "TRYAGAIN")
+	ask0 := errorCount(t, src, "ASK")
 
 	mustDo(t, dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID)
 	mustDo(t, src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID)
@@ -84,8 +85,8 @@ func TestDecideWhileSlotMigrates(t *testing.T) {
 	migrateKeys(t, src, dst, redisKey, keys[0], keys[2], keys[4])
 	batch("half the keys moved", append([]string{fresh}, all...), remaining)
 	batch("half the keys moved, again", all, remaining)
-	if errorCount(t, src, "TRYAGAIN") == tryAgain0 {
-		t.Fatal("the source never answered TRYAGAIN: the test did not test it")
+	if errorCount(t, src, "ASK") == ask0 {
+		t.Fatal("the source never answered ASK: the test did not test it")
 	}
 	migrateKeys(t, src, dst, redisKey, keys[1], keys[3], keys[5])
 	batch("every key moved", all, remaining)
@@ -217,4 +218,52 @@ func TestDecideMultiLimitWhileSlotMigrates(t *testing.T) {
 	}
 	batch("every key of the request moved", 100*time.Millisecond)
 	t.Logf("the multi-limit request was decided %v after its keys were split across the masters", took.Round(time.Millisecond))
+}
+
+// TestCallsPerMaster: a batch over many keys, in hundreds of slots of
+// every master, costs each master one script call, and decides as many
+// requests as it holds.
+func TestCallsPerMaster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 2})
+	t.Cleanup(func() { _ = cc.Close() })
+	at := time.Unix(1_800_000_000, 0)
+	s := newStore(t, upstream.Config{Client: cc, Prefix: "cpm:", Now: func() time.Time { return at }})
+	lim := limitOf(engine.GCRA, 1000, time.Second)
+	var reqs []engine.Request
+	slots := map[uint16]bool{}
+	for i := range 500 {
+		r := engine.Request{Key: "k:" + strconv.Itoa(i), Limit: lim, Cost: 1}
+		reqs = append(reqs, r)
+		slots[upstream.Slot(s.Key(r.Key, r.Limit.Algorithm))] = true
+	}
+	decide(t, s, reqs...) // loads the script on every master
+	for _, n := range cl.Nodes {
+		mustDo(t, n, "CONFIG", "RESETSTAT")
+	}
+	for k, r := range decide(t, s, reqs...) {
+		if r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != lim.Capacity()-2 {
+			t.Fatalf("request %d: %+v; want allowed, the second of its key", k, r)
+		}
+	}
+	for _, n := range cl.Nodes {
+		if calls := evalshaCalls(t, n); calls != 1 {
+			t.Errorf("master %s: %d EVALSHA calls for a batch of %d keys in %d slots; want 1", n.Addr, calls, len(reqs), len(slots))
+		}
+	}
+}
+
+// evalshaCalls is how many EVALSHA calls srv has run (INFO commandstats).
+func evalshaCalls(t *testing.T, srv *redistest.Server) int64 {
+	t.Helper()
+	for _, line := range strings.Split(mustDo(t, srv, "INFO", "commandstats"), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+			n, err := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
+			if err != nil {
+				t.Fatal(fmt.Errorf("INFO commandstats: %q: %w", line, err))
+			}
+			return n
+		}
+	}
+	return 0
 }

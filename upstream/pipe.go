@@ -79,14 +79,20 @@ type owed struct {
 var errPipeClosed = errors.New("upstream: the store is closed")
 
 // newPipe returns a pipe for client, or nil when the client is not one a
-// pipe can stand in for: a Cluster client routes by slot, and a streaming
-// credentials provider re-authenticates connections go-redis owns.
+// pipe can stand in for: a Cluster client routes by slot (each master
+// gets a pipe of its own, masters.go), and a streaming credentials
+// provider re-authenticates connections go-redis owns.
 func newPipe(client redis.UniversalClient) *pipe {
 	c, ok := client.(*redis.Client)
 	if !ok {
 		return nil
 	}
-	opt := c.Options()
+	return pipeOver(c.Options())
+}
+
+// pipeOver returns a pipe that dials as a client of options opt would, or
+// nil when it cannot stand in for that client (see newPipe).
+func pipeOver(opt *redis.Options) *pipe {
 	if opt.StreamingCredentialsProvider != nil || opt.Dialer == nil {
 		return nil
 	}

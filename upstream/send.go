@@ -18,9 +18,15 @@ var _ engine.Store = (*Store)(nil)
 // but returns once the batch is written, and calls done when the results
 // are in or by deadline (zero: the client's read timeout). On standalone
 // and Sentinel Redis the batch goes on the store's pipe, written by the
-// caller itself; on Cluster, where a batch may span nodes and meet
-// redirects, Decide runs on a goroutine of its own.
+// caller itself; on Cluster each master's part of it on that master's
+// pipe (masters.go). Only where no pipe can stand in for go-redis (a
+// streaming credentials provider) does Decide run on a goroutine of its
+// own.
 func (s *Store) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
+	if s.masters != nil {
+		s.submitByMaster(reqs, res, deadline, done)
+		return
+	}
 	if s.pipe == nil {
 		go func() {
 			ctx := context.Background()
@@ -109,7 +115,12 @@ func (s *Store) appendScriptCall(buf []byte, name, body string, c *call) []byte 
 	for _, k := range c.keys {
 		buf = s.appendKey(buf, k)
 	}
-	for _, a := range c.args {
+	return s.appendArgs(buf, c.args)
+}
+
+// appendArgs appends a script call's arguments as RESP bulk strings.
+func (s *Store) appendArgs(buf []byte, args []any) []byte {
+	for _, a := range args {
 		switch v := a.(type) {
 		case string:
 			buf = redcon.AppendBulkString(buf, v)
@@ -133,6 +144,9 @@ func (s *Store) Close() {
 	if s.pipe != nil {
 		s.pipe.close()
 	}
+	if s.masters != nil {
+		s.masters.close()
+	}
 }
 
 // UseLoop has an event loop read the replies to batches from now on:
@@ -140,11 +154,15 @@ func (s *Store) Close() {
 // read and their batches completed on l's goroutine. app hands it the
 // loop that serves the RESP door's first connections, so that a reply
 // reaches the loop that answers it with no thread woken in between; the
-// loop holds for a small batch's reply (evloop.Owing). On Cluster, and on
-// a connection with no descriptor (TLS), a goroutine of the store's reads
-// the replies as before, and so it does again once l ends.
+// loop holds for a small batch's reply (evloop.Owing). On Cluster the
+// loop reads every master's pipe. On a connection with no descriptor
+// (TLS), a goroutine of the store's reads the replies as before, and so
+// it does again once l ends.
 func (s *Store) UseLoop(l *evloop.Loop) {
 	if s.pipe != nil {
 		s.pipe.useLoop(l)
+	}
+	if s.masters != nil {
+		s.masters.useLoop(l)
 	}
 }

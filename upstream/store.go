@@ -9,9 +9,11 @@
 // connection (pipe.go), which its sender writes without waiting, and
 // whose replies an event loop may read (UseLoop: the loop app gives it,
 // package evloop), so that they land where the clients are answered. On
-// Cluster the batch is grouped by hash slot, one EVALSHA per slot, all in
-// one pipeline that go-redis splits per node and runs on the nodes in
-// parallel. A Redis that lost its scripts (restarted, SCRIPT FLUSH)
+// Cluster the batch is grouped by the master that serves each key, one
+// EVALSHA per master, each on that master's own pipe (masters.go); the
+// few requests whose key a master no longer serves go again one call per
+// hash slot through go-redis, which follows Redis's redirects
+// (cluster.go). A Redis that lost its scripts (restarted, SCRIPT FLUSH)
 // answers NOSCRIPT; the store then sends the same calls as EVAL, which
 // loads the scripts again, invisibly to the caller.
 package upstream
@@ -24,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -58,11 +61,14 @@ type Config struct {
 // Store decides requests on Redis. It is safe for concurrent use.
 type Store struct {
 	client  redis.UniversalClient
-	cluster bool // client is a *redis.ClusterClient: group batches by slot
+	cluster bool // client is a *redis.ClusterClient: group batches by master, or by slot
 	prefix  string
 	now     func() time.Time
 	bufs    sync.Pool // *buffers
 	pipe    *pipe     // nil on Cluster
+	// masters holds a pipe per Cluster master (masters.go); nil off
+	// Cluster, and where a pipe cannot stand in for go-redis.
+	masters *masterPipes
 }
 
 var _ engine.Store = (*Store)(nil)
@@ -80,7 +86,9 @@ func New(cfg Config) (*Store, error) {
 	}
 	_, cluster := cfg.Client.(*redis.ClusterClient)
 	s := &Store{client: cfg.Client, cluster: cluster, prefix: cfg.Prefix, now: cfg.Now}
-	if !cluster {
+	if cc, ok := cfg.Client.(*redis.ClusterClient); ok {
+		s.masters = newMasterPipes(cc)
+	} else {
 		s.pipe = newPipe(cfg.Client)
 	}
 	return s, nil
@@ -206,6 +214,16 @@ type buffers struct {
 	out     []byte
 	sending sending
 	got     func(reply any, err error)
+	// Cluster's pipes only (masters.go): each call's master's pipe, reply
+	// or error, and whether it was sent again as EVAL; gots[k] is
+	// gotFromMaster bound to these buffers and call k; pending counts the
+	// replies still owed, and one for the sender.
+	masters    []*pipe
+	callReply  []any
+	callErr    []error
+	callEvaled []bool
+	gots       []func(reply any, err error)
+	pending    atomic.Int32
 	// nums holds the integer arguments, which args points into: a pointer
 	// in an interface allocates nothing, an int64 above 255 would. Each
 	// element is written before its pointer is taken and never after, so
@@ -247,6 +265,11 @@ func (s *Store) release(b *buffers) {
 	clear(b.keyGroup)
 	clear(b.multiKey)
 	b.grouped, b.groupSize, b.reqGroup, b.groupAt = b.grouped[:0], b.groupSize[:0], b.reqGroup[:0], b.groupAt[:0]
+	clear(b.masters)
+	clear(b.callReply)
+	clear(b.callErr)
+	clear(b.callEvaled)
+	b.masters, b.callReply, b.callErr, b.callEvaled = b.masters[:0], b.callReply[:0], b.callErr[:0], b.callEvaled[:0]
 	s.bufs.Put(b)
 }
 
@@ -285,9 +308,18 @@ func init() {
 // ctx's deadline or else the client's read timeout; ctx's cancellation
 // alone does not end the wait, since the reply still comes to res.
 func (s *Store) Decide(ctx context.Context, reqs []engine.Request, res []engine.Result) error {
-	if s.pipe != nil {
+	if s.pipe != nil || s.masters != nil {
 		return s.decideOnPipe(ctx, reqs, res)
 	}
+	return s.decideBySlot(ctx, reqs, res)
+}
+
+// decideBySlot is Decide through go-redis: on Cluster one call per hash
+// slot, with declared keys, so that Redis redirects a call whose slot
+// moved and go-redis follows (see cluster.go). It decides the requests a
+// master's call met a key it does not serve (masters.go), and every batch
+// where no pipe can stand in for go-redis.
+func (s *Store) decideBySlot(ctx context.Context, reqs []engine.Request, res []engine.Result) error {
 	b := s.buffers()
 	defer s.release(b)
 	now, ok := s.prepare(b, reqs, res)
@@ -313,6 +345,15 @@ func (s *Store) Decide(ctx context.Context, reqs []engine.Request, res []engine.
 // calls that decide the others. It returns the clock argument the calls
 // take (nil: Redis's own), and false when no request is left to send.
 func (s *Store) prepare(b *buffers, reqs []engine.Request, res []engine.Result) (now any, ok bool) {
+	if now, ok = s.prepareArgs(b, reqs, res); ok {
+		s.plan(b, reqs, now)
+	}
+	return now, ok
+}
+
+// prepareArgs is prepare but for the plan: it validates reqs and makes
+// room for the calls' arguments.
+func (s *Store) prepareArgs(b *buffers, reqs []engine.Request, res []engine.Result) (now any, ok bool) {
 	for i := range reqs {
 		if err := reqs[i].Validate(); err != nil {
 			res[i] = engine.Result{Err: err}
@@ -334,7 +375,6 @@ func (s *Store) prepare(b *buffers, reqs []engine.Request, res []engine.Result) 
 		b.nums = append(b.nums, s.now().UnixMicro())
 		now = &b.nums[0]
 	}
-	s.plan(b, reqs, now)
 	return now, true
 }
 

@@ -149,16 +149,23 @@ func TestBatchMatchesMemory(t *testing.T) {
 }
 
 // TestOneCallPerBatch: a batch costs Redis one script call, on Cluster one
-// per hash slot.
+// per master that serves its keys, however many slots they span.
 func TestOneCallPerBatch(t *testing.T) {
 	eachTopology(t, func(t *testing.T, top topology) {
 		s := newStore(t, upstream.Config{Client: top.client, Prefix: "calls:"})
 		var reqs []engine.Request
-		slots := map[uint16]bool{}
+		slots, masters := map[uint16]bool{}, map[string]bool{}
 		for i := range 50 {
 			r := engine.Request{Key: fmt.Sprintf("user:%d", i%20), Limit: limitOf(engine.Algorithms[i%6], 100, time.Minute), Cost: 1}
 			reqs = append(reqs, r)
 			slots[upstream.Slot(s.Key(r.Key, r.Limit.Algorithm))] = true
+			if cc, ok := top.client.(*redis.ClusterClient); ok {
+				m, err := cc.MasterForKey(context.Background(), s.Key(r.Key, r.Limit.Algorithm))
+				if err != nil {
+					t.Fatal(err)
+				}
+				masters[m.Options().Addr] = true
+			}
 		}
 		decide(t, s, reqs...) // loads the scripts
 		for _, srv := range top.servers {
@@ -178,7 +185,10 @@ func TestOneCallPerBatch(t *testing.T) {
 		want := 1
 		switch {
 		case top.name == "cluster":
-			want = len(slots)
+			if len(masters) < 2 || len(slots) <= len(masters) {
+				t.Fatalf("the batch spans %d slots of %d masters: it cannot tell a call per master from one per slot", len(slots), len(masters))
+			}
+			want = len(masters)
 		}
 		if calls != want {
 			t.Fatalf("%d EVALSHA calls for a batch of %d; want %d", calls, len(reqs), want)
