@@ -173,7 +173,11 @@ func wantLine(line string) *regexp.Regexp {
 // environment, from the repository's root as the docs' paths are, then
 // each "$ redis-cli -p 6380 …" line, whose output must be the lines the
 // page shows under it, less their # comments. Every console session of
-// docs/ that talks to Sluice must start it, so that all of them run.
+// docs/ that talks to Sluice must start it, so that all of them run; a
+// session that cannot run one client at a time (its output elided with
+// "…", or what several clients did together, as MONITOR and redis-cli
+// --stat show it) says so in its fence, ```console illustrative, and is
+// read, not run.
 func TestDocSessions(t *testing.T) {
 	withPolicies := false
 	for _, page := range docPages(t) {
