@@ -322,3 +322,20 @@ func TestRatelimitExample(t *testing.T) {
 	checkStatuses(t, resp, rlOK, st{rlOK, 5, rlMinute, "", 4})
 	checkStatuses(t, ask(t, c, "shop", 0, desc("remote_address", "192.0.2.1")), rlOK, st{rlOK, 100, rlMinute, "", 99})
 }
+
+// TestReadmeIsAFrontPage: the README stays short enough to read in the
+// two minutes a newcomer gives it, and links every page of docs/, so that
+// the reference it leaves out is one click away.
+func TestReadmeIsAFrontPage(t *testing.T) {
+	pages := docPages(t)
+	readme := pages[0].text
+	if n := strings.Count(readme, "\n"); n > 400 {
+		t.Errorf("README.md has %d lines; a front page has at most 400: move the reference to docs/", n)
+	}
+	for _, page := range pages[1:] {
+		link := "](docs/" + filepath.Base(page.path) + ")"
+		if !strings.Contains(readme, link) {
+			t.Errorf("README.md does not link %s (a link ending %s)", page.path, link)
+		}
+	}
+}
