@@ -75,7 +75,7 @@ func TestCLIFlagErrors(t *testing.T) {
 
 // TestHelpListsCommands: sluice --help and sluice help name the commands,
 // and each command's help lists only the flags it takes, spelt as the
-// README spells them.
+// docs spell them.
 func TestHelpListsCommands(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"help"}} {
 		code, out, errs := runCLI(t, nil, args...)

@@ -15,8 +15,8 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// The README shows each file of examples/ whole (docs_test.go checks it);
-// the tests run each one against the binary, so the README cannot show
+// The docs show each file of examples/ whole (docs_test.go checks it);
+// the tests run each one against the binary, so no page can show
 // code that does not work. The examples talk to localhost:6380; the tests point
 // them at the test's port.
 

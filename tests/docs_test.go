@@ -173,7 +173,11 @@ func wantLine(line string) *regexp.Regexp {
 // environment, from the repository's root as the docs' paths are, then
 // each "$ redis-cli -p 6380 …" line, whose output must be the lines the
 // page shows under it, less their # comments. Every console session of
-// docs/ that talks to Sluice must start it, so that all of them run.
+// docs/ that talks to Sluice must start it, so that all of them run; a
+// session that cannot run one client at a time (its output elided with
+// "…", or what several clients did together, as MONITOR and redis-cli
+// --stat show it) says so in its fence, ```console illustrative, and is
+// read, not run.
 func TestDocSessions(t *testing.T) {
 	withPolicies := false
 	for _, page := range docPages(t) {
@@ -317,4 +321,21 @@ func TestRatelimitExample(t *testing.T) {
 	}
 	checkStatuses(t, resp, rlOK, st{rlOK, 5, rlMinute, "", 4})
 	checkStatuses(t, ask(t, c, "shop", 0, desc("remote_address", "192.0.2.1")), rlOK, st{rlOK, 100, rlMinute, "", 99})
+}
+
+// TestReadmeIsAFrontPage: the README stays short enough to read in the
+// two minutes a newcomer gives it, and links every page of docs/, so that
+// the reference it leaves out is one click away.
+func TestReadmeIsAFrontPage(t *testing.T) {
+	pages := docPages(t)
+	readme := pages[0].text
+	if n := strings.Count(readme, "\n"); n > 400 {
+		t.Errorf("README.md has %d lines; a front page has at most 400: move the reference to docs/", n)
+	}
+	for _, page := range pages[1:] {
+		link := "](docs/" + filepath.Base(page.path) + ")"
+		if !strings.Contains(readme, link) {
+			t.Errorf("README.md does not link %s (a link ending %s)", page.path, link)
+		}
+	}
 }

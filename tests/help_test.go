@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// flagLine is a flag's line in --help or in the README's "Running it"
+// flagLine is a flag's line in --help or in docs/running.md's
 // block: its name, then (on that line or the next, for --help) its
 // default.
 var (
@@ -34,10 +34,10 @@ func flagDefaults(lines []string) map[string]string {
 	return flags
 }
 
-// TestHelpReadsLikeTheREADME: --help lists the flags the README's
-// "Running it" block lists, in the README's --flag form, with the same
+// TestHelpReadsLikeTheDocs: --help lists the flags docs/running.md's
+// flag block lists, in the page's --flag form, with the same
 // defaults and none quoted. (A mistake's one line: cli_test.go.)
-func TestHelpReadsLikeTheREADME(t *testing.T) {
+func TestHelpReadsLikeTheDocs(t *testing.T) {
 	var out, errb bytes.Buffer
 	help := exec.Command(sluiceBin, "--help")
 	help.Stdout, help.Stderr = &out, &errb
@@ -52,27 +52,27 @@ func TestHelpReadsLikeTheREADME(t *testing.T) {
 	// the flag's.
 	inHelp := flagDefaults(strings.Split(text, "\n"))
 
-	readme, err := os.ReadFile("../README.md")
+	page, err := os.ReadFile("../docs/running.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, block, _ := strings.Cut(string(readme), "```\nsluice [flags]\n")
+	_, block, _ := strings.Cut(string(page), "```\nsluice [flags]\n")
 	block, _, _ = strings.Cut(block, "```")
-	inREADME := flagDefaults(strings.Split(block, "\n"))
-	if len(inREADME) < 10 {
-		t.Fatalf("the README's flag block lists %d flags:\n%s", len(inREADME), block)
+	inPage := flagDefaults(strings.Split(block, "\n"))
+	if len(inPage) < 10 {
+		t.Fatalf("docs/running.md's flag block lists %d flags:\n%s", len(inPage), block)
 	}
 	for name, def := range inHelp {
-		switch readmeDef, ok := inREADME[name]; {
+		switch pageDef, ok := inPage[name]; {
 		case !ok:
-			t.Errorf("--%s is in --help, not in the README", name)
-		case readmeDef != def:
-			t.Errorf("--%s: the default is %q in --help, %q in the README", name, def, readmeDef)
+			t.Errorf("--%s is in --help, not in docs/running.md", name)
+		case pageDef != def:
+			t.Errorf("--%s: the default is %q in --help, %q in docs/running.md", name, def, pageDef)
 		}
 	}
-	for name := range inREADME {
+	for name := range inPage {
 		if _, ok := inHelp[name]; !ok {
-			t.Errorf("--%s is in the README, not in --help", name)
+			t.Errorf("--%s is in docs/running.md, not in --help", name)
 		}
 	}
 

@@ -56,7 +56,7 @@ func recipe(t *testing.T, lang, marker string) string {
 	return m[1]
 }
 
-// TestNginxAuthRequest runs the README's nginx auth_request recipe against
+// TestNginxAuthRequest runs docs/gateways.md's nginx auth_request recipe against
 // a real nginx in front of a small upstream: 200s with the X-RateLimit-*
 // headers, then 429 with Retry-After, and nginx logs no "unexpected status".
 func TestNginxAuthRequest(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 )
 
 // The binary against Sentinel and Cluster, through the --upstream forms
-// the README documents: decisions land in the shared store, so a second
+// docs/running.md documents: decisions land in the shared store, so a second
 // sidecar sees the first one's count.
 func TestTopologies(t *testing.T) {
 	for _, tc := range []struct {

@@ -76,7 +76,7 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 		}
 	}
 	if strings.Contains(out.String(), "\n  -listen") {
-		t.Error("--help writes flags with one dash, unlike the README")
+		t.Error("--help writes flags with one dash, unlike docs/running.md")
 	}
 }
 

@@ -22,7 +22,8 @@ func heapInUse() uint64 {
 
 // One million distinct keys through the in-memory store and through the
 // deny cache: each keeps to its bound, in entries and in bytes. The byte
-// budgets are the ones the README documents per entry.
+// budgets are the ones docs/running.md documents per entry (--max-keys,
+// --deny-cache-size).
 func TestMemoryStaysBoundedOverAMillionKeys(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a million keys")

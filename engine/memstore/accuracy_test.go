@@ -19,7 +19,7 @@ func TestRateSweep(t *testing.T) {
 
 // TestSlidingWorstCase: in any true sliding period the sliding window
 // counter admits at most 2×limit-1, whatever its precision, and its worst
-// case reaches that (see the README).
+// case reaches that (see docs/commands.md, RL.SLIDING).
 func TestSlidingWorstCase(t *testing.T) {
 	for _, n := range []int64{1, 4, 10} {
 		if got := enginetest.SlidingWorstCase(t, openMemory, 50, time.Second, n); got != 99 {
