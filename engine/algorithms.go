@@ -176,7 +176,7 @@ func slidingLog(st *State, now int64, r *Request) (Decision, Outcome) {
 // (a limit's worth at the very end of one sub-window, then limit-1 more
 // just before that sub-window leaves the period). In general the excess
 // over limit stays below the largest count one sub-window took; finer
-// sub-windows help exactly as far as traffic spreads over them. The README
+// sub-windows help exactly as far as traffic spreads over them. docs/commands.md
 // gives measured figures.
 func slidingWindow(st *State, now int64, r *Request) (Decision, Outcome) {
 	limit, n := r.Limit.Rate, r.Limit.precision()

@@ -80,7 +80,7 @@ annotations sluice.io/<flag> override the flags below for that pod.
 Flags:
 `
 
-// Usage prints head, then fs's flags as the README writes them (-f, but
+// Usage prints head, then fs's flags as the docs write them (-f, but
 // --name), leaving out the sidecar settings the injector refuses (each
 // name after prefix): they are registered only to be refused with why.
 func Usage(w io.Writer, fs *flag.FlagSet, head, prefix string) {

@@ -26,7 +26,7 @@ const (
 	shapeThrottleOver
 )
 
-// Field names of the decision map (RESP3) and of the README's table.
+// Field names of the decision map (RESP3) and of the table in docs/commands.md.
 var decisionFields = [...]string{"allowed", "limit", "remaining", "retry_after_ms", "reset_after_ms", "delay_ms"}
 
 // appendDecision encodes d. It allocates nothing when dst has room.

@@ -251,7 +251,7 @@ Upstream address forms (--upstream):
   go-redis's: ?dial_timeout=1s&read_timeout=500ms&pool_size=20 ...)
 `
 
-// usage prints the flags as the README writes them (--name), each with
+// usage prints the flags as docs/running.md writes them (--name), each with
 // its variable and default.
 func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, usageHead)

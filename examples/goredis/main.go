@@ -1,4 +1,4 @@
-// Command goredis is the README's Go example: go-redis asking Sluice for decisions.
+// Command goredis is the Go example of docs/clients.md: go-redis asking Sluice for decisions.
 package main
 
 import (

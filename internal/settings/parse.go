@@ -27,7 +27,7 @@ func Parse(fs *flag.FlagSet, args []string) error {
 		orig[f.Name] = f.Value
 		name := "--" + f.Name
 		if len(f.Name) == 1 {
-			name = "-" + f.Name // as the README writes sluice inject -f
+			name = "-" + f.Name // as deploy/README.md writes sluice inject -f
 		}
 		c := checked{Value: f.Value, name: name, refused: &refused}
 		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
