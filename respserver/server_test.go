@@ -681,7 +681,19 @@ func TestInputBudgetClosesTheLargest(t *testing.T) {
 			small.send(t, append(header, bytes.Repeat([]byte("s"), 100<<10)...))
 			big.send(t, []byte("*2\r\n$4\r\nECHO\r\n$4000000\r\n"))
 			big.send(t, bytes.Repeat([]byte("b"), 300<<10))
-			time.Sleep(50 * time.Millisecond) // both are read in
+			// Both are read in before the last part pushes past the
+			// budget: the server holds what each sent.
+			waitFor(t, func() bool {
+				srv.mu.Lock()
+				defer srv.mu.Unlock()
+				reading := 0
+				for c := range srv.conns {
+					if c.inputBytes() > 0 {
+						reading++
+					}
+				}
+				return reading == 2
+			}, "both clients' input to be read")
 			big.send(t, bytes.Repeat([]byte("b"), 900<<10))
 			got, err := big.reply(t)
 			if err != nil || !strings.HasPrefix(got, "-ERR closing the connection: the input all clients have sent") {
