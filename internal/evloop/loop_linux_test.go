@@ -285,16 +285,23 @@ func TestHold(t *testing.T) {
 func TestWakeIsNeverLost(t *testing.T) {
 	l := running(t)
 	var asked, seen atomic.Int64
-	l.OnTurn(func() { seen.Store(asked.Load()) })
+	turned := make(chan struct{}, 1)
+	l.OnTurn(func() {
+		seen.Store(asked.Load())
+		select {
+		case turned <- struct{}{}:
+		default:
+		}
+	})
 	for range 2000 {
 		want := asked.Add(1)
 		l.Wake()
-		deadline := time.Now().Add(5 * time.Second)
 		for seen.Load() < want {
-			if time.Now().After(deadline) {
+			select {
+			case <-turned:
+			case <-time.After(5 * time.Second):
 				t.Fatalf("wake-up %d lost: the loop saw %d", want, seen.Load())
 			}
-			time.Sleep(10 * time.Microsecond)
 		}
 	}
 }
