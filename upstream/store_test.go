@@ -277,8 +277,19 @@ func TestAtomicity(t *testing.T) {
 				}
 				return
 			}
-			if got != limit {
-				t.Fatalf("admitted %d of %d; want exactly %d", got, 3*goroutines*perGoroutine, limit)
+			// What refilled within the run, by the time it took (measured,
+			// whatever the machine's load): nothing in a run shorter than
+			// one unit's share of the hour, the normal case, which is then
+			// exact.
+			bound := int64(limit)
+			switch {
+			case alg == engine.TokenBucket || alg == engine.GCRA:
+				bound += int64(d / (time.Hour / limit))
+			case alg == engine.FixedWindow && !start.Truncate(time.Hour).Equal(start.Add(d).Truncate(time.Hour)):
+				bound += limit // the run straddled an hour's edge: a fresh window
+			}
+			if got < limit || got > bound {
+				t.Fatalf("admitted %d of %d in %v; want %d (at most %d for what refilled)", got, 3*goroutines*perGoroutine, d, limit, bound)
 			}
 		})
 	}
