@@ -191,7 +191,10 @@ func TestMonitorFallsBehind(t *testing.T) {
 	m := monitorConn(t, addr)
 	c := dialTest(t, addr)
 	big := strings.Repeat("\x00", 32<<10) // each line is 128 KiB escaped
-	start := time.Now()
+	// The watched client is served all along: each command answered
+	// (within reply's read deadline, a guard against a server that waits
+	// for the monitor, not a measure of speed), until the monitor is
+	// dropped after a bounded number of lines.
 	for i := 0; srv.monitoring.Load() > 0; i++ {
 		if i == 2000 {
 			t.Fatal("2000 lines of 128 KiB and the monitor that reads none is still fed")
@@ -200,9 +203,6 @@ func TestMonitorFallsBehind(t *testing.T) {
 		if _, err := c.reply(t); err != nil {
 			t.Fatalf("the watched client, after %d commands: %v", i, err)
 		}
-	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("the watched client took %v", d)
 	}
 	_ = m.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.Copy(io.Discard, m.nc); err != nil && !isClosedErr(err) {

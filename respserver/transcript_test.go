@@ -159,6 +159,18 @@ func dialTest(t testing.TB, addr string) *testConn {
 	return &testConn{nc: nc, rd: bufio.NewReader(nc)}
 }
 
+// readSince tells whether srv has read from c's connection since t.
+func readSince(srv *Server, c *testConn, t time.Time) bool {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	for sc := range srv.conns {
+		if sc.addr == c.nc.LocalAddr().String() {
+			return sc.active.Load() >= t.UnixNano()
+		}
+	}
+	return false
+}
+
 func (c *testConn) send(t testing.TB, raw []byte) {
 	t.Helper()
 	_ = c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
@@ -198,7 +210,7 @@ func runTranscript(t *testing.T, file string) {
 			cfg.RequirePass = strings.TrimSpace(pass)
 		}
 	}
-	_, addr := startServer(t, cfg)
+	srv, addr := startServer(t, cfg)
 	conns := map[string]*testConn{}
 	cur := "main"
 	conn := func() *testConn {
@@ -223,8 +235,10 @@ func runTranscript(t *testing.T, file string) {
 			if err != nil {
 				t.Fatalf("%s: @send wants a Go-quoted string: %v", where, err)
 			}
-			conn().send(t, []byte(raw))
-			time.Sleep(10 * time.Millisecond) // let the server read the part alone
+			c, sent := conn(), time.Now()
+			c.send(t, []byte(raw))
+			// The server reads the part alone, before what follows.
+			waitFor(t, func() bool { return readSince(srv, c, sent) }, where+": the server to read the part sent")
 		case strings.HasPrefix(line, "@conn "):
 			cur = strings.TrimSpace(strings.TrimPrefix(line, "@conn "))
 		case line == "@closed":

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
@@ -306,40 +307,46 @@ func (l later) Submit(reqs []engine.Request, res []engine.Result, deadline time.
 }
 
 // DecideWait returns only once the store has answered, with the results
-// in place, and a batch waits again and again on what it keeps.
+// in place, and a batch waits again and again on what it keeps. In a
+// synctest bubble "not returned" is exact: synctest.Wait returns once
+// every goroutine is blocked, so one that would return has.
 func TestDecideWaitWaitsForTheStore(t *testing.T) {
-	mem, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := later{Store: mem, release: make(chan struct{})}
-	svc, err := service.New(service.Config{Store: l})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := svc.NewBatch()
-	one := engine.Limit{Algorithm: engine.FixedWindow, Rate: 1, Period: time.Hour}
-	for round, allowed := range []bool{true, false} {
-		if _, err := b.Add(service.Request{Key: "k", Limit: one, Cost: 1}); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		mem, err := memstore.New(memstore.Config{})
+		if err != nil {
 			t.Fatal(err)
 		}
-		returned := make(chan struct{})
-		go func() {
-			svc.DecideWait(b)
-			close(returned)
-		}()
-		select {
-		case <-returned:
-			t.Fatalf("round %d: DecideWait returned before the store answered", round)
-		case <-time.After(20 * time.Millisecond):
+		l := later{Store: mem, release: make(chan struct{})}
+		defer close(l.release) // a failed round's store goroutine ends too
+		svc, err := service.New(service.Config{Store: l})
+		if err != nil {
+			t.Fatal(err)
 		}
-		l.release <- struct{}{}
-		<-returned
-		if d, err := b.Result(0); err != nil || d.Allowed != allowed {
-			t.Errorf("round %d: %+v, %v; want allowed %v", round, d, err, allowed)
+		b := svc.NewBatch()
+		one := engine.Limit{Algorithm: engine.FixedWindow, Rate: 1, Period: time.Hour}
+		for round, allowed := range []bool{true, false} {
+			if _, err := b.Add(service.Request{Key: "k", Limit: one, Cost: 1}); err != nil {
+				t.Fatal(err)
+			}
+			returned := make(chan struct{})
+			go func() {
+				svc.DecideWait(b)
+				close(returned)
+			}()
+			synctest.Wait()
+			select {
+			case <-returned:
+				t.Fatalf("round %d: DecideWait returned before the store answered", round)
+			default:
+			}
+			l.release <- struct{}{}
+			<-returned
+			if d, err := b.Result(0); err != nil || d.Allowed != allowed {
+				t.Errorf("round %d: %+v, %v; want allowed %v", round, d, err, allowed)
+			}
+			b.Clear()
 		}
-		b.Clear()
-	}
+	})
 }
 
 // BenchmarkDecideWait is the blocking doors' wait: nothing allocated once

@@ -28,11 +28,9 @@ func TestGoRedisLogsThroughSlog(t *testing.T) {
 		DialTimeout: 100 * time.Millisecond, MinIdleConns: 1})
 	defer c.Close()
 	_ = c.Ping(context.Background()).Err()
-	deadline := time.Now().Add(3 * time.Second)
-	for buf.Len() == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if buf.Len() == 0 {
+	select {
+	case <-buf.written():
+	case <-time.After(3 * time.Second):
 		t.Fatal("go-redis logged nothing for a pool that cannot dial")
 	}
 	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
@@ -46,22 +44,41 @@ func TestGoRedisLogsThroughSlog(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer that goroutines may share.
+// lockedBuffer is a bytes.Buffer that goroutines may share, and that
+// tells of its first write: a test waits on the line itself, not polls.
 type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	wrote chan struct{} // guarded by mu; closed once something is written
 }
 
 func (b *lockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.buf.Write(p)
+	n, err := b.buf.Write(p)
+	if b.buf.Len() > 0 {
+		select {
+		case <-b.sig():
+		default:
+			close(b.wrote)
+		}
+	}
+	return n, err
 }
 
-func (b *lockedBuffer) Len() int {
+// written is closed once something is written.
+func (b *lockedBuffer) written() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.buf.Len()
+	return b.sig()
+}
+
+// sig is the channel written returns, made at first need; mu is held.
+func (b *lockedBuffer) sig() chan struct{} {
+	if b.wrote == nil {
+		b.wrote = make(chan struct{})
+	}
+	return b.wrote
 }
 
 func (b *lockedBuffer) String() string {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/engine/enginetest"
+	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/upstream"
 )
 
@@ -76,8 +77,24 @@ func TestMultiLimitCluster(t *testing.T) {
 func TestOlderSidecarState(t *testing.T) {
 	srv, client := standalone(t)
 	s := newStore(t, upstream.Config{Client: client, Prefix: "old:"})
-	now := time.Now()
-	us := now.UnixMicro()
+	// The fixed window's state is the current minute's: if the minute
+	// turns between writing it and Redis's TIME read after the decision,
+	// the decision may have met a fresh window, and the case is set up
+	// again (a minute cannot turn twice so soon).
+	for attempt := 1; !olderSidecarState(t, srv, s); attempt++ {
+		if attempt == 3 {
+			t.Fatal("the minute turned during each of three attempts")
+		}
+		mustDo(t, srv, "DEL", "old:{api:alice}:gcra", "old:{api:bob}:fixed", "old:{api:carol}:gcra2")
+	}
+}
+
+// olderSidecarState is TestOlderSidecarState's case, on Redis's own clock;
+// it reports false, asserting nothing, when the minute of the state it
+// wrote had passed by the time the decision was made.
+func olderSidecarState(t *testing.T, srv *redistest.Server, s *upstream.Store) bool {
+	t.Helper()
+	us := time.Now().UnixMicro()
 	// GCRA of 1 a minute, burst 4: a theoretical time two minutes ahead
 	// means two of five are used; written as the previous version's
 	// script wrote it, a number of µs, with PX to its end.
@@ -96,6 +113,12 @@ func TestOlderSidecarState(t *testing.T) {
 		engine.Request{Key: "api:bob", Limit: limitOf(engine.FixedWindow, 10, time.Minute), Cost: 1},
 		engine.Request{Key: "api:carol", Limit: gcra, Cost: 1},
 	)
+	sec, _, _ := strings.Cut(mustDo(t, srv, "TIME"), "\n")
+	if after, err := strconv.ParseInt(sec, 10, 64); err != nil {
+		t.Fatalf("TIME: %q: %v", sec, err)
+	} else if after-after%60 != w/1_000_000 {
+		return false
+	}
 	if r := res[0]; r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != 2 {
 		t.Errorf("the old GCRA state: %s %v; want allowed with 2 left, continuing its count", enginetest.Format(r.Decision), r.Err)
 	}
@@ -108,6 +131,7 @@ func TestOlderSidecarState(t *testing.T) {
 	if got, _ := srv.Do("GET", "old:{api:carol}:gcra2"); got != "garbage" {
 		t.Errorf("the other format's key now holds %q", got)
 	}
+	return true
 }
 
 // TestHotPolicyReadsEachLimitOnce: a batch's requests on one key under a

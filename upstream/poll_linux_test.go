@@ -103,17 +103,23 @@ func TestLoopPausedRedis(t *testing.T) {
 	if err := srv.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	_, err := send(t, s, start.Add(200*time.Millisecond), 5*time.Second, req)
-	took := time.Since(start)
+	paused := true
+	defer func() {
+		if paused {
+			_ = srv.Signal(syscall.SIGCONT)
+		}
+	}()
+	// The batch must fail while Redis is still paused (it resumes only
+	// after): a store with no timer for it would leave it until send's
+	// limit, a hang guard far past the 200ms, and fail the test there.
+	// How soon after 200ms it fails is the machine's load, not asserted.
+	_, err := send(t, s, time.Now().Add(200*time.Millisecond), 5*time.Second, req)
 	if err := srv.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	paused = false
 	if err == nil {
 		t.Fatal("a paused Redis decided")
-	}
-	if took > 2*time.Second {
-		t.Fatalf("the late batch failed after %v; want about its 200ms deadline", took)
 	}
 	res, err := send(t, s, time.Now().Add(5*time.Second), 10*time.Second, req)
 	if err != nil || res[0].Err != nil {

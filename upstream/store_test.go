@@ -287,8 +287,19 @@ func TestAtomicity(t *testing.T) {
 				}
 				return
 			}
-			if got != limit {
-				t.Fatalf("admitted %d of %d; want exactly %d", got, 3*goroutines*perGoroutine, limit)
+			// What refilled within the run, by the time it took (measured,
+			// whatever the machine's load): nothing in a run shorter than
+			// one unit's share of the hour, the normal case, which is then
+			// exact.
+			bound := int64(limit)
+			switch {
+			case alg == engine.TokenBucket || alg == engine.GCRA:
+				bound += int64(d / (time.Hour / limit))
+			case alg == engine.FixedWindow && !start.Truncate(time.Hour).Equal(start.Add(d).Truncate(time.Hour)):
+				bound += limit // the run straddled an hour's edge: a fresh window
+			}
+			if got < limit || got > bound {
+				t.Fatalf("admitted %d of %d in %v; want %d (at most %d for what refilled)", got, 3*goroutines*perGoroutine, d, limit, bound)
 			}
 		})
 	}
@@ -442,6 +453,7 @@ func TestTTL(t *testing.T) {
 	for _, alg := range engine.Algorithms {
 		l := limitOf(alg, 10, time.Minute)
 		for _, peek := range []bool{true, false} {
+			sent := time.Now()
 			res := decide(t, s, engine.Request{Key: "k", Limit: l, Cost: 1, Peek: peek})[0]
 			if res.Err != nil {
 				t.Fatal(res.Err)
@@ -450,6 +462,9 @@ func TestTTL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The TTL ran down for at most this long since the script set
+			// it: however loaded the machine, it is the bound below.
+			ranDown := time.Since(sent)
 			if peek {
 				if ttl != -2*time.Nanosecond {
 					t.Errorf("%v: a peek wrote the key (PTTL %v)", alg, ttl)
@@ -461,8 +476,8 @@ func TestTTL(t *testing.T) {
 			}
 			// The fixed and sliding windows live to their windows' ends,
 			// aligned to the epoch; the others exactly as long as their reset.
-			if alg != engine.FixedWindow && alg != engine.SlidingWindow && ttl < res.Decision.ResetAfter-50*time.Millisecond {
-				t.Errorf("%v: PTTL %v; want about %v", alg, ttl, res.Decision.ResetAfter)
+			if alg != engine.FixedWindow && alg != engine.SlidingWindow && ttl < res.Decision.ResetAfter-ranDown-time.Millisecond {
+				t.Errorf("%v: PTTL %v %v after the decision; want at least %v less that", alg, ttl, ranDown, res.Decision.ResetAfter)
 			}
 		}
 	}

@@ -21,8 +21,20 @@ type gateStore struct {
 	mu    sync.Mutex
 	sizes []int // guarded by mu
 	gate  chan struct{}
+	open  sync.Once
 	err   error
 }
+
+// heldGate gives g a gate that holds every batch until release.
+func (g *gateStore) heldGate() *gateStore {
+	g.gate = make(chan struct{})
+	return g
+}
+
+// release lets every held batch, and every later one, through. A test
+// defers it too, so that one failing with batches held ends with its
+// message: the batcher's Close, a Cleanup, waits for them.
+func (g *gateStore) release() { g.open.Do(func() { close(g.gate) }) }
 
 func (g *gateStore) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
 	g.mu.Lock()
@@ -55,14 +67,13 @@ func (g *gateStore) batchSizes() []int {
 	return append([]int(nil), g.sizes...)
 }
 
-func (g *gateStore) waitBatches(t *testing.T, n int) {
-	t.Helper()
-	for i := 0; len(g.batchSizes()) < n; i++ {
-		if i > 5000 {
-			t.Fatalf("waited for %d batches, saw %v", n, g.batchSizes())
-		}
-		time.Sleep(time.Millisecond)
-	}
+// heldBatches waits until every goroutine of the test's bubble is blocked
+// (the held batches at the gate, their callers waiting for results) and
+// says how many batches reached the store: no polling, and a batch that
+// never comes fails at once instead of after a timeout.
+func (g *gateStore) heldBatches() []int {
+	synctest.Wait()
+	return g.batchSizes()
 }
 
 // newBatcher gives its batcher a deadline no test of gathering and
@@ -83,81 +94,90 @@ func newBatcher(t *testing.T, store engine.Store, maxBatch, inFlight int) *chain
 var perHour = engine.Limit{Algorithm: engine.FixedWindow, Rate: 1000, Period: time.Hour}
 
 func TestBatcherGathersWhileABatchIsInFlight(t *testing.T) {
-	clock := enginetest.NewClock(enginetest.Epoch)
-	g := &gateStore{inner: openMemory(t, clock.Now), gate: make(chan struct{})}
-	b := newBatcher(t, g, 0, 1)
+	synctest.Test(t, func(t *testing.T) {
+		clock := enginetest.NewClock(enginetest.Epoch)
+		g := (&gateStore{inner: openMemory(t, clock.Now)}).heldGate()
+		defer g.release()
+		b := newBatcher(t, g, 0, 1)
 
-	var wg sync.WaitGroup
-	decide := func(key string) {
-		defer wg.Done()
-		res := make([]engine.Result, 1)
-		if err := engine.Wait(b, []engine.Request{{Key: key, Limit: perHour, Cost: 1}}, res, time.Time{}); err != nil || !res[0].Decision.Allowed {
-			t.Errorf("Submit(%s) = %v, %+v", key, err, res[0])
+		var wg sync.WaitGroup
+		decide := func(key string) {
+			defer wg.Done()
+			res := make([]engine.Result, 1)
+			if err := engine.Wait(b, []engine.Request{{Key: key, Limit: perHour, Cost: 1}}, res, time.Time{}); err != nil || !res[0].Decision.Allowed {
+				t.Errorf("Submit(%s) = %v, %+v", key, err, res[0])
+			}
 		}
-	}
-	wg.Add(1)
-	go decide("first")
-	g.waitBatches(t, 1) // the first batch is in flight and held
-	for range 10 {
 		wg.Add(1)
-		go decide("later")
-	}
-	// Let the ten queue up behind the held batch, then release everything.
-	for i := 0; i < 5000; i++ {
-		if b.Queued() == 10 {
-			break
+		go decide("first")
+		if got := g.heldBatches(); len(got) != 1 {
+			t.Fatalf("batches at the store %v; want the first one, held", got)
 		}
-		time.Sleep(time.Millisecond)
-	}
-	close(g.gate)
-	wg.Wait()
-	if got := g.batchSizes(); len(got) != 2 || got[0] != 1 || got[1] != 10 {
-		t.Fatalf("batch sizes %v; want [1 10]: the ten gathered while the first was in flight", got)
-	}
-	if s := b.Stats(); s.Batches != 2 || s.Decisions != 11 {
-		t.Fatalf("stats %+v; want 2 batches of 11 decisions", s)
-	}
+		for range 10 {
+			wg.Add(1)
+			go decide("later")
+		}
+		// The ten queue up behind the held batch; then release everything.
+		synctest.Wait()
+		if q := b.Queued(); q != 10 {
+			t.Fatalf("%d calls queued behind the held batch; want 10", q)
+		}
+		g.release()
+		wg.Wait()
+		if got := g.batchSizes(); len(got) != 2 || got[0] != 1 || got[1] != 10 {
+			t.Fatalf("batch sizes %v; want [1 10]: the ten gathered while the first was in flight", got)
+		}
+		if s := b.Stats(); s.Batches != 2 || s.Decisions != 11 {
+			t.Fatalf("stats %+v; want 2 batches of 11 decisions", s)
+		}
+	})
 }
 
 // Submit never waits: with a batch held at the store, further Submits
 // return at once and gather into the next batch, and each done runs once
 // its results are in.
 func TestBatcherSubmitDoesNotWait(t *testing.T) {
-	clock := enginetest.NewClock(enginetest.Epoch)
-	g := &gateStore{inner: openMemory(t, clock.Now), gate: make(chan struct{})}
-	b := newBatcher(t, g, 0, 1)
-	results := make(chan engine.Result, 11)
-	submit := func(key string) {
-		res := make([]engine.Result, 1)
-		b.Submit([]engine.Request{{Key: key, Limit: perHour, Cost: 1}}, res, time.Time{}, func(err error) {
-			if err != nil {
-				t.Error(err)
-			}
-			results <- res[0]
-		})
-	}
-	submit("first")
-	g.waitBatches(t, 1) // held at the store
-	for range 10 {
-		submit("later") // returns although the round trip is held
-	}
-	if q := b.Queued(); q != 10 {
-		t.Fatalf("%d calls queued behind the held batch; want 10", q)
-	}
-	select {
-	case r := <-results:
-		t.Fatalf("a result came in while the store held the batch: %+v", r)
-	default:
-	}
-	close(g.gate)
-	for i := range 11 {
-		if r := <-results; !r.Decision.Allowed {
-			t.Errorf("result %d refused: %+v", i, r)
+	synctest.Test(t, func(t *testing.T) {
+		clock := enginetest.NewClock(enginetest.Epoch)
+		g := (&gateStore{inner: openMemory(t, clock.Now)}).heldGate()
+		defer g.release()
+		b := newBatcher(t, g, 0, 1)
+		results := make(chan engine.Result, 11)
+		submit := func(key string) {
+			res := make([]engine.Result, 1)
+			b.Submit([]engine.Request{{Key: key, Limit: perHour, Cost: 1}}, res, time.Time{}, func(err error) {
+				if err != nil {
+					t.Error(err)
+				}
+				results <- res[0]
+			})
 		}
-	}
-	if got := g.batchSizes(); len(got) != 2 || got[0] != 1 || got[1] != 10 {
-		t.Fatalf("batch sizes %v; want [1 10]", got)
-	}
+		submit("first")
+		if got := g.heldBatches(); len(got) != 1 {
+			t.Fatalf("batches at the store %v; want the first one, held", got)
+		}
+		for range 10 {
+			submit("later") // returns although the round trip is held
+		}
+		if q := b.Queued(); q != 10 {
+			t.Fatalf("%d calls queued behind the held batch; want 10", q)
+		}
+		synctest.Wait() // anything not held has landed by now
+		select {
+		case r := <-results:
+			t.Fatalf("a result came in while the store held the batch: %+v", r)
+		default:
+		}
+		g.release()
+		for i := range 11 {
+			if r := <-results; !r.Decision.Allowed {
+				t.Errorf("result %d refused: %+v", i, r)
+			}
+		}
+		if got := g.batchSizes(); len(got) != 2 || got[0] != 1 || got[1] != 10 {
+			t.Fatalf("batch sizes %v; want [1 10]", got)
+		}
+	})
 }
 
 func TestBatcherSubmitAfterClose(t *testing.T) {

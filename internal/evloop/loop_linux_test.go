@@ -19,9 +19,18 @@ func newPipeEnd() *pipeEnd {
 	return &pipeEnd{ready: make(chan Events, 64), ended: make(chan struct{}, 1)}
 }
 
-func (p *pipeEnd) Ready(ev Events) { p.ready <- ev }
-func (p *pipeEnd) Ended()          { p.ended <- struct{}{} }
-func (p *pipeEnd) Owing() bool     { return p.owes.Load() }
+// Ready never waits for room: a loop blocked in it could not end, and a
+// failing test would hang in its cleanup instead of failing. A readiness
+// not read is told again at the next turn (level-triggered).
+func (p *pipeEnd) Ready(ev Events) {
+	select {
+	case p.ready <- ev:
+	default:
+	}
+}
+
+func (p *pipeEnd) Ended()      { p.ended <- struct{}{} }
+func (p *pipeEnd) Owing() bool { return p.owes.Load() }
 
 func osPipe(t *testing.T) (r, w *os.File) {
 	t.Helper()
@@ -98,14 +107,14 @@ func TestWatch(t *testing.T) {
 	if err := wr.Set(0); err != nil {
 		t.Fatal(err)
 	}
-	drain(h.ready)
+	settle(t, l, h.ready)
 	quiet(t, h.ready, "watched for nothing")
 	if err := wr.Set(Readable); err != nil {
 		t.Fatal(err)
 	}
 	within(t, h.ready, "watched again, unread")
 	wr.Remove()
-	drain(h.ready)
+	settle(t, l, h.ready)
 	quiet(t, h.ready, "removed")
 
 	r2, _ := osPipe(t)
@@ -128,10 +137,30 @@ func TestWatch(t *testing.T) {
 	}
 }
 
-func drain[T any](c chan T) {
-	time.Sleep(20 * time.Millisecond)
-	for len(c) > 0 {
-		<-c
+// settle takes what c receives until the loop has finished what it had
+// begun: a function posted now runs after the readiness the loop may be
+// dispatching (Run dispatches, then runs what was posted), and every
+// later wait of the loop sees what the test changed before. c is then
+// empty, and what it gets after is new. No sleep guesses how long the
+// loop takes.
+func settle[T any](t *testing.T, l *Loop, c chan T) {
+	t.Helper()
+	ran := make(chan struct{})
+	if !l.Post(func() { close(ran) }) {
+		t.Fatal("the loop has ended")
+	}
+	limit := time.After(5 * time.Second)
+	for {
+		select {
+		case <-c:
+		case <-ran:
+			for len(c) > 0 {
+				<-c
+			}
+			return
+		case <-limit:
+			t.Fatal("the loop did not run a posted function within 5s")
+		}
 	}
 }
 
@@ -141,16 +170,36 @@ func drain[T any](c chan T) {
 // the loop.
 func TestPostWakeAndTurns(t *testing.T) {
 	l := running(t)
-	turns := make(chan int, 1024)
+	// Each turn tells its number and its time, taken on the loop.
+	type turn struct {
+		n  int
+		at time.Time
+	}
+	turns := make(chan turn, 1024)
 	var posted []int
 	n := 0
 	l.OnTurn(func() {
 		n++
 		select {
-		case turns <- len(posted):
+		case turns <- turn{n, time.Now()}:
 		default:
 		}
 	})
+	// caughtUp takes every turn up to the one after a function posted
+	// now: the loop is idle after it, with nothing asked.
+	caughtUp := func() {
+		t.Helper()
+		mark := make(chan int, 1)
+		if !l.Post(func() { mark <- n }) {
+			t.Fatal("Post refused on a running loop")
+		}
+		before := within(t, mark, "a posted function")
+		for within(t, turns, "the turn after a posted function").n <= before {
+		}
+		for len(turns) > 0 {
+			<-turns
+		}
+	}
 	done := make(chan []int, 1)
 	for i := range 100 {
 		if !l.Post(func() { posted = append(posted, i) }) {
@@ -165,19 +214,16 @@ func TestPostWakeAndTurns(t *testing.T) {
 		}
 	}
 	within(t, turns, "a turn after posting")
-	time.Sleep(20 * time.Millisecond)
-	drain(turns)
+	caughtUp()
 	l.Wake()
 	within(t, turns, "a turn after Wake")
-	drain(turns)
-	start := time.Now()
-	l.WakeAt(start.Add(30 * time.Millisecond))
+	caughtUp()
+	due := time.Now().Add(30 * time.Millisecond)
+	l.WakeAt(due)
 	within(t, turns, "the Wake of WakeAt") // WakeAt wakes at once too
-	for {
-		within(t, turns, "a turn at WakeAt's time")
-		if time.Since(start) >= 30*time.Millisecond {
-			break
-		}
+	// Turns until one at WakeAt's time, by the loop's own clock: how late
+	// the test reads them does not matter.
+	for within(t, turns, "a turn at WakeAt's time").at.Before(due) {
 	}
 	quiet(t, turns, "a turn after WakeAt's time with nothing to do")
 }
@@ -239,16 +285,23 @@ func TestHold(t *testing.T) {
 func TestWakeIsNeverLost(t *testing.T) {
 	l := running(t)
 	var asked, seen atomic.Int64
-	l.OnTurn(func() { seen.Store(asked.Load()) })
+	turned := make(chan struct{}, 1)
+	l.OnTurn(func() {
+		seen.Store(asked.Load())
+		select {
+		case turned <- struct{}{}:
+		default:
+		}
+	})
 	for range 2000 {
 		want := asked.Add(1)
 		l.Wake()
-		deadline := time.Now().Add(5 * time.Second)
 		for seen.Load() < want {
-			if time.Now().After(deadline) {
+			select {
+			case <-turned:
+			case <-time.After(5 * time.Second):
 				t.Fatalf("wake-up %d lost: the loop saw %d", want, seen.Load())
 			}
-			time.Sleep(10 * time.Microsecond)
 		}
 	}
 }
