@@ -214,7 +214,7 @@ func TestPeerEnvEnvoyGateway(t *testing.T) {
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12})
 	m.Set(t, "envoy-ratelimit", "1", xdstest.Limits("default/eg/http", "client_ip", 2))
 
-	grpcPort, httpPort, debugPort := port(t), port(t), port(t)
+	grpcPort, httpPort, debugPort, promPort := port(t), port(t), port(t), port(t)
 	env := map[string]string{
 		"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true",
 		"RUNTIME_WATCH_ROOT": "false", "LOG_LEVEL": "info", "USE_STATSD": "false", "CONFIG_TYPE": "GRPC_XDS_SOTW",
@@ -224,7 +224,7 @@ func TestPeerEnvEnvoyGateway(t *testing.T) {
 		"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": filepath.Join(certs, "tls.crt"),
 		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY":    filepath.Join(certs, "tls.key"),
 		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": filepath.Join(certs, "ca.crt"), "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
-		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr, "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001",
+		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": r.Addr, "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":" + promPort,
 		"PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml",
 		"GRPC_PORT":              grpcPort, "PORT": httpPort, "DEBUG_PORT": debugPort,
 	}
@@ -254,7 +254,17 @@ func TestPeerEnvEnvoyGateway(t *testing.T) {
 	if _, err := plain.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "default/eg/http"}); err == nil {
 		t.Error("a plaintext call was answered on the TLS port")
 	}
-	if want := "vars=USE_PROMETHEUS,PROMETHEUS_ADDR,PROMETHEUS_MAPPER_YAML "; strings.Count(s.logs.String(), want) != 1 {
+	// Envoy Gateway's pod annotations scrape PROMETHEUS_ADDR (its 19001).
+	if res, err := http.Get("http://127.0.0.1:" + promPort + "/metrics"); err != nil || res.StatusCode != 200 {
+		t.Errorf("/metrics on PROMETHEUS_ADDR, where Envoy Gateway scrapes: %v", err)
+	} else {
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if !strings.Contains(string(b), "sluice_decisions_total") {
+			t.Errorf("/metrics on PROMETHEUS_ADDR has no sluice_decisions_total:\n%.2000s", b)
+		}
+	}
+	if want := "vars=PROMETHEUS_MAPPER_YAML "; strings.Count(s.logs.String(), want) != 1 {
 		t.Errorf("the statistics variables, accepted and not used, are not said once in one line (%s):\n%s", want, s.logs)
 	}
 	if res, err := http.Get("http://127.0.0.1:" + httpPort + "/healthcheck"); err != nil || res.StatusCode != 200 {

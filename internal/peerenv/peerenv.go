@@ -111,6 +111,23 @@ func (m *mapper) port(name string) string {
 	return v
 }
 
+// addr reads a listening address as the peer's Go server takes it
+// (":19001": every interface).
+func (m *mapper) addr(name string) string {
+	host, port, err := net.SplitHostPort(m.str(name))
+	if err != nil {
+		m.fail(name, "must be host:port or :port")
+		return ""
+	}
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		m.fail(name, "must end in a port number from 0 to 65535")
+	}
+	return net.JoinHostPort(host, port)
+}
+
 func (m *mapper) duration(name string) time.Duration {
 	d, err := time.ParseDuration(m.str(name))
 	if err != nil || d <= 0 {
@@ -124,6 +141,15 @@ func (m *mapper) doors(cfg *settings.Config) {
 	cfg.GRPCListen = net.JoinHostPort(m.str("GRPC_HOST"), m.port("GRPC_PORT"))
 	cfg.RLSHTTPListen = net.JoinHostPort(m.str("HOST"), m.port("PORT"))
 	cfg.AdminListen = net.JoinHostPort(m.str("DEBUG_HOST"), m.port("DEBUG_PORT"))
+	if m.bool("USE_PROMETHEUS") {
+		// Where the platform scrapes the peer's metrics (Envoy Gateway's
+		// pod annotations name PROMETHEUS_ADDR): Sluice's admin
+		// endpoints, /metrics among them, are served there instead.
+		cfg.AdminListen = m.addr("PROMETHEUS_ADDR")
+		if p := m.str("PROMETHEUS_PATH"); p != "/metrics" {
+			m.fail("PROMETHEUS_PATH", "Sluice serves its metrics at /metrics: unset it")
+		}
+	}
 	// The platform protects these ports as it protects the peer's.
 	cfg.GRPCInsecure = true
 	if !m.bool("GRPC_SERVER_USE_TLS") {
@@ -313,7 +339,7 @@ func (m *mapper) refusals() {
 // switchedOff are the switches of Unused variables, each with the value
 // that asks for nothing: USE_STATSD=false asks for no statsd, which Sluice
 // sends none of, so it is not worth a note.
-var switchedOff = map[string]bool{"USE_STATSD": false, "USE_DOG_STATSD": false, "USE_PROMETHEUS": false,
+var switchedOff = map[string]bool{"USE_STATSD": false, "USE_DOG_STATSD": false,
 	"DISABLE_STATS": true, "TRACING_ENABLED": false, "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": false}
 
 // notes names each variable set that Sluice accepts and does not use,

@@ -66,7 +66,8 @@ func TestMapPlatforms(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = settings.Default()
-	want.Listen, want.GRPCListen, want.RLSHTTPListen, want.AdminListen = respListen, "0.0.0.0:8081", "0.0.0.0:8080", "0.0.0.0:6070"
+	// USE_PROMETHEUS: the admin endpoints where Envoy Gateway scrapes.
+	want.Listen, want.GRPCListen, want.RLSHTTPListen, want.AdminListen = respListen, "0.0.0.0:8081", "0.0.0.0:8080", "0.0.0.0:19001"
 	want.GRPCInsecure, want.LogLevel, want.Upstream = true, slog.LevelInfo, "redis://redis.redis.svc:6379"
 	want.GRPCTLSCert, want.GRPCTLSKey = "/certs/tls.crt", "/certs/tls.key" // no client CA: the peer reads none
 	want.RLSXDSServer, want.RLSXDSNodeID, want.RLSXDSRetry, want.RLSXDSStartWithoutConfig = "envoy-gateway:18001", "envoy-ratelimit", 3*time.Second, true
@@ -78,7 +79,7 @@ func TestMapPlatforms(t *testing.T) {
 	for _, n := range notes {
 		named = append(named, n.Var)
 	}
-	if got := strings.Join(named, " "); got != "USE_PROMETHEUS PROMETHEUS_ADDR PROMETHEUS_MAPPER_YAML" {
+	if got := strings.Join(named, " "); got != "PROMETHEUS_MAPPER_YAML" {
 		t.Errorf("Envoy Gateway: notes %s", got)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -98,6 +99,10 @@ func TestMapSettings(t *testing.T) {
 		{"ports", with(istio, "HOST", "127.0.0.1", "PORT", "18080", "GRPC_PORT", "18081", "DEBUG_HOST", "::1", "DEBUG_PORT", "16070"),
 			func(c settings.Config) any { return c.RLSHTTPListen + " " + c.GRPCListen + " " + c.AdminListen },
 			"127.0.0.1:18080 [::]:18081 [::1]:16070"},
+		{"prometheus address", with(istio, "USE_PROMETHEUS", "true", "PROMETHEUS_ADDR", "127.0.0.1:19001"),
+			func(c settings.Config) any { return c.AdminListen }, "127.0.0.1:19001"},
+		{"prometheus address without use", with(istio, "PROMETHEUS_ADDR", ":19001"),
+			func(c settings.Config) any { return c.AdminListen }, "0.0.0.0:6070"},
 		{"client CA", with(istio, "GRPC_SERVER_USE_TLS", "true", "GRPC_SERVER_TLS_CERT", "c", "GRPC_SERVER_TLS_KEY", "k", "GRPC_CLIENT_TLS_CACERT", "ca"),
 			func(c settings.Config) any { return c.GRPCTLSCert + c.GRPCTLSKey + c.GRPCTLSClientCA }, "ckca"},
 		{"certificates without TLS are not read", with(istio, "GRPC_SERVER_TLS_CERT", "c", "GRPC_SERVER_TLS_KEY", "k"),
@@ -197,6 +202,8 @@ func TestMapRefuses(t *testing.T) {
 			`REDIS_URL unset (the peer's default is "/var/run/nutcracker/ratelimit.sock"): with REDIS_SOCKET_TYPE=tcp, write host:port`},
 		{"cluster node without port", with(istio, "REDIS_TYPE", "cluster", "REDIS_URL", "c1:7000,c2"), `REDIS_URL=c1:7000,c2: with REDIS_SOCKET_TYPE=tcp, write host:port ("c2" is not)`},
 		{"redis type", with(istio, "REDIS_TYPE", "twemproxy"), "REDIS_TYPE=twemproxy: must be single, sentinel or cluster"},
+		{"prometheus path", with(istio, "USE_PROMETHEUS", "true", "PROMETHEUS_PATH", "/stats"), "PROMETHEUS_PATH=/stats: Sluice serves its metrics at /metrics: unset it"},
+		{"prometheus address", with(istio, "USE_PROMETHEUS", "true", "PROMETHEUS_ADDR", "19001"), "PROMETHEUS_ADDR=19001: must be host:port or :port"},
 		{"sentinel url", with(istio, "REDIS_TYPE", "sentinel"), "REDIS_URL=redis:6379: with REDIS_TYPE=sentinel, write the master's name and the sentinels"},
 		{"sentinel auth", with(istio, "REDIS_TYPE", "sentinel", "REDIS_URL", "m,s:1", "REDIS_SENTINEL_AUTH", "x"), "REDIS_SENTINEL_AUTH=x: "},
 		{"redis client cert", with(istio, "REDIS_TLS", "true", "REDIS_TLS_CLIENT_CERT", "c"), "REDIS_TLS_CLIENT_CERT=c: Sluice presents no client certificate"},

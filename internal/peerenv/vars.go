@@ -29,7 +29,7 @@ type Var struct {
 }
 
 // Sluice's metrics are not the peer's statistics.
-const statsUse = "not used: Sluice's metrics are served on DEBUG_HOST:DEBUG_PORT at /metrics (Prometheus), and by OTLP with OTEL_EXPORTER_OTLP_*"
+const statsUse = "not used: Sluice's metrics are served at /metrics (Prometheus) on DEBUG_HOST:DEBUG_PORT, or on PROMETHEUS_ADDR with USE_PROMETHEUS=true, and by OTLP with OTEL_EXPORTER_OTLP_*"
 
 // Sluice's traces are OpenTelemetry's, set up by OpenTelemetry's variables.
 const tracingUse = "not used: Sluice traces when the OTEL_EXPORTER_OTLP_* variables are set, as OpenTelemetry's SDKs do"
@@ -77,9 +77,9 @@ var Vars = []Var{
 	{"EXTRA_TAGS", "", Unused, statsUse},
 	{"STATS_FLUSH_INTERVAL", "10s", Unused, statsUse},
 	{"DISABLE_STATS", "false", Unused, statsUse},
-	{"USE_PROMETHEUS", "false", Unused, statsUse},
-	{"PROMETHEUS_ADDR", ":9090", Unused, statsUse},
-	{"PROMETHEUS_PATH", "/metrics", Unused, statsUse},
+	{"USE_PROMETHEUS", "false", Mapped, "true: the admin endpoints (/metrics, /healthz, /readyz) move from the debug port to PROMETHEUS_ADDR, where the platform scrapes"},
+	{"PROMETHEUS_ADDR", ":9090", Mapped, "--admin-listen with USE_PROMETHEUS=true (\":19001\": every interface)"},
+	{"PROMETHEUS_PATH", "/metrics", Mapped, "refused with USE_PROMETHEUS=true unless /metrics"},
 	{"PROMETHEUS_MAPPER_YAML", "", Unused, statsUse},
 	{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "false", Unused, statsUse},
 	{"RUNTIME_ROOT", "/srv/runtime_data/current", Mapped, "--rls-config is RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"},
