@@ -38,7 +38,9 @@
 // at most one segment is in flight, and replies go out in the order the
 // commands came, errors in their places. The commands are in three
 // rooms: the decisions (commands.go, leases.go), the standard commands
-// clients send on connect and tools use (conncmds.go, clientlist.go), and
+// clients send on connect and tools use (conncmds.go, clientlist.go: what
+// they decide and read of the connections; the text of CLIENT LIST, INFO
+// and the help is package internal/redisadmin's), and
 // what is refused with the reason and the fix (transactions.go: MULTI;
 // CLIENT TRACKING, accepted as a no-op). MONITOR (monitor.go) watches
 // through one hook on the way in (client.command) and one on the way out

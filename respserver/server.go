@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/sluice-rl/sluice/internal/evloop"
+	"github.com/sluice-rl/sluice/internal/redisadmin"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -73,11 +74,8 @@ type Config struct {
 	Loops []*evloop.Loop
 }
 
-// InfoSection is one section of INFO, read each time INFO asks.
-type InfoSection struct {
-	Name   string             // its title, such as "Upstream"; INFO upstream selects it
-	Fields func() [][2]string // name and value pairs, in order
-}
+// InfoSection is one section of INFO, read each time INFO selects it.
+type InfoSection = redisadmin.Section
 
 // Server serves the RESP protocol. Its methods are safe for concurrent use.
 type Server struct {
