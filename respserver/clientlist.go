@@ -167,17 +167,10 @@ func runClientKill(c *client, args [][]byte) {
 	}
 }
 
-// kill closes c from another connection: its event loop closes it when
-// asked; on a goroutine of its own, closing netConn, which is safe from
-// any goroutine, ends its Read or Write.
+// kill closes c from another connection, through whatever serves it.
 func (c *client) kill() {
 	c.killed.Store(true)
-	switch {
-	case c.loop != nil:
-		c.loop.ask(c)
-	case c.netConn != nil:
-		_ = c.netConn.Close()
-	}
+	c.conn.wake()
 }
 
 // runClientList is CLIENT LIST [TYPE type | ID id [id ...]].

@@ -47,9 +47,12 @@
 // (deliver), so that a decision passes no MONITOR code while no one
 // watches.
 //
-// What one connection does to another (CLIENT KILL, a MONITOR line) is
-// asked of whatever serves the other: its event loop, through a function
-// posted to it (asks_linux.go), or its own goroutine,
-// through its net.Conn. Nothing touches another connection's descriptor
-// or buffers (clientlist.go, monitor.go).
+// A connection's bytes are its transport's (transport.go): an event
+// loop's (loop_linux.go, asks_linux.go) or a goroutine of its own
+// (conn_goroutine.go). The state machine asks it only to be woken, whether
+// it may wait on Redis in place, to land work done elsewhere, and to drain
+// or close; it knows neither. What one connection does to another (CLIENT
+// KILL, the input budget's eviction, a MONITOR line) is set in the other's
+// state and its transport woken, so nothing touches another connection's
+// descriptor or buffers (clientlist.go, budget.go, monitor.go).
 package respserver
