@@ -2,33 +2,41 @@
 
 package respserver
 
+import "github.com/tidwall/redcon"
+
 // What other goroutines ask of a connection an event loop serves. The
 // loop alone reads, writes and closes its connections, so CLIENT KILL
-// from another connection, or a MONITOR line fed by one, sets the
-// connection's state (killed, its monitor's backlog) and posts the loop a
-// look at it.
+// from another connection, the input budget's eviction or a MONITOR line
+// fed by one sets the connection's state (killed, evict, its monitor's
+// backlog) and wakes it: posts the loop a look at it.
 
-// ask has the loop look at c. A connection not adopted yet has no lc: the
-// loop checks killed when it welcomes it, and it monitors nothing yet.
-func (l *loop) ask(c *client) {
+// wake has the loop look at the connection. One not adopted yet is not
+// looked at: the loop checks killed when it welcomes it, and it monitors
+// nothing and holds no input yet.
+func (lc *loopConn) wake() {
+	l := lc.l
 	l.mu.Lock()
-	lc := c.lc
+	adopted := lc.adopted
 	l.mu.Unlock()
-	if lc != nil {
+	if adopted {
 		l.el.Post(func() { l.answer(lc) })
 	}
 }
 
-// answer closes a connection killed, or moves a monitor's lines to its
-// replies, written this turn; a monitor whose socket has not taken
-// maxMonitorBacklog of them is closed, as feed closes one whose backlog
-// grows past it.
+// answer closes a connection evicted, with the input budget's error, or
+// killed, or moves a monitor's lines to its replies, written this turn; a
+// monitor whose socket has not taken maxMonitorBacklog of them is closed,
+// as feed closes one whose backlog grows past it.
 func (l *loop) answer(lc *loopConn) {
 	if lc.fd < 0 {
 		return
 	}
 	c := lc.c
 	switch {
+	case c.evict.Load():
+		c.out = redcon.AppendError(c.out, errInputBudget)
+		l.write(lc)
+		l.close(lc, nil)
 	case c.killed.Load():
 		l.close(lc, nil)
 	case c.mon != nil:

@@ -7,9 +7,6 @@ import (
 	"time"
 )
 
-// aLongTimeAgo, as a read deadline, wakes a goroutine blocked in Read.
-var aLongTimeAgo = time.Unix(1, 0)
-
 // overBudget closes the connections holding the most input until what the
 // others hold is within the budget, as Redis's maxmemory-clients does.
 // The goroutine serving each one finds its evict flag set, answers
@@ -44,11 +41,7 @@ func (s *Server) overBudget() {
 		c.evict.Store(true)
 		s.stats.evicted.Add(1)
 		s.log.Warn("closing a client over the input budget", "id", c.id, "addr", c.addr, "held", c.inputBytes(), "max_input_memory", s.cfg.MaxInputMemory)
-		if c.loop != nil {
-			c.loop.evictLater(c)
-		} else if c.netConn != nil {
-			_ = c.netConn.SetReadDeadline(aLongTimeAgo) // its goroutine wakes, sees evict
-		}
+		c.conn.wake() // it answers the error and closes
 	}
 }
 

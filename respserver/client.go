@@ -2,7 +2,6 @@ package respserver
 
 import (
 	"fmt"
-	"net"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -17,7 +16,7 @@ import (
 )
 
 // client is one connection's state. Only the goroutine serving the
-// connection (its own, or its event loop's) touches it, except netConn.
+// connection (its own, or its event loop's: its transport) touches it.
 //
 // A connection's decisions queue in its current segment (cur) until the
 // transport hands them to the service; then the segment is in flight
@@ -31,15 +30,9 @@ type client struct {
 	s    *Server
 	id   int64
 	addr string
-	// netConn is the connection a goroutine of its own serves; nil for one
-	// an event loop serves. Set before the client is shared, then read
-	// only.
-	netConn net.Conn
-	// loop is the event loop serving the connection, nil for a goroutine
-	// of its own: commands that wait on Redis (RL.RESET) then run off the
-	// loop and land through it.
-	loop *loop
-	lc   *loopConn // its connection on the loop
+	// conn serves the connection's bytes (transport.go): set before the
+	// client is shared, then read only.
+	conn transport
 
 	in        input
 	inputHeld atomic.Int64 // bytes of in.buf counted in the server's input total; written by its own goroutine
@@ -129,6 +122,10 @@ type pending struct {
 	err string
 }
 
+// newClient makes a connection's state. Its transport is register's to
+// set; until then (and for the tests' clients without a network) it is a
+// goroutine's without a net.Conn: work runs in place, and there is
+// nothing to wake or close.
 func newClient(s *Server, addr string) *client {
 	c := &client{
 		s:       s,
@@ -139,6 +136,7 @@ func newClient(s *Server, addr string) *client {
 		authed:  s.cfg.RequirePass == "",
 		created: time.Now(),
 	}
+	c.conn = &goConn{c: c}
 	c.fd.Store(-1)
 	c.active.Store(c.created.UnixNano())
 	c.cur = c.newSegment()

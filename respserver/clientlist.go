@@ -3,13 +3,13 @@ package respserver
 import (
 	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/tidwall/redcon"
 
+	"github.com/sluice-rl/sluice/internal/redisadmin"
 	"github.com/sluice-rl/sluice/internal/resp"
 )
 
@@ -167,17 +167,10 @@ func runClientKill(c *client, args [][]byte) {
 	}
 }
 
-// kill closes c from another connection: its event loop closes it when
-// asked; on a goroutine of its own, closing netConn, which is safe from
-// any goroutine, ends its Read or Write.
+// kill closes c from another connection, through whatever serves it.
 func (c *client) kill() {
 	c.killed.Store(true)
-	switch {
-	case c.loop != nil:
-		c.loop.ask(c)
-	case c.netConn != nil:
-		_ = c.netConn.Close()
-	}
+	c.conn.wake()
 }
 
 // runClientList is CLIENT LIST [TYPE type | ID id [id ...]].
@@ -251,71 +244,26 @@ func (s *Server) clientList() []*client {
 	return list
 }
 
-// appendClientInfo writes one CLIENT LIST line of c, with Redis 7.2's
-// fields in their order, so that tools that split it keep working. Those
-// Sluice measures: age, idle, flags (N, or O for a monitor), qbuf (input
-// read, not yet run), qbuf-free (the rest of the input buffer), omem and
+// appendClientInfo writes one CLIENT LIST line of c. The figures Sluice
+// measures: age, idle, flags (N, or O for a monitor), qbuf (input read,
+// not yet run), qbuf-free (the rest of the input buffer), omem and
 // tot-mem (a monitor's lines waiting for its socket; input and that),
-// cmd, resp, name, lib-name and lib-ver. The others describe what Sluice
-// has not (databases, pub/sub, MULTI, tracking) and read as a Redis
-// connection without them does; argv-mem and the reply buffer figures are
-// 0, as replies are written as each read is answered.
+// cmd, resp, name, lib-name and lib-ver.
 func (s *Server) appendClientInfo(dst []byte, c *client) []byte {
 	now := time.Now()
+	info := redisadmin.Client{ID: c.id, Addr: c.addr, LAddr: c.laddr, FD: c.fd.Load(), Cmd: "NULL",
+		Age:  int64(now.Sub(c.created) / time.Second),
+		Idle: int64(now.Sub(time.Unix(0, c.active.Load())) / time.Second)}
 	c.infoMu.Lock()
-	name, libName, libVer, proto := c.name, c.libName, c.libVer, c.proto
+	info.Name, info.LibName, info.LibVer, info.Resp = c.name, c.libName, c.libVer, c.proto
 	c.infoMu.Unlock()
-	backlog, monitoring := s.monitorBacklog(c)
-	flags := "N"
-	if monitoring {
-		flags = "O"
-	}
+	info.OMem, info.Monitor = s.monitorBacklog(c)
 	queued, held := c.queued.Load(), c.inputHeld.Load()
-	cmd := "NULL"
+	info.QBuf, info.QBufFree, info.TotMem = queued, max(held-queued, 0), held+info.OMem
 	if p := c.lastCmd.Load(); p != nil {
-		cmd = *p
+		info.Cmd = *p
 	}
-	num := func(key string, n int64) {
-		dst = append(dst, ' ')
-		dst = append(dst, key...)
-		dst = append(dst, '=')
-		dst = strconv.AppendInt(dst, n, 10)
-	}
-	text := func(key, v string) {
-		dst = append(dst, ' ')
-		dst = append(dst, key...)
-		dst = append(dst, '=')
-		dst = append(dst, v...)
-	}
-	dst = append(dst, "id="...)
-	dst = strconv.AppendInt(dst, c.id, 10)
-	text("addr", c.addr)
-	text("laddr", c.laddr)
-	num("fd", int64(c.fd.Load()))
-	text("name", name)
-	num("age", int64(now.Sub(c.created)/time.Second))
-	num("idle", int64(now.Sub(time.Unix(0, c.active.Load()))/time.Second))
-	text("flags", flags)
-	for _, k := range []string{"db", "sub", "psub", "ssub"} {
-		num(k, 0)
-	}
-	num("multi", -1)
-	num("watch", 0)
-	num("qbuf", queued)
-	num("qbuf-free", max(held-queued, 0))
-	for _, k := range []string{"argv-mem", "multi-mem", "rbs", "rbp", "obl", "oll"} {
-		num(k, 0)
-	}
-	num("omem", backlog)
-	num("tot-mem", held+backlog)
-	text("events", "r")
-	text("cmd", cmd)
-	text("user", "default")
-	num("redir", -1)
-	num("resp", int64(proto))
-	text("lib-name", libName)
-	text("lib-ver", libVer)
-	return dst
+	return redisadmin.AppendClientLine(dst, info)
 }
 
 // monitorBacklog is the bytes of lines waiting for c, if it monitors.

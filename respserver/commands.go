@@ -279,7 +279,7 @@ func runReset(c *client, args [][]byte) {
 		}
 		return svc.Reset(context.Background(), keys)
 	}
-	if c.loop == nil {
+	if c.conn.blocking() {
 		if err := reset(); err != nil {
 			c.owe(requestError(err, nil)) // the service counted it
 			return
@@ -292,7 +292,7 @@ func runReset(c *client, args [][]byte) {
 	c.flying = g
 	go func() {
 		g.resetErr = reset()
-		c.loop.land(g)
+		c.conn.land(g)
 	}()
 }
 

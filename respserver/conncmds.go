@@ -4,7 +4,6 @@ import (
 	"crypto/subtle"
 	"os"
 	"runtime"
-	"runtime/metrics"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/redisadmin"
 	"github.com/sluice-rl/sluice/internal/resp"
 	"github.com/sluice-rl/sluice/internal/version"
 	"github.com/sluice-rl/sluice/service"
@@ -80,7 +80,7 @@ func runResetConn(c *client, _ [][]byte) {
 	c.infoMu.Lock()
 	c.proto, c.name = 2, ""
 	c.infoMu.Unlock()
-	c.stopMonitor()
+	c.unmonitor()
 	c.multi = false
 	c.authed = c.s.cfg.RequirePass == ""
 	c.trace = trace.SpanContext{}
@@ -282,30 +282,7 @@ func runClient(c *client, args [][]byte) {
 	case "tracking":
 		runClientTracking(c, args)
 	case "help":
-		lines := []string{
-			"CLIENT <subcommand> [<arg> ...]. Subcommands are:",
-			"GETNAME", "    Return the name of the current connection.",
-			"ID", "    Return the ID of the current connection.",
-			"INFO", "    Return information about the current client connection.",
-			"KILL <ip:port>", "    Kill connection made from <ip:port>.",
-			"KILL <option> <value> [<option> <value> [...]]",
-			"    Kill connections. Options are:",
-			"    * ADDR (<ip:port>|<unixsocket>:0)", "      Kill connections made from the specified address",
-			"    * LADDR (<ip:port>|<unixsocket>:0)", "      Kill connections made to specified local address",
-			"    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)", "      Kill connections by type.",
-			"    * USER <username>", "      Kill connections authenticated by <username>.",
-			"    * SKIPME (YES|NO)", "      Skip killing current connection (default: yes).",
-			"    * ID <client-id>", "      Kill connections by client id.",
-			"    * MAXAGE <maxage>", "      Kill connections older than the specified age.",
-			"LIST [options ...]", "    Return information about client connections. Options:",
-			"    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)", "      Return clients of specified type.",
-			"    * ID <client-id> [<client-id> ...]", "      Return clients of specified IDs only.",
-			"SETINFO <option> <value>", "    Set LIB-NAME or LIB-VER of the current connection.",
-			"SETNAME <name>", "    Assign the name <name> to the current connection.",
-			"TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]] [OPTIN] [OPTOUT] [NOLOOP]",
-			"    Accepted and ignored: Sluice's replies are never cached.",
-		}
-		c.out = resp.AppendLines(c.out, lines)
+		c.out = resp.AppendLines(c.out, redisadmin.ClientHelp)
 	default:
 		c.fail(unknownSubcommand(sub, "CLIENT"))
 	}
@@ -365,15 +342,7 @@ func runCommand(c *client, args [][]byte) {
 			c.out = appendCommandDocs(c.out, cmd, c.proto)
 		}
 	case "help":
-		lines := []string{
-			"COMMAND <subcommand> [<arg> ...]. Subcommands are:",
-			"(no subcommand)", "    Return details about all commands.",
-			"COUNT", "    Return the total number of commands.",
-			"DOCS [<command-name> ...]", "    Return documentary information about commands.",
-			"INFO [<command-name> ...]", "    Return details about the given commands.",
-			"LIST", "    Return the names of all commands.",
-		}
-		c.out = resp.AppendLines(c.out, lines)
+		c.out = resp.AppendLines(c.out, redisadmin.CommandHelp)
 	default:
 		c.fail(unknownSubcommand(args[1], "COMMAND"))
 	}
@@ -450,142 +419,61 @@ func appendCommandDocs(dst []byte, cmd *command, proto int) []byte {
 // persistence flags), then the sections of Config.Info; a section there
 // named as one of Redis's (Memory) adds its fields to it.
 func runInfo(c *client, args [][]byte) {
-	want := func(section string) bool {
-		if len(args) == 1 {
-			return true
-		}
-		for _, a := range args[1:] {
-			if s := str(a); strings.EqualFold(s, section) || strings.EqualFold(s, "all") ||
-				strings.EqualFold(s, "default") || strings.EqualFold(s, "everything") {
-				return true
-			}
-		}
-		return false
-	}
 	s := c.s
-	extra := func(name string) *InfoSection {
-		for i := range s.cfg.Info {
-			if strings.EqualFold(s.cfg.Info[i].Name, name) {
-				return &s.cfg.Info[i]
+	itoa := func(n int64) string { return strconv.FormatInt(n, 10) }
+	count := func(n uint64) string { return strconv.FormatUint(n, 10) }
+	redis := []redisadmin.Section{
+		{Name: "Server", Fields: func() [][2]string {
+			up := time.Since(s.started)
+			// redis_version is what clients read to pick features; Sluice
+			// answers as the Redis 7 its surface follows.
+			f := [][2]string{{"redis_version", "7.0.0"}, {"sluice_version", version.String()},
+				{"redis_mode", "standalone"}, {"os", runtime.GOOS}, {"arch_bits", "64"},
+				{"go_version", runtime.Version()}, {"process_id", strconv.Itoa(os.Getpid())}}
+			if a := s.Addr(); a != nil {
+				f = append(f, [2]string{"listen_addr", a.String()})
 			}
-		}
-		return nil
-	}
-	var b strings.Builder
-	line := func(k, v string) { b.WriteString(k + ":" + v + "\r\n") }
-	section := func(name string, fields func()) {
-		more := extra(name)
-		if !want(name) && !(more != nil && want("sluice")) {
-			return
-		}
-		b.WriteString("# " + name + "\r\n")
-		if fields != nil {
-			fields()
-		}
-		if more != nil {
-			for _, f := range more.Fields() {
-				line(f[0], f[1])
+			return append(f, [2]string{"uptime_in_seconds", itoa(int64(up / time.Second))},
+				[2]string{"uptime_in_days", itoa(int64(up / (24 * time.Hour)))})
+		}},
+		{Name: "Clients", Fields: func() [][2]string {
+			return [][2]string{{"connected_clients", itoa(s.Clients())}, {"maxclients", strconv.Itoa(s.cfg.MaxConns)},
+				{"blocked_clients", "0"}} // no command blocks
+		}},
+		{Name: "Memory", Fields: func() [][2]string {
+			heap := redisadmin.HeapInUse()
+			return [][2]string{{"used_memory", count(heap)}, {"used_memory_human", redisadmin.BytesToHuman(heap)},
+				{"mem_allocator", "go"}}
+		}},
+		{Name: "Persistence", Fields: func() [][2]string {
+			return [][2]string{{"loading", "0"}, {"rdb_bgsave_in_progress", "0"}, {"aof_rewrite_in_progress", "0"}}
+		}},
+		{Name: "Stats", Fields: func() [][2]string {
+			t := s.cfg.Service.Totals()
+			f := [][2]string{{"total_connections_received", itoa(s.stats.connsTotal.Load())},
+				{"rejected_connections", itoa(s.stats.rejectedConn.Load())},
+				{"evicted_clients", itoa(s.stats.evicted.Load())},
+				{"total_commands_processed", itoa(s.stats.commands.Load())},
+				{"total_error_replies", count(t.Errors)},
+				{"decisions_allowed", count(t.Outcomes[service.Allowed])},
+				{"decisions_denied", count(t.Outcomes[service.Refused])},
+				{"decisions_shadow_allowed", count(t.Outcomes[service.Shadow])}}
+			for _, path := range engine.Paths {
+				f = append(f, [2]string{"decided_by_" + path.String(), count(t.Paths[path])})
 			}
-		}
-		b.WriteString("\r\n")
+			return f
+		}},
+		{Name: "Keyspace", Fields: func() [][2]string {
+			// As in Redis, a database without keys has no line. Every state
+			// expires, once its limit would be whole again.
+			if n := s.keys(); n > 0 {
+				k := strconv.Itoa(n)
+				return [][2]string{{"db0", "keys=" + k + ",expires=" + k + ",avg_ttl=0"}}
+			}
+			return nil
+		}},
 	}
-	section("Server", func() {
-		up := time.Since(s.started)
-		// redis_version is what clients read to pick features; Sluice
-		// answers as the Redis 7 its surface follows.
-		line("redis_version", "7.0.0")
-		line("sluice_version", version.String())
-		line("redis_mode", "standalone")
-		line("os", runtime.GOOS)
-		line("arch_bits", "64")
-		line("go_version", runtime.Version())
-		line("process_id", strconv.Itoa(os.Getpid()))
-		if a := s.Addr(); a != nil {
-			line("listen_addr", a.String())
-		}
-		line("uptime_in_seconds", strconv.FormatInt(int64(up/time.Second), 10))
-		line("uptime_in_days", strconv.FormatInt(int64(up/(24*time.Hour)), 10))
-	})
-	section("Clients", func() {
-		line("connected_clients", strconv.FormatInt(s.Clients(), 10))
-		line("maxclients", strconv.Itoa(s.cfg.MaxConns))
-		line("blocked_clients", "0") // no command blocks
-	})
-	section("Memory", func() {
-		// used_memory is Go's heap in use, what the allocator holds for
-		// live and not yet collected objects: Redis's used_memory is its
-		// allocator's figure too.
-		heap := heapInUse()
-		line("used_memory", strconv.FormatUint(heap, 10))
-		line("used_memory_human", bytesToHuman(heap))
-		line("mem_allocator", "go")
-	})
-	section("Persistence", func() {
-		line("loading", "0")
-		line("rdb_bgsave_in_progress", "0")
-		line("aof_rewrite_in_progress", "0")
-	})
-	section("Stats", func() {
-		line("total_connections_received", strconv.FormatInt(s.stats.connsTotal.Load(), 10))
-		line("rejected_connections", strconv.FormatInt(s.stats.rejectedConn.Load(), 10))
-		line("evicted_clients", strconv.FormatInt(s.stats.evicted.Load(), 10))
-		line("total_commands_processed", strconv.FormatInt(s.stats.commands.Load(), 10))
-		t := s.cfg.Service.Totals()
-		line("total_error_replies", strconv.FormatUint(t.Errors, 10))
-		line("decisions_allowed", strconv.FormatUint(t.Outcomes[service.Allowed], 10))
-		line("decisions_denied", strconv.FormatUint(t.Outcomes[service.Refused], 10))
-		line("decisions_shadow_allowed", strconv.FormatUint(t.Outcomes[service.Shadow], 10))
-		for _, path := range engine.Paths {
-			line("decided_by_"+path.String(), strconv.FormatUint(t.Paths[path], 10))
-		}
-	})
-	for _, sec := range s.cfg.Info {
-		switch strings.ToLower(sec.Name) {
-		case "server", "clients", "memory", "persistence", "stats", "keyspace":
-			continue // written above
-		}
-		section(sec.Name, nil)
-	}
-	section("Keyspace", func() {
-		// As in Redis, a database without keys has no line. Every state
-		// expires, once its limit would be whole again.
-		if n := s.keys(); n > 0 {
-			k := strconv.Itoa(n)
-			line("db0", "keys="+k+",expires="+k+",avg_ttl=0")
-		}
-	})
-	c.out = redcon.AppendBulkString(c.out, strings.TrimSuffix(b.String(), "\r\n"))
-}
-
-// heapInUse is Go's heap in use: the bytes of heap objects and the unused
-// room in their spans (runtime.MemStats.HeapInuse), read without stopping
-// the world.
-func heapInUse() uint64 {
-	m := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"}}
-	metrics.Read(m)
-	var n uint64
-	for _, v := range m {
-		if v.Value.Kind() == metrics.KindUint64 {
-			n += v.Value.Uint64()
-		}
-	}
-	return n
-}
-
-// bytesToHuman writes n as Redis writes used_memory_human: 1003B, 4.03K,
-// 100.00M, 2.32G.
-func bytesToHuman(n uint64) string {
-	f := float64(n)
-	switch {
-	case n < 1<<10:
-		return strconv.FormatUint(n, 10) + "B"
-	case n < 1<<20:
-		return strconv.FormatFloat(f/(1<<10), 'f', 2, 64) + "K"
-	case n < 1<<30:
-		return strconv.FormatFloat(f/(1<<20), 'f', 2, 64) + "M"
-	default:
-		return strconv.FormatFloat(f/(1<<30), 'f', 2, 64) + "G"
-	}
+	c.out = redcon.AppendBulkString(c.out, redisadmin.Info(args[1:], redis, s.cfg.Info))
 }
 
 // keys is how many keys this server holds (Config.Keys), for DBSIZE and

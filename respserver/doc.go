@@ -38,16 +38,21 @@
 // at most one segment is in flight, and replies go out in the order the
 // commands came, errors in their places. The commands are in three
 // rooms: the decisions (commands.go, leases.go), the standard commands
-// clients send on connect and tools use (conncmds.go, clientlist.go), and
+// clients send on connect and tools use (conncmds.go, clientlist.go: what
+// they decide and read of the connections; the text of CLIENT LIST, INFO
+// and the help is package internal/redisadmin's), and
 // what is refused with the reason and the fix (transactions.go: MULTI;
 // CLIENT TRACKING, accepted as a no-op). MONITOR (monitor.go) watches
 // through one hook on the way in (client.command) and one on the way out
 // (deliver), so that a decision passes no MONITOR code while no one
 // watches.
 //
-// What one connection does to another (CLIENT KILL, a MONITOR line) is
-// asked of whatever serves the other: its event loop, through a function
-// posted to it (asks_linux.go), or its own goroutine,
-// through its net.Conn. Nothing touches another connection's descriptor
-// or buffers (clientlist.go, monitor.go).
+// A connection's bytes are its transport's (transport.go): an event
+// loop's (loop_linux.go, asks_linux.go) or a goroutine of its own
+// (conn_goroutine.go). The state machine asks it only to be woken, whether
+// it may wait on Redis in place, to land work done elsewhere, and to drain
+// or close; it knows neither. What one connection does to another (CLIENT
+// KILL, the input budget's eviction, a MONITOR line) is set in the other's
+// state and its transport woken, so nothing touches another connection's
+// descriptor or buffers (clientlist.go, budget.go, monitor.go).
 package respserver

@@ -132,11 +132,11 @@ func runRelease(c *client, args [][]byte) {
 }
 
 // offLoop runs work, which may wait on Redis, and then owes answer's
-// reply: at once on a connection's own goroutine; on an event loop, in a
-// goroutine, landing through the loop as RL.RESET does. work must not
+// reply: at once where the connection may wait (blocking); else in a
+// goroutine, landing through its transport as RL.RESET does. work must not
 // touch the client; answer runs on the connection's goroutine or loop.
 func (c *client) offLoop(answer func([]byte) []byte, work func()) {
-	if c.loop == nil {
+	if c.conn.blocking() {
 		work()
 		c.out = answer(c.out)
 		return
@@ -146,7 +146,7 @@ func (c *client) offLoop(answer func([]byte) []byte, work func()) {
 	c.flying = g
 	go func() {
 		work()
-		c.loop.land(g)
+		c.conn.land(g)
 	}()
 }
 

@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tidwall/redcon"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluice-rl/sluice/internal/evloop"
@@ -73,6 +72,9 @@ type loopConn struct {
 	blocked bool // replies wait for room in the socket
 	eof     bool // the client has sent all it will: close once answered
 	touched bool // in the loop's touched list
+	// adopted is set, under l.mu, once fd is the connection's: wake
+	// posts the loop a look at it only then.
+	adopted bool
 }
 
 // round is one hand-over to the service: the segments that land together.
@@ -107,6 +109,18 @@ func startLoops(s *Server, els []*evloop.Loop) ([]*loop, error) {
 	return loops, nil
 }
 
+// newConn is the transport of a connection this loop will serve, once
+// adopt gives it its descriptor.
+func (l *loop) newConn(c *client) transport { return &loopConn{l: l, fd: -1, c: c} }
+
+// A connection on a loop never waits on Redis: what would wait runs on a
+// goroutine of its own and lands through the loop; the loop drains and
+// closes all it serves at once (drainUntil, stop).
+func (lc *loopConn) blocking() bool  { return false }
+func (lc *loopConn) land(g *segment) { lc.l.land(g) }
+func (lc *loopConn) drain(time.Time) {}
+func (lc *loopConn) closeNow()       {}
+
 // pollable tells whether a loop can serve nc: it needs its descriptor.
 func pollable(nc net.Conn) bool {
 	_, ok := nc.(syscall.Conn)
@@ -140,12 +154,12 @@ func (l *loop) adopt(nc net.Conn, c *client) error {
 		unix.Close(fd)
 		return err
 	}
-	lc := &loopConn{l: l, fd: fd, c: c}
-	c.lc = lc // c.loop is l already (register); ask reads lc under l.mu
+	lc := c.conn.(*loopConn) // newConn's, set by register
+	lc.fd, lc.adopted = fd, true
 	c.fd.Store(int32(fd))
 	if !l.el.Post(func() { l.welcome(lc) }) {
 		unix.Close(fd)
-		c.lc = nil
+		lc.fd, lc.adopted = -1, false
 		return evloop.ErrClosed
 	}
 	_ = nc.Close()
@@ -170,17 +184,6 @@ func (r *round) land() {
 	clear(r.segs)
 	r.segs = r.segs[:0]
 	l.rounds.Put(r)
-}
-
-// evictLater has the loop close c for the input budget.
-func (l *loop) evictLater(c *client) {
-	l.el.Post(func() {
-		if lc := c.lc; lc != nil && lc.fd >= 0 {
-			c.out = redcon.AppendError(c.out, errInputBudget)
-			l.write(lc)
-			l.close(lc, nil)
-		}
-	})
 }
 
 // drainUntil has the loop close every connection at t, or once its
@@ -333,14 +336,15 @@ func (l *loop) takeLanded() {
 	for i, g := range l.taking {
 		l.taking[i] = nil
 		c := g.c
-		if c.lc == nil || c.lc.fd < 0 {
+		lc := c.conn.(*loopConn) // a loop lands only its own connections' segments
+		if lc.fd < 0 {
 			g.clear() // the connection is gone: nothing to answer
 			if c.flying == g {
 				c.flying = nil
 			}
 			continue
 		}
-		l.touch(c.lc)
+		l.touch(lc)
 		l.deliver(c, g)
 	}
 }

@@ -28,9 +28,8 @@ func startLoops(_ *Server, els []*evloop.Loop) ([]*loop, error) {
 
 func pollable(net.Conn) bool { return false }
 
+func (*loop) newConn(*client) transport     { return nil } // never called: pickLoop finds no loop
 func (*loop) adopt(net.Conn, *client) error { return errors.New("no event loops here") }
 func (*loop) drainUntil(time.Time)          {}
 func (*loop) stop()                         {}
 func (*loop) land(...*segment)              {}
-func (*loop) evictLater(*client)            {}
-func (*loop) ask(*client)                   {}

@@ -2,7 +2,6 @@ package respserver
 
 import (
 	"bytes"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,22 +76,6 @@ func (c *client) unmonitor() {
 	}
 }
 
-// stopMonitor is RESET's end of MONITOR mode. A goroutine of the
-// connection's own may have been woken for lines it no longer writes: its
-// read deadline is cleared, unless Shutdown set one since.
-func (c *client) stopMonitor() {
-	if c.mon == nil {
-		return
-	}
-	c.unmonitor()
-	if nc := c.netConn; nc != nil {
-		_ = nc.SetReadDeadline(time.Time{})
-		if c.s.isClosing() {
-			_ = nc.SetReadDeadline(aLongTimeAgo) // the drain's deadline, undone above
-		}
-	}
-}
-
 func (s *Server) dropMonitorLocked(i int) {
 	s.monitors = slices.Delete(s.monitors, i, i+1)
 	s.monitoring.Add(-1)
@@ -114,21 +97,9 @@ func (s *Server) feed(line []byte) {
 			continue
 		}
 		if len(m.lines) == 0 {
-			m.c.poke()
+			m.c.conn.wake()
 		}
 		m.lines = append(m.lines, line...)
-	}
-}
-
-// poke wakes whatever serves the connection to write its monitor lines:
-// its event loop, or its own goroutine, blocked in Read, through the read
-// deadline (serveConn then calls writeMonitorLines).
-func (c *client) poke() {
-	switch {
-	case c.loop != nil:
-		c.loop.ask(c)
-	case c.netConn != nil:
-		_ = c.netConn.SetReadDeadline(aLongTimeAgo)
 	}
 }
 
@@ -145,25 +116,6 @@ func (c *client) takeMonitorLines(dst []byte) []byte {
 		m.lines = m.lines[:0]
 	}
 	return dst
-}
-
-// writeMonitorLines writes a monitor's lines from a goroutine of the
-// connection's own, woken from Read by poke. The deadline is cleared
-// before the lines are taken, so that a line fed after the take wakes it
-// again; a server shutting down closes the monitor instead, as Redis
-// does, for the clear may have undone Shutdown's deadline.
-func (c *client) writeMonitorLines(nc net.Conn) error {
-	_ = nc.SetReadDeadline(time.Time{})
-	if c.s.isClosing() {
-		return ErrServerClosed
-	}
-	c.out = c.takeMonitorLines(c.out)
-	if len(c.out) == 0 {
-		return nil
-	}
-	_, err := nc.Write(c.out)
-	c.resetOut()
-	return err
 }
 
 func (s *Server) isClosing() bool {

@@ -11,9 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidwall/redcon"
-
 	"github.com/sluice-rl/sluice/internal/evloop"
+	"github.com/sluice-rl/sluice/internal/redisadmin"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -73,11 +72,8 @@ type Config struct {
 	Loops []*evloop.Loop
 }
 
-// InfoSection is one section of INFO, read each time INFO asks.
-type InfoSection struct {
-	Name   string             // its title, such as "Upstream"; INFO upstream selects it
-	Fields func() [][2]string // name and value pairs, in order
-}
+// InfoSection is one section of INFO, read each time INFO selects it.
+type InfoSection = redisadmin.Section
 
 // Server serves the RESP protocol. Its methods are safe for concurrent use.
 type Server struct {
@@ -198,8 +194,8 @@ func (s *Server) adopt(nc net.Conn) {
 		}
 		return
 	}
-	if l == nil {
-		go s.serveConn(nc, c)
+	if g, ok := c.conn.(*goConn); ok {
+		go g.serve()
 		return
 	}
 	if err := l.adopt(nc, c); err != nil {
@@ -230,8 +226,8 @@ func (s *Server) pickLoop(nc net.Conn) *loop {
 
 // register counts a new connection in, or refuses it (closing, or too
 // many connections) and returns nil. l is the event loop that will serve
-// it, or nil for a goroutine of its own, reading through netConn; either
-// is set here, under mu, where CLIENT KILL reads it.
+// it, or nil for a goroutine of its own; its transport is set here, under
+// mu, where CLIENT KILL reads it.
 func (s *Server) register(nc net.Conn, l *loop) *client {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -247,78 +243,15 @@ func (s *Server) register(nc net.Conn, l *loop) *client {
 	addr, laddr, monAddr := connAddrs(nc)
 	c := newClient(s, addr)
 	c.laddr, c.monAddr = laddr, monAddr
-	c.loop = l
 	if l == nil {
-		c.netConn = nc
+		c.conn = &goConn{nc: nc, c: c}
 		c.fd.Store(connFD(nc))
+	} else {
+		c.conn = l.newConn(c)
 	}
 	s.conns[c] = struct{}{}
 	s.stats.connsTotal.Add(1)
 	return c
-}
-
-// serveConn serves a connection from a goroutine of its own: read, run
-// what the read completed, wait for its decisions, write, until the
-// client goes. Only this connection waits on Redis here.
-func (s *Server) serveConn(nc net.Conn, c *client) {
-	var err error
-	defer func() {
-		_ = nc.Close()
-		s.closed(c, err)
-	}()
-	for {
-		var n int
-		n, err = nc.Read(c.room())
-		if c.evict.Load() {
-			_, _ = nc.Write(redcon.AppendError(c.out, errInputBudget))
-			return
-		}
-		if c.mon != nil && errors.Is(err, os.ErrDeadlineExceeded) {
-			// A monitor's wake-up (monitor.go), not the drain's.
-			if err = c.writeMonitorLines(nc); err != nil {
-				return
-			}
-		}
-		if n > 0 {
-			c.serveRead(n)
-			if len(c.out) > 0 {
-				if _, werr := nc.Write(c.out); werr != nil {
-					err = werr
-					return
-				}
-				c.resetOut()
-			}
-			c.compact()
-		}
-		if err != nil || c.quit {
-			return
-		}
-	}
-}
-
-// serveRead runs what a read of n bytes completed, and waits for it all.
-func (c *client) serveRead(n int) {
-	defer c.recoverPanic()
-	c.take(n)
-	c.settle()
-}
-
-// settle hands the queued decisions to the service and waits for them to
-// land, running the commands that waited for them, until nothing is owed.
-// Only a goroutine of a connection's own may wait so.
-func (c *client) settle() {
-	for {
-		if g := c.lift(); g != nil {
-			c.s.cfg.Service.DecideWait(g.batch)
-			c.deliver(g)
-			continue
-		}
-		if !c.held {
-			c.count()
-			return
-		}
-		c.proceed()
-	}
 }
 
 // resetOut empties the reply buffer once it is written, dropping one a
@@ -356,11 +289,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	idle := s.idle
 	until := time.Now().Add(drainGrace)
 	for c := range s.conns {
-		if c.netConn != nil {
-			// Closing an idle connection now would drop requests already
-			// sent but not yet read; the failed read closes it instead.
-			_ = c.netConn.SetReadDeadline(until)
-		}
+		c.conn.drain(until)
 	}
 	s.mu.Unlock()
 	if ln != nil {
@@ -377,9 +306,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	for c := range s.conns {
-		if c.netConn != nil {
-			c.netConn.Close()
-		}
+		c.conn.closeNow()
 	}
 	s.mu.Unlock()
 	for _, l := range loops {
