@@ -76,7 +76,7 @@ func TestFunctionsRefused(t *testing.T) {
 		s := newStore(t, upstream.Config{Client: client, Prefix: user + ":", Log: slog.New(slog.NewTextHandler(&log, nil))})
 		return s, &log
 	}
-	evalshaOnly := func(s *upstream.Store, log *bytes.Buffer) {
+	evalshaOnly := func(t *testing.T, s *upstream.Store, log *bytes.Buffer) {
 		t.Helper()
 		if got := s.Scripts(); got != "evalsha" || !strings.Contains(log.String(), "upstream_scripts=evalsha") {
 			t.Fatalf("%s, log %q; want evalsha, and a line that says so", got, log.String())
@@ -95,7 +95,7 @@ func TestFunctionsRefused(t *testing.T) {
 		if err := s.Check(context.Background()); err != nil {
 			t.Fatalf("Check: %v; want a pass on EVALSHA", err)
 		}
-		evalshaOnly(s, log)
+		evalshaOnly(t, s, log)
 	})
 	t.Run("at a reload", func(t *testing.T) {
 		s, log := store("later")
@@ -107,7 +107,6 @@ func TestFunctionsRefused(t *testing.T) {
 		if res := decide(t, s, req); res[0].Err != nil || res[0].Decision.Remaining != 99 {
 			t.Fatalf("the batch that met the missing library: %+v; want it decided by EVAL", res)
 		}
-		evalshaOnly(s, log)
+		evalshaOnly(t, s, log)
 	})
 }
-
