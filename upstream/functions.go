@@ -54,29 +54,40 @@ func (s *Store) loadLibrary(ctx context.Context) error {
 	if s.functions.Load() || s.refused.Load() {
 		return nil
 	}
+	loaded, err := s.loadEverywhere(ctx)
+	if loaded {
+		s.functions.Store(true)
+		s.log.Info("calling the batch script as a Redis function", "upstream_scripts", "functions", "library", lua.BatchLibrary.Name)
+	}
+	return err
+}
+
+// loadEverywhere loads the batch library on every master with go-redis,
+// and says whether it did; a refusal moves the store to EVALSHA and is no
+// error.
+func (s *Store) loadEverywhere(ctx context.Context) (loaded bool, err error) {
 	load := func(ctx context.Context, c *redis.Client) error {
 		return c.FunctionLoadReplace(ctx, lua.BatchLibrary.Source).Err()
 	}
-	var err error
 	switch c := s.client.(type) {
 	case *redis.ClusterClient:
 		err = c.ForEachMaster(ctx, load)
 	case *redis.Client:
 		err = load(ctx, c)
 	default:
-		return nil
-	}
-	if err == nil {
-		s.functions.Store(true)
-		s.log.Info("calling the batch script as a Redis function", "upstream_scripts", "functions", "library", lua.BatchLibrary.Name)
-		return nil
+		err = fmt.Errorf("a %T has no FUNCTION LOAD of its own", s.client)
+		s.refuseFunctions(err)
+		return false, nil
 	}
 	var rerr redis.Error
-	if errors.As(err, &rerr) {
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &rerr):
 		s.refuseFunctions(err)
-		return nil
+		return false, nil
 	}
-	return fmt.Errorf("upstream: function load: %w", err)
+	return false, fmt.Errorf("upstream: function load: %w", err)
 }
 
 // refuseFunctions moves the store to EVALSHA for good: Redis refused
@@ -86,6 +97,13 @@ func (s *Store) refuseFunctions(err error) {
 	if !s.refused.Swap(true) {
 		s.log.Warn("Redis refused FUNCTION LOAD: calling the batch script with EVALSHA", "upstream_scripts", "evalsha", "err", err)
 	}
+}
+
+// reload loads the batch library again after a call that go-redis made
+// (run) found it missing; on a pipe, reloadOn does. Its error is left to
+// the next call, which finds the function missing again and goes as EVAL.
+func (s *Store) reload(ctx context.Context) {
+	_, _ = s.loadEverywhere(ctx)
 }
 
 // reloadOn sends FUNCTION LOAD on p, ahead of a call sent again as EVAL

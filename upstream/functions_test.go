@@ -58,6 +58,15 @@ func TestFunctions(t *testing.T) {
 	if s.Scripts() != "functions" {
 		t.Errorf("after the reloads: %s; want functions still", s.Scripts())
 	}
+	// A call go-redis makes (Check's, a Cluster key sent again alone)
+	// reloads the library too.
+	mustDo(t, srv, "FUNCTION", "FLUSH")
+	if err := s.Check(context.Background()); err != nil {
+		t.Fatalf("Check after FUNCTION FLUSH: %v", err)
+	}
+	if list := mustDo(t, srv, "FUNCTION", "LIST"); !strings.Contains(list, lua.BatchLibrary.Function) {
+		t.Errorf("after Check met the missing library: FUNCTION LIST %q; want it loaded again", list)
+	}
 }
 
 // TestFunctionsRefused: where Redis refuses FUNCTION LOAD (an ACL user

@@ -687,8 +687,7 @@ func (b *buffers) appendBatchArgs(reqs []engine.Request, idx, multi []int) ([]an
 
 // run sends the calls in one round trip, then sends again as EVAL, in a
 // second one, those that met NOSCRIPT or a missing function. Errors stay
-// in each call's cmd. (A missing function is loaded again by the pipes,
-// whose calls are the decisions', or by the next Check.)
+// in each call's cmd; a missing function is loaded again first.
 func (s *Store) run(ctx context.Context, calls []call) {
 	s.send(ctx, calls, func(p redis.Cmdable, c *call) *redis.Cmd {
 		name, ref := s.scriptRef(c.script)
@@ -700,10 +699,15 @@ func (s *Store) run(ctx context.Context, calls []call) {
 	// Send every call again that met NOSCRIPT, in order; EVAL loads its
 	// script into the node's cache for the next EVALSHA.
 	retry := make([]call, 0, len(calls))
+	noFunction := false
 	for _, c := range calls {
 		if isNoScript(c.cmd.Err()) {
 			retry = append(retry, c)
+			noFunction = noFunction || isNoFunction(c.cmd.Err())
 		}
+	}
+	if noFunction {
+		s.reload(ctx)
 	}
 	s.send(ctx, retry, func(p redis.Cmdable, c *call) *redis.Cmd {
 		return s.eval(ctx, p, "EVAL", c.script.Source, c)
