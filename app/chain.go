@@ -55,7 +55,7 @@ func newChain(cfg Config, mem *memstore.Store, tel *telemetry.Telemetry, log *sl
 			c.close()
 		}
 	}()
-	up, err := upstream.New(upstream.Config{Client: client, Prefix: cfg.KeyPrefix})
+	up, err := upstream.New(upstream.Config{Client: client, Prefix: cfg.KeyPrefix, Log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +140,8 @@ func (s *Sidecar) infoSections() []respserver.InfoSection {
 	}
 	return append(secs,
 		respserver.InfoSection{Name: "Upstream", Fields: func() [][2]string {
-			return append([][2]string{{"upstream", string(c.kind)}, {"upstream_addrs", upstream.Redact(cfg.Upstream)}},
+			return append([][2]string{{"upstream", string(c.kind)}, {"upstream_addrs", upstream.Redact(cfg.Upstream)},
+				{"upstream_scripts", c.up.Scripts()}},
 				c.chain.InfoUpstream()...)
 		}},
 		respserver.InfoSection{Name: "Batcher", Fields: c.chain.InfoBatcher},

@@ -80,6 +80,9 @@ var prelude = preludeSrc + "\n" + bucketSrc
 var (
 	// Batch decides many requests, each with its own algorithm.
 	Batch *Script
+	// BatchLibrary is Batch as a Redis 7 function library, for FUNCTION
+	// LOAD and FCALL.
+	BatchLibrary *Library
 	// Lease acquires and releases the concurrency limiter's leases of one
 	// key (see lease.lua for its arguments and replies).
 	Lease *Script
@@ -112,6 +115,7 @@ func init() {
 		batch += "\n" + loader(a.name, a.src)
 	}
 	Batch = newScript("batch", batch+"\n"+batchMain)
+	BatchLibrary = newLibrary()
 	// The lease script needs the shared helpers, not the algorithms.
 	Lease = newScript("lease", shebang+preludeSrc+"\n"+leaseMain)
 }
@@ -119,4 +123,47 @@ func init() {
 func newScript(name, src string) *Script {
 	sum := sha1.Sum([]byte(src))
 	return &Script{Name: name, Source: src, SHA: hex.EncodeToString(sum[:])}
+}
+
+// Library is the batch script as a function library: Redis runs its top
+// level (the helpers' and algorithms' definitions) once, at FUNCTION LOAD,
+// where a script runs it again on every EVALSHA.
+//
+// Function names are global to a Redis, so both names carry a hash of
+// the library's code: two versions of Sluice during a rolling update load
+// two libraries side by side, each calling its own. Libraries persist
+// (RDB, AOF) and replicate like data; nothing deletes one that no sidecar
+// calls any more (see the README's "Operating").
+type Library struct {
+	// Name is the library's, sluice_<hex>.
+	Name string
+	// Function is the batch function's, sluice_batch_<hex>: FCALL's
+	// first argument, with Batch's keys and arguments after it.
+	Function string
+	// Source is FUNCTION LOAD's argument.
+	Source string
+}
+
+// newLibrary wraps the batch script's body in the function that
+// register_function declares, with the flag allow-cross-slot-keys (see
+// batchShebang). Its KEYS and ARGV are the function's parameters; begin
+// (prelude.lua) resets the state a call must not inherit from the call
+// before it.
+//
+// Redis loads a library in a sandbox without math or string, so the
+// definitions run at the first FCALL rather than at FUNCTION LOAD, in
+// define, and once.
+func newLibrary() *Library {
+	code := "local batch\nlocal function define()\n" + prelude
+	for _, a := range algorithms {
+		code += "\n" + loader(a.name, a.src)
+	}
+	code += "\nbatch = function(KEYS, ARGV)\nbegin()\n" + batchMain + "\nend\nend\n"
+	sum := sha1.Sum([]byte(code))
+	hash := hex.EncodeToString(sum[:8])
+	l := &Library{Name: "sluice_" + hash, Function: "sluice_batch_" + hash}
+	l.Source = "#!lua name=" + l.Name + "\n" + code +
+		"redis.register_function{function_name='" + l.Function + "', flags={'allow-cross-slot-keys'}, callback=function(keys, args)\n" +
+		"  if not batch then define() end\n  return batch(keys, args)\nend}\n"
+	return l
 }

@@ -283,3 +283,59 @@ func TestIdleKeyTakesOneCommand(t *testing.T) {
 		})
 	}
 }
+
+// TestLibrary: the batch library loads under its hashed names, answers as
+// the script does, and a call does not inherit the one before's state: a
+// library's top-level locals outlive a call, and a pinned clock left
+// behind would give the next, unpinned call's key an expiry tens of
+// millennia ahead.
+func TestLibrary(t *testing.T) {
+	srv := redistest.Start(t)
+	l := lua.BatchLibrary
+	if !strings.HasPrefix(l.Name, "sluice_") || l.Function != "sluice_batch_"+strings.TrimPrefix(l.Name, "sluice_") {
+		t.Fatalf("names %q, %q: want sluice_<hex> and sluice_batch_<hex>", l.Name, l.Function)
+	}
+	if got, err := srv.Do("FUNCTION", "LOAD", l.Source); err != nil || got != l.Name {
+		t.Fatalf("FUNCTION LOAD: %q, %v; want %q", got, err, l.Name)
+	}
+	const now = "1767225600000000"
+	fcall := func(key string, args ...string) string {
+		t.Helper()
+		got, err := srv.Do(append([]string{"FCALL", l.Function, "1", key}, args...)...)
+		if err != nil {
+			t.Fatalf("FCALL %s: %v", key, err)
+		}
+		return got
+	}
+	eval := func(key string, args ...string) string {
+		t.Helper()
+		got, err := srv.Do(append([]string{"EVAL", lua.Batch.Source, "1", key}, args...)...)
+		if err != nil {
+			t.Fatalf("EVAL %s: %v", key, err)
+		}
+		return got
+	}
+	for _, alg := range []string{"fixed", "log", "sliding", "token", "leaky", "gcra"} {
+		for i := 0; i < 3; i++ {
+			args := one(alg, "2", "1000000", "1", "1", "0", now)
+			if f, e := fcall("f:"+alg, args...), eval("e:"+alg, args...); f != e {
+				t.Errorf("%s, call %d: FCALL replies %q, EVAL %q", alg, i, f, e)
+			}
+		}
+	}
+	fcall("pinned", one("gcra", "1", "1000000", "4", "1", "0", now)...)
+	fcall("unpinned", one("gcra", "1", "1000000", "4", "1", "0")...)
+	ttl, err := srv.Do("PTTL", "unpinned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := strconv.ParseInt(ttl, 10, 64); n < 1 || n > 2000 {
+		t.Errorf("the unpinned call's key has PTTL %s ms, want at most its period (1000 ms): the pinned call before it left its clock pinned", ttl)
+	}
+	// Cross-slot keys are the flag's business on Cluster; here it must
+	// at least be declared.
+	list, err := srv.Do("FUNCTION", "LIST", "LIBRARYNAME", l.Name)
+	if err != nil || !strings.Contains(list, "allow-cross-slot-keys") {
+		t.Errorf("FUNCTION LIST: %q, %v: want the flag allow-cross-slot-keys", list, err)
+	}
+}

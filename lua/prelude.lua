@@ -56,6 +56,15 @@ end
 local pinned = false
 local shift = 4503599627370496 -- 2^52: ends + shift stays below 2^53
 
+-- begin starts a call: it forgets printed and pinned, the per-call state
+-- above. A script's top level runs again on every EVALSHA, but a
+-- library's runs once, at FUNCTION LOAD, and its locals live on between
+-- FCALLs: a batch with a pinned clock would leave the next one pinned,
+-- and printed would grow with every number any call printed.
+local function begin()
+  printed, pinned = {}, false
+end
+
 -- px is SET's expiry option for state that ends at ends (µs): on Redis's
 -- clock, PX with the µs left rounded up to whole ms, at least 1.
 local function px(now, ends)

@@ -11,7 +11,13 @@ import (
 // batch script over an empty batch. It fails wherever decisions would,
 // also where a PING succeeds: a wrong password, an ACL user without
 // EVALSHA, a read-only replica that refuses scripts.
+//
+// Until Functions are in use or refused, it first loads the batch library
+// on every master (functions.go).
 func (s *Store) Check(ctx context.Context) error {
+	if err := s.loadLibrary(ctx); err != nil {
+		return err
+	}
 	// No keys (a call that declares none has their count first in ARGV,
 	// see batch.lua), limits, runs, key runs or multi-limit requests.
 	calls := []call{{script: lua.Batch, args: []any{"0", "0", "0", "0", "0"}}}

@@ -43,9 +43,10 @@ type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
-// eval issues c as EVALSHA (name "evalsha", body the SHA) or EVAL (name
-// "eval", body the source) on p: as go-redis's EvalSha and Eval do, and on
-// Cluster marked noRetry.
+// eval issues c as EVALSHA (name "EVALSHA", body the SHA), FCALL (name
+// "FCALL", body the function) or EVAL (name "EVAL", body the source) on
+// p: as go-redis's EvalSha, FCall and Eval do, and on Cluster marked
+// noRetry.
 func (s *Store) eval(ctx context.Context, p redis.Cmdable, name, body string, c *call) *redis.Cmd {
 	pr, ok := p.(processor)
 	if !s.cluster || !ok {
@@ -53,8 +54,11 @@ func (s *Store) eval(ctx context.Context, p redis.Cmdable, name, body string, c 
 		for i, k := range c.keys {
 			keys[i] = s.keyString(k)
 		}
-		if name == "eval" {
+		switch name {
+		case "EVAL":
 			return p.Eval(ctx, body, keys, c.args...)
+		case "FCALL":
+			return p.FCall(ctx, body, keys, c.args...)
 		}
 		return p.EvalSha(ctx, body, keys, c.args...)
 	}

@@ -221,8 +221,9 @@ func TestDecideMultiLimitWhileSlotMigrates(t *testing.T) {
 }
 
 // TestCallsPerMaster: a batch over many keys, in hundreds of slots of
-// every master, costs each master one script call, and decides as many
-// requests as it holds.
+// every master, costs each master one script call (EVALSHA, then FCALL
+// once Check has loaded the library), and decides as many requests as it
+// holds.
 func TestCallsPerMaster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 2})
@@ -238,26 +239,34 @@ func TestCallsPerMaster(t *testing.T) {
 		slots[upstream.Slot(s.Key(r.Key, r.Limit.Algorithm))] = true
 	}
 	decide(t, s, reqs...) // loads the script on every master
-	for _, n := range cl.Nodes {
-		mustDo(t, n, "CONFIG", "RESETSTAT")
-	}
-	for k, r := range decide(t, s, reqs...) {
-		if r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != lim.Capacity()-2 {
-			t.Fatalf("request %d: %+v; want allowed, the second of its key", k, r)
+	for round, cmd := range []string{"evalsha", "fcall"} {
+		if cmd == "fcall" {
+			if err := s.Check(context.Background()); err != nil || s.Scripts() != "functions" {
+				t.Fatalf("Check: %v, %s; want the library loaded on every master", err, s.Scripts())
+			}
 		}
-	}
-	for _, n := range cl.Nodes {
-		if calls := evalshaCalls(t, n); calls != 1 {
-			t.Errorf("master %s: %d EVALSHA calls for a batch of %d keys in %d slots; want 1", n.Addr, calls, len(reqs), len(slots))
+		for _, n := range cl.Nodes {
+			mustDo(t, n, "CONFIG", "RESETSTAT")
+		}
+		for k, r := range decide(t, s, reqs...) {
+			if r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != lim.Capacity()-2-int64(round) {
+				t.Fatalf("%s, request %d: %+v; want allowed, the %d-th of its key", cmd, k, r, round+2)
+			}
+		}
+		for _, n := range cl.Nodes {
+			if calls := commandCalls(t, n, cmd); calls != 1 {
+				t.Errorf("master %s: %d %s calls for a batch of %d keys in %d slots; want 1", n.Addr, calls, cmd, len(reqs), len(slots))
+			}
 		}
 	}
 }
 
-// evalshaCalls is how many EVALSHA calls srv has run (INFO commandstats).
-func evalshaCalls(t *testing.T, srv *redistest.Server) int64 {
+// commandCalls is how many calls of cmd (lower case) srv has run (INFO
+// commandstats).
+func commandCalls(t *testing.T, srv *redistest.Server, cmd string) int64 {
 	t.Helper()
 	for _, line := range strings.Split(mustDo(t, srv, "INFO", "commandstats"), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
 			n, err := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
 			if err != nil {
 				t.Fatal(fmt.Errorf("INFO commandstats: %q: %w", line, err))

@@ -153,7 +153,8 @@ func (s *Store) submitByMaster(reqs []engine.Request, res []engine.Result, deadl
 	b.pending.Store(int32(len(b.calls)) + 1)
 	for k := range b.calls {
 		c := &b.calls[k]
-		b.out = s.appendUndeclared(b.out[:0], "EVALSHA", c.script.SHA, c)
+		name, ref := s.scriptRef(c.script)
+		b.out = s.appendUndeclared(b.out[:0], name, ref, c)
 		b.masters[k].send(b.out, deadline, b.gots[k])
 	}
 	if b.pending.Add(-1) == 0 {
@@ -197,11 +198,15 @@ func (s *Store) byMaster(ctx context.Context, b *buffers, reqs []engine.Request)
 
 // gotFromMaster takes the reply to call k of a batch sent by master. A
 // master that lost its scripts gets the call again as EVAL, which loads
-// the script for the next EVALSHA.
+// the script for the next EVALSHA; one that lost the batch library gets
+// FUNCTION LOAD first, for the next FCALL.
 func (s *Store) gotFromMaster(b *buffers, k int, reply any, err error) {
 	if v, ok := reply.(replyError); ok && err == nil && isNoScript(v) && !b.callEvaled[k] {
 		b.callEvaled[k] = true
 		c := &b.calls[k]
+		if isNoFunction(v) {
+			s.reloadOn(b.masters[k], b.sending.deadline)
+		}
 		out := s.appendUndeclared(nil, "EVAL", c.script.Source, c)
 		b.masters[k].send(out, b.sending.deadline, b.gots[k])
 		return

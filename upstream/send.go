@@ -50,7 +50,8 @@ func (s *Store) Submit(reqs []engine.Request, res []engine.Result, deadline time
 	}
 	// Off Cluster, plan makes one call of the whole batch.
 	b.sending = sending{reqs: reqs, res: res, done: done, deadline: deadline}
-	b.out = s.appendScriptCall(b.out[:0], "EVALSHA", b.calls[0].script.SHA, &b.calls[0])
+	name, ref := s.scriptRef(b.calls[0].script)
+	b.out = s.appendScriptCall(b.out[:0], name, ref, &b.calls[0])
 	s.pipe.send(b.out, deadline, b.got)
 }
 
@@ -74,7 +75,8 @@ type sending struct {
 
 // gotReply completes a batch sent on the pipe with its reply. A Redis that
 // lost its scripts gets the call again as EVAL, which loads the script for
-// the next EVALSHA.
+// the next EVALSHA; one that lost the batch library gets FUNCTION LOAD
+// first, for the next FCALL.
 func (s *Store) gotReply(b *buffers, reply any, err error) {
 	x, c := &b.sending, &b.calls[0]
 	var list []any
@@ -85,6 +87,9 @@ func (s *Store) gotReply(b *buffers, reply any, err error) {
 		case replyError:
 			if isNoScript(v) && !x.evaled {
 				x.evaled = true
+				if isNoFunction(v) {
+					s.reloadOn(s.pipe, x.deadline)
+				}
 				b.out = s.appendScriptCall(b.out[:0], "EVAL", c.script.Source, c)
 				s.pipe.send(b.out, x.deadline, b.got)
 				return
@@ -105,8 +110,9 @@ func (s *Store) gotReply(b *buffers, reply any, err error) {
 	done(err)
 }
 
-// appendScriptCall appends call c as a RESP command: name (EVALSHA or
-// EVAL), body (the script's SHA or source), its keys, its arguments.
+// appendScriptCall appends call c as a RESP command: name (EVALSHA, FCALL
+// or EVAL), body (the script's SHA, the function's name or the script's
+// source), its keys, its arguments.
 func (s *Store) appendScriptCall(buf []byte, name, body string, c *call) []byte {
 	buf = redcon.AppendArray(buf, 3+len(c.keys)+len(c.args))
 	buf = redcon.AppendBulkString(buf, name)

@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,6 +57,9 @@ type Config struct {
 	// Now pins the clock, for tests only. Nil means Redis's own clock
 	// (TIME), which keeps sidecars with skewed clocks in agreement.
 	Now func() time.Time
+	// Log gets the line that says whether batches call a Redis function
+	// or EVALSHA (functions.go). Nil means slog.Default().
+	Log *slog.Logger
 }
 
 // Store decides requests on Redis. It is safe for concurrent use.
@@ -69,6 +73,14 @@ type Store struct {
 	// masters holds a pipe per Cluster master (masters.go); nil off
 	// Cluster, and where a pipe cannot stand in for go-redis.
 	masters *masterPipes
+	// functions is set while batches call the batch library (FCALL),
+	// refused once Redis refused to load it (functions.go).
+	functions, refused atomic.Bool
+	// reloading holds the pipes with a FUNCTION LOAD under way: the
+	// batches in flight when a master lost the library all meet its
+	// absence, and one load is enough.
+	reloading sync.Map // *pipe → struct{}
+	log       *slog.Logger
 }
 
 var _ engine.Store = (*Store)(nil)
@@ -85,7 +97,10 @@ func New(cfg Config) (*Store, error) {
 		cfg.Prefix = DefaultPrefix
 	}
 	_, cluster := cfg.Client.(*redis.ClusterClient)
-	s := &Store{client: cfg.Client, cluster: cluster, prefix: cfg.Prefix, now: cfg.Now}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	s := &Store{client: cfg.Client, cluster: cluster, prefix: cfg.Prefix, now: cfg.Now, log: cfg.Log}
 	if cc, ok := cfg.Client.(*redis.ClusterClient); ok {
 		s.masters = newMasterPipes(cc)
 	} else {
@@ -671,10 +686,12 @@ func (b *buffers) appendBatchArgs(reqs []engine.Request, idx, multi []int) ([]an
 }
 
 // run sends the calls in one round trip, then sends again as EVAL, in a
-// second one, those that met NOSCRIPT. Errors stay in each call's cmd.
+// second one, those that met NOSCRIPT or a missing function. Errors stay
+// in each call's cmd; a missing function is loaded again first.
 func (s *Store) run(ctx context.Context, calls []call) {
 	s.send(ctx, calls, func(p redis.Cmdable, c *call) *redis.Cmd {
-		return s.eval(ctx, p, "evalsha", c.script.SHA, c)
+		name, ref := s.scriptRef(c.script)
+		return s.eval(ctx, p, name, ref, c)
 	})
 	if !hasNoScript(calls) {
 		return
@@ -682,13 +699,18 @@ func (s *Store) run(ctx context.Context, calls []call) {
 	// Send every call again that met NOSCRIPT, in order; EVAL loads its
 	// script into the node's cache for the next EVALSHA.
 	retry := make([]call, 0, len(calls))
+	noFunction := false
 	for _, c := range calls {
 		if isNoScript(c.cmd.Err()) {
 			retry = append(retry, c)
+			noFunction = noFunction || isNoFunction(c.cmd.Err())
 		}
 	}
+	if noFunction {
+		s.reload(ctx)
+	}
 	s.send(ctx, retry, func(p redis.Cmdable, c *call) *redis.Cmd {
-		return s.eval(ctx, p, "eval", c.script.Source, c)
+		return s.eval(ctx, p, "EVAL", c.script.Source, c)
 	})
 	for k, j := 0, 0; k < len(calls); k++ {
 		if isNoScript(calls[k].cmd.Err()) {
@@ -721,7 +743,12 @@ func hasNoScript(calls []call) bool {
 	return false
 }
 
-func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
+// isNoScript says whether err is Redis's answer to a call of a script it
+// does not have: NOSCRIPT to EVALSHA, or an FCALL's missing function
+// (functions.go). EVAL runs the script either way.
+func isNoScript(err error) bool {
+	return err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || isNoFunction(err))
+}
 
 // unavailable lists the prefixes of Redis errors that mean the server
 // cannot serve at all now, rather than that a request met a problem of its

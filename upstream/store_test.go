@@ -44,7 +44,13 @@ func differential(tb testing.TB, client redis.UniversalClient, name string, seed
 		tb.Fatal(err)
 	}
 	prefix := "diff:"
-	var red engine.Store = newStore(tb, upstream.Config{Client: client, Prefix: prefix, Now: clock.Now})
+	s := newStore(tb, upstream.Config{Client: client, Prefix: prefix, Now: clock.Now})
+	// As the sidecar does at its start: load the batch library, so that
+	// the decisions compared are FCALL's.
+	if err := s.Check(context.Background()); err != nil || s.Scripts() != "functions" {
+		tb.Fatalf("Check: %v, %s; want the batch library in use", err, s.Scripts())
+	}
+	var red engine.Store = s
 	if checkTTL {
 		red = &ttlChecked{Store: red, tb: tb, client: client, pattern: prefix + "{" + name + ":*"}
 	}

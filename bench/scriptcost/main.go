@@ -1,6 +1,6 @@
 // Command scriptcost measures what the batch script costs Redis per
 // decision: Redis's own CPU time, from INFO commandstats (usec_per_call of
-// EVALSHA divided by the batch size), not throughput, which on a shared
+// FCALL, or of EVALSHA with -functions=false, divided by the batch size), not throughput, which on a shared
 // machine is mostly noise. It starts its own redis-server on a free
 // loopback port, sends batches through the real upstream.Store, and prints
 // for each scenario and batch size the median and the least of several
@@ -58,6 +58,7 @@ var (
 	algs      = flag.String("alg", "gcra,token,leaky,fixed,sliding,log", "algorithms, by short name")
 	scenarios = flag.String("scenario", "fresh,hot,floor,policy1,policy2,hotpolicy", "scenarios: fresh, hot, floor, policy1, policy2, hotpolicy")
 	keySpace  = flag.Int("keys", 100_000, "client keys the policy scenarios pick from")
+	functions = flag.Bool("functions", true, "call the batch library with FCALL, as the sidecar does once it has loaded it; false: EVALSHA of the batch script")
 	server    = flag.String("redis-server", "redis-server", "the redis-server binary")
 )
 
@@ -119,9 +120,17 @@ func main() {
 		stop()
 		log.Fatal(err)
 	}
-	m := &meter{ctx: context.Background(), client: client, store: store, pid: pid, stop: stop}
+	m := &meter{ctx: context.Background(), client: client, store: store, pid: pid, stop: stop, call: "evalsha"}
+	if *functions {
+		// Check loads the library, as the sidecar's start does.
+		if err := store.Check(m.ctx); err != nil || store.Scripts() != "functions" {
+			stop()
+			log.Fatalf("loading the batch library: %v (%s)", err, store.Scripts())
+		}
+		m.call = "fcall"
+	}
 
-	fmt.Printf("Redis µs per decision, %d runs of %d decisions: usec_per_call of EVALSHA / N, median (least); main thread CPU / decision, median\n", *runs, *decisions)
+	fmt.Printf("Redis µs per decision, %d runs of %d decisions: usec_per_call of "+strings.ToUpper(m.call)+" / N, median (least); main thread CPU / decision, median\n", *runs, *decisions)
 	fmt.Printf("%-8s %-8s", "scenario", "alg")
 	for _, n := range ns {
 		fmt.Printf(" %22s", "N="+strconv.Itoa(n))
@@ -156,6 +165,8 @@ type meter struct {
 	// decided counts the decisions of the last measurement, the first
 	// batch (which loads the script) included, as the CPU time does.
 	decided int
+	// call is the command batches go as: "fcall" or "evalsha".
+	call string
 }
 
 // cpu reads the nanoseconds Redis's main thread has spent on a CPU.
@@ -245,7 +256,7 @@ func (m *meter) batches(scenario string, a engine.Algorithm, n int) (float64, er
 			}
 		}
 	}
-	us, err := m.usecPerCall("evalsha")
+	us, err := m.usecPerCall(m.call)
 	return us / float64(n), err
 }
 
@@ -298,7 +309,7 @@ func (m *meter) policy(n int, two, hot bool) (float64, error) {
 		}
 	}
 	m.serial++
-	us, err := m.usecPerCall("evalsha")
+	us, err := m.usecPerCall(m.call)
 	return us / float64(n), err
 }
 

@@ -1,0 +1,129 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/lua"
+)
+
+// Redis Functions. The batch script's top level (its helpers' and
+// algorithms' definitions) runs again on every EVALSHA; loaded as a
+// library (lua.BatchLibrary), it runs once, and FCALL calls the batch
+// function alone. The store starts on EVALSHA and moves to FCALL once
+// Check has loaded the library on every master (FUNCTION LOAD REPLACE:
+// loading the same library again changes nothing). A master that lost
+// it (FUNCTION FLUSH, a failover to a master that never had it) answers
+// "ERR Function not found", as it answers NOSCRIPT for a script: the
+// call goes again as EVAL, and the library is loaded again on that
+// master first. Where Redis refuses FUNCTION LOAD (an ACL user denied
+// FUNCTION, a proxy that does not know it), the store stays on, or goes
+// back to, EVALSHA until it restarts; INFO's upstream_scripts and the
+// log say which is in use. Only the batch script is a library: the
+// lease script's calls are rare.
+
+// scriptRef is the command and reference a call of script sc starts
+// with: FCALL and the batch function while Functions are in use, else
+// EVALSHA and the script's SHA.
+func (s *Store) scriptRef(sc *lua.Script) (name, ref string) {
+	if sc == lua.Batch && s.functions.Load() {
+		return "FCALL", lua.BatchLibrary.Function
+	}
+	return "EVALSHA", sc.SHA
+}
+
+// Scripts says how batches call Redis: "functions" (FCALL of the loaded
+// library) or "evalsha".
+func (s *Store) Scripts() string {
+	if s.functions.Load() {
+		return "functions"
+	}
+	return "evalsha"
+}
+
+// loadLibrary loads the batch library on every master, unless Functions
+// are in use already or were refused, and moves the store to FCALL when
+// it loaded everywhere. Only a refusal by Redis (a reply error) moves it
+// to EVALSHA for good; a connection that fails leaves it for the next
+// check.
+func (s *Store) loadLibrary(ctx context.Context) error {
+	if s.functions.Load() || s.refused.Load() {
+		return nil
+	}
+	loaded, err := s.loadEverywhere(ctx)
+	if loaded {
+		s.functions.Store(true)
+		s.log.Info("calling the batch script as a Redis function", "upstream_scripts", "functions", "library", lua.BatchLibrary.Name)
+	}
+	return err
+}
+
+// loadEverywhere loads the batch library on every master with go-redis,
+// and says whether it did; a refusal moves the store to EVALSHA and is no
+// error.
+func (s *Store) loadEverywhere(ctx context.Context) (loaded bool, err error) {
+	load := func(ctx context.Context, c *redis.Client) error {
+		return c.FunctionLoadReplace(ctx, lua.BatchLibrary.Source).Err()
+	}
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, load)
+	case *redis.Client:
+		err = load(ctx, c)
+	default:
+		err = fmt.Errorf("a %T has no FUNCTION LOAD of its own", s.client)
+		s.refuseFunctions(err)
+		return false, nil
+	}
+	var rerr redis.Error
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &rerr):
+		s.refuseFunctions(err)
+		return false, nil
+	}
+	return false, fmt.Errorf("upstream: function load: %w", err)
+}
+
+// refuseFunctions moves the store to EVALSHA for good: Redis refused
+// FUNCTION LOAD with err.
+func (s *Store) refuseFunctions(err error) {
+	s.functions.Store(false)
+	if !s.refused.Swap(true) {
+		s.log.Warn("Redis refused FUNCTION LOAD: calling the batch script with EVALSHA", "upstream_scripts", "evalsha", "err", err)
+	}
+}
+
+// reload loads the batch library again after a call that go-redis made
+// (run) found it missing; on a pipe, reloadOn does. Its error is left to
+// the next call, which finds the function missing again and goes as EVAL.
+func (s *Store) reload(ctx context.Context) {
+	_, _ = s.loadEverywhere(ctx)
+}
+
+// reloadOn sends FUNCTION LOAD on p, ahead of a call sent again as EVAL
+// after p's master answered that the batch function is missing: the
+// calls after it find it again.
+func (s *Store) reloadOn(p *pipe, deadline time.Time) {
+	if _, busy := s.reloading.LoadOrStore(p, struct{}{}); busy {
+		return
+	}
+	cmd := appendCommand(nil, "FUNCTION", "LOAD", "REPLACE", lua.BatchLibrary.Source)
+	p.send(cmd, deadline, func(reply any, err error) {
+		s.reloading.Delete(p)
+		if v, ok := reply.(replyError); ok && err == nil {
+			s.refuseFunctions(v)
+		}
+	})
+}
+
+// isNoFunction says whether err is Redis's answer to an FCALL of a
+// function it does not have.
+func isNoFunction(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "Function not found") // go-redis drops the "ERR "
+}
