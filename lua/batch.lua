@@ -26,6 +26,10 @@
 -- under the same limits (a hot tenant under a policy) are decided as a
 -- run, reading and writing each limit's key once.
 --
+-- This comment is the format's one description; lua.BatchCall (wire.go)
+-- encodes these arguments and lua.BatchReply decodes the reply, and
+-- wire_test.go runs one through the other on a real Redis.
+--
 -- KEYS[i]  the i-th key: the single-limit requests' keys, then each
 --          multi-limit request's, one per limit
 -- ARGV     the number of limits, m; four fields per limit: algorithm
