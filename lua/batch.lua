@@ -26,6 +26,10 @@
 -- under the same limits (a hot tenant under a policy) are decided as a
 -- run, reading and writing each limit's key once.
 --
+-- This comment is the format's one description; lua.BatchCall (wire.go)
+-- encodes these arguments and lua.BatchReply decodes the reply, and
+-- wire_test.go runs one through the other on a real Redis.
+--
 -- KEYS[i]  the i-th key: the single-limit requests' keys, then each
 --          multi-limit request's, one per limit
 -- ARGV     the number of limits, m; four fields per limit: algorithm
@@ -107,13 +111,16 @@ if #ARGV < qj then
   fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4, ' .. g .. ' key runs of 2 and a number of multi-limit requests, got ' .. #ARGV .. ' arguments')
 end
 local q = count(qj, 'number of multi-limit requests')
-local multis, multiKeys, mj = {}, 0, qj + 1
+-- Each multi-limit request x is its number of limits mN[x], cost, mode
+-- and the field of its first limit index, mAt[x]: arrays, not a table
+-- per request.
+local mN, mCost, mMode, mAt, multiKeys, mj = {}, {}, {}, {}, 0, qj + 1
 for x = 1, q do
   local nl = count(mj, 'number of limits of a request')
   if nl < 1 or #ARGV < mj + 2 + nl then
     fail('multi-limit request ' .. x .. ' of ' .. nl .. ' limits cut short at argument ' .. #ARGV)
   end
-  multis[x] = {n = nl, cost = ARGV[mj + 1], peek = ARGV[mj + 2] == '1', charge = ARGV[mj + 2] == '2', at = mj + 3}
+  mN[x], mCost[x], mMode[x], mAt[x] = nl, ARGV[mj + 1], ARGV[mj + 2], mj + 3
   multiKeys, mj = multiKeys + nl, mj + 3 + nl
 end
 if #ARGV ~= mj - 1 and #ARGV ~= mj then
@@ -397,42 +404,63 @@ local function writeHeld(states, base)
     end
   end
 end
--- limitsOf resolves R's limits, and tells whether each has an algorithm
--- of its own.
-local function limitsOf(R)
-  local Ls, own, seenAlg = {}, true, {}
-  for j = 1, R.n do
-    local L = limits[tonumber(ARGV[R.at + j - 1])]
+-- limitsOf resolves request x's limits into Ls, and tells whether each has an
+-- algorithm of its own. Ls and states are kept from one request to the
+-- next, no table made per request: a run's states are held in them
+-- (decideMulti), and a request that does not continue a run comes after
+-- the one before wrote them.
+local Ls, states = {}, {}
+states.limits = Ls
+local function limitsOf(x)
+  local own = true
+  for j = 1, mN[x] do
+    local L = limits[tonumber(ARGV[mAt[x] + j - 1])]
     if not L then
-      fail('no limit ' .. string.format('%q', ARGV[R.at + j - 1]))
+      fail('no limit ' .. string.format('%q', ARGV[mAt[x] + j - 1]))
     elseif L.err then
       error(L.err, 0)
     end
-    if seenAlg[L.alg] then
-      own = false
+    for i = 1, j - 1 do
+      if Ls[i].alg == L.alg then
+        own = false
+      end
     end
-    Ls[j], seenAlg[L.alg] = L, true
+    Ls[j] = L
   end
-  return Ls, own
+  for j = mN[x] + 1, #Ls do
+    Ls[j] = nil
+  end
+  return own
 end
--- decideMulti decides multi-limit request R, whose keys follow KEYS[base].
--- held is the states of R's limits that the request before it left, when
--- R continues its run (see below), and in held.limits the limits; nil:
--- each limit is read. When the run goes on after R, it returns the states
+-- memoOf is limit L's memo of a claim at cost: a claim worked out for one
+-- empty key serves every empty key of the same limit and cost
+-- (bucket.lua).
+local function memoOf(L, cost)
+  local memo = L.multiMemo
+  if not memo or memo.cost ~= cost then
+    memo = {cost = cost}
+    L.multiMemo = memo
+  end
+  return memo
+end
+-- decideMulti decides multi-limit request x, whose keys follow KEYS[base].
+-- held is the states of its limits that the request before it left, when
+-- x continues its run (see below), and in held.limits the limits; nil:
+-- each limit is read. When the run goes on after x, it returns the states
 -- to hold for the next request; otherwise it writes what the run changed,
 -- and returns nil.
-local function decideMulti(R, base, held, goesOn)
-  local cost = param(R.cost, 'cost')
-  if R.charge and cost > 0 then
+local function decideMulti(x, base, held, goesOn)
+  local cost = param(mCost[x], 'cost')
+  if mMode[x] == '2' and cost > 0 then
     -- Taken by each limit, whatever the others (engine's charge): each is
     -- read, charged and written in turn. A charge never joins a run.
-    local Ls = limitsOf(R)
-    for j = 1, R.n do
+    limitsOf(x)
+    for j = 1, mN[x] do
       if not Ls[j].alg.force then
         fail('the sliding log takes no charge')
       end
     end
-    for j = 1, R.n do
+    for j = 1, mN[x] do
       local L, key = Ls[j], KEYS[base + j]
       if pinned then
         forget(key, now)
@@ -445,42 +473,71 @@ local function decideMulti(R, base, held, goesOn)
     end
     return nil
   end
-  local Ls, own
-  if held then
-    Ls, own = held.limits, true -- a run's limits are the same throughout
-  else
-    Ls, own = limitsOf(R)
+  local own = true -- a run's limits are the same throughout
+  if not held then
+    own = limitsOf(x)
   end
   -- Each limit looks at the request's cost. An algorithm keeps one
   -- state at a time, so when every limit has an algorithm of its own
   -- (the usual policy: a burst and a quota) their states, all read, stay
   -- valid, and the charge (or the look at cost 0 after a refusal) goes on
   -- from them without reading again; otherwise each limit is read again.
-  local refused, states = nil, held or {limits = Ls}
-  for j = 1, R.n do
-    local L, key = Ls[j], KEYS[base + j]
-    if held then
-      again(j, L, key, states[j], cost, true)
-    else
-      states[j] = look(j, L, key, cost)
+  -- One limit that can claim an empty key (bucket.lua) looks last: where
+  -- all the others admit, its look is a claim, one command that reads
+  -- the key and, if it was empty, takes the cost from it, not a read and
+  -- a write. A run writes its states once at its end: no claim there.
+  local claimer
+  if not held and not goesOn and own and mMode[x] ~= '1' and cost > 0 then
+    for j = mN[x], 1, -1 do
+      if Ls[j].alg.claims and cost <= Ls[j].capacity then
+        claimer = j
+        break
+      end
     end
-    if not parts[j][1] then
-      refused = refused or j
-    elseif refused then
-      again(j, L, key, states[j], 0, true)
+  end
+  local refused, claimed = false, false
+  for j = 1, mN[x] do
+    if j ~= claimer then
+      if held then
+        again(j, Ls[j], KEYS[base + j], states[j], cost, true)
+      else
+        states[j] = look(j, Ls[j], KEYS[base + j], cost)
+      end
+      refused = refused or not parts[j][1]
+    end
+  end
+  if claimer and refused then
+    states[claimer] = look(claimer, Ls[claimer], KEYS[base + claimer], cost)
+  elseif claimer then
+    local L, key = Ls[claimer], KEYS[base + claimer]
+    if pinned then
+      forget(key, now)
+    end
+    local s, allowed, remaining, retry, reset, delay = L.alg.read(key, now, L, cost, false, memoOf(L, cost))
+    states[claimer] = s
+    if allowed ~= nil then
+      claimed = true -- taken and written
+      put(claimer, allowed, remaining, retry, reset, delay)
+    else
+      put(claimer, L.alg.step(s, key, now, L, cost, true))
+      refused = not parts[claimer][1]
     end
   end
   if refused then
-    for j = 1, refused - 1 do
-      if own then
-        again(j, Ls[j], KEYS[base + j], states[j], 0, true)
-      else
-        look(j, Ls[j], KEYS[base + j], 0)
+    for j = 1, mN[x] do
+      if parts[j][1] then
+        if own then
+          again(j, Ls[j], KEYS[base + j], states[j], 0, true)
+        else
+          look(j, Ls[j], KEYS[base + j], 0)
+        end
       end
     end
-  elseif own and not R.peek then
-    for j = 1, R.n do
-      again(j, Ls[j], KEYS[base + j], states[j], cost, false)
+  elseif own and mMode[x] ~= '1' then
+    for j = 1, mN[x] do
+      if not (claimed and j == claimer) then
+        again(j, Ls[j], KEYS[base + j], states[j], cost, false)
+      end
     end
   end
   if own then
@@ -490,20 +547,13 @@ local function decideMulti(R, base, held, goesOn)
     writeHeld(states, base)
     return nil
   end
-  if refused or R.peek then
+  if refused or mMode[x] == '1' then
     return nil
   end
-  for j = 1, R.n do
+  for j = 1, mN[x] do
     local L, key = Ls[j], KEYS[base + j]
     local A = L.alg
-    -- A claim worked out for one empty key serves every empty key of the
-    -- same limit and cost (bucket.lua).
-    local memo = L.multiMemo
-    if not memo or memo.cost ~= cost then
-      memo = {cost = cost}
-      L.multiMemo = memo
-    end
-    local s, allowed, remaining, retry, reset, delay = A.read(key, now, L, cost, false, memo)
+    local s, allowed, remaining, retry, reset, delay = A.read(key, now, L, cost, false, memoOf(L, cost))
     if allowed == nil then
       allowed, remaining, retry, reset, delay = A.step(s, key, now, L, cost, false)
     end
@@ -521,12 +571,12 @@ end
 -- left, and its last writes each key once. A request that fails raises
 -- before it changes a state, so the run goes on from the states before
 -- it; a run that ends at a request that failed writes those.
-local function continues(R, base, P, pbase)
-  if R.n ~= P.n or R.charge or P.charge then
+local function continues(x, base, y, pbase)
+  if mN[x] ~= mN[y] or mMode[x] == '2' or mMode[y] == '2' then
     return false
   end
-  for j = 0, R.n - 1 do
-    if KEYS[base + 1 + j] ~= KEYS[pbase + 1 + j] or ARGV[R.at + j] ~= ARGV[P.at + j] then
+  for j = 0, mN[x] - 1 do
+    if KEYS[base + 1 + j] ~= KEYS[pbase + 1 + j] or ARGV[mAt[x] + j] ~= ARGV[mAt[y] + j] then
       return false
     end
   end
@@ -534,18 +584,17 @@ local function continues(R, base, P, pbase)
 end
 local base, held = keys, nil
 for x = 1, q do
-  local R, after = multis[x], multis[x + 1]
-  local goesOn = after ~= nil and continues(after, base + R.n, R, base)
-  local ok, kept = pcall(decideMulti, R, base, held, goesOn)
+  local goesOn = x < q and continues(x + 1, base + mN[x], x, base)
+  local ok, kept = pcall(decideMulti, x, base, held, goesOn)
   if ok then
     held = kept
-    for j = 1, R.n do
+    for j = 1, mN[x] do
       local p = parts[j]
       emit(p[1] and 1 or 0, p[2], p[3], p[4], p[5])
     end
   else
     local e = errorIndex(kept)
-    for _ = 1, R.n do
+    for _ = 1, mN[x] do
       emit(-e, 0, 0, 0, 0)
     end
     if held and not goesOn then
@@ -553,7 +602,7 @@ for x = 1, q do
       held = nil
     end
   end
-  base = base + R.n
+  base = base + mN[x]
 end
 
 if repeats > 0 then

@@ -222,5 +222,6 @@ local function newBucket(extra, leaky, token)
     return out
   end
 
-  return {prepare = prepare, read = read, step = step, write = write, many = many, force = force}
+  -- claims: read may decide an empty key's request by claiming it.
+  return {prepare = prepare, read = read, step = step, write = write, many = many, force = force, claims = true}
 end

@@ -18,9 +18,8 @@ func (s *Store) Check(ctx context.Context) error {
 	if err := s.loadLibrary(ctx); err != nil {
 		return err
 	}
-	// No keys (a call that declares none has their count first in ARGV,
-	// see batch.lua), limits, runs, key runs or multi-limit requests.
-	calls := []call{{script: lua.Batch, args: []any{"0", "0", "0", "0", "0"}}}
+	// No keys, limits, runs, key runs or multi-limit requests.
+	calls := []call{{script: lua.Batch}}
 	s.run(ctx, calls)
 	if err := calls[0].cmd.Err(); err != nil {
 		return fmt.Errorf("upstream: %w", err)

@@ -54,26 +54,36 @@ func (s *Store) eval(ctx context.Context, p redis.Cmdable, name, body string, c 
 		for i, k := range c.keys {
 			keys[i] = s.keyString(k)
 		}
+		args := c.values(make([]any, 0, 1+c.batch.Args()))
 		switch name {
 		case "EVAL":
-			return p.Eval(ctx, body, keys, c.args...)
+			return p.Eval(ctx, body, keys, args...)
 		case "FCALL":
-			return p.FCall(ctx, body, keys, c.args...)
+			return p.FCall(ctx, body, keys, args...)
 		}
-		return p.EvalSha(ctx, body, keys, c.args...)
+		return p.EvalSha(ctx, body, keys, args...)
 	}
-	args := make([]any, 0, 3+len(c.keys)+len(c.args))
+	args := make([]any, 0, 4+len(c.keys)+c.batch.Args())
 	args = append(args, name, body, len(c.keys))
 	for _, k := range c.keys {
 		args = append(args, s.keyString(k))
 	}
-	args = append(args, c.args...)
+	args = c.values(args)
 	cmd := redis.NewCmd(ctx, args...)
 	if len(c.keys) > 0 {
 		cmd.SetFirstKeyPos(3)
 	}
 	_ = pr.Process(ctx, noRetry{cmd}) // the error stays in cmd
 	return cmd
+}
+
+// values appends c's arguments boxed, for go-redis. A call that declares
+// no keys (Check's) has their count, 0, first in ARGV (see lua/batch.lua).
+func (c *call) values(args []any) []any {
+	if len(c.keys) == 0 {
+		args = append(args, 0)
+	}
+	return c.batch.Values(args)
 }
 
 // maxSettleRounds bounds settle's rounds when ctx has no deadline.
@@ -90,7 +100,7 @@ const maxSettleRounds = 8
 // on the source, which runs it, or not, and the target runs it after
 // ASK.) A split call is replaced in b.calls by its parts, so that collect
 // reads them instead.
-func (s *Store) settle(ctx context.Context, b *buffers, reqs []engine.Request, now any) {
+func (s *Store) settle(ctx context.Context, b *buffers, reqs []engine.Request, now *int64) {
 	for round := 0; round < maxSettleRounds && hasTryAgain(b.calls); round++ {
 		n := len(b.calls)
 		kept := make([]call, 0, n)
@@ -121,7 +131,7 @@ func (s *Store) settle(ctx context.Context, b *buffers, reqs []engine.Request, n
 
 // split appends to b.calls one call per unit of c (see settle) and
 // reports whether c had more than one.
-func (s *Store) split(b *buffers, reqs []engine.Request, c *call, now any) bool {
+func (s *Store) split(b *buffers, reqs []engine.Request, c *call, now *int64) bool {
 	// c.reqs holds each key's single-limit requests together, then the
 	// multi-limit ones.
 	unitEnd := func(start int) int {

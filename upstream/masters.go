@@ -311,7 +311,7 @@ func replyList(reply any, err error) ([]any, error) {
 // declared: no keys, and ARGV the number of keys, the keys, then c's
 // arguments (see lua/batch.lua).
 func (s *Store) appendUndeclared(buf []byte, name, body string, c *call) []byte {
-	buf = redcon.AppendArray(buf, 4+len(c.keys)+len(c.args))
+	buf = redcon.AppendArray(buf, 4+len(c.keys)+c.batch.Args())
 	buf = redcon.AppendBulkString(buf, name)
 	buf = redcon.AppendBulkString(buf, body)
 	buf = appendBulkInt(buf, 0)
@@ -319,5 +319,5 @@ func (s *Store) appendUndeclared(buf []byte, name, body string, c *call) []byte 
 	for _, k := range c.keys {
 		buf = s.appendKey(buf, k)
 	}
-	return s.appendArgs(buf, c.args)
+	return c.batch.Append(buf)
 }

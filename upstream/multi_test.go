@@ -174,3 +174,48 @@ func TestHotPolicyReadsEachLimitOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyClaimsEmptyKeys: a request alone on its keys under a policy
+// whose other limits admit it costs its bucket limit one command on an
+// empty key, a claim (SET NX GET), not a read and a write; and where
+// another limit refuses, the bucket's key is only read, never written.
+func TestPolicyClaimsEmptyKeys(t *testing.T) {
+	srv, client := standalone(t)
+	now := enginetest.Epoch
+	s := newStore(t, upstream.Config{Client: client, Prefix: "claims:", Now: func() time.Time { return now }})
+	policy := []engine.NamedLimit{
+		{Name: "burst", Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 10, Period: time.Second, Burst: 9}},
+		{Name: "daily", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 100_000, Period: 24 * time.Hour}},
+	}
+	tooSmall := []engine.NamedLimit{policy[0], {Name: "tiny", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 1, Period: time.Hour}}}
+	var reqs []engine.Request
+	for i := range 50 {
+		reqs = append(reqs, engine.Request{Key: "tenant:" + strconv.Itoa(i), Limits: policy, Cost: 1})
+	}
+	// The tiny limit's window is used up.
+	hour := time.Hour.Microseconds()
+	for i := range 10 {
+		key := "refused:" + strconv.Itoa(i)
+		client.HSet(context.Background(), s.LimitKey(key, tooSmall[1]), "w", now.UnixMicro()-now.UnixMicro()%hour, "n", 1)
+		reqs = append(reqs, engine.Request{Key: key, Limits: tooSmall, Cost: 1})
+	}
+	decide(t, s, engine.Request{Key: "load", Limits: policy, Cost: 1}) // loads the script
+	mustDo(t, srv, "CONFIG", "RESETSTAT")
+	for k, r := range decide(t, s, reqs...) {
+		if r.Err != nil || r.Decision.Allowed != (k < 50) {
+			t.Fatalf("request %d: %+v", k, r)
+		}
+	}
+	calls := map[string]int{}
+	for line := range strings.SplitSeq(mustDo(t, srv, "INFO", "commandstats"), "\r\n") {
+		if name, v, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls="); ok {
+			calls[name], _ = strconv.Atoi(v[:strings.IndexByte(v, ',')])
+		}
+	}
+	if calls["set"] != 50 || calls["get"] != 10 {
+		t.Errorf("%d SET and %d GET for 50 admitted and 10 refused; want 50 claims and 10 reads (commands: %v)", calls["set"], calls["get"], calls)
+	}
+	if n, err := client.Exists(context.Background(), s.LimitKey("refused:0", policy[0])).Result(); err != nil || n != 0 {
+		t.Errorf("a refused request's bucket key exists (%d, %v)", n, err)
+	}
+}

@@ -114,34 +114,14 @@ func (s *Store) gotReply(b *buffers, reply any, err error) {
 // or EVAL), body (the script's SHA, the function's name or the script's
 // source), its keys, its arguments.
 func (s *Store) appendScriptCall(buf []byte, name, body string, c *call) []byte {
-	buf = redcon.AppendArray(buf, 3+len(c.keys)+len(c.args))
+	buf = redcon.AppendArray(buf, 3+len(c.keys)+c.batch.Args())
 	buf = redcon.AppendBulkString(buf, name)
 	buf = redcon.AppendBulkString(buf, body)
 	buf = appendBulkInt(buf, int64(len(c.keys)))
 	for _, k := range c.keys {
 		buf = s.appendKey(buf, k)
 	}
-	return s.appendArgs(buf, c.args)
-}
-
-// appendArgs appends a script call's arguments as RESP bulk strings.
-func (s *Store) appendArgs(buf []byte, args []any) []byte {
-	for _, a := range args {
-		switch v := a.(type) {
-		case string:
-			buf = redcon.AppendBulkString(buf, v)
-		case *int64:
-			buf = appendBulkInt(buf, *v)
-		case int64:
-			buf = appendBulkInt(buf, v)
-		case int:
-			buf = appendBulkInt(buf, int64(v))
-		default:
-			// Every argument the store builds is one of the above.
-			buf = redcon.AppendBulkString(buf, fmt.Sprint(v))
-		}
-	}
-	return buf
+	return c.batch.Append(buf)
 }
 
 // Close closes the store's own connection; the client is the caller's to

@@ -25,7 +25,6 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -182,8 +181,8 @@ func (s *Store) keyOf(r *engine.Request) string {
 type call struct {
 	script *lua.Script
 	keys   []keyRef
-	args   []any
-	reqs   []int // indices into the caller's reqs, in order
+	batch  lua.BatchCall // the arguments after the keys
+	reqs   []int         // indices into the caller's reqs, in order
 	cmd    *redis.Cmd
 }
 
@@ -199,8 +198,13 @@ type buffers struct {
 	group   map[uint16]int
 
 	keys  []keyRef
-	args  []any
 	calls []call
+	// The calls' arguments (lua.BatchCall), each call's a part of these.
+	wireLimits  []lua.Limit
+	runs        []lua.Run
+	keyRuns     []lua.KeyRun
+	multis      []lua.Multi
+	multiLimits []int64
 	// Batch script only: each call's requests with a key's together
 	// (grouped; each call's reqs is a part of it), the distinct keys'
 	// group numbers (keyGroup) and their requests (groupSize), each
@@ -221,9 +225,9 @@ type buffers struct {
 	multi    []int
 	multiKey map[string]int
 	multiBy  []keyed
-	// replies holds a batch reply's decisions, one per request, or per
+	// reply holds a batch reply's decisions, one per request, or per
 	// limit of a multi-limit request.
-	replies [][lua.BatchFields]int64
+	reply lua.BatchReply
 	// Pipe only: the batch's command as written, what its reply
 	// completes, and gotReply bound to these buffers.
 	out     []byte
@@ -239,12 +243,8 @@ type buffers struct {
 	callEvaled []bool
 	gots       []func(reply any, err error)
 	pending    atomic.Int32
-	// nums holds the integer arguments, which args points into: a pointer
-	// in an interface allocates nothing, an int64 above 255 would. Each
-	// element is written before its pointer is taken and never after, so
-	// a pointer stays right even if nums grows; it is sized before it is
-	// filled so that it does not.
-	nums []int64
+	// now is the pinned clock (Config.Now) of the batch, for tests.
+	now int64
 }
 
 type slotted struct {
@@ -270,13 +270,15 @@ func (s *Store) buffers() *buffers {
 
 func (s *Store) release(b *buffers) {
 	clear(b.keys)
-	clear(b.args)
 	clear(b.calls)
+	clear(b.wireLimits)
 	b.valid, b.slotted, b.slots, b.order = b.valid[:0], b.slotted[:0], b.slots[:0], b.order[:0]
-	b.keys, b.args, b.calls, b.nums = b.keys[:0], b.args[:0], b.calls[:0], b.nums[:0]
+	b.keys, b.calls = b.keys[:0], b.calls[:0]
+	b.wireLimits, b.runs, b.keyRuns, b.multis, b.multiLimits = b.wireLimits[:0], b.runs[:0], b.keyRuns[:0], b.multis[:0], b.multiLimits[:0]
 	clear(b.group)
 	clear(b.limitIndex)
-	b.limits, b.reqLimit, b.replies, b.multi, b.multiBy = b.limits[:0], b.reqLimit[:0], b.replies[:0], b.multi[:0], b.multiBy[:0]
+	b.limits, b.reqLimit, b.multi, b.multiBy = b.limits[:0], b.reqLimit[:0], b.multi[:0], b.multiBy[:0]
+	b.reply.Decisions = b.reply.Decisions[:0]
 	clear(b.keyGroup)
 	clear(b.multiKey)
 	b.grouped, b.groupSize, b.reqGroup, b.groupAt = b.grouped[:0], b.groupSize[:0], b.reqGroup[:0], b.groupAt[:0]
@@ -286,30 +288,6 @@ func (s *Store) release(b *buffers) {
 	clear(b.callEvaled)
 	b.masters, b.callReply, b.callErr, b.callEvaled = b.masters[:0], b.callReply[:0], b.callErr[:0], b.callEvaled[:0]
 	s.bufs.Put(b)
-}
-
-// Boxed arguments that repeat, so that passing them allocates nothing.
-var (
-	algArgs  [len(algNames)]any
-	modeArgs = [3]any{"0", "1", "2"}
-)
-
-// algNames is each algorithm's short name, which the batch script takes.
-var algNames = [...]string{
-	engine.FixedWindow:   engine.FixedWindow.Short(),
-	engine.SlidingLog:    engine.SlidingLog.Short(),
-	engine.SlidingWindow: engine.SlidingWindow.Short(),
-	engine.TokenBucket:   engine.TokenBucket.Short(),
-	engine.LeakyBucket:   engine.LeakyBucket.Short(),
-	engine.GCRA:          engine.GCRA.Short(),
-}
-
-func init() {
-	for a, name := range algNames {
-		if name != "" {
-			algArgs[a] = name
-		}
-	}
 }
 
 // Decide decides reqs into res and waits: Submit for a caller that may
@@ -359,7 +337,7 @@ func (s *Store) decideBySlot(ctx context.Context, reqs []engine.Request, res []e
 // prepare validates reqs, failing the invalid ones in res, and plans the
 // calls that decide the others. It returns the clock argument the calls
 // take (nil: Redis's own), and false when no request is left to send.
-func (s *Store) prepare(b *buffers, reqs []engine.Request, res []engine.Result) (now any, ok bool) {
+func (s *Store) prepare(b *buffers, reqs []engine.Request, res []engine.Result) (now *int64, ok bool) {
 	if now, ok = s.prepareArgs(b, reqs, res); ok {
 		s.plan(b, reqs, now)
 	}
@@ -368,7 +346,7 @@ func (s *Store) prepare(b *buffers, reqs []engine.Request, res []engine.Result) 
 
 // prepareArgs is prepare but for the plan: it validates reqs and makes
 // room for the calls' arguments.
-func (s *Store) prepareArgs(b *buffers, reqs []engine.Request, res []engine.Result) (now any, ok bool) {
+func (s *Store) prepareArgs(b *buffers, reqs []engine.Request, res []engine.Result) (now *int64, ok bool) {
 	for i := range reqs {
 		if err := reqs[i].Validate(); err != nil {
 			res[i] = engine.Result{Err: err}
@@ -379,16 +357,9 @@ func (s *Store) prepareArgs(b *buffers, reqs []engine.Request, res []engine.Resu
 	if len(b.valid) == 0 {
 		return nil, false
 	}
-	n := maxNumsPerRequest*len(b.valid) + 1
-	for _, i := range b.valid {
-		n += len(reqs[i].Limits) * numsPerLimit
-	}
-	if cap(b.nums) < n {
-		b.nums = make([]int64, 0, n)
-	}
 	if s.now != nil {
-		b.nums = append(b.nums, s.now().UnixMicro())
-		now = &b.nums[0]
+		b.now = s.now().UnixMicro()
+		now = &b.now
 	}
 	return now, true
 }
@@ -405,7 +376,7 @@ func (s *Store) reloadSlots(ctx context.Context) {
 }
 
 // plan turns the valid requests into calls.
-func (s *Store) plan(b *buffers, reqs []engine.Request, now any) {
+func (s *Store) plan(b *buffers, reqs []engine.Request, now *int64) {
 	order := b.valid
 	if s.cluster {
 		order = s.bySlot(b, reqs)
@@ -427,7 +398,7 @@ func (s *Store) plan(b *buffers, reqs []engine.Request, now any) {
 
 // appendCall appends to b.calls one call of the batch script that decides
 // the requests idx, which share a slot on Cluster.
-func (s *Store) appendCall(b *buffers, reqs []engine.Request, idx []int, now any) {
+func (s *Store) appendCall(b *buffers, reqs []engine.Request, idx []int, now *int64) {
 	k, g := len(b.keys), len(b.grouped)
 	// The multi-limit requests go last, keys and all (see batch.lua).
 	b.multi = b.multi[:0]
@@ -448,15 +419,14 @@ func (s *Store) appendCall(b *buffers, reqs []engine.Request, idx []int, now any
 			b.keys = append(b.keys, keyRef{key: reqs[i].Key, name: l.Name, alg: l.Limit.Algorithm})
 		}
 	}
-	a := len(b.args)
-	b.args, b.nums = b.appendBatchArgs(reqs, b.grouped[g:g+singles], b.grouped[g+singles:])
+	batch := b.appendBatchCall(reqs, b.grouped[g:g+singles], b.grouped[g+singles:])
 	if now != nil {
-		b.args = append(b.args, now)
+		batch.Now, batch.Pinned = *now, true
 	}
 	b.calls = append(b.calls, call{
 		script: lua.Batch,
 		keys:   b.keys[k:len(b.keys):len(b.keys)],
-		args:   b.args[a:len(b.args):len(b.args)],
+		batch:  batch,
 		reqs:   b.grouped[g:len(b.grouped):len(b.grouped)],
 	})
 }
@@ -553,17 +523,6 @@ func (b *buffers) groupMulti(reqs []engine.Request) {
 	}
 }
 
-// maxNumsPerRequest bounds how many integers a request adds to nums: at
-// most three for a limit of its own, three for a run of its own, two for
-// a key run of its own, and four for the counts of limits, runs, key runs
-// and multi-limit requests of a call of its own; a multi-limit request
-// adds two (its count of limits and its cost) and numsPerLimit per limit.
-const maxNumsPerRequest = 13
-
-// numsPerLimit bounds what each limit of a multi-limit request adds: three
-// for a limit of its own in the table, and its index.
-const numsPerLimit = 4
-
 // burstArg is what a limit sends as the scripts' burst: the sliding window,
 // which takes no burst, sends its precision there (see lua/sliding.lua).
 func burstArg(l engine.Limit) int64 {
@@ -573,27 +532,24 @@ func burstArg(l engine.Limit) int64 {
 	return l.Burst
 }
 
-// modeArg is the batch script's mode of a request: 0 takes, 1 peeks, 2
-// charges (a cost known after the work, taken even over the limit).
-func modeArg(r *engine.Request) any {
+// modeOf is the batch script's mode of a request.
+func modeOf(r *engine.Request) lua.Mode {
 	switch {
 	case r.Charge:
-		return modeArgs[2]
+		return lua.Charge
 	case r.Peek:
-		return modeArgs[1]
+		return lua.Peek
 	}
-	return modeArgs[0]
+	return lua.Take
 }
 
-// appendBatchArgs appends the batch script's arguments for the
+// appendBatchCall builds the batch script's arguments for the
 // single-limit requests idx of reqs, each key's together, as group left
-// them and b.groupSize counts them, and the multi-limit requests multi
-// (see batch.lua): the count of distinct limits, each limit; the count of
-// runs, then each run's size, limit index, cost and mode, where a run is
-// consecutive requests that share all three; the count of key runs, then
-// each one's count of keys and requests per key; the count of multi-limit
-// requests, then each one's count of limits, cost, mode and limit indexes.
-func (b *buffers) appendBatchArgs(reqs []engine.Request, idx, multi []int) ([]any, []int64) {
+// them and b.groupSize counts them, and the multi-limit requests multi:
+// the distinct limits; runs of consecutive requests that share a limit,
+// cost and mode; runs of keys with as many requests each; each
+// multi-limit request. Its slices are parts of b's, which it appends to.
+func (b *buffers) appendBatchCall(reqs []engine.Request, idx, multi []int) lua.BatchCall {
 	b.limits, b.reqLimit = b.limits[:0], b.reqLimit[:0]
 	clear(b.limitIndex)
 	index := func(l engine.Limit) int64 {
@@ -618,71 +574,41 @@ func (b *buffers) appendBatchArgs(reqs []engine.Request, idx, multi []int) ([]an
 			b.reqLimit = append(b.reqLimit, index(l.Limit))
 		}
 	}
-	args, nums := b.args, b.nums
-	nums = append(nums, int64(len(b.limits)))
-	args = append(args, &nums[len(nums)-1])
+	l0, r0, k0, m0, ml0 := len(b.wireLimits), len(b.runs), len(b.keyRuns), len(b.multis), len(b.multiLimits)
 	for _, l := range b.limits {
-		k := len(nums)
-		nums = append(nums, l.Rate, l.Period.Microseconds(), burstArg(l))
-		args = append(args, algArgs[l.Algorithm], &nums[k], &nums[k+1], &nums[k+2])
+		b.wireLimits = append(b.wireLimits, lua.Limit{Algorithm: l.Algorithm.Short(), Rate: l.Rate, Period: l.Period.Microseconds(), Burst: burstArg(l)})
 	}
 	// A run ends where the next request has another limit, cost or mode.
-	continues := func(q int) bool {
-		r, p := &reqs[idx[q]], &reqs[idx[q-1]]
-		return b.reqLimit[q] == b.reqLimit[q-1] && r.Cost == p.Cost && r.Peek == p.Peek && r.Charge == p.Charge
-	}
-	runs := int64(0)
-	for q := range idx {
-		if q == 0 || !continues(q) {
-			runs++
-		}
-	}
-	nums = append(nums, runs)
-	args = append(args, &nums[len(nums)-1])
 	for q := 0; q < len(idx); {
+		r := &reqs[idx[q]]
 		end := q + 1
-		for end < len(idx) && continues(end) {
+		for end < len(idx) && b.reqLimit[end] == b.reqLimit[q] && reqs[idx[end]].Cost == r.Cost && modeOf(&reqs[idx[end]]) == modeOf(r) {
 			end++
 		}
-		k := len(nums)
-		nums = append(nums, int64(end-q), b.reqLimit[q], reqs[idx[q]].Cost)
-		args = append(args, &nums[k], &nums[k+1], &nums[k+2], modeArg(&reqs[idx[q]]))
+		b.runs = append(b.runs, lua.Run{Requests: int64(end - q), Limit: b.reqLimit[q], Cost: r.Cost, Mode: modeOf(r)})
 		q = end
 	}
 	// Key runs: consecutive keys with as many requests each.
-	keyRuns := int64(0)
-	for g, size := range b.groupSize {
-		if g == 0 || size != b.groupSize[g-1] {
-			keyRuns++
-		}
-	}
-	nums = append(nums, keyRuns)
-	args = append(args, &nums[len(nums)-1])
 	for g := 0; g < len(b.groupSize); {
 		end := g + 1
 		for end < len(b.groupSize) && b.groupSize[end] == b.groupSize[g] {
 			end++
 		}
-		k := len(nums)
-		nums = append(nums, int64(end-g), int64(b.groupSize[g]))
-		args = append(args, &nums[k], &nums[k+1])
+		b.keyRuns = append(b.keyRuns, lua.KeyRun{Keys: int64(end - g), Requests: int64(b.groupSize[g])})
 		g = end
 	}
-	nums = append(nums, int64(len(multi)))
-	args = append(args, &nums[len(nums)-1])
-	at := len(idx)
+	b.multiLimits = append(b.multiLimits, b.reqLimit[len(idx):]...)
 	for _, i := range multi {
 		r := &reqs[i]
-		k := len(nums)
-		nums = append(nums, int64(len(r.Limits)), r.Cost)
-		args = append(args, &nums[k], &nums[k+1], modeArg(r))
-		for range r.Limits {
-			nums = append(nums, b.reqLimit[at])
-			args = append(args, &nums[len(nums)-1])
-			at++
-		}
+		b.multis = append(b.multis, lua.Multi{Limits: len(r.Limits), Cost: r.Cost, Mode: modeOf(r)})
 	}
-	return args, nums
+	return lua.BatchCall{
+		Limits:      b.wireLimits[l0:len(b.wireLimits):len(b.wireLimits)],
+		Runs:        b.runs[r0:len(b.runs):len(b.runs)],
+		KeyRuns:     b.keyRuns[k0:len(b.keyRuns):len(b.keyRuns)],
+		Multis:      b.multis[m0:len(b.multis):len(b.multis)],
+		MultiLimits: b.multiLimits[ml0:len(b.multiLimits):len(b.multiLimits)],
+	}
 }
 
 // run sends the calls in one round trip, then sends again as EVAL, in a
@@ -782,72 +708,20 @@ func (s *Store) collect(b *buffers, c *call, reqs []engine.Request, res []engine
 	return s.collectBatch(b, c, reqs, res, reply)
 }
 
-// replyInts reads len(v) integers of reply from at.
-func replyInts(v []int64, reply []any, at int, script string) error {
-	if at+len(v) > len(reply) {
-		return fmt.Errorf("upstream: eval %s: reply cut short at field %d of %d", script, at+len(v), len(reply))
-	}
-	for j := range v {
-		var ok bool
-		if v[j], ok = reply[at+j].(int64); !ok {
-			return fmt.Errorf("upstream: eval %s: reply field %d is %T, want an integer", script, at+j, reply[at+j])
-		}
-	}
-	return nil
-}
-
-// collectBatch reads the batch script's reply (see batch.lua): five
-// integers per request (per limit of a multi-limit request), a run of
-// replies that step alike written as its first and then its length and
-// steps, then the error messages.
+// collectBatch reads the batch script's reply (lua.BatchReply) into the
+// results of c's requests.
 func (s *Store) collectBatch(b *buffers, c *call, reqs []engine.Request, res []engine.Result, reply []any) error {
-	b.replies = b.replies[:0]
-	rows := 0
-	for _, i := range c.reqs {
-		rows += max(len(reqs[i].Limits), 1)
-	}
-	at := 0
-	var v, step [lua.BatchFields]int64
-	for repeat := int64(0); len(b.replies) < rows; {
-		if repeat > 0 {
-			for j := 1; j < lua.BatchFields; j++ {
-				v[j] += step[j]
-			}
-			b.replies = append(b.replies, v)
-			repeat--
-			continue
-		}
-		if err := replyInts(v[:1], reply, at, c.script.Name); err != nil {
-			return err
-		}
-		if v[0] >= 2 {
-			// A run: its length and the steps of the other four fields.
-			if len(b.replies) == 0 {
-				return fmt.Errorf("upstream: eval %s: the reply repeats before it replies", c.script.Name)
-			}
-			if err := replyInts(step[:], reply, at, c.script.Name); err != nil {
-				return err
-			}
-			repeat, at = step[0]-1, at+lua.BatchFields
-			v = b.replies[len(b.replies)-1]
-			continue
-		}
-		if err := replyInts(v[:], reply, at, c.script.Name); err != nil {
-			return err
-		}
-		b.replies = append(b.replies, v)
-		at += lua.BatchFields
+	if err := b.reply.Decode(reply, c.batch.Rows()); err != nil {
+		return fmt.Errorf("upstream: eval %s: %w", c.script.Name, err)
 	}
 	k := 0
 	for _, i := range c.reqs {
-		// allowed (-k for the k-th error message), remaining, retry_after,
-		// reset_after, delay.
 		r := &reqs[i]
 		if !r.Multi() {
-			v := &b.replies[k]
+			v := &b.reply.Decisions[k]
 			k++
-			if v[0] < 0 {
-				res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.Key(r.Key, r.Limit.Algorithm), scriptError(reply, at, -v[0]))}
+			if v.Allowed < 0 {
+				res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.Key(r.Key, r.Limit.Algorithm), b.reply.Err(*v))}
 				continue
 			}
 			res[i] = engine.Result{Decision: decision(v, r.Limit)}
@@ -857,9 +731,9 @@ func (s *Store) collectBatch(b *buffers, c *call, reqs []engine.Request, res []e
 		n := len(r.Limits)
 		res[i] = engine.Result{}
 		for j := range n {
-			v := &b.replies[k+j]
-			if v[0] < 0 {
-				res[i].Err = fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.LimitKey(r.Key, r.Limits[j]), scriptError(reply, at, -v[0]))
+			v := &b.reply.Decisions[k+j]
+			if v.Allowed < 0 {
+				res[i].Err = fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.LimitKey(r.Key, r.Limits[j]), b.reply.Err(*v))
 				break
 			}
 			parts[j] = decision(v, r.Limits[j].Limit)
@@ -873,27 +747,16 @@ func (s *Store) collectBatch(b *buffers, c *call, reqs []engine.Request, res []e
 	return nil
 }
 
-// decision is one reply's five integers under limit l.
-func decision(v *[lua.BatchFields]int64, l engine.Limit) engine.Decision {
+// decision is one reply under limit l.
+func decision(v *lua.Decision, l engine.Limit) engine.Decision {
 	return engine.Decision{
-		Allowed:    v[0] == 1,
+		Allowed:    v.Allowed == 1,
 		Limit:      l.Capacity(),
-		Remaining:  v[1],
-		RetryAfter: engine.Micros(v[2]),
-		ResetAfter: engine.Micros(v[3]),
-		Delay:      engine.Micros(v[4]),
+		Remaining:  v.Remaining,
+		RetryAfter: engine.Micros(v.RetryAfter),
+		ResetAfter: engine.Micros(v.ResetAfter),
+		Delay:      engine.Micros(v.Delay),
 	}
-}
-
-// scriptError is the k-th (1-based) error message of a batch reply, which
-// follow its integers.
-func scriptError(reply []any, integers int, k int64) error {
-	at := integers + int(k) - 1
-	if k < 1 || at >= len(reply) {
-		return fmt.Errorf("script error %d missing from the reply", k)
-	}
-	msg, _ := reply[at].(string)
-	return errors.New(strings.TrimSpace(msg))
 }
 
 // Reset implements engine.Store: it deletes key's state under every

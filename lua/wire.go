@@ -1,0 +1,219 @@
+package lua
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/redcon"
+)
+
+// This file is the batch script's wire format in Go: BatchCall is what one
+// call carries after the script's reference and keys, BatchReply what it
+// answers. batch.lua's header comment describes both in prose; the two
+// change together, and TestBatchRoundTrip runs one through the other.
+
+// Mode is what a request does with its cost.
+type Mode int64
+
+const (
+	Take   Mode = 0 // take the cost if it fits, else refuse
+	Peek   Mode = 1 // say whether it would fit, taking nothing
+	Charge Mode = 2 // take it even past the limit: a cost known after the work
+)
+
+// Limit is a row of a batch's limits table. Algorithm is a short name
+// (fixed, log, sliding, token, leaky or gcra); Burst carries the sliding
+// window's precision.
+type Limit struct {
+	Algorithm           string
+	Rate, Period, Burst int64 // Period in µs
+}
+
+// Run is consecutive single-limit requests that share a limit (its 1-based
+// index in the table), a cost and a mode.
+type Run struct {
+	Requests, Limit, Cost int64
+	Mode                  Mode
+}
+
+// KeyRun is consecutive keys that each have as many requests.
+type KeyRun struct {
+	Keys, Requests int64
+}
+
+// Multi is a multi-limit request: its cost, mode and how many limits it
+// has; their indexes are the next Limits of BatchCall.MultiLimits.
+type Multi struct {
+	Limits int
+	Cost   int64
+	Mode   Mode
+}
+
+// BatchCall is the batch script's arguments. Its slices are the caller's,
+// so that a warm caller builds and sends one without allocating.
+type BatchCall struct {
+	Limits      []Limit
+	Runs        []Run
+	KeyRuns     []KeyRun
+	Multis      []Multi
+	MultiLimits []int64 // each Multi's limit indexes, in order
+	// Now pins the clock (µs), for tests only, when Pinned.
+	Now    int64
+	Pinned bool
+}
+
+// Args is how many arguments c is.
+func (c *BatchCall) Args() int {
+	n := 1 + 4*len(c.Limits) + 1 + 4*len(c.Runs) + 1 + 2*len(c.KeyRuns) + 1 + 3*len(c.Multis) + len(c.MultiLimits)
+	if c.Pinned {
+		n++
+	}
+	return n
+}
+
+// Rows is how many decisions c's reply holds: one per single-limit
+// request, one per limit of a multi-limit request.
+func (c *BatchCall) Rows() int {
+	n := len(c.MultiLimits)
+	for _, r := range c.Runs {
+		n += int(r.Requests)
+	}
+	return n
+}
+
+// Append appends c's arguments to buf as RESP bulk strings, after a
+// command's name, script reference and keys.
+func (c *BatchCall) Append(buf []byte) []byte {
+	c.each(func(s string) { buf = redcon.AppendBulkString(buf, s) }, func(n int64) { buf = appendBulkInt(buf, n) })
+	return buf
+}
+
+// Values appends c's arguments to args, for a client that takes them
+// boxed (go-redis). It allocates; the hot path uses Append.
+func (c *BatchCall) Values(args []any) []any {
+	c.each(func(s string) { args = append(args, s) }, func(n int64) { args = append(args, n) })
+	return args
+}
+
+// each walks c's arguments in order, as batch.lua reads them.
+func (c *BatchCall) each(str func(string), num func(int64)) {
+	num(int64(len(c.Limits)))
+	for _, l := range c.Limits {
+		str(l.Algorithm)
+		num(l.Rate)
+		num(l.Period)
+		num(l.Burst)
+	}
+	num(int64(len(c.Runs)))
+	for _, r := range c.Runs {
+		num(r.Requests)
+		num(r.Limit)
+		num(r.Cost)
+		num(int64(r.Mode))
+	}
+	num(int64(len(c.KeyRuns)))
+	for _, k := range c.KeyRuns {
+		num(k.Keys)
+		num(k.Requests)
+	}
+	num(int64(len(c.Multis)))
+	at := 0
+	for _, m := range c.Multis {
+		num(int64(m.Limits))
+		num(m.Cost)
+		num(int64(m.Mode))
+		for _, l := range c.MultiLimits[at : at+m.Limits] {
+			num(l)
+		}
+		at += m.Limits
+	}
+	if c.Pinned {
+		num(c.Now)
+	}
+}
+
+func appendBulkInt(buf []byte, n int64) []byte {
+	var d [20]byte
+	return redcon.AppendBulk(buf, strconv.AppendInt(d[:0], n, 10))
+}
+
+// Decision is the batch script's reply to one request, or to one limit of
+// a multi-limit request. Allowed is 1 or 0, or -k where the request
+// failed with the reply's k-th error message.
+type Decision struct {
+	Allowed, Remaining, RetryAfter, ResetAfter, Delay int64 // times in µs
+}
+
+// BatchReply is a batch call's reply, decoded.
+type BatchReply struct {
+	Decisions []Decision
+	errs      []any // the error messages
+}
+
+// Decode reads reply, the batch script's answer to a call of rows
+// decisions, into r, reusing r's room.
+func (r *BatchReply) Decode(reply []any, rows int) error {
+	r.Decisions, r.errs = r.Decisions[:0], nil
+	at := 0
+	var v [BatchFields]int64
+	for len(r.Decisions) < rows {
+		if err := replyInts(v[:1], reply, at); err != nil {
+			return err
+		}
+		if v[0] < 2 {
+			if err := replyInts(v[:], reply, at); err != nil {
+				return err
+			}
+			r.Decisions = append(r.Decisions, Decision{v[0], v[1], v[2], v[3], v[4]})
+			at += BatchFields
+			continue
+		}
+		// A run: r - 1 more decisions, each the one before plus the steps.
+		if len(r.Decisions) == 0 {
+			return errors.New("lua: batch reply repeats before it replies")
+		}
+		if err := replyInts(v[:], reply, at); err != nil {
+			return err
+		}
+		if v[0]-1 > int64(rows-len(r.Decisions)) {
+			return fmt.Errorf("lua: batch reply repeats %d past its %d decisions", v[0]-1, rows)
+		}
+		at += BatchFields
+		d := r.Decisions[len(r.Decisions)-1]
+		for n := v[0] - 1; n > 0; n-- {
+			d.Remaining += v[1]
+			d.RetryAfter += v[2]
+			d.ResetAfter += v[3]
+			d.Delay += v[4]
+			r.Decisions = append(r.Decisions, d)
+		}
+	}
+	r.errs = reply[at:]
+	return nil
+}
+
+// Err is the error message of d, a failed decision (Allowed < 0).
+func (r *BatchReply) Err(d Decision) error {
+	k := -d.Allowed
+	if k < 1 || k > int64(len(r.errs)) {
+		return fmt.Errorf("lua: batch script error %d missing from the reply", k)
+	}
+	msg, _ := r.errs[k-1].(string)
+	return errors.New(strings.TrimSpace(msg))
+}
+
+// replyInts reads len(v) integers of reply from at.
+func replyInts(v []int64, reply []any, at int) error {
+	if at+len(v) > len(reply) {
+		return fmt.Errorf("lua: batch reply cut short at field %d of %d", at+len(v), len(reply))
+	}
+	for j := range v {
+		var ok bool
+		if v[j], ok = reply[at+j].(int64); !ok {
+			return fmt.Errorf("lua: batch reply field %d is %T, want an integer", at+j, reply[at+j])
+		}
+	}
+	return nil
+}

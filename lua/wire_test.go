@@ -1,0 +1,456 @@
+package lua_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/lua"
+)
+
+// pinned is the clock the round trips pin: 2026-01-01, a whole second.
+const pinned = 1767225600000000
+
+// redisConn sends batch calls to a real Redis, encoded by BatchCall.Append,
+// and reads the replies back as []any (int64, string, replyErr).
+type redisConn struct {
+	t testing.TB
+	c net.Conn
+	r *bufio.Reader
+}
+
+type replyErr string
+
+func dialRedis(t testing.TB) *redisConn {
+	srv := redistest.Start(t)
+	c, err := net.Dial("tcp", srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &redisConn{t: t, c: c, r: bufio.NewReader(c)}
+}
+
+// eval runs the batch script on keys with c's arguments.
+func (rc *redisConn) eval(keys []string, c *lua.BatchCall) any {
+	buf := redcon.AppendArray(nil, 3+len(keys)+c.Args())
+	buf = redcon.AppendBulkString(buf, "EVAL")
+	buf = redcon.AppendBulkString(buf, lua.Batch.Source)
+	buf = redcon.AppendBulkString(buf, strconv.Itoa(len(keys)))
+	for _, k := range keys {
+		buf = redcon.AppendBulkString(buf, k)
+	}
+	buf = c.Append(buf)
+	if _, err := rc.c.Write(buf); err != nil {
+		rc.t.Fatal(err)
+	}
+	v, err := readReply(rc.r)
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	return v
+}
+
+// readReply reads one RESP2 reply.
+func readReply(r *bufio.Reader) (any, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	body := strings.TrimSuffix(line[1:], "\r\n")
+	switch line[0] {
+	case ':':
+		return strconv.ParseInt(body, 10, 64)
+	case '+':
+		return body, nil
+	case '-':
+		return replyErr(body), nil
+	case '$':
+		n, _ := strconv.Atoi(body)
+		b := make([]byte, n+2)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return nil, err
+		}
+		return string(b[:n]), nil
+	case '*':
+		n, _ := strconv.Atoi(body)
+		a := make([]any, n)
+		for i := range a {
+			if a[i], err = readReply(r); err != nil {
+				return nil, err
+			}
+		}
+		return a, nil
+	}
+	return nil, fmt.Errorf("unknown reply %q", line)
+}
+
+// decided is a decision as the test compares it: its error message, if
+// it failed, instead of the message's index.
+type decided struct {
+	lua.Decision
+	err string
+}
+
+// decide runs c on keys and decodes the reply.
+func (rc *redisConn) decide(keys []string, c *lua.BatchCall) []decided {
+	rc.t.Helper()
+	v := rc.eval(keys, c)
+	list, ok := v.([]any)
+	if !ok {
+		rc.t.Fatalf("%+v: reply %v", c, v)
+	}
+	var r lua.BatchReply
+	if err := r.Decode(list, c.Rows()); err != nil {
+		rc.t.Fatalf("%+v: %v", c, err)
+	}
+	out := make([]decided, len(r.Decisions))
+	for i, d := range r.Decisions {
+		out[i].Decision = d
+		if d.Allowed < 0 {
+			out[i].err = r.Err(d).Error()
+			out[i].Allowed = -1
+		}
+	}
+	return out
+}
+
+// TestBatchRoundTrip encodes batch calls, runs them through the batch
+// script on a real Redis, decodes the replies and compares them with the
+// decisions worked out by hand: each field of the format in its place.
+func TestBatchRoundTrip(t *testing.T) {
+	rc := dialRedis(t)
+	gcra := lua.Limit{Algorithm: "gcra", Rate: 1, Period: 1_000_000, Burst: 4} // capacity 5
+	fixed := lua.Limit{Algorithm: "fixed", Rate: 3, Period: 60_000_000}        // 3 a minute
+	logL := lua.Limit{Algorithm: "log", Rate: 10, Period: 1_000_000}           // 10 a second
+	for _, tc := range []struct {
+		name string
+		keys []string
+		call lua.BatchCall
+		want []decided
+	}{
+		{"one take", []string{"a"}, lua.BatchCall{
+			Limits: []lua.Limit{gcra}, Runs: []lua.Run{{Requests: 1, Limit: 1, Cost: 1}}, KeyRuns: []lua.KeyRun{{Keys: 1, Requests: 1}},
+		}, []decided{{Decision: lua.Decision{Allowed: 1, Remaining: 4, ResetAfter: 1_000_000}}}},
+		{"a hot key counts down, then refuses", []string{"b"}, lua.BatchCall{
+			Limits: []lua.Limit{fixed}, Runs: []lua.Run{{Requests: 5, Limit: 1, Cost: 1}}, KeyRuns: []lua.KeyRun{{Keys: 1, Requests: 5}},
+		}, []decided{
+			{Decision: lua.Decision{Allowed: 1, Remaining: 2, ResetAfter: 60_000_000}},
+			{Decision: lua.Decision{Allowed: 1, Remaining: 1, ResetAfter: 60_000_000}},
+			{Decision: lua.Decision{Allowed: 1, Remaining: 0, ResetAfter: 60_000_000}},
+			{Decision: lua.Decision{Allowed: 0, Remaining: 0, RetryAfter: 60_000_000, ResetAfter: 60_000_000}},
+			{Decision: lua.Decision{Allowed: 0, Remaining: 0, RetryAfter: 60_000_000, ResetAfter: 60_000_000}},
+		}},
+		{"two limits, a cost, a peek, two keys of two", []string{"c1", "c2"}, lua.BatchCall{
+			Limits:  []lua.Limit{fixed, gcra},
+			Runs:    []lua.Run{{Requests: 1, Limit: 2, Cost: 2}, {Requests: 1, Limit: 2, Cost: 1, Mode: lua.Peek}, {Requests: 2, Limit: 1, Cost: 3}},
+			KeyRuns: []lua.KeyRun{{Keys: 2, Requests: 2}},
+		}, []decided{
+			{Decision: lua.Decision{Allowed: 1, Remaining: 3, ResetAfter: 2_000_000}},
+			// A peek replies what a take would.
+			{Decision: lua.Decision{Allowed: 1, Remaining: 2, ResetAfter: 3_000_000}},
+			{Decision: lua.Decision{Allowed: 1, Remaining: 0, ResetAfter: 60_000_000}},
+			{Decision: lua.Decision{Allowed: 0, Remaining: 0, RetryAfter: 60_000_000, ResetAfter: 60_000_000}},
+		}},
+		{"a charge past the limit", []string{"d"}, lua.BatchCall{
+			Limits: []lua.Limit{gcra}, Runs: []lua.Run{{Requests: 1, Limit: 1, Cost: 7, Mode: lua.Charge}}, KeyRuns: []lua.KeyRun{{Keys: 1, Requests: 1}},
+		}, []decided{{Decision: lua.Decision{Allowed: 0, Remaining: -2, RetryAfter: 3_000_000, ResetAfter: 7_000_000}}}},
+		{"an error by index", []string{"e1", "e2"}, lua.BatchCall{
+			Limits:  []lua.Limit{logL, gcra},
+			Runs:    []lua.Run{{Requests: 1, Limit: 1, Cost: 1, Mode: lua.Charge}, {Requests: 1, Limit: 2, Cost: 1}},
+			KeyRuns: []lua.KeyRun{{Keys: 2, Requests: 1}},
+		}, []decided{
+			{Decision: lua.Decision{Allowed: -1}, err: "ERR sluice: the sliding log takes no charge"},
+			{Decision: lua.Decision{Allowed: 1, Remaining: 4, ResetAfter: 1_000_000}},
+		}},
+		{"a multi-limit request refused by one limit", []string{"f1", "m:fixed", "m:gcra"}, lua.BatchCall{
+			Limits:      []lua.Limit{gcra, fixed},
+			Runs:        []lua.Run{{Requests: 1, Limit: 1, Cost: 1}},
+			KeyRuns:     []lua.KeyRun{{Keys: 1, Requests: 1}},
+			Multis:      []lua.Multi{{Limits: 2, Cost: 4}},
+			MultiLimits: []int64{2, 1},
+		}, []decided{
+			{Decision: lua.Decision{Allowed: 1, Remaining: 4, ResetAfter: 1_000_000}},
+			{Decision: lua.Decision{Allowed: 0, Remaining: 3, RetryAfter: 60_000_000}},
+			{Decision: lua.Decision{Allowed: 1, Remaining: 5}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.call
+			c.Now, c.Pinned = pinned, true
+			if got := rc.decide(tc.keys, &c); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestBatchValues: the boxed arguments (go-redis's) are the appended ones.
+func TestBatchValues(t *testing.T) {
+	c := lua.BatchCall{
+		Limits:  []lua.Limit{{Algorithm: "sliding", Rate: 5, Period: 1000, Burst: 10}},
+		Runs:    []lua.Run{{Requests: 2, Limit: 1, Cost: 3, Mode: lua.Peek}},
+		KeyRuns: []lua.KeyRun{{Keys: 1, Requests: 2}},
+		Multis:  []lua.Multi{{Limits: 1, Cost: 9, Mode: lua.Charge}}, MultiLimits: []int64{1},
+		Now: pinned, Pinned: true,
+	}
+	var boxed []byte
+	vals := c.Values(nil)
+	for _, v := range vals {
+		boxed = redcon.AppendBulkString(boxed, fmt.Sprint(v))
+	}
+	if got := string(c.Append(nil)); got != string(boxed) || len(vals) != c.Args() {
+		t.Errorf("Append %q\nValues %q (%d, Args %d)", got, boxed, len(vals), c.Args())
+	}
+}
+
+// generated is a batch call made from fuzz bytes, its keys, and the same
+// requests one call each.
+type generated struct {
+	call lua.BatchCall
+	keys []string
+	ones []lua.BatchCall // each request alone, in the order of its reply
+	oneK [][]string
+}
+
+var fuzzLimits = []lua.Limit{
+	{Algorithm: "gcra", Rate: 2, Period: 1_000_000, Burst: 3},
+	{Algorithm: "fixed", Rate: 3, Period: 10_000_000},
+	{Algorithm: "token", Rate: 1, Period: 1_000_000, Burst: 2},
+	{Algorithm: "log", Rate: 2, Period: 1_000_000},
+	{Algorithm: "sliding", Rate: 4, Period: 2_000_000, Burst: 10},
+	{Algorithm: "leaky", Rate: 5, Period: 1_000_000, Burst: 2},
+}
+
+// generate reads a batch from data: a few keys with a few requests each,
+// each request a limit, cost and mode, in runs where they repeat, then a
+// few multi-limit requests. prefix keeps one test's keys apart.
+func generate(data []byte, prefix string) generated {
+	next := func(n int) int {
+		if len(data) == 0 {
+			return 0
+		}
+		v := int(data[0]) % n
+		data = data[1:]
+		return v
+	}
+	var g generated
+	// The table: one to three of the limits.
+	pick := map[int]int64{}
+	for range 1 + next(3) {
+		l := next(len(fuzzLimits))
+		if _, ok := pick[l]; !ok {
+			g.call.Limits = append(g.call.Limits, fuzzLimits[l])
+			pick[l] = int64(len(g.call.Limits))
+		}
+	}
+	m := len(g.call.Limits)
+	type req struct {
+		limit, cost int64
+		mode        lua.Mode
+	}
+	one := func(keys []string, c lua.BatchCall) {
+		c.Limits, c.Now, c.Pinned = g.call.Limits, pinned, true
+		g.ones, g.oneK = append(g.ones, c), append(g.oneK, keys)
+	}
+	var reqs []req
+	for k := range 1 + next(4) {
+		n := 1 + next(3)
+		key := fmt.Sprintf("%s:k%d", prefix, k)
+		g.keys = append(g.keys, key)
+		if len(g.call.KeyRuns) > 0 && g.call.KeyRuns[len(g.call.KeyRuns)-1].Requests == int64(n) {
+			g.call.KeyRuns[len(g.call.KeyRuns)-1].Keys++
+		} else {
+			g.call.KeyRuns = append(g.call.KeyRuns, lua.KeyRun{Keys: 1, Requests: int64(n)})
+		}
+		// A key keeps one limit: its state is that algorithm's.
+		limit := int64(1 + next(m))
+		for range n {
+			r := req{limit, int64(next(4)), lua.Mode(next(3))}
+			reqs = append(reqs, r)
+			one([]string{"one" + key}, lua.BatchCall{
+				Runs: []lua.Run{{Requests: 1, Limit: r.limit, Cost: r.cost, Mode: r.mode}}, KeyRuns: []lua.KeyRun{{Keys: 1, Requests: 1}},
+			})
+		}
+	}
+	for q, r := range reqs {
+		if q > 0 && reqs[q-1] == r {
+			g.call.Runs[len(g.call.Runs)-1].Requests++
+			continue
+		}
+		g.call.Runs = append(g.call.Runs, lua.Run{Requests: 1, Limit: r.limit, Cost: r.cost, Mode: r.mode})
+	}
+	for x := range next(3) {
+		mu := lua.Multi{Limits: 1 + next(m), Cost: int64(next(4)), Mode: lua.Mode(next(3))}
+		var keys []string
+		var limits []int64
+		for j := range mu.Limits {
+			keys = append(keys, fmt.Sprintf("%s:m%d:%d", prefix, x, j))
+			limits = append(limits, int64(1+next(m)))
+		}
+		g.call.Multis = append(g.call.Multis, mu)
+		g.call.MultiLimits = append(g.call.MultiLimits, limits...)
+		g.keys = append(g.keys, keys...)
+		oneKeys := make([]string, len(keys))
+		for j, k := range keys {
+			oneKeys[j] = "one" + k
+		}
+		one(oneKeys, lua.BatchCall{Multis: []lua.Multi{mu}, MultiLimits: limits})
+	}
+	g.call.Now, g.call.Pinned = pinned, true
+	return g
+}
+
+// FuzzBatchRoundTrip encodes generated batches, runs each through the
+// batch script on a real Redis and decodes the reply, and compares it with
+// the same requests sent one call each: runs of requests, runs of keys and
+// the reply's runs change no decision.
+func FuzzBatchRoundTrip(f *testing.F) {
+	f.Add([]byte{2, 0, 1, 3, 2, 1, 0, 0, 2, 1, 2, 2, 1, 2, 0})
+	f.Add([]byte{0, 0, 0, 2, 0, 1, 0, 1, 0, 1, 0, 1, 0})
+	f.Add([]byte{1, 3, 5, 2, 1, 1, 2, 2, 2, 2, 1, 1, 0, 2, 1, 1, 2, 3, 1, 0})
+	conn := dialRedis(f)
+	n := 0
+	f.Fuzz(func(t *testing.T, data []byte) {
+		conn.t = t
+		n++
+		g := generate(data, "f"+strconv.Itoa(n))
+		got := conn.decide(g.keys, &g.call)
+		var want []decided
+		for k := range g.ones {
+			want = append(want, conn.decide(g.oneK[k], &g.ones[k])...)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%+v\nbatch   %+v\none by one %+v", g.call, got, want)
+		}
+	})
+}
+
+// encodeReply encodes decisions and error messages as batch.lua's emit
+// does: a row that repeats the one before's allowed and steps its other
+// fields as the one before did starts or lengthens a run.
+func encodeReply(ds []lua.Decision, errs []string) []any {
+	var out []any
+	row := func(a, b, c, d, e int64) { out = append(out, a, b, c, d, e) }
+	repeats := 0
+	var p, step lua.Decision
+	for i, d := range ds {
+		if i > 0 && d.Allowed == p.Allowed {
+			x := lua.Decision{Remaining: d.Remaining - p.Remaining, RetryAfter: d.RetryAfter - p.RetryAfter, ResetAfter: d.ResetAfter - p.ResetAfter, Delay: d.Delay - p.Delay}
+			if repeats == 0 || x == step {
+				step, repeats, p = x, repeats+1, d
+				continue
+			}
+		}
+		if repeats > 0 {
+			row(int64(repeats+1), step.Remaining, step.RetryAfter, step.ResetAfter, step.Delay)
+			repeats = 0
+		}
+		row(d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay)
+		p = d
+	}
+	if repeats > 0 {
+		row(int64(repeats+1), step.Remaining, step.RetryAfter, step.ResetAfter, step.Delay)
+	}
+	for _, e := range errs {
+		out = append(out, e)
+	}
+	return out
+}
+
+// FuzzBatchReply: a reply encoded as the script encodes it decodes to the
+// decisions it was made of, runs and errors included.
+func FuzzBatchReply(f *testing.F) {
+	f.Add([]byte{1, 5, 1, 4, 1, 3, 0, 0, 0, 0, 255, 0})
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var ds []lua.Decision
+		var errs []string
+		for len(data) >= 2 {
+			a := int64(data[0]%4) - 1 // -1 (an error), 0 or 1
+			if a == 2 {
+				a = 1
+			}
+			v := int64(data[1]) - 128
+			if a < 0 {
+				errs = append(errs, fmt.Sprintf("ERR %d", len(errs)))
+				ds = append(ds, lua.Decision{Allowed: -int64(len(errs))})
+			} else {
+				ds = append(ds, lua.Decision{Allowed: a, Remaining: v, RetryAfter: v * 3, ResetAfter: 1000 - v, Delay: v & 7})
+			}
+			data = data[2:]
+		}
+		var r lua.BatchReply
+		if err := r.Decode(encodeReply(ds, errs), len(ds)); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(r.Decisions, ds) && len(ds) > 0 {
+			t.Fatalf("decoded %+v\nwant    %+v", r.Decisions, ds)
+		}
+		for _, d := range ds {
+			if d.Allowed < 0 {
+				if got, want := r.Err(d).Error(), errs[-d.Allowed-1]; got != want {
+					t.Errorf("error %d: %q, want %q", -d.Allowed, got, want)
+				}
+			}
+		}
+	})
+}
+
+// TestBatchReplyBad: a reply that is not the format fails with a reason,
+// and asks for no room it does not hold.
+func TestBatchReplyBad(t *testing.T) {
+	for _, tc := range []struct {
+		reply []any
+		rows  int
+		want  string
+	}{
+		{[]any{int64(1), int64(0)}, 1, "cut short"},
+		{[]any{int64(3), int64(0), int64(0), int64(0), int64(0)}, 2, "repeats before"},
+		{[]any{int64(1), int64(0), int64(0), int64(0), int64(0), int64(1 << 40), int64(0), int64(0), int64(0), int64(0)}, 3, "past its 3"},
+		{[]any{int64(1), "x", int64(0), int64(0), int64(0)}, 1, "field 1 is string"},
+	} {
+		var r lua.BatchReply
+		if err := r.Decode(tc.reply, tc.rows); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.reply, err, tc.want)
+		}
+	}
+	var r lua.BatchReply
+	if err := r.Decode([]any{int64(-2), int64(0), int64(0), int64(0), int64(0), "ERR one"}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Err(r.Decisions[0]); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("error 2 of 1: %v", err)
+	}
+}
+
+// TestBatchNoAllocs: once its buffers are warm, a caller encodes a call
+// and decodes its reply without allocating (the store's hot path).
+func TestBatchNoAllocs(t *testing.T) {
+	c := lua.BatchCall{
+		Limits:  []lua.Limit{{Algorithm: "gcra", Rate: 1000, Period: 1_000_000, Burst: 4000}},
+		Runs:    []lua.Run{{Requests: 3, Limit: 1, Cost: 1}},
+		KeyRuns: []lua.KeyRun{{Keys: 3, Requests: 1}},
+		Now:     pinned, Pinned: true,
+	}
+	reply := encodeReply([]lua.Decision{{Allowed: 1, Remaining: 4000}, {Allowed: 1, Remaining: 3999}, {Allowed: 0, RetryAfter: 1000}}, nil)
+	buf := make([]byte, 0, 1024)
+	var r lua.BatchReply
+	allocs := testing.AllocsPerRun(100, func() {
+		buf = c.Append(buf[:0])
+		if err := r.Decode(reply, c.Rows()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations a call", allocs)
+	}
+}
