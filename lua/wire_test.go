@@ -309,11 +309,11 @@ func generate(data []byte, prefix string) generated {
 	return g
 }
 
-// FuzzBatchRoundTrip encodes generated batches, runs each through the
+// FuzzBatchRoundTripRedis encodes generated batches, runs each through the
 // batch script on a real Redis and decodes the reply, and compares it with
 // the same requests sent one call each: runs of requests, runs of keys and
 // the reply's runs change no decision.
-func FuzzBatchRoundTrip(f *testing.F) {
+func FuzzBatchRoundTripRedis(f *testing.F) {
 	f.Add([]byte{2, 0, 1, 3, 2, 1, 0, 0, 2, 1, 2, 2, 1, 2, 0})
 	f.Add([]byte{0, 0, 0, 2, 0, 1, 0, 1, 0, 1, 0, 1, 0})
 	f.Add([]byte{1, 3, 5, 2, 1, 1, 2, 2, 2, 2, 1, 1, 0, 2, 1, 1, 2, 3, 1, 0})
