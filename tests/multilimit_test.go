@@ -37,7 +37,7 @@ func TestMultiLimitExactAcrossSidecars(t *testing.T) {
 	}
 	const run = 6 * time.Second
 	var mu sync.Mutex
-	var admitted []span // each admitted request, from its send to its reply
+	var admitted []span        // each admitted request, from its send to its reply
 	windows := map[int64]int{} // minute window end (Unix minutes) → admissions
 	ctx, cancel := context.WithTimeout(context.Background(), run)
 	defer cancel()
