@@ -188,7 +188,7 @@ func main() {
 		c := compare(rdb, *requests, *clients, 16, target{port: redisPort, args: coldDirect},
 			target{port: sluicePort, args: coldSidecar, pid: sluicePID}, pingTCP)
 		report(name, c)
-		fmt.Printf("    round trips reaching Redis through Sluice: %.2f%% of requests\n", 100*c.b.evalshaPerRequest)
+		fmt.Printf("    round trips reaching Redis through Sluice: %.2f%% of requests\n", 100*c.b.scriptsPerRequest)
 	}
 
 	// The application reaching its sidecar over a Unix socket; direct
@@ -267,7 +267,7 @@ type target struct {
 type sample struct {
 	rps, p50          float64
 	redisCPU          float64 // Redis's CPU µs per request
-	evalshaPerRequest float64 // EVALSHA calls Redis saw per request sent
+	scriptsPerRequest float64 // script calls (EVALSHA, EVAL, FCALL) Redis saw per request sent
 	serverCPU         float64 // the target process's CPU µs per request
 	clientCPU         float64 // redis-benchmark's CPU µs per request
 }
@@ -327,7 +327,7 @@ func medianSample(ss []sample) sample {
 		rps:               field(func(s sample) float64 { return s.rps }),
 		p50:               field(func(s sample) float64 { return s.p50 }),
 		redisCPU:          field(func(s sample) float64 { return s.redisCPU }),
-		evalshaPerRequest: field(func(s sample) float64 { return s.evalshaPerRequest }),
+		scriptsPerRequest: field(func(s sample) float64 { return s.scriptsPerRequest }),
 		serverCPU:         field(func(s sample) float64 { return s.serverCPU }),
 		clientCPU:         field(func(s sample) float64 { return s.clientCPU }),
 	}
@@ -396,18 +396,18 @@ func benchmark(t target, c, pipeline, n int) (rps, p50, cpu float64) {
 // counts: one, or a cluster's masters; nil, none.
 type nodes []*redis.Client
 
-// redisStats reads the CPU seconds and EVALSHA call count of every node,
+// redisStats reads the CPU seconds and script call count of every node,
 // summed.
-func redisStats(rdb nodes) (cpu, evalsha float64) {
+func redisStats(rdb nodes) (cpu, scripts float64) {
 	for _, n := range rdb {
 		c, e := nodeStats(n)
-		cpu, evalsha = cpu+c, evalsha+e
+		cpu, scripts = cpu+c, scripts+e
 	}
-	return cpu, evalsha
+	return cpu, scripts
 }
 
-// nodeStats reads one Redis's CPU seconds and EVALSHA call count.
-func nodeStats(rdb *redis.Client) (cpu, evalsha float64) {
+// nodeStats reads one Redis's CPU seconds and script call count.
+func nodeStats(rdb *redis.Client) (cpu, scripts float64) {
 	info, err := rdb.Info(context.Background(), "cpu", "commandstats").Result()
 	if err != nil {
 		fatalf("INFO: %v", err)
@@ -420,16 +420,19 @@ func nodeStats(rdb *redis.Client) (cpu, evalsha float64) {
 			case "used_cpu_sys", "used_cpu_user":
 				f, _ := strconv.ParseFloat(v, 64)
 				cpu += f
-			case "cmdstat_evalsha":
+			case "cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall":
+				// The batch script's calls, however sent: EVALSHA, or FCALL
+				// once its library is loaded (EVAL after a reload).
 				for _, field := range strings.Split(v, ",") {
 					if n, ok := strings.CutPrefix(field, "calls="); ok {
-						evalsha, _ = strconv.ParseFloat(n, 64)
+						f, _ := strconv.ParseFloat(n, 64)
+						scripts += f
 					}
 				}
 			}
 		}
 	}
-	return cpu, evalsha
+	return cpu, scripts
 }
 
 // processCPU is the CPU seconds pid has used (user and system), read from
@@ -562,7 +565,7 @@ func clusterRows(start func(string, ...string) int, sluice func(...string) int, 
 		c := compare(masters, *requests, *clients, p, target{port: ports[0], args: direct, keys: 1_000_000, cluster: true},
 			target{port: port, args: sidecar, keys: 1_000_000, pid: pid})
 		report(name, c)
-		fmt.Printf("    script calls per decision: direct %.3f, Sluice %.3f\n", c.a.evalshaPerRequest, c.b.evalshaPerRequest)
+		fmt.Printf("    script calls per decision: direct %.3f, Sluice %.3f\n", c.a.scriptsPerRequest, c.b.scriptsPerRequest)
 	}
 }
 
@@ -600,6 +603,6 @@ func tlsRows(start func(string, ...string) int, sluice func(...string) int, dir 
 		c := compare(nodes{rdb}, *requests, *clients, p, target{port: port, args: direct, keys: 1_000_000, cacert: ca},
 			target{port: sport, args: sidecar, keys: 1_000_000, pid: pid})
 		report(name, c)
-		fmt.Printf("    script calls per decision: direct %.3f, Sluice %.3f\n", c.a.evalshaPerRequest, c.b.evalshaPerRequest)
+		fmt.Printf("    script calls per decision: direct %.3f, Sluice %.3f\n", c.a.scriptsPerRequest, c.b.scriptsPerRequest)
 	}
 }

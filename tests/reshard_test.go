@@ -400,13 +400,13 @@ func diffStats(before, after map[string]int64) map[string]int64 {
 	return d
 }
 
-// evalCalls is how many EVALSHA and EVAL srv has run.
+// evalCalls is how many script calls (EVALSHA, EVAL, FCALL) srv has run.
 func evalCalls(t *testing.T, srv *redistest.Server) int64 {
 	t.Helper()
 	var n int64
 	for _, line := range strings.Split(mustCluster(t, srv, "INFO", "commandstats"), "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval" && name != "cmdstat_fcall") {
 			continue
 		}
 		calls, _, _ := strings.Cut(rest, ",")

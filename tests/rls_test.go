@@ -783,7 +783,7 @@ func TestRLSSharesRoundTrips(t *testing.T) {
 	scripts := 0
 	for _, line := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok || !strings.HasPrefix(name, "cmdstat_eval") {
+		if !ok || !strings.HasPrefix(name, "cmdstat_eval") && name != "cmdstat_fcall" {
 			continue
 		}
 		n := 0
