@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -188,5 +190,22 @@ func TestSettingsStandAlone(t *testing.T) {
 				t.Errorf("%s depends on %s", pkg, dep)
 			}
 		}
+	}
+}
+
+// TestPoliciesThatMeetRefused: two policies whose prefixes start one
+// another ("t:" and "t:u:") would share counts (issue 28: a user named
+// u:alice spent another policy's budget); the binary does not start, and
+// says which two, where, and the fix.
+func TestPoliciesThatMeetRefused(t *testing.T) {
+	pol := filepath.Join(t.TempDir(), "policies.yaml")
+	if err := os.WriteFile(pol, []byte("policies:\n  t:\n    algorithm: fixed_window\n    limit: 2\n    period: 1h\n"+
+		"  \"t:u\":\n    algorithm: fixed_window\n    limit: 2\n    period: 1h\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := runCLI(t, nil, "--listen", "127.0.0.1:0", "--admin-listen", "off", "--policies", pol)
+	want := pol + `:6: policy \"t:u\": field prefix: \"t:u:\" and \"t:\", the prefix of policy \"t\" (line 2), could address the same state`
+	if code == 0 || !strings.Contains(errs, want) || !strings.Contains(errs, "give one a prefix that does not start the other") {
+		t.Errorf("exit %d, stderr:\n%s\nwant a failure naming both policies: %s", code, errs, want)
 	}
 }
