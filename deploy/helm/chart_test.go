@@ -1,11 +1,8 @@
 package helm
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -32,9 +29,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	kjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-rl/sluice/inject"
 	"github.com/sluice-rl/sluice/inject/injecttest"
@@ -159,41 +153,9 @@ func tryRender(t *testing.T, vals map[string]any) (rendering, error) {
 	return r, nil
 }
 
-// decode splits a stream of YAML documents and decodes each strictly, as
-// the API server would read it.
+// decode decodes a rendering strictly, every object against its Go type.
 func decode(stream []byte) ([]injecttest.Object, error) {
-	var objs []injecttest.Object
-	rd := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(stream)))
-	for n := 1; ; n++ {
-		doc, err := rd.Read()
-		if errors.Is(err, io.EOF) {
-			return objs, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		j, err := yaml.YAMLToJSON(doc)
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %v", n, err)
-		}
-		if bytes.Equal(bytes.TrimSpace(j), []byte("null")) {
-			continue
-		}
-		var head metav1.PartialObjectMetadata
-		if err := kjson.UnmarshalCaseSensitivePreserveInts(j, &head); err != nil {
-			return nil, fmt.Errorf("document %d: %v", n, err)
-		}
-		o := injecttest.Object{Kind: head.APIVersion + "/" + head.Kind, Name: head.Name}
-		mk, ok := types[o.Kind]
-		if !ok {
-			return nil, fmt.Errorf("document %d: %s %s has no Go type to be checked against", n, o.Kind, o.Name)
-		}
-		o.Obj = mk()
-		if err := injecttest.Strict(j, o.Obj); err != nil {
-			return nil, fmt.Errorf("document %d (%s %s): %v", n, o.Kind, o.Name, err)
-		}
-		objs = append(objs, o)
-	}
+	return injecttest.DecodeWith(stream, types, true)
 }
 
 func find[T any](t *testing.T, r rendering, kind, name string) T {

@@ -74,7 +74,13 @@ func DecodeStrict(tb testing.TB, stream []byte) []Object {
 }
 
 // Decode is DecodeStrict returning its error.
-func Decode(stream []byte) ([]Object, error) {
+func Decode(stream []byte) ([]Object, error) { return DecodeWith(stream, types, false) }
+
+// DecodeWith splits a stream of YAML documents and decodes each strictly,
+// as the API server would read it, into the Go type known gives its kind
+// (apiVersion/kind). A kind known has no type for is kept undecoded, or,
+// with all, is an error: a rendering whose every object must be checked.
+func DecodeWith(stream []byte, known map[string]func() any, all bool) ([]Object, error) {
 	var objs []Object
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(stream)))
 	for n := 1; ; n++ {
@@ -97,14 +103,18 @@ func Decode(stream []byte) ([]Object, error) {
 			return nil, fmt.Errorf("document %d: %v", n, err)
 		}
 		o := Object{Kind: head.APIVersion + "/" + head.Kind, Name: head.Name}
-		if mk, ok := types[o.Kind]; ok {
+		mk, ok := known[o.Kind]
+		if !ok && all {
+			return nil, fmt.Errorf("document %d: %s %s has no Go type to be checked against", n, o.Kind, o.Name)
+		}
+		if ok {
 			o.Obj = mk()
 			if err := Strict(j, o.Obj); err != nil {
 				return nil, fmt.Errorf("document %d (%s %s): %v", n, o.Kind, o.Name, err)
 			}
 			if l, ok := o.Obj.(*metav1.List); ok {
 				for i, it := range l.Items {
-					items, err := Decode(it.Raw)
+					items, err := DecodeWith(it.Raw, known, all)
 					if err != nil {
 						return nil, fmt.Errorf("document %d item %d: %v", n, i, err)
 					}
