@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluice-rl/sluice/internal/metricstest"
 	"github.com/sluice-rl/sluice/internal/redistest"
 )
 
@@ -841,7 +842,12 @@ func TestRLSBoundedCalls(t *testing.T) {
 	})
 	t.Run("large call in parts", func(t *testing.T) {
 		r := redistest.Start(t)
-		s := startDoors(t, dir, "--upstream", "redis://"+r.Addr, "--upstream-timeout", "60ms",
+		// Redis has the time a loaded machine needs (no round trip here
+		// may fall back), and the parts are checked where they show: the
+		// batches Redis is sent. Undivided, the call's 10,000 decisions go
+		// as batches of --batch-max (1,024); in parts of 64, a batch holds
+		// at most a part and the one RESP request beside it.
+		s := startDoors(t, dir, "--upstream", "redis://"+r.Addr, "--upstream-timeout", decidingTimeout,
 			"--on-upstream-failure", "deny", "--rls-max-descriptors", "10000")
 		c, _ := rlsClient(t, s.GRPC)
 		rdb := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 2})
@@ -886,6 +892,20 @@ func TestRLSBoundedCalls(t *testing.T) {
 		}
 		if strings.Contains(s.logs.String(), "failure mode") {
 			t.Errorf("the failure mode decided:\n%s", s.logs)
+		}
+		fams := metricstest.Scrape(t, "http://"+s.Admin+"/metrics")
+		var batches, upTo128 uint64
+		for _, m := range fams["sluice_batch_size"].GetMetric() {
+			h := m.GetHistogram()
+			batches += h.GetSampleCount()
+			for _, b := range h.GetBucket() {
+				if b.GetUpperBound() == 128 {
+					upTo128 += b.GetCumulativeCount()
+				}
+			}
+		}
+		if batches == 0 || upTo128 != batches {
+			t.Errorf("%d of %d batches held more than 128 decisions: the large call went to Redis whole, not in parts", batches-upTo128, batches)
 		}
 	})
 }
