@@ -233,11 +233,7 @@ func (s *Sidecar) listenGRPC() (err error) {
 	if err != nil {
 		return fmt.Errorf("invalid --grpc-tls-*: %w", err)
 	}
-	rules := s.rules.Current
-	if s.xds != nil {
-		rules = s.xds.Current
-	}
-	if s.grpc, err = rls.New(rls.Config{Service: s.svc, Rules: rules, StopWhenOverLimit: cfg.RLSStopOverLimit,
+	if s.grpc, err = rls.New(rls.Config{Service: s.svc, Rules: s.rlsRules, StopWhenOverLimit: cfg.RLSStopOverLimit,
 		Shadow: cfg.RLSShadow, Headers: cfg.RLSHeaders, MaxDescriptors: cfg.RLSMaxDescriptors, MaxEntries: cfg.RLSMaxEntries,
 		Ready: s.ready, TLS: tlsCfg, Logger: s.log}); err != nil {
 		return err
@@ -249,6 +245,18 @@ func (s *Sidecar) listenGRPC() (err error) {
 	s.log.Info("serving Envoy's rate limit service (gRPC)", "addr", s.grpcLn.Addr().String(), "tls", tlsCfg != nil,
 		"client_certs", cfg.GRPCTLSClientCA != "", "headers", cfg.RLSHeaders.String(), "stop_charging_when_over_limit", cfg.RLSStopOverLimit,
 		"max_descriptors", cfg.RLSMaxDescriptors, "max_entries", cfg.RLSMaxEntries)
+	return nil
+}
+
+// rlsRules is the rate limit service's configuration in use, from files
+// or xDS; nil (no domain) before the first.
+func (s *Sidecar) rlsRules() *rlsconfig.Config {
+	if s.xds != nil {
+		return s.xds.Current()
+	}
+	if s.rules != nil {
+		return s.rules.Current()
+	}
 	return nil
 }
 

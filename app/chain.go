@@ -105,8 +105,12 @@ func newChain(cfg Config, mem *memstore.Store, tel *telemetry.Telemetry, log *sl
 
 // ready is /readyz: the sidecar can decide unless the upstream is failing
 // (the breaker, which the idle checks keep current) and the default
-// failure mode refuses everything.
+// failure mode refuses everything, or unless asked to wait for the rate
+// limit service's configuration and it has no domain yet.
 func (s *Sidecar) ready() error {
+	if rules := s.rlsRules(); s.cfg.RLSReadyWithConfig && (rules == nil || len(rules.Domains()) == 0) {
+		return errors.New("the rate limit service has no domain configured yet, and --rls-ready-with-config waits for one")
+	}
 	c := s.chain
 	if c == nil || s.cfg.OnFailure != engine.FailClosed || !c.chain.Stats().Guard.BreakerOpen {
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluice-rl/sluice/internal/settings"
 	"github.com/sluice-rl/sluice/rlsconfig/xds/xdstest"
@@ -118,5 +120,48 @@ func TestRLSFromXDSStartWithout(t *testing.T) {
 	m.Acked(t, "1")
 	if got := call(t, door).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); got != 7 {
 		t.Fatalf("after version 1, the limit is %d; want 7", got)
+	}
+}
+
+// With --rls-ready-with-config (the peer's
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED), a sidecar started without a
+// configuration serves but reports not ready, over gRPC health and
+// /readyz alike, until xDS has sent a domain.
+func TestRLSReadyWithConfig(t *testing.T) {
+	certs := xdstest.NewCerts(t, t.TempDir())
+	m := xdstest.Start(t, "127.0.0.1:0", certs.ServerTLS())
+	ctx, cancel := context.WithTimeout(context.Background(), xdstest.Wait)
+	defer cancel()
+	cfg := xdsSidecar(m.Addr, certs, true)
+	cfg.RLSReadyWithConfig = true
+	s, err := New(ctx, cfg, quiet, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveSidecar(t, s)
+	conn, err := grpc.NewClient(s.grpcLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	status := func() healthpb.HealthCheckResponse_ServingStatus {
+		t.Helper()
+		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: "ratelimit"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatus()
+	}
+	if got := status(); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("before any configuration, health says %v; want NOT_SERVING", got)
+	}
+	if err := s.ready(); err == nil || !strings.Contains(err.Error(), "--rls-ready-with-config") {
+		t.Fatalf("before any configuration, readiness %v; want the reason naming --rls-ready-with-config", err)
+	}
+	m.Set(t, "envoy-ratelimit", "1", xdstest.Limits("shop", "client_ip", 7))
+	m.Acked(t, "1")
+	if got := status(); got != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("after version 1, health says %v; want SERVING", got)
 	}
 }

@@ -270,6 +270,7 @@ func (m *mapper) rules(cfg *settings.Config) {
 	}
 	cfg.RLSStopOverLimit = m.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
 	cfg.RLSShadow = m.bool("SHADOW_MODE")
+	cfg.RLSReadyWithConfig = m.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
 	if p := m.env["CACHE_KEY_PREFIX"]; p != "" {
 		cfg.KeyPrefix = p
 	}

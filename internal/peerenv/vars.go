@@ -97,7 +97,7 @@ var Vars = []Var{
 	{"LIMIT_LIMIT_HEADER", "RateLimit-Limit", Mapped, "the default only: another name is refused"},
 	{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining", Mapped, "the default only: another name is refused"},
 	{"LIMIT_RESET_HEADER", "RateLimit-Reset", Mapped, "the default only: another name is refused"},
-	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false", Refused, "Sluice's /healthcheck does not wait for a configuration: unset it, or set false"},
+	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false", Mapped, "--rls-ready-with-config: /healthcheck, /readyz and gRPC health say not ready while no domain is configured"},
 	{"REDIS_SOCKET_TYPE", "unix", Mapped, "tcp only: unix is refused"},
 	{"REDIS_TYPE", "SINGLE", Mapped, "single: redis://; sentinel: redis+sentinel://; cluster: redis+cluster:// (--upstream)"},
 	{"REDIS_URL", "/var/run/nutcracker/ratelimit.sock", Mapped, "the address in --upstream; sentinel: master,host:port,..."},

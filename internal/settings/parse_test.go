@@ -77,6 +77,8 @@ func TestFlagErrors(t *testing.T) {
 			`invalid --rls-config "parse_test.go": not a directory: give the directory of the YAML files`},
 		{"peer's HTTP port without the gRPC door", []string{"--rls-http-listen", "127.0.0.1:8080"}, nil,
 			`--rls-http-listen needs --grpc-listen: /json answers as the gRPC door does`},
+		{"readiness on a configuration without the gRPC door", []string{"--rls-ready-with-config"}, nil,
+			`--rls-ready-with-config needs --grpc-listen: it waits for the rate limit service's configuration`},
 		{"peer's HTTP port open", []string{"--rls-config", ".", "--grpc-listen", "127.0.0.1:8081"}, map[string]string{"SLUICE_RLS_HTTP_LISTEN": "0.0.0.0:8080"},
 			`refusing to serve /json on "0.0.0.0:8080" (from SLUICE_RLS_HTTP_LISTEN): it is reachable from other machines without TLS. ` +
 				`Listen on 127.0.0.1, or set --grpc-insecure if only this pod can reach the address`},

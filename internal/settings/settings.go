@@ -55,19 +55,20 @@ type Config struct {
 	IOLoops        int      // event loops; 0: a goroutine per connection
 
 	// Envoy's rate limit service (gRPC).
-	GRPCListen        string        // address; empty: off (the flag's "off")
-	GRPCTLSCert       string        // PEM certificate chain; with GRPCTLSKey, serve TLS
-	GRPCTLSKey        string        // PEM private key
-	GRPCTLSClientCA   string        // PEM CA that client certificates must chain to; empty: none asked
-	GRPCInsecure      bool          // allow a non-loopback address without client certificates
-	RLSConfig         string        // directory of envoyproxy/ratelimit YAML files
-	RLSConfigPoll     time.Duration // how often to re-read RLSConfig besides file events; 0: events only
-	RLSStopOverLimit  bool          // charge no descriptor of a call when any is over its limit
-	RLSHeaders        rls.Headers   // response headers Envoy is asked to add
-	RLSShadow         bool          // every rule in shadow mode: counted, never refused (the peer's SHADOW_MODE)
-	RLSHTTPListen     string        // address of the peer's HTTP port (/json, /healthcheck); empty: off
-	RLSMaxDescriptors int           // most descriptors in one ShouldRateLimit call
-	RLSMaxEntries     int           // most entries in one descriptor
+	GRPCListen         string        // address; empty: off (the flag's "off")
+	GRPCTLSCert        string        // PEM certificate chain; with GRPCTLSKey, serve TLS
+	GRPCTLSKey         string        // PEM private key
+	GRPCTLSClientCA    string        // PEM CA that client certificates must chain to; empty: none asked
+	GRPCInsecure       bool          // allow a non-loopback address without client certificates
+	RLSConfig          string        // directory of envoyproxy/ratelimit YAML files
+	RLSConfigPoll      time.Duration // how often to re-read RLSConfig besides file events; 0: events only
+	RLSStopOverLimit   bool          // charge no descriptor of a call when any is over its limit
+	RLSHeaders         rls.Headers   // response headers Envoy is asked to add
+	RLSShadow          bool          // every rule in shadow mode: counted, never refused (the peer's SHADOW_MODE)
+	RLSReadyWithConfig bool          // not ready while no domain is configured (the peer's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED)
+	RLSHTTPListen      string        // address of the peer's HTTP port (/json, /healthcheck); empty: off
+	RLSMaxDescriptors  int           // most descriptors in one ShouldRateLimit call
+	RLSMaxEntries      int           // most entries in one descriptor
 
 	// The rate limit service's configuration over xDS, instead of RLSConfig.
 	RLSXDSServer             string        // management server address; empty: none
@@ -188,6 +189,9 @@ func (c *Config) Register(fs *flag.FlagSet) {
 			"draft (the IETF RateLimit-Policy and RateLimit fields, Retry-After when over); both")
 	fs.BoolVar(&c.RLSShadow, "rls-shadow", c.RLSShadow,
 		"answer every descriptor OK, counting it and reporting what it would have been (envoyproxy/ratelimit's SHADOW_MODE)")
+	fs.BoolVar(&c.RLSReadyWithConfig, "rls-ready-with-config", c.RLSReadyWithConfig,
+		"report not ready (/readyz, /healthcheck, gRPC health) while the rate limit service's configuration has no domain, "+
+			"such as before xDS has sent one (envoyproxy/ratelimit's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED)")
 	fs.Var((*offAddr)(&c.RLSHTTPListen), "rls-http-listen",
 		"`address` to serve envoyproxy/ratelimit's HTTP port on (its 8080): /json answers a rate limit request written in JSON, "+
 			"/healthcheck the readiness; or off. Needs --grpc-listen; a non-loopback address needs --grpc-insecure")

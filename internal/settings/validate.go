@@ -169,6 +169,9 @@ func (c *Config) validateGRPC() error {
 		return fmt.Errorf("invalid %s: it needs --grpc-tls-cert and --grpc-tls-key, as client certificates are asked for over TLS", c.name("grpc-tls-client-ca"))
 	}
 	if c.GRPCListen == "" {
+		if c.RLSReadyWithConfig {
+			return fmt.Errorf("%s needs --grpc-listen: it waits for the rate limit service's configuration", c.name("rls-ready-with-config"))
+		}
 		return nil
 	}
 	host, err := c.hostPort("grpc-listen", c.GRPCListen)
