@@ -152,7 +152,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		return errors.New("respserver: Serve called twice")
 	}
 	s.listener = ln
-	loops, err := transport.Start(s.cfg.Service, s.cfg.Loops)
+	loops, err := transport.Start(s.cfg.Service, s.log, s.cfg.Loops)
 	if err != nil {
 		s.mu.Unlock()
 		return err

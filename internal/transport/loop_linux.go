@@ -43,6 +43,7 @@ import (
 // of its own and lands the same way.
 type Loop struct {
 	svc  *service.Service
+	log  *slog.Logger
 	el   *evloop.Loop
 	load atomic.Int64
 
@@ -95,11 +96,12 @@ type round struct {
 }
 
 // Start takes a share of each event loop for a server whose decisions svc
-// makes: their turns from now on.
-func Start(svc *service.Service, els []*evloop.Loop) ([]*Loop, error) {
+// makes: their turns from now on. A panic while a round is handed over
+// is logged to log.
+func Start(svc *service.Service, log *slog.Logger, els []*evloop.Loop) ([]*Loop, error) {
 	var loops []*Loop
 	for i, el := range els {
-		l := &Loop{svc: svc, el: el, conns: make(map[*loopConn]struct{})}
+		l := &Loop{svc: svc, log: log, el: el, conns: make(map[*loopConn]struct{})}
 		l.rounds.New = func() any {
 			r := &round{l: l}
 			r.landed = r.land
@@ -468,7 +470,7 @@ func cutRound(sizes []int, parts int, ends []int) []int {
 // error for each of its connections, which are then closed.
 func (l *Loop) recoverRound() {
 	if r := recover(); r != nil {
-		slog.Error("panic handing a round over", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		l.log.Error("panic handing a round over", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 		for _, lc := range l.touched {
 			lc.c.Failed()
 		}

@@ -4,6 +4,7 @@ package transport
 
 import (
 	"errors"
+	"log/slog"
 	"net"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 type Loop struct{}
 
 // Start refuses event loops: there are none here.
-func Start(_ *service.Service, els []*evloop.Loop) ([]*Loop, error) {
+func Start(_ *service.Service, _ *slog.Logger, els []*evloop.Loop) ([]*Loop, error) {
 	if len(els) > 0 {
 		return nil, errors.New("transport: event loops are Linux's")
 	}
