@@ -73,3 +73,20 @@ func BenchmarkPipeline(b *testing.B) {
 		c.out = c.out[:0]
 	}
 }
+
+// settle hands the queued decisions over and waits for them, as a
+// connection's own goroutine does (transport.GoConn), until nothing is
+// owed: the tests' way to run a client without a network.
+func (c *client) settle() {
+	for g := c.Lift(); g != nil; g = c.Lift() {
+		c.s.cfg.Service.DecideWait(g.Batch())
+		c.Landed(g, false)
+	}
+	c.count()
+}
+
+// serveRead runs what a read of n bytes completed, and waits for it all.
+func (c *client) serveRead(n int) {
+	c.Took(n)
+	c.settle()
+}

@@ -41,7 +41,7 @@ func (s *Server) overBudget() {
 		c.evict.Store(true)
 		s.stats.evicted.Add(1)
 		s.log.Warn("closing a client over the input budget", "id", c.id, "addr", c.addr, "held", c.inputBytes(), "max_input_memory", s.cfg.MaxInputMemory)
-		c.conn.wake() // it answers the error and closes
+		c.conn.Wake() // it answers the error and closes
 	}
 }
 

@@ -11,7 +11,9 @@ import (
 	"github.com/tidwall/redcon"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-rl/sluice/internal/monitor"
 	"github.com/sluice-rl/sluice/internal/resp"
+	"github.com/sluice-rl/sluice/internal/transport"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -30,9 +32,10 @@ type client struct {
 	s    *Server
 	id   int64
 	addr string
-	// conn serves the connection's bytes (transport.go): set before the
-	// client is shared, then read only.
-	conn transport
+	// conn serves the connection's bytes (package transport; conn.go is
+	// the client's side): set before the client is shared, then read
+	// only.
+	conn transport.Transport
 
 	in        input
 	inputHeld atomic.Int64 // bytes of in.buf counted in the server's input total; written by its own goroutine
@@ -61,7 +64,7 @@ type client struct {
 
 	// mon is set while the connection runs MONITOR (monitor.go); monLine
 	// is where the lines it and others see of its commands are written.
-	mon     *monitor
+	mon     *monitor.Tap
 	monLine []byte
 
 	proto   int // 2 or 3
@@ -136,7 +139,7 @@ func newClient(s *Server, addr string) *client {
 		authed:  s.cfg.RequirePass == "",
 		created: time.Now(),
 	}
-	c.conn = &goConn{c: c}
+	c.conn = transport.NewGoConn(nil, c, s.cfg.Service)
 	c.fd.Store(-1)
 	c.active.Store(c.created.UnixNano())
 	c.cur = c.newSegment()
@@ -162,7 +165,7 @@ func (g *segment) empty() bool { return len(g.pend) == 0 && g.reset == nil && g.
 // nothing else; while someone does, through monitor.go's execMonitored,
 // which feeds its line.
 func (c *client) command(args [][]byte) (hold bool) {
-	if c.s.monitoring.Load() > 0 {
+	if c.s.monitors.On() {
 		return c.execMonitored(args)
 	}
 	return c.exec(args) == held

@@ -172,7 +172,7 @@ func runClientKill(c *client, args [][]byte) {
 // kill closes c from another connection, through whatever serves it.
 func (c *client) kill() {
 	c.killed.Store(true)
-	c.conn.wake()
+	c.conn.Kill()
 }
 
 // runClientList is CLIENT LIST [TYPE type | ID id [id ...]].
@@ -259,25 +259,13 @@ func (s *Server) appendClientInfo(dst []byte, c *client) []byte {
 	c.infoMu.Lock()
 	info.Name, info.LibName, info.LibVer, info.Resp = c.name, c.libName, c.libVer, c.proto
 	c.infoMu.Unlock()
-	info.OMem, info.Monitor = s.monitorBacklog(c)
+	info.OMem, info.Monitor = s.monitors.Backlog(c)
 	queued, held := c.queued.Load(), c.inputHeld.Load()
 	info.QBuf, info.QBufFree, info.TotMem = queued, max(held-queued, 0), held+info.OMem
 	if p := c.lastCmd.Load(); p != nil {
 		info.Cmd = *p
 	}
 	return redisadmin.AppendClientLine(dst, info)
-}
-
-// monitorBacklog is the bytes of lines waiting for c, if it monitors.
-func (s *Server) monitorBacklog(c *client) (int64, bool) {
-	s.monMu.Lock()
-	defer s.monMu.Unlock()
-	for _, m := range s.monitors {
-		if m.c == c {
-			return int64(len(m.lines)), true
-		}
-	}
-	return 0, false
 }
 
 // connFD is nc's descriptor, for CLIENT LIST's fd=; -1 when it has none.

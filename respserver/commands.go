@@ -9,6 +9,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/redisadmin"
 	"github.com/sluice-rl/sluice/internal/resp"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -26,7 +27,7 @@ type command struct {
 	keyStep          int
 	group            string
 	summary          string
-	args             []argDoc
+	args             []redisadmin.Arg  // COMMAND DOCS
 	noAuth           bool              // allowed before AUTH
 	inMulti          bool              // run, not refused, after a refused MULTI (transactions.go)
 	rename           map[string]string // engine parameter name → this command's
@@ -35,21 +36,14 @@ type command struct {
 	run   func(c *client, args [][]byte)
 }
 
-// argDoc documents one argument for COMMAND DOCS, which redis-cli turns
-// into its inline hints.
-type argDoc struct {
-	name     string
-	typ      string // key, integer, string, pure-token
-	optional bool
-	multiple bool
-}
-
-// arity is COMMAND's arity: the exact count, or minus the minimum.
-func (cmd *command) arity() int {
+// doc is what COMMAND and COMMAND DOCS say of the command.
+func (cmd *command) doc() *redisadmin.Command {
+	arity := -cmd.minArgs
 	if cmd.minArgs == cmd.maxArgs {
-		return cmd.minArgs
+		arity = cmd.minArgs
 	}
-	return -cmd.minArgs
+	return &redisadmin.Command{Name: cmd.name, Arity: arity, Flags: cmd.flags, FirstKey: cmd.firstKey,
+		LastKey: cmd.lastKey, KeyStep: cmd.keyStep, Group: cmd.group, Summary: cmd.summary, Args: cmd.args}
 }
 
 var commandTable map[string]*command
@@ -78,8 +72,8 @@ func lookup(name []byte) *command {
 }
 
 var (
-	costPeekDocs = []argDoc{{name: "cost", typ: "integer", optional: true}, {name: "peek", typ: "pure-token", optional: true},
-		{name: "charge", typ: "pure-token", optional: true}}
+	costPeekDocs = []redisadmin.Arg{{Name: "cost", Type: "integer", Optional: true}, {Name: "peek", Type: "pure-token", Optional: true},
+		{Name: "charge", Type: "pure-token", Optional: true}}
 	decideFlags = []string{"write", "fast"}
 )
 
@@ -103,15 +97,15 @@ func decisionCommands() []*command {
 	}
 	var cmds []*command
 	for _, in := range inlines {
-		docs := []argDoc{{name: "key", typ: "key"}}
+		docs := []redisadmin.Arg{{Name: "key", Type: "key"}}
 		for _, p := range in.params {
-			docs = append(docs, argDoc{name: p, typ: "integer"})
+			docs = append(docs, redisadmin.Arg{Name: p, Type: "integer"})
 		}
-		docs = append(docs, argDoc{name: "period", typ: "string"})
+		docs = append(docs, redisadmin.Arg{Name: "period", Type: "string"})
 		docs = append(docs, costPeekDocs...)
 		n, options := 3+len(in.params), 2
 		if in.alg == engine.SlidingWindow {
-			docs = append(docs, argDoc{name: "precision", typ: "integer", optional: true})
+			docs = append(docs, redisadmin.Arg{Name: "precision", Type: "integer", Optional: true})
 			options += 2
 		}
 		cmds = append(cmds, &command{
@@ -125,16 +119,16 @@ func decisionCommands() []*command {
 			name: "rl.allow", minArgs: 3, maxArgs: 6, flags: decideFlags,
 			firstKey: 2, lastKey: 2, keyStep: 1, group: "sluice",
 			summary: "Decide by a named policy from the policies file, by all its limits at once; the key is stored under the policy's prefix. DETAIL adds each limit's own reply.",
-			args: append(append([]argDoc{{name: "policy", typ: "string"}, {name: "key", typ: "key"}}, costPeekDocs...),
-				argDoc{name: "detail", typ: "pure-token", optional: true}),
+			args: append(append([]redisadmin.Arg{{Name: "policy", Type: "string"}, {Name: "key", Type: "key"}}, costPeekDocs...),
+				redisadmin.Arg{Name: "detail", Type: "pure-token", Optional: true}),
 			parse: parseAllow,
 		},
 		&command{
 			name: "cl.throttle", minArgs: 5, maxArgs: 6, flags: decideFlags,
 			firstKey: 1, lastKey: 1, keyStep: 1, group: "sluice",
 			summary: "redis-cell compatible GCRA: replies [limited, limit, remaining, retry_after, reset_after] in seconds.",
-			args: []argDoc{{name: "key", typ: "key"}, {name: "max_burst", typ: "integer"}, {name: "count", typ: "integer"},
-				{name: "period", typ: "integer"}, {name: "quantity", typ: "integer", optional: true}},
+			args: []redisadmin.Arg{{Name: "key", Type: "key"}, {Name: "max_burst", Type: "integer"}, {Name: "count", Type: "integer"},
+				{Name: "period", Type: "integer"}, {Name: "quantity", Type: "integer", Optional: true}},
 			rename: map[string]string{"burst": "max_burst", "rate": "count", "cost": "quantity"},
 			parse:  parseThrottle,
 		},
@@ -142,13 +136,13 @@ func decisionCommands() []*command {
 			name: "rl.reset", minArgs: 2, flags: []string{"write"},
 			firstKey: 1, lastKey: -1, keyStep: 1, group: "sluice",
 			summary: "Forget the keys' state under every algorithm; replies the number of keys given. Or POLICY name key [key ...]: every limit and lease of the policy's keys.",
-			args:    []argDoc{{name: "key", typ: "key", multiple: true}},
+			args:    []redisadmin.Arg{{Name: "key", Type: "key", Multiple: true}},
 			run:     runReset,
 		},
 		&command{
 			name: "rl.trace", minArgs: 2, maxArgs: 2, flags: []string{"fast"}, group: "sluice",
 			summary: "Trace this connection's following decisions as children of a W3C traceparent; OFF stops.",
-			args:    []argDoc{{name: "traceparent", typ: "string"}},
+			args:    []redisadmin.Arg{{Name: "traceparent", Type: "string"}},
 			run:     runTrace,
 		},
 	)
@@ -279,7 +273,7 @@ func runReset(c *client, args [][]byte) {
 		}
 		return svc.Reset(context.Background(), keys)
 	}
-	if c.conn.blocking() {
+	if c.conn.Blocking() {
 		if err := reset(); err != nil {
 			c.owe(requestError(err, nil)) // the service counted it
 			return
@@ -292,7 +286,7 @@ func runReset(c *client, args [][]byte) {
 	c.flying = g
 	go func() {
 		g.resetErr = reset()
-		c.conn.land(g)
+		c.conn.Land(g)
 	}()
 }
 

@@ -24,33 +24,33 @@ import (
 func connectionCommands() []*command {
 	return []*command{
 		{name: "ping", minArgs: 1, maxArgs: 2, flags: []string{"fast"}, group: "connection",
-			summary: "Returns PONG, or the message given.", args: []argDoc{{name: "message", typ: "string", optional: true}}, run: runPing},
+			summary: "Returns PONG, or the message given.", args: []redisadmin.Arg{{Name: "message", Type: "string", Optional: true}}, run: runPing},
 		{name: "echo", minArgs: 2, maxArgs: 2, flags: []string{"fast"}, group: "connection",
-			summary: "Returns the message given.", args: []argDoc{{name: "message", typ: "string"}}, run: runEcho},
+			summary: "Returns the message given.", args: []redisadmin.Arg{{Name: "message", Type: "string"}}, run: runEcho},
 		{name: "hello", minArgs: 1, flags: []string{"noauth", "fast"}, group: "connection", noAuth: true,
 			summary: "Chooses RESP2 or RESP3, optionally authenticates and names the connection; replies the server's details.",
-			args: []argDoc{{name: "protover", typ: "integer", optional: true}, {name: "auth", typ: "string", optional: true},
-				{name: "setname", typ: "string", optional: true}}, run: runHello},
+			args: []redisadmin.Arg{{Name: "protover", Type: "integer", Optional: true}, {Name: "auth", Type: "string", Optional: true},
+				{Name: "setname", Type: "string", Optional: true}}, run: runHello},
 		{name: "auth", minArgs: 2, maxArgs: 3, flags: []string{"noauth", "fast"}, group: "connection", noAuth: true,
 			summary: "Authenticates the connection with the password set by --requirepass.",
-			args:    []argDoc{{name: "username", typ: "string", optional: true}, {name: "password", typ: "string"}}, run: runAuth},
+			args:    []redisadmin.Arg{{Name: "username", Type: "string", Optional: true}, {Name: "password", Type: "string"}}, run: runAuth},
 		{name: "select", minArgs: 2, maxArgs: 2, flags: []string{"fast"}, group: "connection",
-			summary: "Accepts database 0 only.", args: []argDoc{{name: "index", typ: "integer"}}, run: runSelect},
+			summary: "Accepts database 0 only.", args: []redisadmin.Arg{{Name: "index", Type: "integer"}}, run: runSelect},
 		{name: "client", minArgs: 2, flags: []string{"fast"}, group: "connection",
 			summary: "CLIENT SETNAME, GETNAME, SETINFO, ID, INFO, LIST [TYPE type | ID id …], KILL (addr, or filters ID, ADDR, LADDR, TYPE, USER, SKIPME, MAXAGE) and TRACKING (accepted, a no-op).",
-			args:    []argDoc{{name: "subcommand", typ: "string"}, {name: "arg", typ: "string", optional: true, multiple: true}}, run: runClient},
+			args:    []redisadmin.Arg{{Name: "subcommand", Type: "string"}, {Name: "arg", Type: "string", Optional: true, Multiple: true}}, run: runClient},
 		{name: "command", minArgs: 1, flags: []string{"fast"}, group: "server",
 			summary: "Describes the commands: COMMAND, COMMAND COUNT, COMMAND INFO, COMMAND DOCS, COMMAND LIST.",
-			args:    []argDoc{{name: "subcommand", typ: "string", optional: true}, {name: "command-name", typ: "string", optional: true, multiple: true}}, run: runCommand},
+			args:    []redisadmin.Arg{{Name: "subcommand", Type: "string", Optional: true}, {Name: "command-name", Type: "string", Optional: true, Multiple: true}}, run: runCommand},
 		{name: "info", minArgs: 1, flags: []string{"fast"}, group: "server",
 			summary: "Server, clients, persistence and stats sections, as Redis's INFO.",
-			args:    []argDoc{{name: "section", typ: "string", optional: true, multiple: true}}, run: runInfo},
+			args:    []redisadmin.Arg{{Name: "section", Type: "string", Optional: true, Multiple: true}}, run: runInfo},
 		{name: "dbsize", minArgs: 1, maxArgs: 1, flags: []string{"readonly", "fast"}, group: "server",
 			summary: "Counts the keys this sidecar holds in its in-memory store: all of them without --upstream; with one, those of local fallback decisions only (the central Redis holds the rest).",
 			run:     runDBSize},
 		{name: "scan", minArgs: 2, flags: []string{"readonly"}, group: "generic",
 			summary: "Refused: Sluice's keys are rate-limit states, not data to browse (so redis-cli --bigkeys and --memkeys stop with this error); DBSIZE and INFO keyspace count them.",
-			args:    []argDoc{{name: "cursor", typ: "integer"}, {name: "arg", typ: "string", optional: true, multiple: true}}, run: runScan},
+			args:    []redisadmin.Arg{{Name: "cursor", Type: "integer"}, {Name: "arg", Type: "string", Optional: true, Multiple: true}}, run: runScan},
 		{name: "monitor", minArgs: 1, maxArgs: 1, flags: []string{"admin"}, group: "server",
 			summary: "Streams every command the server runs, in Redis's MONITOR lines, each decision followed by -> and what it got: allowed, remaining, retry_after_ms and the path that decided it.",
 			run:     runMonitor},
@@ -292,7 +292,7 @@ func runCommand(c *client, args [][]byte) {
 	if len(args) == 1 {
 		c.out = redcon.AppendArray(c.out, len(commandList))
 		for _, cmd := range commandList {
-			c.out = appendCommandInfo(c.out, cmd)
+			c.out = redisadmin.AppendCommandInfo(c.out, cmd.doc())
 		}
 		return
 	}
@@ -314,14 +314,14 @@ func runCommand(c *client, args [][]byte) {
 		if len(names) == 0 {
 			c.out = redcon.AppendArray(c.out, len(commandList))
 			for _, cmd := range commandList {
-				c.out = appendCommandInfo(c.out, cmd)
+				c.out = redisadmin.AppendCommandInfo(c.out, cmd.doc())
 			}
 			return
 		}
 		c.out = redcon.AppendArray(c.out, len(names))
 		for _, n := range names {
 			if cmd := lookup(n); cmd != nil {
-				c.out = appendCommandInfo(c.out, cmd)
+				c.out = redisadmin.AppendCommandInfo(c.out, cmd.doc())
 			} else {
 				c.out = resp.AppendNull(c.out, c.proto)
 			}
@@ -339,79 +339,13 @@ func runCommand(c *client, args [][]byte) {
 		c.out = resp.AppendMapLen(c.out, len(cmds), c.proto)
 		for _, cmd := range cmds {
 			c.out = redcon.AppendBulkString(c.out, cmd.name)
-			c.out = appendCommandDocs(c.out, cmd, c.proto)
+			c.out = redisadmin.AppendCommandDocs(c.out, cmd.doc(), c.proto)
 		}
 	case "help":
 		c.out = resp.AppendLines(c.out, redisadmin.CommandHelp)
 	default:
 		c.fail(unknownSubcommand(args[1], "COMMAND"))
 	}
-}
-
-// appendCommandInfo writes one COMMAND entry in Redis 7's ten-field form.
-func appendCommandInfo(dst []byte, cmd *command) []byte {
-	dst = redcon.AppendArray(dst, 10)
-	dst = redcon.AppendBulkString(dst, cmd.name)
-	dst = redcon.AppendInt(dst, int64(cmd.arity()))
-	dst = redcon.AppendArray(dst, len(cmd.flags))
-	for _, f := range cmd.flags {
-		dst = redcon.AppendString(dst, f)
-	}
-	dst = redcon.AppendInt(dst, int64(cmd.firstKey))
-	dst = redcon.AppendInt(dst, int64(cmd.lastKey))
-	dst = redcon.AppendInt(dst, int64(cmd.keyStep))
-	dst = redcon.AppendArray(dst, 1) // ACL categories
-	dst = redcon.AppendString(dst, "@"+cmd.group)
-	dst = redcon.AppendArray(dst, 0)  // tips
-	dst = redcon.AppendArray(dst, 0)  // key specs
-	return redcon.AppendArray(dst, 0) // subcommands
-}
-
-func appendCommandDocs(dst []byte, cmd *command, proto int) []byte {
-	dst = resp.AppendMapLen(dst, 5, proto)
-	dst = redcon.AppendBulkString(dst, "summary")
-	dst = redcon.AppendBulkString(dst, cmd.summary)
-	dst = redcon.AppendBulkString(dst, "since")
-	dst = redcon.AppendBulkString(dst, "0.1.0")
-	dst = redcon.AppendBulkString(dst, "group")
-	dst = redcon.AppendBulkString(dst, cmd.group)
-	dst = redcon.AppendBulkString(dst, "complexity")
-	dst = redcon.AppendBulkString(dst, "O(1)")
-	dst = redcon.AppendBulkString(dst, "arguments")
-	dst = redcon.AppendArray(dst, len(cmd.args))
-	for _, a := range cmd.args {
-		n := 2
-		var flags []string
-		if a.optional {
-			flags = append(flags, "optional")
-		}
-		if a.multiple {
-			flags = append(flags, "multiple")
-		}
-		if len(flags) > 0 {
-			n++
-		}
-		if a.typ == "pure-token" {
-			n++
-		}
-		dst = resp.AppendMapLen(dst, n, proto)
-		dst = redcon.AppendBulkString(dst, "name")
-		dst = redcon.AppendBulkString(dst, a.name)
-		dst = redcon.AppendBulkString(dst, "type")
-		dst = redcon.AppendBulkString(dst, a.typ)
-		if a.typ == "pure-token" {
-			dst = redcon.AppendBulkString(dst, "token")
-			dst = redcon.AppendBulkString(dst, strings.ToUpper(a.name))
-		}
-		if len(flags) > 0 {
-			dst = redcon.AppendBulkString(dst, "flags")
-			dst = redcon.AppendArray(dst, len(flags))
-			for _, f := range flags {
-				dst = redcon.AppendString(dst, f)
-			}
-		}
-	}
-	return dst
 }
 
 // runInfo writes Redis's sections, with the fields redis-cli's modes read

@@ -10,17 +10,15 @@
 // command table (commands.go), which also feeds COMMAND, COMMAND DOCS and
 // arity checks, so the table is the single description of the surface.
 //
-// On Linux, event loops (package evloop, given in Config.Loops; the
-// server's share of one is loop_linux.go) serve the connections: one
-// goroutine waits on epoll for all of them, reads each that has sent
-// something, and hands every decision read in that round to the service
-// as one batch, so that the store behind it (a batcher, Redis) pays one
-// round trip for the decisions of many connections, and a request costs
-// one read and one write, no goroutine switch. The server does not know
-// the store: app may have the store read Redis's replies on the same loop,
-// and the loop's hold (evloop.Hold) waits for a small round's reply.
-// Elsewhere, or with no Loops (--io-loops 0), each connection has a
-// goroutine of its own, which decides what one read brought as one batch.
+// A connection's bytes are its transport's (package internal/transport):
+// on Linux an event loop's (Config.Loops), which reads every connection
+// that has sent something and hands all it read in a round to the
+// service as one batch, or elsewhere, and with no Loops (--io-loops 0), a
+// goroutine of the connection's own. The client implements the
+// transport's Conn (conn.go) and asks of it only Transport: to be woken,
+// whether it may wait on Redis in place, to land work done elsewhere, to
+// drain or close. The server does not know the store: app may have the
+// store read Redis's replies on the same loop.
 // Either way a command that is not a decision
 // (RL.RESET, HELLO, AUTH, …) first settles the decisions queued before it,
 // so that replies keep the pipeline's order and effects.
@@ -39,20 +37,14 @@
 // commands came, errors in their places. The commands are in three
 // rooms: the decisions (commands.go, leases.go), the standard commands
 // clients send on connect and tools use (conncmds.go, clientlist.go: what
-// they decide and read of the connections; the text of CLIENT LIST, INFO
-// and the help is package internal/redisadmin's), and
+// they decide and read of the connections; the text of CLIENT LIST,
+// COMMAND DOCS, INFO and the help is package internal/redisadmin's), and
 // what is refused with the reason and the fix (transactions.go: MULTI;
-// CLIENT TRACKING, accepted as a no-op). MONITOR (monitor.go) watches
-// through one hook on the way in (client.command) and one on the way out
-// (deliver), so that a decision passes no MONITOR code while no one
-// watches.
-//
-// A connection's bytes are its transport's (transport.go): an event
-// loop's (loop_linux.go, asks_linux.go) or a goroutine of its own
-// (conn_goroutine.go). The state machine asks it only to be woken, whether
-// it may wait on Redis in place, to land work done elsewhere, and to drain
-// or close; it knows neither. What one connection does to another (CLIENT
-// KILL, the input budget's eviction, a MONITOR line) is set in the other's
-// state and its transport woken, so nothing touches another connection's
-// descriptor or buffers (clientlist.go, budget.go, monitor.go).
+// CLIENT TRACKING, accepted as a no-op). MONITOR (monitor.go; its hub and
+// line format are package internal/monitor's) watches through one hook
+// on the way in (client.command) and one on the way out (deliver), so
+// that a decision passes no MONITOR code while no one watches. What one
+// connection does to another (CLIENT KILL, the input budget's eviction,
+// a MONITOR line) is set in the other's state and its transport woken,
+// so nothing touches another connection's descriptor or buffers.
 package respserver

@@ -6,6 +6,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/redisadmin"
 	"github.com/sluice-rl/sluice/internal/resp"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -31,15 +32,15 @@ func leaseCommands() []*command {
 			name: "rl.acquire", minArgs: 4, maxArgs: 5, flags: []string{"write"},
 			firstKey: 1, lastKey: 1, keyStep: 1, group: "sluice",
 			summary: "Concurrency limiter: take one of limit leases of key, held for lease_ttl unless released; an id that is held is renewed. Or POLICY name key [id].",
-			args: []argDoc{{name: "key", typ: "key"}, {name: "limit", typ: "integer"}, {name: "lease_ttl", typ: "string"},
-				{name: "id", typ: "string", optional: true}},
+			args: []redisadmin.Arg{{Name: "key", Type: "key"}, {Name: "limit", Type: "integer"}, {Name: "lease_ttl", Type: "string"},
+				{Name: "id", Type: "string", Optional: true}},
 			run: runAcquire,
 		},
 		{
 			name: "rl.release", minArgs: 3, maxArgs: 5, flags: []string{"write", "fast"},
 			firstKey: 1, lastKey: 1, keyStep: 1, group: "sluice",
 			summary: "Free a lease taken by RL.ACQUIRE: 1 if it was held, 0 if not (released already, or expired). Or POLICY name key lease_id.",
-			args:    []argDoc{{name: "key", typ: "key"}, {name: "lease_id", typ: "string"}},
+			args:    []redisadmin.Arg{{Name: "key", Type: "key"}, {Name: "lease_id", Type: "string"}},
 			run:     runRelease,
 		},
 	}
@@ -136,7 +137,7 @@ func runRelease(c *client, args [][]byte) {
 // goroutine, landing through its transport as RL.RESET does. work must not
 // touch the client; answer runs on the connection's goroutine or loop.
 func (c *client) offLoop(answer func([]byte) []byte, work func()) {
-	if c.conn.blocking() {
+	if c.conn.Blocking() {
 		work()
 		c.out = answer(c.out)
 		return
@@ -146,7 +147,7 @@ func (c *client) offLoop(answer func([]byte) []byte, work func()) {
 	c.flying = g
 	go func() {
 		work()
-		c.conn.land(g)
+		c.conn.Land(g)
 	}()
 }
 

@@ -169,7 +169,7 @@ func TestMonitorEnds(t *testing.T) {
 	srv, addr := startServer(t, Config{Service: testService(t, memStore(t), nil)})
 	m := monitorConn(t, addr)
 	gone := monitorConn(t, addr)
-	if n := srv.monitoring.Load(); n != 2 {
+	if n := srv.monitors.Len(); n != 2 {
 		t.Fatalf("monitoring = %d with two monitors", n)
 	}
 	m.send(t, encodeCommand(bytesArgs("RESET")))
@@ -177,7 +177,7 @@ func TestMonitorEnds(t *testing.T) {
 		t.Fatalf("RESET = %q", got)
 	}
 	gone.nc.Close()
-	waitFor(t, func() bool { return srv.monitoring.Load() == 0 }, "the monitors to go")
+	waitFor(t, func() bool { return !srv.monitors.On() }, "the monitors to go")
 	m.send(t, encodeCommand(bytesArgs("PING")))
 	if got := m.monitorLine(t); got != "+PONG\r\n" {
 		t.Errorf("after RESET, PING = %q: a monitor line came first?", got)
@@ -195,7 +195,7 @@ func TestMonitorFallsBehind(t *testing.T) {
 	// (within reply's read deadline, a guard against a server that waits
 	// for the monitor, not a measure of speed), until the monitor is
 	// dropped after a bounded number of lines.
-	for i := 0; srv.monitoring.Load() > 0; i++ {
+	for i := 0; srv.monitors.On(); i++ {
 		if i == 2000 {
 			t.Fatal("2000 lines of 128 KiB and the monitor that reads none is still fed")
 		}
@@ -222,29 +222,6 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("waited 5s for %s", what)
 		}
 		time.Sleep(time.Millisecond)
-	}
-}
-
-// The line format, byte by byte, against what Redis writes.
-func TestAppendMonitorLine(t *testing.T) {
-	at := time.Unix(1767225600, 42000)
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"PING"}, `+1767225600.000042 [0 10.0.0.1:5] "PING"`},
-		{[]string{"SET", "k", "a b\t\a\b\r\n\"\\\x7f"}, `+1767225600.000042 [0 10.0.0.1:5] "SET" "k" "a b\t\a\b\r\n\"\\\x7f"`},
-		{[]string{"auth"}, `+1767225600.000042 [0 10.0.0.1:5] "auth"`},
-		{[]string{"hello", "3", "auth", "u"}, `+1767225600.000042 [0 10.0.0.1:5] "hello" "3" "auth" "u"`},
-		{[]string{"HELLO", "3", "AUTH", "u", "p", "AUTH", "v", "q"}, `+1767225600.000042 [0 10.0.0.1:5] "HELLO" "3" "AUTH" "(redacted)" "(redacted)" "AUTH" "(redacted)" "(redacted)"`},
-		{[]string{""}, `+1767225600.000042 [0 10.0.0.1:5] ""`},
-	} {
-		if got := string(appendMonitorLine(nil, at, "10.0.0.1:5", bytesArgs(tc.args...))); got != tc.want {
-			t.Errorf("%q:\n got %s\nwant %s", tc.args, got, tc.want)
-		}
-	}
-	if got := string(appendMonitorLine(nil, time.Unix(5, 999999000), "a", bytesArgs("x"))); got != `+5.999999 [0 a] "x"` {
-		t.Errorf("microseconds: %s", got)
 	}
 }
 
@@ -320,5 +297,5 @@ func TestClientKillMonitor(t *testing.T) {
 	if _, err := io.Copy(io.Discard, m.nc); err != nil && !isClosedErr(err) {
 		t.Errorf("the killed monitor: %v", err)
 	}
-	waitFor(t, func() bool { return srv.monitoring.Load() == 0 }, "the killed monitor to stop being fed")
+	waitFor(t, func() bool { return !srv.monitors.On() }, "the killed monitor to stop being fed")
 }

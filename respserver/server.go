@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/evloop"
+	"github.com/sluice-rl/sluice/internal/monitor"
 	"github.com/sluice-rl/sluice/internal/redisadmin"
+	"github.com/sluice-rl/sluice/internal/transport"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -90,14 +92,10 @@ type Server struct {
 	conns    map[*client]struct{} // guarded by mu
 	closing  bool                 // guarded by mu
 	listener net.Listener         // guarded by mu
-	loops    []*loop              // guarded by mu; set by Serve
+	loops    []*transport.Loop    // guarded by mu; set by Serve
 	idle     chan struct{}        // guarded by mu; closed when no connection is left while closing
 
-	// MONITOR (monitor.go): monitoring counts the monitors, the one figure
-	// the hot path reads.
-	monitoring atomic.Int32
-	monMu      sync.Mutex
-	monitors   []*monitor // guarded by monMu
+	monitors monitor.Hub // MONITOR's watchers (monitor.go)
 }
 
 // stats are the connection-level counters; decisions and errors are
@@ -154,7 +152,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		return errors.New("respserver: Serve called twice")
 	}
 	s.listener = ln
-	loops, err := startLoops(s, s.cfg.Loops)
+	loops, err := transport.Start(s.cfg.Service, s.log, s.cfg.Loops)
 	if err != nil {
 		s.mu.Unlock()
 		return err
@@ -186,49 +184,36 @@ func (s *Server) Serve(ln net.Listener) error {
 // adopt gives a new connection to an event loop, or to a goroutine of its
 // own where no loop can take it (no loops, or no file descriptor).
 func (s *Server) adopt(nc net.Conn) {
-	l := s.pickLoop(nc)
+	s.mu.Lock()
+	l := transport.Pick(s.loops, nc)
+	s.mu.Unlock()
 	c := s.register(nc, l)
 	if c == nil {
 		if l != nil {
-			l.load.Add(-1)
+			l.Unpick()
 		}
 		return
 	}
-	if g, ok := c.conn.(*goConn); ok {
-		go g.serve()
+	if g, ok := c.conn.(*transport.GoConn); ok {
+		go g.Serve()
 		return
 	}
-	if err := l.adopt(nc, c); err != nil {
+	fd, err := l.Adopt(nc, c.conn)
+	if err != nil {
 		s.log.Debug("connection not adopted", "id", c.id, "err", err)
-		l.load.Add(-1)
+		l.Unpick()
 		_ = nc.Close()
 		s.closed(c, nil)
+		return
 	}
-}
-
-// pickLoop is the event loop for a new connection: the one serving the
-// fewest, or nil where loops cannot serve it.
-func (s *Server) pickLoop(nc net.Conn) *loop {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.loops) == 0 || !pollable(nc) {
-		return nil
-	}
-	best := s.loops[0]
-	for _, l := range s.loops[1:] {
-		if l.load.Load() < best.load.Load() {
-			best = l
-		}
-	}
-	best.load.Add(1)
-	return best
+	c.fd.Store(int32(fd))
 }
 
 // register counts a new connection in, or refuses it (closing, or too
 // many connections) and returns nil. l is the event loop that will serve
 // it, or nil for a goroutine of its own; its transport is set here, under
 // mu, where CLIENT KILL reads it.
-func (s *Server) register(nc net.Conn, l *loop) *client {
+func (s *Server) register(nc net.Conn, l *transport.Loop) *client {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing || len(s.conns) >= s.cfg.MaxConns {
@@ -244,24 +229,14 @@ func (s *Server) register(nc net.Conn, l *loop) *client {
 	c := newClient(s, addr)
 	c.laddr, c.monAddr = laddr, monAddr
 	if l == nil {
-		c.conn = &goConn{nc: nc, c: c}
+		c.conn = transport.NewGoConn(nc, c, s.cfg.Service)
 		c.fd.Store(connFD(nc))
 	} else {
-		c.conn = l.newConn(c)
+		c.conn = l.NewConn(c)
 	}
 	s.conns[c] = struct{}{}
 	s.stats.connsTotal.Add(1)
 	return c
-}
-
-// resetOut empties the reply buffer once it is written, dropping one a
-// huge pipeline grew.
-func (c *client) resetOut() {
-	if cap(c.out) > 1<<20 {
-		c.out = nil
-	} else {
-		c.out = c.out[:0]
-	}
 }
 
 // drainGrace is how long, from Shutdown, a connection keeps reading: long
@@ -289,14 +264,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	idle := s.idle
 	until := time.Now().Add(drainGrace)
 	for c := range s.conns {
-		c.conn.drain(until)
+		c.conn.Drain(until)
 	}
 	s.mu.Unlock()
 	if ln != nil {
 		_ = ln.Close()
 	}
 	for _, l := range loops {
-		l.drainUntil(until)
+		l.DrainUntil(until)
 	}
 	var err error
 	select {
@@ -306,11 +281,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	for c := range s.conns {
-		c.conn.closeNow()
+		c.conn.CloseNow()
 	}
 	s.mu.Unlock()
 	for _, l := range loops {
-		l.stop() // closes what it still serves
+		l.Stop() // closes what it still serves
 	}
 	return err
 }

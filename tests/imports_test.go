@@ -2,6 +2,7 @@ package tests
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -55,15 +56,39 @@ func TestDepsPointDown(t *testing.T) {
 		// The store knows no door and no rule the doors share.
 		"upstream": {"respserver", "rls", "httpcheck", "service", "policy", "telemetry", "app", "cmd/"},
 		"service":  {"engine/", "upstream", "lua", "respserver", "rls", "httpcheck", "policy", "telemetry", "app", "cmd/", "internal/"},
-		// The core, the loop, the wire format, the admin replies' text and
-		// the scripts depend on no package of the project.
+		// The core, the loop, the wire format and the scripts depend on no
+		// package of the project; the admin replies' text and MONITOR's hub
+		// on the wire format alone.
 		"engine":              {""},
 		"internal/evloop":     {""},
 		"internal/resp":       {""},
-		"internal/redisadmin": {""},
 		"lua":                 {""},
+		"internal/redisadmin": allBut(t, "internal/resp"),
+		"internal/monitor":    allBut(t, "internal/resp"),
+		// The transports serve bytes and hand batches to the service: they
+		// know no command, reply text or store.
+		"internal/transport": {"respserver", "rls", "httpcheck", "upstream", "lua", "engine/chain", "engine/memstore",
+			"policy", "telemetry", "app", "cmd/", "internal/resp", "internal/redisadmin", "internal/monitor"},
 	}
 	checkArrows(t, "{{.ImportPath}} {{join .Deps \" \"}}", forbidden)
+}
+
+// allBut is a rule that forbids every package of the module but the ones
+// named.
+func allBut(t *testing.T, allowed ...string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "../...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var forbid []string
+	for _, pkg := range strings.Fields(string(out)) {
+		pkg = strings.TrimPrefix(pkg, "github.com/sluice-rl/sluice/")
+		if !slices.Contains(allowed, pkg) {
+			forbid = append(forbid, pkg)
+		}
+	}
+	return forbid
 }
 
 // checkArrows lists every package of the module with go list's format

@@ -4,7 +4,8 @@
 // functions of its users, and waits again.
 //
 // It exists so that the two sides of a decision share one thread without
-// knowing each other: respserver watches its client sockets on a loop,
+// knowing each other: the RESP door's client sockets are watched on a
+// loop (package transport serves them for respserver),
 // upstream watches its pipelined Redis connection on the same loop, and
 // app, which creates the loops, wires the two. A reply that Redis sends
 // is then read by the loop that answers the client, with no thread woken
@@ -14,7 +15,10 @@
 // after its user handed a small round to a descriptor that now owes the
 // reply (a handler implementing Owing), the loop waits a little for that
 // reply alone before reading anything else; see the comment on holdFor
-// for the measurement behind it.
+// for the measurement behind it. Where the reply is read on another loop
+// (--io-loops 2: the Redis connection is one loop's), its user says the
+// work is owed back (OwedIn), and the hold waits for the wake-up that
+// lands it instead.
 //
 // Everything but Run's goroutine may call Wake, WakeAt, Post, Watch, the
 // Watcher's methods and Close; the handlers, posted functions and turn

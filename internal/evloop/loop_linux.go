@@ -55,6 +55,7 @@ type Loop struct {
 	turns   []func()
 	taking  []func()
 	holding bool
+	owedIn  []Owing // OwedIn's: work of this loop's user that another goroutine will land by Wake or Post
 	missed  int
 	holdOff time.Time
 	holdFDs []unix.PollFd
@@ -212,6 +213,16 @@ func (l *Loop) OnTurn(f func()) bool {
 // is small enough that reading more now would only make another small
 // round. It is called on the loop's goroutine.
 func (l *Loop) Hold(on bool) { l.holding = on }
+
+// OwedIn has the hold wait for a wake-up too while o reports true: o
+// says that work this loop's user handed over will come back through Wake
+// or Post from another goroutine (a batch whose replies another loop
+// reads), as a descriptor's Owing says its reply will come on it. The
+// hold's gain (holdFor) is then kept on a loop that does not read the
+// reply itself. It reports false once the loop has ended.
+func (l *Loop) OwedIn(o Owing) bool {
+	return l.Post(func() { l.owedIn = append(l.owedIn, o) })
+}
 
 // Watch registers fd for the events in want (none: registered but not
 // polled), with h to call when it is ready. A descriptor is watched at
@@ -389,26 +400,42 @@ func (l *Loop) holdReply() bool {
 	if !l.holding {
 		return false
 	}
-	owers := *l.owers.Load()
-	if len(owers) == 0 {
-		return false
-	}
 	l.holdFDs, l.holdWs = l.holdFDs[:0], l.holdWs[:0]
-	for _, w := range owers {
+	for _, w := range *l.owers.Load() {
 		if w.owing.Owing() {
 			l.holdFDs = append(l.holdFDs, unix.PollFd{Fd: int32(w.fd), Events: unix.POLLIN})
 			l.holdWs = append(l.holdWs, w)
 		}
 	}
-	if len(l.holdFDs) == 0 {
+	wake := false
+	for _, o := range l.owedIn {
+		if o.Owing() {
+			wake = true
+			break
+		}
+	}
+	if len(l.holdFDs) == 0 && !wake {
 		return false
 	}
 	now := time.Now()
 	if now.Before(l.holdOff) {
 		return false
 	}
+	if wake {
+		// As wait does before it sleeps: Wake writes the eventfd only
+		// for a loop that says it is asleep, and what asked before
+		// that is seen here.
+		l.asleep.Store(true)
+		if l.woken.Load() {
+			l.asleep.Store(false)
+			return false
+		}
+		l.holdFDs = append(l.holdFDs, unix.PollFd{Fd: int32(l.wake), Events: unix.POLLIN})
+		l.holdWs = append(l.holdWs, nil)
+	}
 	ts := unix.NsecToTimespec(int64(holdFor))
 	n, err := unix.Ppoll(l.holdFDs, &ts, nil)
+	l.asleep.Store(false)
 	if n <= 0 {
 		if err == nil {
 			if l.missed++; l.missed >= maxMissed {
@@ -421,8 +448,13 @@ func (l *Loop) holdReply() bool {
 	l.missed = 0
 	l.woken.Store(false) // the turn that follows sees what asked for one
 	for i, p := range l.holdFDs {
-		if p.Revents != 0 && l.live(l.holdWs[i]) {
-			l.holdWs[i].h.Ready(Readable)
+		switch w := l.holdWs[i]; {
+		case p.Revents == 0:
+		case w == nil:
+			var buf [8]byte
+			_, _ = unix.Read(l.wake, buf[:])
+		case l.live(w):
+			w.h.Ready(Readable)
 		}
 	}
 	clear(l.holdWs)

@@ -280,6 +280,45 @@ func TestHold(t *testing.T) {
 	}
 }
 
+// A loop whose user is owed work back from another goroutine (OwedIn)
+// holds for the wake-up that brings it, as for a descriptor's reply: the
+// hold ends when the eventfd is written, drains it, and gives up after
+// holdFor when nothing comes; a wake-up asked for already ends it at once.
+func TestHoldForWorkOwedIn(t *testing.T) {
+	l, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	h := newPipeEnd()
+	l.owedIn = append(l.owedIn, h) // as OwedIn's posted function does
+	l.Hold(true)
+	if l.holdReply() {
+		t.Fatal("held with nothing owed")
+	}
+	h.owes.Store(true)
+	l.signal() // another loop landing the work
+	start := time.Now()
+	if !l.holdReply() {
+		t.Fatal("the wake-up did not end the hold")
+	}
+	if took := time.Since(start); took >= holdFor {
+		t.Errorf("the hold took %v with the wake-up written; want at once", took)
+	}
+	start = time.Now()
+	if l.holdReply() {
+		t.Fatal("held past a wake-up already taken: the eventfd was not drained")
+	}
+	if took := time.Since(start); took < holdFor {
+		t.Errorf("the hold gave up after %v; want %v", took, holdFor)
+	}
+	l.Wake() // asked before the hold: the turn must run, not wait
+	start = time.Now()
+	if l.holdReply() || time.Since(start) >= holdFor {
+		t.Error("held although a turn was asked for")
+	}
+}
+
 // A wake-up asked for by many goroutines at once while the loop sleeps,
 // wakes, or runs its turn is never lost.
 func TestWakeIsNeverLost(t *testing.T) {

@@ -23,6 +23,7 @@ func (*Loop) Wake()                                        {}
 func (*Loop) WakeAt(time.Time)                             {}
 func (*Loop) Post(func()) bool                             { return false }
 func (*Loop) OnTurn(func()) bool                           { return false }
+func (*Loop) OwedIn(Owing) bool                            { return false }
 func (*Loop) Hold(bool)                                    {}
 func (*Loop) Watch(int, Events, Handler) (*Watcher, error) { return nil, errors.ErrUnsupported }
 func (*Watcher) Set(Events) error                          { return errors.ErrUnsupported }

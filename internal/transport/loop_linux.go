@@ -1,11 +1,13 @@
 //go:build linux
 
-package respserver
+package transport
 
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,7 +19,7 @@ import (
 	"github.com/sluice-rl/sluice/service"
 )
 
-// loop is the server's share of an event loop (evloop): the connections
+// Loop is a server's share of an event loop (evloop): the connections
 // it serves there, read when they have sent something; at the end of each
 // of the loop's turns, the decisions of all of them are handed to the
 // service as one batch, and every reply is written.
@@ -39,24 +41,26 @@ import (
 // loop's own goroutine, and the wake-up costs nothing. A command that
 // waits on Redis without being a decision (RL.RESET) runs on a goroutine
 // of its own and lands the same way.
-type loop struct {
-	s    *Server
+type Loop struct {
+	svc  *service.Service
+	log  *slog.Logger
 	el   *evloop.Loop
 	load atomic.Int64
 
 	mu      sync.Mutex
-	landed  []*segment // guarded by mu: segments whose results are in
-	stopped bool       // guarded by mu: adopts no more connections
+	landed  []landing // guarded by mu: segments whose results are in
+	stopped bool      // guarded by mu: adopts no more connections
 
 	drainAt atomic.Int64 // UnixNano at which to close every connection; 0: none
-	cuts    atomic.Int64 // rounds handed over in parts
+	cuts    atomic.Int64 // rounds handed over in parts, for Cuts
+	owed    atomic.Int64 // parts handed over and not landed yet
 
 	// The loop goroutine's own.
 	conns   map[*loopConn]struct{}
 	touched []*loopConn      // connections with something to do this turn
 	batches []*service.Batch // a round's batches, reused
-	taking  []*segment       // the landed queue, swapped out
-	parting []*segment       // a round's segments while decide cuts it
+	taking  []landing        // the landed queue, swapped out
+	parting []landing        // a round's segments while decide cuts it
 	sizes   []int            // a round's batch sizes, for cutRound
 	ends    []int            // where decide cuts a round
 	rounds  sync.Pool        // *round
@@ -64,140 +68,176 @@ type loop struct {
 
 // loopConn is a connection a loop serves: the handler of its descriptor.
 type loopConn struct {
-	l       *loop
+	l       *Loop
 	fd      int
 	w       *evloop.Watcher // nil until the loop welcomes it
 	watched evloop.Events   // what w waits for
-	c       *client
+	c       Conn
 	blocked bool // replies wait for room in the socket
 	eof     bool // the client has sent all it will: close once answered
 	touched bool // in the loop's touched list
-	// adopted is set, under l.mu, once fd is the connection's: wake
+	// adopted is set, under l.mu, once fd is the connection's: Wake
 	// posts the loop a look at it only then.
 	adopted bool
+	killed  atomic.Bool // Kill was called: the loop closes it
+}
+
+// landing is a segment landed, and the connection it lands on.
+type landing struct {
+	lc *loopConn
+	g  Segment
 }
 
 // round is one hand-over to the service: the segments that land together.
 type round struct {
-	l      *loop
-	segs   []*segment
+	l      *Loop
+	segs   []landing
 	landed func()
 }
 
-// maxQueued bounds the replies a connection may owe behind its batch in
-// flight before the loop stops reading it until that batch lands.
-const maxQueued = 4096
-
-// startLoops takes a share of each event loop: its turns from now on.
-func startLoops(s *Server, els []*evloop.Loop) ([]*loop, error) {
-	var loops []*loop
+// Start takes a share of each event loop for a server whose decisions svc
+// makes: their turns from now on. A panic while a round is handed over
+// is logged to log.
+func Start(svc *service.Service, log *slog.Logger, els []*evloop.Loop) ([]*Loop, error) {
+	var loops []*Loop
 	for i, el := range els {
-		l := &loop{s: s, el: el, conns: make(map[*loopConn]struct{})}
+		l := &Loop{svc: svc, log: log, el: el, conns: make(map[*loopConn]struct{})}
 		l.rounds.New = func() any {
 			r := &round{l: l}
 			r.landed = r.land
 			return r
 		}
-		if !el.OnTurn(l.turn) {
+		if !el.OnTurn(l.turn) || !el.OwedIn(l) {
 			for _, l := range loops {
-				l.stop()
+				l.Stop()
 			}
-			return nil, fmt.Errorf("respserver: event loop %d: %w", i, evloop.ErrClosed)
+			return nil, fmt.Errorf("transport: event loop %d: %w", i, evloop.ErrClosed)
 		}
 		loops = append(loops, l)
 	}
 	return loops, nil
 }
 
-// newConn is the transport of a connection this loop will serve, once
-// adopt gives it its descriptor.
-func (l *loop) newConn(c *client) transport { return &loopConn{l: l, fd: -1, c: c} }
+// Pick is the event loop for a new connection nc: the one serving the
+// fewest, counted in now, or nil where loops cannot serve it (none, or
+// nc has no descriptor). A connection picked for is adopted (Adopt) or
+// counted out (Unpick).
+func Pick(loops []*Loop, nc net.Conn) *Loop {
+	if len(loops) == 0 {
+		return nil
+	}
+	if _, ok := nc.(syscall.Conn); !ok {
+		return nil
+	}
+	best := loops[0]
+	for _, l := range loops[1:] {
+		if l.load.Load() < best.load.Load() {
+			best = l
+		}
+	}
+	best.load.Add(1)
+	return best
+}
+
+// Unpick counts out a connection picked for and not adopted.
+func (l *Loop) Unpick() { l.load.Add(-1) }
+
+// Cuts counts the rounds handed over in parts.
+func (l *Loop) Cuts() int64 { return l.cuts.Load() }
+
+// NewConn is the transport of a connection this loop will serve, once
+// Adopt gives it its descriptor.
+func (l *Loop) NewConn(c Conn) Transport { return &loopConn{l: l, fd: -1, c: c} }
 
 // A connection on a loop never waits on Redis: what would wait runs on a
 // goroutine of its own and lands through the loop; the loop drains and
-// closes all it serves at once (drainUntil, stop).
-func (lc *loopConn) blocking() bool  { return false }
-func (lc *loopConn) land(g *segment) { lc.l.land(g) }
-func (lc *loopConn) drain(time.Time) {}
-func (lc *loopConn) closeNow()       {}
+// closes all it serves at once (DrainUntil, Stop).
+func (lc *loopConn) Blocking() bool  { return false }
+func (lc *loopConn) Land(g Segment)  { lc.l.land(landing{lc, g}) }
+func (lc *loopConn) Drain(time.Time) {}
+func (lc *loopConn) CloseNow()       {}
 
-// pollable tells whether a loop can serve nc: it needs its descriptor.
-func pollable(nc net.Conn) bool {
-	_, ok := nc.(syscall.Conn)
-	return ok
-}
-
-// adopt takes nc over: the loop keeps a duplicate of its descriptor and
-// nc is closed, which takes the original out of Go's poller.
-func (l *loop) adopt(nc net.Conn, c *client) error {
+// Adopt takes nc over for t, NewConn's: the loop keeps a duplicate of its
+// descriptor, which it returns, and nc is closed, which takes the
+// original out of Go's poller.
+func (l *Loop) Adopt(nc net.Conn, t Transport) (int, error) {
+	lc, ok := t.(*loopConn)
+	if !ok || lc.l != l {
+		return -1, errors.New("transport: not this loop's connection")
+	}
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
-		return errors.New("no file descriptor")
+		return -1, errors.New("transport: no file descriptor")
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return err
+		return -1, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped {
-		return errors.New("event loop stopped")
+		return -1, errors.New("transport: event loop stopped")
 	}
 	fd, dupErr := -1, error(nil)
 	if err := raw.Control(func(s uintptr) { fd, dupErr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
-		return err
+		return -1, err
 	}
 	if dupErr != nil {
-		return dupErr
+		return -1, dupErr
 	}
 	if err := unix.SetNonblock(fd, true); err != nil {
 		unix.Close(fd)
-		return err
+		return -1, err
 	}
-	lc := c.conn.(*loopConn) // newConn's, set by register
 	lc.fd, lc.adopted = fd, true
-	c.fd.Store(int32(fd))
 	if !l.el.Post(func() { l.welcome(lc) }) {
 		unix.Close(fd)
 		lc.fd, lc.adopted = -1, false
-		return evloop.ErrClosed
+		return -1, evloop.ErrClosed
 	}
 	_ = nc.Close()
-	return nil
+	return fd, nil
 }
 
 // land puts segments whose results are in on the landed queue, from
 // whichever goroutine completed them, and wakes the loop: at no cost when
 // the loop's own goroutine completed them (the store's replies read on
 // it, the in-memory store deciding inside handOver).
-func (l *loop) land(segs ...*segment) {
+func (l *Loop) land(segs ...landing) {
 	l.mu.Lock()
 	l.landed = append(l.landed, segs...)
 	l.mu.Unlock()
 	l.el.Wake()
 }
 
+// Owing tells the event loop's hold that a part handed over has not
+// landed: where another loop reads the store's replies (--io-loops 2),
+// this loop then holds for the wake-up that lands it (evloop.OwedIn), as
+// the loop reading them holds for the reply itself.
+func (l *Loop) Owing() bool { return l.owed.Load() > 0 }
+
 // land is a round's completion: its segments land together.
 func (r *round) land() {
 	l := r.l
+	l.owed.Add(-1)
 	l.land(r.segs...)
 	clear(r.segs)
 	r.segs = r.segs[:0]
 	l.rounds.Put(r)
 }
 
-// drainUntil has the loop close every connection at t, or once its
+// DrainUntil has the loop close every connection at t, or once its
 // answers are out if some are still in flight then; until t they are
 // served as before.
-func (l *loop) drainUntil(t time.Time) {
+func (l *Loop) DrainUntil(t time.Time) {
 	l.drainAt.Store(t.UnixNano())
 	l.el.WakeAt(t)
 }
 
-// stop has the loop close every connection it serves, and adopt no more.
+// Stop has the loop close every connection it serves, and adopt no more.
 // The event loop itself goes on (app closes it); once it has ended, each
 // connection was closed by its Ended.
-func (l *loop) stop() {
+func (l *Loop) Stop() {
 	l.mu.Lock()
 	l.stopped = true
 	l.mu.Unlock()
@@ -209,7 +249,7 @@ func (l *loop) stop() {
 }
 
 // drainLeft is how long connections are still served while draining.
-func (l *loop) drainLeft() (time.Duration, bool) {
+func (l *Loop) drainLeft() (time.Duration, bool) {
 	at := l.drainAt.Load()
 	if at == 0 {
 		return 0, false
@@ -218,7 +258,7 @@ func (l *loop) drainLeft() (time.Duration, bool) {
 }
 
 // welcome starts watching a connection adopted.
-func (l *loop) welcome(lc *loopConn) {
+func (l *Loop) welcome(lc *loopConn) {
 	w, err := l.el.Watch(lc.fd, evloop.Readable, lc)
 	l.conns[lc] = struct{}{}
 	if err != nil {
@@ -226,7 +266,7 @@ func (l *loop) welcome(lc *loopConn) {
 		return
 	}
 	lc.w, lc.watched = w, evloop.Readable
-	if wait, draining := l.drainLeft(); (draining && wait <= 0) || lc.c.killed.Load() {
+	if wait, draining := l.drainLeft(); (draining && wait <= 0) || lc.killed.Load() {
 		l.close(lc, nil)
 	}
 }
@@ -250,7 +290,7 @@ func (lc *loopConn) Ready(ev evloop.Events) {
 func (lc *loopConn) Ended() { lc.l.close(lc, nil) }
 
 // touch puts a connection on this turn's list.
-func (l *loop) touch(lc *loopConn) {
+func (l *Loop) touch(lc *loopConn) {
 	if !lc.touched {
 		lc.touched = true
 		l.touched = append(l.touched, lc)
@@ -258,27 +298,24 @@ func (l *loop) touch(lc *loopConn) {
 }
 
 // reading tells whether the loop reads a connection now: not while its
-// replies wait for room, nor while a command of its waits for what is in
-// flight, nor while it owes too many replies behind its batch in flight.
-func (l *loop) reading(lc *loopConn) bool {
-	c := lc.c
-	return lc.fd >= 0 && !lc.blocked && !lc.eof && !c.quit && !c.held &&
-		(c.flying == nil || len(c.cur.pend) < maxQueued)
+// replies wait for room, nor while its state takes no more input.
+func (l *Loop) reading(lc *loopConn) bool {
+	return lc.fd >= 0 && !lc.blocked && !lc.eof && !lc.c.Done() && lc.c.Reading()
 }
 
 // read reads what a connection has sent and runs the commands it
 // completes; their decisions wait for the turn's hand-over.
-func (l *loop) read(lc *loopConn) {
-	n, err := unix.Read(lc.fd, lc.c.room())
+func (l *Loop) read(lc *loopConn) {
+	n, err := unix.Read(lc.fd, lc.c.Room())
 	if n > 0 {
 		l.touch(lc)
-		lc.c.takeRead(n)
+		lc.c.Took(n)
 		return
 	}
 	if err == unix.EAGAIN || err == unix.EINTR {
 		return
 	}
-	if err == nil || lc.c.idle() {
+	if err == nil || lc.c.Idle() {
 		// The end of the stream: what came before it is answered first.
 		lc.eof = true
 		l.touch(lc)
@@ -289,16 +326,10 @@ func (l *loop) read(lc *loopConn) {
 	l.close(lc, err)
 }
 
-// takeRead runs what a read of n bytes completed, short of handing it over.
-func (c *client) takeRead(n int) {
-	defer c.recoverPanic()
-	c.take(n)
-}
-
 // turn finishes a turn of the loop: it takes what landed, hands the
 // touched connections' decisions to the service as one batch, takes what
 // that answered at once, and writes every reply.
-func (l *loop) turn() {
+func (l *Loop) turn() {
 	if wait, draining := l.drainLeft(); draining && wait <= 0 {
 		l.closeIdle()
 	}
@@ -315,10 +346,10 @@ func (l *loop) turn() {
 		}
 		c := lc.c
 		l.write(lc)
-		c.compact()
+		c.Written()
 		switch {
 		case lc.fd < 0:
-		case c.idle() && len(c.out) == 0 && (c.quit || lc.eof || draining && l.drainAt.Load() <= time.Now().UnixNano()):
+		case c.Idle() && len(c.Out()) == 0 && (c.Done() || lc.eof || draining && l.drainAt.Load() <= time.Now().UnixNano()):
 			l.close(lc, nil)
 		default:
 			l.watch(lc)
@@ -329,57 +360,32 @@ func (l *loop) turn() {
 
 // takeLanded delivers the segments that landed, in each connection's
 // order, and runs the commands that waited for them.
-func (l *loop) takeLanded() {
+func (l *Loop) takeLanded() {
 	l.mu.Lock()
 	l.taking, l.landed = l.landed, l.taking[:0]
 	l.mu.Unlock()
-	for i, g := range l.taking {
-		l.taking[i] = nil
-		c := g.c
-		lc := c.conn.(*loopConn) // a loop lands only its own connections' segments
-		if lc.fd < 0 {
-			g.clear() // the connection is gone: nothing to answer
-			if c.flying == g {
-				c.flying = nil
-			}
-			continue
+	for i, t := range l.taking {
+		l.taking[i] = landing{}
+		if t.lc.fd >= 0 {
+			l.touch(t.lc)
 		}
-		l.touch(lc)
-		l.deliver(c, g)
-	}
-}
-
-// deliver writes a landed segment's replies and runs what waited for it.
-func (l *loop) deliver(c *client, g *segment) {
-	defer c.recoverPanic()
-	c.deliver(g)
-	if c.held && c.flying == nil {
-		c.proceed()
+		t.lc.c.Landed(t.g, t.lc.fd < 0) // a connection gone drops it
 	}
 }
 
 // handOver lifts each touched connection's queued decisions and hands them
 // to the service as one batch. It reports whether it handed anything.
-func (l *loop) handOver() bool {
+func (l *Loop) handOver() bool {
 	defer l.recoverRound()
 	r := l.rounds.Get().(*round)
 	bs := l.batches[:0]
 	for _, lc := range l.touched {
-		c := lc.c
 		if lc.fd < 0 {
 			continue
 		}
-		for {
-			if g := c.lift(); g != nil {
-				r.segs = append(r.segs, g)
-				bs = append(bs, g.batch)
-				break
-			}
-			// Only errors were owed, and are out: what waited can run.
-			if !c.held || c.flying != nil {
-				break
-			}
-			c.proceed()
+		if g := lc.c.Lift(); g != nil {
+			r.segs = append(r.segs, landing{lc, g})
+			bs = append(bs, g.Batch())
 		}
 	}
 	l.batches = bs
@@ -401,18 +407,19 @@ func (l *loop) handOver() bool {
 // whole, the round keeps the loop, Redis and the clients in lockstep,
 // each idle while another works (at -P 16 it measured 1.5 times direct
 // calls whole, and 1.8 in two parts).
-func (l *loop) decide(r *round, bs []*service.Batch) {
+func (l *Loop) decide(r *round, bs []*service.Batch) {
 	l.sizes = l.sizes[:0]
 	for _, b := range bs {
 		l.sizes = append(l.sizes, b.Len())
 	}
-	l.ends = cutRound(l.sizes, l.s.cfg.Service.InFlight(), l.ends[:0])
+	l.ends = cutRound(l.sizes, l.svc.InFlight(), l.ends[:0])
 	// A round handed over whole is worth the event loop's hold: its reply
 	// ends it (evloop's holdFor says why). Parts in flight are not: Redis
 	// decides one while the loop answers another.
 	l.el.Hold(len(l.ends) == 1)
+	l.owed.Add(int64(len(l.ends)))
 	if len(l.ends) == 1 {
-		l.s.cfg.Service.Decide(bs, r.landed)
+		l.svc.Decide(bs, r.landed)
 		return
 	}
 	l.cuts.Add(1)
@@ -426,7 +433,7 @@ func (l *loop) decide(r *round, bs []*service.Batch) {
 		}
 		part.segs = append(part.segs, l.parting[from:end]...)
 		// part may land, and go back to the pool, before Decide returns.
-		l.s.cfg.Service.Decide(bs[from:end], part.landed)
+		l.svc.Decide(bs[from:end], part.landed)
 		from = end
 	}
 	clear(l.parting)
@@ -461,21 +468,21 @@ func cutRound(sizes []int, parts int, ends []int) []int {
 
 // recoverRound turns a panic while handing a round over into an internal
 // error for each of its connections, which are then closed.
-func (l *loop) recoverRound() {
+func (l *Loop) recoverRound() {
 	if r := recover(); r != nil {
-		l.s.panicked(r)
+		l.log.Error("panic handing a round over", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 		for _, lc := range l.touched {
-			lc.c.internalError()
+			lc.c.Failed()
 		}
 	}
 }
 
 // write sends a connection's replies. What the socket cannot take now
 // waits for EPOLLOUT.
-func (l *loop) write(lc *loopConn) {
+func (l *Loop) write(lc *loopConn) {
 	c := lc.c
-	for len(c.out) > 0 && lc.fd >= 0 {
-		n, err := unix.Write(lc.fd, c.out)
+	for out := c.Out(); len(out) > 0 && lc.fd >= 0; out = c.Out() {
+		n, err := unix.Write(lc.fd, out)
 		if err == unix.EINTR {
 			continue
 		}
@@ -487,18 +494,14 @@ func (l *loop) write(lc *loopConn) {
 			l.close(lc, err)
 			return
 		}
-		if n < len(c.out) {
-			c.out = c.out[:copy(c.out, c.out[n:])]
-			continue
-		}
-		c.resetOut()
+		c.Wrote(n)
 	}
 }
 
 // watch tells the event loop what to wait for on a connection: room to
 // write, something to read, or nothing (so that a connection the loop
 // does not read cannot wake it again and again).
-func (l *loop) watch(lc *loopConn) {
+func (l *Loop) watch(lc *loopConn) {
 	var want evloop.Events
 	switch {
 	case lc.blocked:
@@ -518,7 +521,7 @@ func (l *loop) watch(lc *loopConn) {
 
 // close closes a connection and counts it out. A segment of it still in
 // flight lands later and is dropped.
-func (l *loop) close(lc *loopConn, err error) {
+func (l *Loop) close(lc *loopConn, err error) {
 	if lc.fd < 0 {
 		return
 	}
@@ -529,15 +532,63 @@ func (l *loop) close(lc *loopConn, err error) {
 	delete(l.conns, lc)
 	lc.fd = -1
 	l.load.Add(-1)
-	l.s.closed(lc.c, err)
+	lc.c.Closed(err)
 }
 
 // closeIdle closes, once draining is over, every connection that owes
 // nothing; the others close as soon as their answers are out (turn).
-func (l *loop) closeIdle() {
+func (l *Loop) closeIdle() {
 	for lc := range l.conns {
-		if lc.c.idle() {
+		if lc.c.Idle() {
 			l.close(lc, nil)
 		}
+	}
+}
+
+// What other goroutines ask of a connection an event loop serves. The
+// loop alone reads, writes and closes its connections, so CLIENT KILL
+// from another connection, the input budget's eviction or a MONITOR line
+// fed by one sets the connection's state and wakes it: posts the loop a
+// look at it.
+
+// Wake has the loop look at the connection. One not adopted yet is not
+// looked at: the loop checks killed when it welcomes it, and it monitors
+// nothing and holds no input yet.
+func (lc *loopConn) Wake() {
+	l := lc.l
+	l.mu.Lock()
+	adopted := lc.adopted
+	l.mu.Unlock()
+	if adopted {
+		l.el.Post(func() { l.answer(lc) })
+	}
+}
+
+// Kill has the loop close the connection; one not adopted yet is closed
+// as the loop welcomes it.
+func (lc *loopConn) Kill() {
+	lc.killed.Store(true)
+	lc.Wake()
+}
+
+// answer does what the connection's state asks when woken: closes it
+// evicted, once the input budget's error is written, or killed, or
+// writes a monitor's lines this turn.
+func (l *Loop) answer(lc *loopConn) {
+	if lc.fd < 0 {
+		return
+	}
+	if lc.killed.Load() {
+		l.close(lc, nil)
+		return
+	}
+	switch lc.c.Woken() {
+	case Evict:
+		l.write(lc)
+		l.close(lc, nil)
+	case Kill:
+		l.close(lc, nil)
+	default:
+		l.touch(lc)
 	}
 }
