@@ -59,8 +59,10 @@ func init() {
 	flag.Var(&others, "also", "`NAME=PATH`: one more Sluice binary measured beside the others, as NAME; repeatable")
 }
 
-// variants are the -also binaries, in the order given.
-type variants []struct{ name, path string }
+// variant is one -also binary; variants are all of them, in the order given.
+type variant struct{ name, path string }
+
+type variants []variant
 
 func (v *variants) String() string { return fmt.Sprint(*v) }
 
@@ -69,7 +71,12 @@ func (v *variants) Set(s string) error {
 	if !ok || name == "" || path == "" {
 		return fmt.Errorf("want NAME=PATH, got %q", s)
 	}
-	*v = append(*v, struct{ name, path string }{name, path})
+	// Each name is a column and a key prefix in the one Redis; "peer" is
+	// the row the ratios divide by.
+	if name == "sluice" || name == "before" || name == "peer" || slices.ContainsFunc(*v, func(o variant) bool { return o.name == name }) {
+		return fmt.Errorf("-also %s: the name is taken", name)
+	}
+	*v = append(*v, variant{name, path})
 	return nil
 }
 
