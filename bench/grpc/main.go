@@ -1,7 +1,7 @@
 // Command grpc measures rate limit services over Envoy's gRPC protocol
 // (ShouldRateLimit) with one load generator: Sluice's gRPC door, and, when
-// their binaries are given, an older Sluice (-before) and envoyproxy/ratelimit
-// (-peer), each deciding on a real redis-server. It reports each one's
+// their binaries are given, other Sluice builds (-before, and any number
+// of -also) and envoyproxy/ratelimit (-peer), each deciding on a real redis-server. It reports each one's
 // decisions per second and its own CPU per decision, read from
 // /proc/PID/stat, so that the client's CPU, on the same machine, is not
 // counted.
@@ -15,6 +15,7 @@
 //
 //	go run ./bench/grpc                                # this tree's Sluice alone
 //	go run ./bench/grpc -peer /tmp/ratelimit -before /tmp/sluice-main -runs 5
+//	go run ./bench/grpc -before /tmp/sluice-main -also workers=/tmp/sluice-workers -also shared=/tmp/sluice-shared
 //
 // The peer runs with its statistics off (USE_STATSD=false) and its
 // defaults otherwise. Everything listens on 127.0.0.1 and is stopped when
@@ -31,6 +32,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -49,8 +51,34 @@ var (
 	keys    = flag.Int("keys", 1_000_000, "distinct descriptor values, spread over the callers")
 	sluice  = flag.String("sluice", "", "Sluice binary to measure; empty: build this tree's ./cmd/sluice")
 	before  = flag.String("before", "", "another Sluice binary (e.g. built from main) measured beside it; empty: none")
+	others  variants
 	peer    = flag.String("peer", "", "envoyproxy/ratelimit's binary (its service_cmd) measured beside it; empty: none")
 )
+
+func init() {
+	flag.Var(&others, "also", "`NAME=PATH`: one more Sluice binary measured beside the others, as NAME; repeatable")
+}
+
+// variant is one -also binary; variants are all of them, in the order given.
+type variant struct{ name, path string }
+
+type variants []variant
+
+func (v *variants) String() string { return fmt.Sprint(*v) }
+
+func (v *variants) Set(s string) error {
+	name, path, ok := strings.Cut(s, "=")
+	if !ok || name == "" || path == "" {
+		return fmt.Errorf("want NAME=PATH, got %q", s)
+	}
+	// Each name is a column and a key prefix in the one Redis; "peer" is
+	// the row the ratios divide by.
+	if name == "sluice" || name == "before" || name == "peer" || slices.ContainsFunc(*v, func(o variant) bool { return o.name == name }) {
+		return fmt.Errorf("-also %s: the name is taken", name)
+	}
+	*v = append(*v, variant{name, path})
+	return nil
+}
 
 // procs are the processes the benchmark started; fatalf stops them, since
 // os.Exit runs no deferred function.
@@ -157,6 +185,9 @@ func main() {
 	startSluice("sluice", bin, "sluice:")
 	if *before != "" {
 		startSluice("before", *before, "before:")
+	}
+	for _, o := range others {
+		startSluice(o.name, o.path, o.name+":")
 	}
 	if *peer != "" {
 		grpcPort := ps.FreePort()
