@@ -66,6 +66,14 @@ type Rule struct {
 	// Source is where the rule is defined, as file:line; empty for a limit
 	// Envoy sent.
 	Source string
+	// Own says the rule names one of Sluice's own counting fields
+	// (algorithm, period, burst): it counts in Sluice's keys even where
+	// the door counts the others in the peer's (PeerKeys).
+	Own bool
+	// shared is, per entry, the wildcard pattern the entry is counted
+	// under (share_threshold), or "": nil when none is. The peer's key
+	// holds it in place of the value, as Key does.
+	shared []string
 }
 
 // OverrideLabel ends the Label of every limit Envoy sent with a
@@ -169,6 +177,7 @@ func (c *Config) Lookup(domain string, entries []Entry) (Rule, bool) {
 		Unlimited: r.unlimited, Shadow: r.shadow, Quota: r.quota, Replaces: r.replaces,
 		OnFailure: r.onFailure, Metadata: r.metadata, Label: found.path, Source: r.source,
 		RefusalTakesNothing: r.takesNothing || r.limit.Algorithm == engine.SlidingLog,
+		Own: r.own, shared: shared,
 	}
 	if !r.unlimited {
 		rule.Key = stateKey(domain, entries, shared, r.limit.Period)
