@@ -237,8 +237,15 @@ func (s *Sidecar) listenGRPC() (err error) {
 	if s.xds != nil {
 		rules = s.xds.Current
 	}
+	var peerKeys *rlsconfig.PeerKeys
+	if cfg.RLSPeerKeys {
+		peerKeys = &rlsconfig.PeerKeys{Prefix: cfg.RLSPeerKeyPrefix, Jitter: cfg.RLSPeerKeyJitter}
+		if err := peerKeys.Validate(); err != nil {
+			return fmt.Errorf("invalid --rls-peer-key-jitter: %w", err)
+		}
+	}
 	if s.grpc, err = rls.New(rls.Config{Service: s.svc, Rules: rules, StopWhenOverLimit: cfg.RLSStopOverLimit,
-		Shadow: cfg.RLSShadow, Headers: cfg.RLSHeaders, MaxDescriptors: cfg.RLSMaxDescriptors, MaxEntries: cfg.RLSMaxEntries,
+		Shadow: cfg.RLSShadow, Headers: cfg.RLSHeaders, PeerKeys: peerKeys, MaxDescriptors: cfg.RLSMaxDescriptors, MaxEntries: cfg.RLSMaxEntries,
 		Ready: s.ready, TLS: tlsCfg, Logger: s.log}); err != nil {
 		return err
 	}
@@ -248,6 +255,7 @@ func (s *Sidecar) listenGRPC() (err error) {
 	s.closers = append(s.closers, func() { s.grpcLn.Close() })
 	s.log.Info("serving Envoy's rate limit service (gRPC)", "addr", s.grpcLn.Addr().String(), "tls", tlsCfg != nil,
 		"client_certs", cfg.GRPCTLSClientCA != "", "headers", cfg.RLSHeaders.String(), "stop_charging_when_over_limit", cfg.RLSStopOverLimit,
+		"peer_keys", cfg.RLSPeerKeys,
 		"max_descriptors", cfg.RLSMaxDescriptors, "max_entries", cfg.RLSMaxEntries)
 	return nil
 }

@@ -65,6 +65,9 @@ type Config struct {
 	RLSStopOverLimit  bool          // charge no descriptor of a call when any is over its limit
 	RLSHeaders        rls.Headers   // response headers Envoy is asked to add
 	RLSShadow         bool          // every rule in shadow mode: counted, never refused (the peer's SHADOW_MODE)
+	RLSPeerKeys       bool          // count rules without Sluice's own fields in envoyproxy/ratelimit's keys
+	RLSPeerKeyPrefix  string        // starts the peer's keys (its CACHE_KEY_PREFIX)
+	RLSPeerKeyJitter  time.Duration // most added to a peer key's TTL (its EXPIRATION_JITTER_MAX_SECONDS)
 	RLSHTTPListen     string        // address of the peer's HTTP port (/json, /healthcheck); empty: off
 	RLSMaxDescriptors int           // most descriptors in one ShouldRateLimit call
 	RLSMaxEntries     int           // most entries in one descriptor
@@ -188,6 +191,13 @@ func (c *Config) Register(fs *flag.FlagSet) {
 			"draft (the IETF RateLimit-Policy and RateLimit fields, Retry-After when over); both")
 	fs.BoolVar(&c.RLSShadow, "rls-shadow", c.RLSShadow,
 		"answer every descriptor OK, counting it and reporting what it would have been (envoyproxy/ratelimit's SHADOW_MODE)")
+	fs.BoolVar(&c.RLSPeerKeys, "rls-peer-keys", c.RLSPeerKeys,
+		"count the rules without Sluice's own fields (algorithm, period, burst) in envoyproxy/ratelimit's keys, its count and expiry, "+
+			"so that its pods and Sluice's share one count on one Redis during a rolling update (on by default when started as ratelimit)")
+	fs.StringVar(&c.RLSPeerKeyPrefix, "rls-peer-key-prefix", c.RLSPeerKeyPrefix,
+		"`prefix` of envoyproxy/ratelimit's keys with --rls-peer-keys: its CACHE_KEY_PREFIX (empty by default, as the peer's)")
+	fs.DurationVar(&c.RLSPeerKeyJitter, "rls-peer-key-jitter", c.RLSPeerKeyJitter,
+		"with --rls-peer-keys, lengthen each key's TTL by a random part of this, in whole seconds (`duration`): the peer's EXPIRATION_JITTER_MAX_SECONDS")
 	fs.Var((*offAddr)(&c.RLSHTTPListen), "rls-http-listen",
 		"`address` to serve envoyproxy/ratelimit's HTTP port on (its 8080): /json answers a rate limit request written in JSON, "+
 			"/healthcheck the readiness; or off. Needs --grpc-listen; a non-loopback address needs --grpc-insecure")
