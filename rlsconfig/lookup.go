@@ -176,8 +176,8 @@ func (c *Config) Lookup(domain string, entries []Entry) (Rule, bool) {
 		Limit: r.limit, RequestsPerUnit: r.requestsPerUnit, Unit: r.unit, Name: r.name,
 		Unlimited: r.unlimited, Shadow: r.shadow, Quota: r.quota, Replaces: r.replaces,
 		OnFailure: r.onFailure, Metadata: r.metadata, Label: found.path, Source: r.source,
-		RefusalTakesNothing: r.takesNothing || r.limit.Algorithm == engine.SlidingLog,
 		Own: r.own, shared: shared,
+		RefusalTakesNothing: r.takesNothing || r.limit.Algorithm == engine.SlidingLog,
 	}
 	if !r.unlimited {
 		rule.Key = stateKey(domain, entries, shared, r.limit.Period)
