@@ -192,6 +192,7 @@ func checkPeerKey(t *testing.T, rdb *redis.Client, key string, count int64) {
 	if err != nil || ttl <= time.Hour-time.Minute || ttl > time.Hour+peerJitter {
 		t.Fatalf("TTL %s: %v, %v; want an hour plus a jitter below %v", key, ttl, err, peerJitter)
 	}
+	t.Logf("GET %s → %d, TTL %v", key, n, ttl)
 }
 
 // awayFromHourEnd waits, if need be, until the calls that follow fall in
