@@ -240,9 +240,6 @@ func (s *Sidecar) listenGRPC() (err error) {
 	var peerKeys *rlsconfig.PeerKeys
 	if cfg.RLSPeerKeys {
 		peerKeys = &rlsconfig.PeerKeys{Prefix: cfg.RLSPeerKeyPrefix, Jitter: cfg.RLSPeerKeyJitter}
-		if err := peerKeys.Validate(); err != nil {
-			return fmt.Errorf("invalid --rls-peer-key-jitter: %w", err)
-		}
 	}
 	if s.grpc, err = rls.New(rls.Config{Service: s.svc, Rules: rules, StopWhenOverLimit: cfg.RLSStopOverLimit,
 		Shadow: cfg.RLSShadow, Headers: cfg.RLSHeaders, PeerKeys: peerKeys, MaxDescriptors: cfg.RLSMaxDescriptors, MaxEntries: cfg.RLSMaxEntries,

@@ -88,7 +88,7 @@ var Vars = []Var{
 	{"RUNTIME_IGNOREDOTFILES", "false", Mapped, "read; Sluice never reads a dot file, and reads *.yaml and *.yml only"},
 	{"RUNTIME_WATCH_ROOT", "true", Mapped, "read; Sluice watches the directory itself, ConfigMap swaps included"},
 	{"EXPIRATION_JITTER_MAX_SECONDS", "300", Mapped, "--rls-peer-key-jitter: the peer's keys (below) live their unit plus up to this; Sluice's own keys expire when their window ends"},
-	{"LOCAL_CACHE_SIZE_IN_BYTES", "0", Unused, "not used: Sluice's refusal cache is always on (--deny-cache-size)"},
+	{"LOCAL_CACHE_SIZE_IN_BYTES", "0", Unused, "not used: Sluice's refusal cache is always on (--deny-cache-size) for its own keys; in the peer's keys every hit reaches Redis, as with the peer's default 0"},
 	{"NEAR_LIMIT_RATIO", "0.8", Unused, "not used: it counts near-limit statistics, which Sluice does not keep"},
 	{"CACHE_KEY_PREFIX", "", Mapped, "--rls-peer-key-prefix: starts the peer's keys, which the rules without Sluice's own fields count in (--rls-peer-keys, always on here); when set, also --key-prefix, Sluice's own keys' prefix"},
 	{"BACKEND_TYPE", "redis", Mapped, "redis only; memcache is refused"},
