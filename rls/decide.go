@@ -330,17 +330,16 @@ func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match,
 			// The store's clock (Redis's) says when the window ends; a key
 			// with nothing counted has no reset of its own, and a fixed
 			// window then reports the rest of the current window, as the
-			// peer always does. The peer's keys name their window by this
-			// sidecar's clock, which says when it ends, and when a refusal
-			// passes (engine.PeerWindow).
-			retry = d.RetryAfter
-			switch {
-			case c.parts[k/partSize].Limit(k%partSize).Algorithm == engine.PeerWindow:
-				if over {
-					retry = reset
-				}
-			case d.ResetAfter > 0 || r.Limit.Algorithm != engine.FixedWindow:
+			// peer always does. So do the peer's keys, which name their
+			// window by this sidecar's clock: the store has no reset and no
+			// wait for them (engine.PeerWindow), and a refusal waits for the
+			// window's end.
+			if d.ResetAfter > 0 || r.Limit.Algorithm != engine.FixedWindow {
 				reset = d.ResetAfter
+			}
+			retry = d.RetryAfter
+			if over && c.parts[k/partSize].Limit(k%partSize).Algorithm == engine.PeerWindow {
+				retry = reset
 			}
 		}
 		box.reset.Seconds = ratefields.Seconds(reset)

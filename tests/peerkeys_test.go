@@ -13,6 +13,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-rl/sluice/internal/redistest"
@@ -113,9 +114,11 @@ func TestPeerKeysSharedCount(t *testing.T) {
 			} else {
 				dir := writeRLS(t, map[string]string{"swap.yaml": swapRules, "own.yaml": swapOwn})
 				d := startDoors(t, dir, "--upstream", "redis://"+r.Addr, "--upstream-timeout", decidingTimeout,
-					"--rls-peer-keys", "--rls-peer-key-prefix", "rl_", "--rls-peer-key-jitter", peerJitter.String())
+					"--rls-peer-keys", "--rls-peer-key-prefix", "rl_", "--rls-peer-key-jitter", peerJitter.String(),
+					"--rls-response-headers", "draft")
 				sl = grpcSide(t, "sluice", d.GRPC)
 				ownKeys = "sluice:{own|*"
+				defer retryAfterWindow(t, d.GRPC)
 			}
 			sharedCount(t, rdb, peer, sl, ownKeys)
 		})
@@ -138,6 +141,11 @@ func sharedCount(t *testing.T, rdb *redis.Client, peer, sl side, ownKeys string)
 		}
 		if got.Code != want || got.LimitRemaining != left {
 			t.Fatalf("call %d, by %s: %v with %d left; want %v with %d left", i, s.name, got.Code, got.LimitRemaining, want, left)
+		}
+		// The reset counts down to the end of the hour the key names.
+		end := time.Now().Truncate(time.Hour).Add(time.Hour)
+		if reset := time.Duration(got.GetDurationUntilReset().GetSeconds()) * time.Second; reset > time.Until(end)+5*time.Second || reset < time.Until(end)-2*time.Second {
+			t.Fatalf("call %d, by %s: duration_until_reset %v; want the %v left of the hour", i, s.name, reset, time.Until(end))
 		}
 	}
 	key := "rl_swap_user_alice_" + hour
@@ -175,6 +183,22 @@ func sharedCount(t *testing.T, rdb *redis.Client, peer, sl side, ownKeys string)
 	}
 	if keys, err := rdb.Keys(ctx, ownKeys).Result(); err != nil || len(keys) != 1 {
 		t.Errorf("Sluice's keys %s: %q (%v); want one", ownKeys, keys, err)
+	}
+}
+
+// retryAfterWindow: a refusal in the peer's keys tells Envoy to retry
+// when the window the key names ends (the draft's Retry-After), though the
+// store has no wait of its own for it.
+func retryAfterWindow(t *testing.T, addr string) {
+	if t.Failed() {
+		return
+	}
+	c, _ := rlsClient(t, addr)
+	resp := ask(t, c, "swap", 0, desc("user", "alice"))
+	left := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour))
+	got, err := strconv.Atoi(headerMap(resp.ResponseHeadersToAdd)["Retry-After"])
+	if resp.OverallCode != rlOver || err != nil || time.Duration(got)*time.Second < left-2*time.Second || time.Duration(got)*time.Second > left+5*time.Second {
+		t.Errorf("over in the peer's keys: %v, Retry-After %d (%v); want the %v left of the hour", resp.OverallCode, got, err, left)
 	}
 }
 
@@ -254,10 +278,14 @@ func replayPeer(rdb *redis.Client) side {
 			t.Fatalf("the peer's pipeline: %v", err)
 		}
 		after := uint64(incr.Val())
+		now := time.Now().Unix()
+		st := &pb.RateLimitResponse_DescriptorStatus{Code: rlOK, DurationUntilReset: durationpb.New(time.Duration(3600-now%3600) * time.Second)}
 		if after > limit {
-			return &pb.RateLimitResponse_DescriptorStatus{Code: rlOver}
+			st.Code = rlOver
+		} else {
+			st.LimitRemaining = uint32(limit - after)
 		}
-		return &pb.RateLimitResponse_DescriptorStatus{Code: rlOK, LimitRemaining: uint32(limit - after)}
+		return st
 	}}
 }
 
