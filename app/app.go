@@ -233,8 +233,12 @@ func (s *Sidecar) listenGRPC() (err error) {
 	if err != nil {
 		return fmt.Errorf("invalid --grpc-tls-*: %w", err)
 	}
+	var peerKeys *rlsconfig.PeerKeys
+	if cfg.RLSPeerKeys {
+		peerKeys = &rlsconfig.PeerKeys{Prefix: cfg.RLSPeerKeyPrefix, Jitter: cfg.RLSPeerKeyJitter}
+	}
 	if s.grpc, err = rls.New(rls.Config{Service: s.svc, Rules: s.rlsRules, StopWhenOverLimit: cfg.RLSStopOverLimit,
-		Shadow: cfg.RLSShadow, Headers: cfg.RLSHeaders, MaxDescriptors: cfg.RLSMaxDescriptors, MaxEntries: cfg.RLSMaxEntries,
+		Shadow: cfg.RLSShadow, Headers: cfg.RLSHeaders, PeerKeys: peerKeys, MaxDescriptors: cfg.RLSMaxDescriptors, MaxEntries: cfg.RLSMaxEntries,
 		Ready: s.ready, TLS: tlsCfg, Logger: s.log}); err != nil {
 		return err
 	}
@@ -244,6 +248,7 @@ func (s *Sidecar) listenGRPC() (err error) {
 	s.closers = append(s.closers, func() { s.grpcLn.Close() })
 	s.log.Info("serving Envoy's rate limit service (gRPC)", "addr", s.grpcLn.Addr().String(), "tls", tlsCfg != nil,
 		"client_certs", cfg.GRPCTLSClientCA != "", "headers", cfg.RLSHeaders.String(), "stop_charging_when_over_limit", cfg.RLSStopOverLimit,
+		"peer_keys", cfg.RLSPeerKeys,
 		"max_descriptors", cfg.RLSMaxDescriptors, "max_entries", cfg.RLSMaxEntries)
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 //	GCRA:           A + B/C = the theoretical time (µs and a remainder in
 //	                1/C µs, C the rate that wrote it): when the bucket is
 //	                full again, the queue drains, the next arrival is due
+//	peer window:    B = the count (the key names its window)
 //	sliding log:    A = running total of the costs admitted; Log = one
 //	                (time, total before it) pair per admitted request,
 //	                ascending in both
@@ -40,6 +41,9 @@ type Outcome struct {
 // and a multi-limit request is decided limit by limit, by the store (see
 // Combine).
 func Step(st *State, now int64, r *Request) (Decision, Outcome) {
+	if r.Limit.Algorithm == PeerWindow {
+		return peerWindow(st, now, r) // its charge is the peer's INCRBY, whole
+	}
 	if r.Charge && r.Cost > 0 {
 		return charge(st, now, r)
 	}

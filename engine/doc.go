@@ -1,7 +1,9 @@
 // Package engine is Sluice's decision core: the types every other part speaks
 // (Limit, Request, Decision), their validation, the one asynchronous Store
 // contract (Submit, and Wait for a caller that may block), and the six
-// rate-limiting algorithms as one pure step (Step).
+// rate-limiting algorithms as one pure step (Step), with a seventh that no
+// user names: envoyproxy/ratelimit's window in its own keys (PeerWindow,
+// peer.go), which the Envoy door counts with during a rolling update.
 //
 // The algorithms are pure functions of (state, now, request) → (state,
 // decision): no I/O, no goroutines, no wall clock inside. Time is passed in as

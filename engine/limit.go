@@ -20,6 +20,12 @@ const (
 	TokenBucket                        // bursts up to capacity, refilled at rate
 	LeakyBucket                        // a queue drained at rate: admits with a delay
 	GCRA                               // redis-cell's CL.THROTTLE: one arrival time
+	// PeerWindow is envoyproxy/ratelimit's fixed window in that service's
+	// own keys (peer.go): what the Envoy door counts with during a rolling
+	// update from the peer. It is no user's algorithm: not in Algorithms,
+	// not parsed by ParseAlgorithm, so that no command or policy can name
+	// it and reach a key outside Sluice's prefix.
+	PeerWindow
 )
 
 // algorithmNames holds, per Algorithm, its canonical name (used in policies,
@@ -31,12 +37,17 @@ var algorithmNames = [...]struct{ long, short string }{
 	TokenBucket:   {"token_bucket", "token"},
 	LeakyBucket:   {"leaky_bucket", "leaky"},
 	GCRA:          {"gcra", "gcra"},
+	PeerWindow:    {"peer_window", "peer"},
 }
 
 // Algorithms lists every algorithm, in declaration order.
 var Algorithms = []Algorithm{FixedWindow, SlidingLog, SlidingWindow, TokenBucket, LeakyBucket, GCRA}
 
-func (a Algorithm) valid() bool { return a >= FixedWindow && a <= GCRA }
+// Counted lists every algorithm a decision may be made by: Algorithms and
+// PeerWindow, for the counters kept per algorithm.
+var Counted = append(Algorithms[:len(Algorithms):len(Algorithms)], PeerWindow)
+
+func (a Algorithm) valid() bool { return a >= FixedWindow && a <= PeerWindow }
 
 // String returns the canonical name, such as "token_bucket".
 func (a Algorithm) String() string {
@@ -94,6 +105,11 @@ type Limit struct {
 	// GCRA's max_burst (GCRA then admits Burst+1 at once). The window
 	// algorithms take no burst: it must be zero.
 	Burst int64
+	// Jitter is PeerWindow's alone: a key's expiry is its period plus up
+	// to Jitter more, drawn at each write (the peer's
+	// EXPIRATION_JITTER_MAX_SECONDS), in whole seconds as the peer's. The
+	// other algorithms take none: it must be zero.
+	Jitter time.Duration
 	// Precision is how many sub-windows the sliding window counter splits
 	// Period into; it must divide Period in whole microseconds. Zero means
 	// 1: the current window and the previous one. Finer sub-windows make
@@ -135,7 +151,7 @@ func (l Limit) precision() int64 { return max(l.Precision, 1) }
 // rateName and burstName are the names a user knows the parameters by.
 func (l Limit) rateName() string {
 	switch l.Algorithm {
-	case FixedWindow, SlidingLog, SlidingWindow:
+	case FixedWindow, SlidingLog, SlidingWindow, PeerWindow:
 		return "limit"
 	default:
 		return "rate"
@@ -179,7 +195,13 @@ func (l Limit) Validate() error {
 		return &ParamError{Param: "precision", Value: strconv.FormatInt(l.Precision, 10),
 			Reason: "must split period " + l.Period.String() + " into sub-windows of whole microseconds"}
 	}
+	if l.Jitter != 0 && l.Algorithm != PeerWindow {
+		return &ParamError{Param: "jitter", Value: l.Jitter.String(),
+			Reason: "the " + l.Algorithm.String() + " algorithm takes no jitter"}
+	}
 	switch l.Algorithm {
+	case PeerWindow:
+		return l.validatePeer()
 	case FixedWindow, SlidingLog, SlidingWindow:
 		if l.Burst != 0 {
 			return &ParamError{Param: "burst", Value: strconv.FormatInt(l.Burst, 10),

@@ -91,6 +91,10 @@ func validateLimits(ls []NamedLimit) error {
 		if err := l.Limit.Validate(); err != nil {
 			return err
 		}
+		if l.Limit.Algorithm == PeerWindow {
+			// Its key is the peer's, whole: a limit's name has no place in it.
+			return &ParamError{Param: "algorithm", Value: PeerWindow.String(), Reason: "a multi-limit request takes none"}
+		}
 	}
 	return nil
 }

@@ -84,7 +84,7 @@ if #KEYS == 0 and #ARGV > 0 then
   KEYS, ARGV = keys, args
 end
 -- Each algorithm is defined when a limit first names it (see lua.go).
-local loaders = {fixed = load_fixed, log = load_log, sliding = load_sliding, token = load_token, leaky = load_leaky, gcra = load_gcra}
+local loaders = {fixed = load_fixed, log = load_log, sliding = load_sliding, token = load_token, leaky = load_leaky, gcra = load_gcra, peer = load_peer}
 local algorithms = {}
 
 -- count reads a count field at j.
@@ -171,7 +171,7 @@ for k = 1, r do
   else
     local mode = ARGV[j + 3]
     runs[k] = {L = L, A = L.alg, cost = cost, peek = mode == '1', charge = mode == '2' and cost > 0}
-    if runs[k].charge and not L.alg.force then
+    if runs[k].charge and not (L.alg.force or L.alg.charge) then
       runs[k] = {err = {err = 'ERR sluice: the sliding log takes no charge'}}
     end
   end
@@ -197,6 +197,9 @@ end
 -- debt of one capacity; the reply is a look at cost 0 after it, and, when
 -- it did not fit, the wait a request of cost 1 now has.
 local function charge(A, s, key, now, L, cost)
+  if A.charge then
+    return A.charge(s, key, now, L, cost) -- its own way, unbounded (peer.lua)
+  end
   local c = min(cost, 2 * L.capacity)
   local fitted = A.step(s, key, now, L, c, true)
   A.force(s, key, now, L, c)

@@ -1,5 +1,5 @@
 // Package lua holds Sluice's Redis scripts: the six rate-limiting algorithms
-// in Lua, each a table of functions that decides one request against one
+// in Lua, and envoyproxy/ratelimit's window in its own keys (peer.lua), each a table of functions that decides one request against one
 // key, composed into one batch script that decides a whole batch of
 // requests with any algorithms in one call; and the concurrency limiter's
 // lease script.
@@ -56,6 +56,8 @@ var (
 	leakySrc string
 	//go:embed gcra.lua
 	gcraSrc string
+	//go:embed peer.lua
+	peerSrc string
 
 	//go:embed lease.lua
 	leaseMain string
@@ -70,6 +72,7 @@ var algorithms = []struct{ name, src string }{
 	{"token", tokenSrc},
 	{"leaky", leakySrc},
 	{"gcra", gcraSrc},
+	{"peer", peerSrc},
 }
 
 // The scripts, composed once.

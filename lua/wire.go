@@ -24,8 +24,9 @@ const (
 )
 
 // Limit is a row of a batch's limits table. Algorithm is a short name
-// (fixed, log, sliding, token, leaky or gcra); Burst carries the sliding
-// window's precision.
+// (fixed, log, sliding, token, leaky, gcra, or peer: the peer's window,
+// peer.lua); Burst carries the sliding window's precision, and the peer
+// window's expiry jitter in seconds.
 type Limit struct {
 	Algorithm           string
 	Rate, Period, Burst int64 // Period in µs

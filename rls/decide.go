@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 	"time"
+	"unsafe"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
@@ -37,6 +38,8 @@ type call struct {
 	hits    []int64
 	slot    []int // per descriptor: part×partSize + its index there, or one of the no* values
 	peeked  bool  // the answer is the peek pass's: nothing was charged
+	domain  string
+	keys    []byte // the peer's keys of this call's requests, which alias it (queue)
 }
 
 // What a descriptor gets when it does not go to the store.
@@ -64,7 +67,7 @@ func (c *call) reset() {
 	clear(c.entries) // drop the request's strings
 	clear(c.ds)
 	c.ds, c.entries, c.over, c.hits, c.slot = c.ds[:0], c.entries[:0], c.over[:0], c.hits[:0], c.slot[:0]
-	c.peeked = false
+	c.peeked, c.domain, c.keys = false, "", c.keys[:0]
 }
 
 func (c *call) clearParts() {
@@ -182,6 +185,7 @@ func (s *Server) resolve(c *call, req *pb.RateLimitRequest) ([]rlsconfig.Match, 
 	// at 0, meaning 1; a descriptor's wrapper overrides it, 0 included
 	// (look without taking).
 	reqHits := max(int64(req.HitsAddend), 1)
+	c.domain = req.Domain
 	for _, d := range req.Descriptors {
 		start := len(c.entries)
 		for _, e := range d.GetEntries() {
@@ -207,6 +211,7 @@ func (s *Server) resolve(c *call, req *pb.RateLimitRequest) ([]rlsconfig.Match, 
 // was added.
 func (s *Server) queue(c *call, ms []rlsconfig.Match, peek bool) bool {
 	c.slot = c.slot[:0]
+	now := time.Now()
 	for i := range ms {
 		m := &ms[i]
 		r := &m.Rule
@@ -222,7 +227,8 @@ func (s *Server) queue(c *call, ms []rlsconfig.Match, peek bool) bool {
 			// counts it (a charge), unless the rule says a refusal takes
 			// nothing.
 			charge := !peek && !r.RefusalTakesNothing
-			k, err := c.add(service.Request{Key: r.Key, Cost: c.hits[i], Peek: peek, Charge: charge, Limit: r.Limit,
+			key, limit := c.keyOf(s.peer, r, i, now)
+			k, err := c.add(service.Request{Key: key, Cost: c.hits[i], Peek: peek, Charge: charge, Limit: limit,
 				OnFailure: r.OnFailure, Shadow: r.Shadow || s.shadow, Label: r.Label})
 			if err != nil {
 				// Rules are checked at load; nothing else can fail here.
@@ -235,6 +241,27 @@ func (s *Server) queue(c *call, ms []rlsconfig.Match, peek bool) bool {
 		c.slot = append(c.slot, slot)
 	}
 	return c.used > 0
+}
+
+// keyOf is where descriptor i, under rule r, is counted at now, and
+// with what limit: in the peer's key when peer keys are on and the rule
+// takes them (rlsconfig.PeerKeys), otherwise in the rule's own. The
+// peer's window starts by this sidecar's clock, as the peer's by its own.
+func (c *call) keyOf(peer *rlsconfig.PeerKeys, r *rlsconfig.Rule, i int, now time.Time) (string, engine.Limit) {
+	if peer == nil {
+		return r.Key, r.Limit
+	}
+	start := len(c.keys)
+	keys, l, ok := peer.Append(c.keys, c.domain, c.ds[i].Entries, r, now)
+	if !ok {
+		return r.Key, r.Limit
+	}
+	c.keys = keys
+	// The request aliases the call's buffer until the call is answered,
+	// as the service allows; a buffer that grows leaves the earlier keys
+	// in the old array, which they keep alive.
+	k := keys[start:]
+	return unsafe.String(unsafe.SliceData(k), len(k)), l
 }
 
 // anyOver reports whether any descriptor of the peek pass is over its
@@ -303,11 +330,17 @@ func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match,
 			// The store's clock (Redis's) says when the window ends; a key
 			// with nothing counted has no reset of its own, and a fixed
 			// window then reports the rest of the current window, as the
-			// peer always does.
+			// peer always does. So do the peer's keys, which name their
+			// window by this sidecar's clock: the store has no reset and no
+			// wait for them (engine.PeerWindow), and a refusal waits for the
+			// window's end.
 			if d.ResetAfter > 0 || r.Limit.Algorithm != engine.FixedWindow {
 				reset = d.ResetAfter
 			}
 			retry = d.RetryAfter
+			if over && c.parts[k/partSize].Limit(k%partSize).Algorithm == engine.PeerWindow {
+				retry = reset
+			}
 		}
 		box.reset.Seconds = ratefields.Seconds(reset)
 		st.DurationUntilReset = &box.reset

@@ -75,6 +75,10 @@ type Config struct {
 	Shadow bool
 	// Headers picks the response headers; zero: none, as the peer.
 	Headers Headers
+	// PeerKeys, when set, counts the rules without Sluice's own fields in
+	// envoyproxy/ratelimit's keys, as the peer counts them (see
+	// rlsconfig.PeerKeys). Nil: every rule in Sluice's keys.
+	PeerKeys *rlsconfig.PeerKeys
 	// MaxDescriptors is the most descriptors one call may carry, and
 	// MaxEntries the most entries one descriptor may; a call over either
 	// is refused INVALID_ARGUMENT, naming the cap. Zero:
@@ -100,6 +104,7 @@ type Server struct {
 	stop    bool
 	shadow  bool
 	headers Headers
+	peer    *rlsconfig.PeerKeys // nil: Sluice's keys
 	ready   func() error
 
 	maxDescriptors, maxEntries int
@@ -128,6 +133,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Headers > HeadersBoth {
 		return nil, errors.New("rls: unknown Config.Headers")
 	}
+	if cfg.PeerKeys != nil {
+		if err := cfg.PeerKeys.Validate(); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.MaxDescriptors < 0 || cfg.MaxEntries < 0 {
 		return nil, errors.New("rls: negative Config.MaxDescriptors or MaxEntries")
 	}
@@ -143,7 +153,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{svc: cfg.Service, rules: cfg.Rules, stop: cfg.StopWhenOverLimit, shadow: cfg.Shadow, headers: cfg.Headers,
+	s := &Server{svc: cfg.Service, rules: cfg.Rules, stop: cfg.StopWhenOverLimit, shadow: cfg.Shadow, headers: cfg.Headers, peer: cfg.PeerKeys,
 		ready: cfg.Ready, log: cfg.Logger, maxDescriptors: cfg.MaxDescriptors, maxEntries: cfg.MaxEntries,
 		fallbacks: fallbackLog{log: cfg.Logger, now: time.Now}}
 	s.calls.New = func() any { return newCall(s.svc) }

@@ -17,6 +17,11 @@
 // own inside rate_limit (algorithm, period, burst, on_failure) that make a
 // file Sluice's alone. README.md beside this file lists every rule.
 //
+// A rule is counted under Rule.Key, Sluice's key for it; PeerKeys builds
+// the peer's key instead (its prefix, domain, entries and window start),
+// for a door that counts as the peer does during a rolling update from it.
+// Rules with Sluice's own counting fields (Rule.Own) keep Sluice's key.
+//
 // FromXDS builds the same Config from RateLimitConfig resources, the
 // peer's configuration over xDS: they become the loader's own descriptors
 // and meet the same checks. Package xds beneath this one is the stream

@@ -81,6 +81,7 @@ type rule struct {
 	replaces        []string
 	onFailure       engine.FailureMode
 	takesNothing    bool // refusal_takes_nothing
+	own             bool // names algorithm, period or burst: Sluice's keys always
 	metadata        map[string]any
 	file            string
 	line            int
@@ -295,6 +296,7 @@ func newRule(file string, yd *yDescriptor) (*rule, error) {
 		r.onFailure = m
 	}
 	r.takesNothing = rl.refusalTakesNothing
+	r.own = rl.algorithmLine != 0 || rl.periodLine != 0 || rl.burstLine != 0
 	if r.unlimited {
 		r.limit = engine.Limit{}
 		return r, nil

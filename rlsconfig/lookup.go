@@ -66,6 +66,14 @@ type Rule struct {
 	// Source is where the rule is defined, as file:line; empty for a limit
 	// Envoy sent.
 	Source string
+	// Own says the rule names one of Sluice's own counting fields
+	// (algorithm, period, burst): it counts in Sluice's keys even where
+	// the door counts the others in the peer's (PeerKeys).
+	Own bool
+	// shared is, per entry, the wildcard pattern the entry is counted
+	// under (share_threshold), or "": nil when none is. The peer's key
+	// holds it in place of the value, as Key does.
+	shared []string
 }
 
 // OverrideLabel ends the Label of every limit Envoy sent with a
@@ -168,6 +176,7 @@ func (c *Config) Lookup(domain string, entries []Entry) (Rule, bool) {
 		Limit: r.limit, RequestsPerUnit: r.requestsPerUnit, Unit: r.unit, Name: r.name,
 		Unlimited: r.unlimited, Shadow: r.shadow, Quota: r.quota, Replaces: r.replaces,
 		OnFailure: r.onFailure, Metadata: r.metadata, Label: found.path, Source: r.source,
+		Own: r.own, shared: shared,
 		RefusalTakesNothing: r.takesNothing || r.limit.Algorithm == engine.SlidingLog,
 	}
 	if !r.unlimited {

@@ -41,7 +41,7 @@ func TestLookup(t *testing.T) {
 		domain  string
 		entries []Entry
 		found   bool
-		want    Rule // compared except Metadata, Replaces, Source and Label (TestLabel)
+		want    Rule // compared except Metadata, Replaces, Source, Label (TestLabel) and the shared patterns (TestPeerKeys)
 	}{
 		// Matching order: exact value, then wildcard, then the key alone.
 		{name: "key alone: each value its own count", domain: "shop", entries: e("client_ip", "192.0.2.1"), found: true,
@@ -92,13 +92,13 @@ func TestLookup(t *testing.T) {
 		// Sluice's own fields.
 		{name: "GCRA over 30s: current_limit says per minute", domain: "sluice", entries: e("api_key", "k1"), found: true,
 			want: Rule{Key: "sluice|api_key=k1@30s", Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 60, Period: 30 * time.Second, Burst: 9},
-				RequestsPerUnit: 60, Unit: UnitMinute, OnFailure: engine.FailLocal, StatsKey: "sluice.api_key"}},
+				RequestsPerUnit: 60, Unit: UnitMinute, OnFailure: engine.FailLocal, StatsKey: "sluice.api_key", Own: true}},
 		{name: "token bucket as deep as a unit's requests", domain: "sluice", entries: e("upload", "u"), found: true,
 			want: Rule{Key: "sluice|upload=u@60s", Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 12, Period: time.Minute, Burst: 12},
-				RequestsPerUnit: 12, Unit: UnitMinute, StatsKey: "sluice.upload"}},
+				RequestsPerUnit: 12, Unit: UnitMinute, StatsKey: "sluice.upload", Own: true}},
 		{name: "90m: current_limit says per day", domain: "sluice", entries: e("slow", "s"), found: true,
 			want: Rule{Key: "sluice|slow=s@5400s", Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 100, Period: 90 * time.Minute},
-				RequestsPerUnit: 100, Unit: UnitDay, OnFailure: engine.FailClosed, StatsKey: "sluice.slow"}},
+				RequestsPerUnit: 100, Unit: UnitDay, OnFailure: engine.FailClosed, StatsKey: "sluice.slow", Own: true}},
 
 		// Names of the peer's statistics.
 		{name: "value_to_metric", domain: "stats", entries: e("route", "api", "method", "GET"), found: true,
@@ -113,7 +113,7 @@ func TestLookup(t *testing.T) {
 			if ok != tc.found {
 				t.Fatalf("found %v, want %v (%+v)", ok, tc.found, r)
 			}
-			r.Metadata, r.Replaces, r.Source, r.Label = nil, nil, "", ""
+			r.Metadata, r.Replaces, r.Source, r.Label, r.shared = nil, nil, "", "", nil
 			if !reflect.DeepEqual(r, tc.want) {
 				t.Fatalf("rule\n got %+v\nwant %+v", r, tc.want)
 			}

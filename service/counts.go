@@ -25,7 +25,7 @@ var outcomeNames = [numOutcomes]string{"allowed", "refused", "shadow"}
 
 func (o Outcome) String() string { return outcomeNames[o] }
 
-const numAlgorithms = int(engine.GCRA) + 1
+const numAlgorithms = int(engine.PeerWindow) + 1
 
 // counts holds one policy's decision counters. Fixed arrays keep recording
 // to one atomic add: no map, no label strings, no allocation.
@@ -64,7 +64,7 @@ func (d *decisions) add(policy string, alg engine.Algorithm, outcome Outcome, pa
 // each calls f for every non-zero counter.
 func (d *decisions) each(f func(policy string, alg engine.Algorithm, outcome Outcome, path engine.Path, n uint64)) {
 	d.byPolicy.each(func(policy string, c *counts) {
-		for _, alg := range engine.Algorithms {
+		for _, alg := range engine.Counted {
 			for o := range numOutcomes {
 				for _, p := range engine.Paths {
 					if n := c[alg][o][p].Load(); n > 0 {

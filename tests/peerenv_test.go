@@ -70,6 +70,13 @@ func startRatelimit(t *testing.T, env map[string]string, addr string) *sluice {
 	if err := os.Symlink(sluiceBin, bin); err != nil {
 		t.Fatal(err)
 	}
+	return startWithEnv(t, bin, env, addr)
+}
+
+// startWithEnv runs bin with exactly env as its environment, and waits
+// until addr accepts: Sluice as the peer, or the peer itself.
+func startWithEnv(t *testing.T, bin string, env map[string]string, addr string) *sluice {
+	t.Helper()
 	s := &sluice{logs: &syncBuffer{}, done: make(chan error, 1)}
 	s.cmd = exec.Command(bin)
 	for _, k := range slices.Sorted(maps.Keys(env)) {

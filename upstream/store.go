@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tidwall/redcon"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/lua"
@@ -137,8 +138,12 @@ type keyRef struct {
 	alg  engine.Algorithm
 }
 
-// keyString is k joined: what Key or LimitKey returns.
+// keyString is k joined: what Key or LimitKey returns. A peer window's
+// key is the peer's own, stored as it is (engine/peer.go).
 func (s *Store) keyString(k keyRef) string {
+	if k.alg == engine.PeerWindow {
+		return k.key
+	}
 	if k.name == "" {
 		return s.prefix + "{" + k.key + "}:" + k.alg.Short()
 	}
@@ -147,6 +152,9 @@ func (s *Store) keyString(k keyRef) string {
 
 // appendKey appends k joined, as a RESP bulk string.
 func (s *Store) appendKey(buf []byte, k keyRef) []byte {
+	if k.alg == engine.PeerWindow {
+		return redcon.AppendBulkString(buf, k.key)
+	}
 	short := k.alg.Short()
 	n := len(s.prefix) + len(k.key) + 3 + len(short)
 	if k.name != "" {
@@ -524,10 +532,14 @@ func (b *buffers) groupMulti(reqs []engine.Request) {
 }
 
 // burstArg is what a limit sends as the scripts' burst: the sliding window,
-// which takes no burst, sends its precision there (see lua/sliding.lua).
+// which takes no burst, sends its precision there (see lua/sliding.lua),
+// and the peer window its jitter in seconds (lua/peer.lua).
 func burstArg(l engine.Limit) int64 {
-	if l.Algorithm == engine.SlidingWindow {
+	switch l.Algorithm {
+	case engine.SlidingWindow:
 		return l.Precision
+	case engine.PeerWindow:
+		return int64(l.Jitter / time.Second)
 	}
 	return l.Burst
 }

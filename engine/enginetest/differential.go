@@ -154,7 +154,24 @@ func NewScenario(seed []byte) Scenario {
 	sc.Ops = ops
 	multiLimits(&sc, rand.New(rand.NewPCG(rng.Uint64(), extra+2)), periods)
 	charges(&sc, rand.New(rand.NewPCG(rng.Uint64(), extra+3)))
+	peerWindows(&sc, rand.New(rand.NewPCG(rng.Uint64(), extra+4)))
 	return sc
+}
+
+// peerWindows makes an eighth of the single-limit scenarios the peer's
+// window (engine/peer.go), from a stream of its own so that the other
+// scenarios stay what each seed made before: the same rate and
+// operations, a period of whole seconds, now and then a jitter.
+func peerWindows(sc *Scenario, rng *rand.Rand) {
+	if sc.Limits != nil || rng.IntN(8) != 0 {
+		return
+	}
+	l := engine.Limit{Algorithm: engine.PeerWindow, Rate: sc.Limit.Rate,
+		Period: max(sc.Limit.Period/time.Second, 1) * time.Second}
+	if rng.IntN(2) == 0 {
+		l.Jitter = time.Duration(rng.IntN(300)) * time.Second
+	}
+	sc.Limit = l
 }
 
 // charges makes a sixth of the operations charges, from a stream of its

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -84,7 +85,7 @@ func Run(t *testing.T, open Opener) {
 		if batched {
 			mode = "batched"
 		}
-		for _, c := range append(Cases[:len(Cases):len(Cases)], ChargeCases...) {
+		for _, c := range slices.Concat(Cases, ChargeCases, PeerCases) {
 			t.Run(mode+"/"+c.Name, func(t *testing.T) {
 				clock := NewClock(Epoch)
 				s := open(t, clock.Now)

@@ -27,6 +27,7 @@ var HotLimits = []engine.Limit{
 	{Algorithm: engine.GCRA, Rate: 1000, Period: time.Second, Burst: 90},
 	{Algorithm: engine.TokenBucket, Rate: 100, Period: time.Second, Burst: 45},
 	{Algorithm: engine.LeakyBucket, Rate: 50, Period: time.Second, Burst: 20},
+	{Algorithm: engine.PeerWindow, Rate: 20, Period: time.Second},
 }
 
 // StateCheck compares the state store a keeps for keyA under alg with the

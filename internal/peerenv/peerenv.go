@@ -30,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/internal/settings"
 	"github.com/sluice-rl/sluice/rls"
 )
@@ -273,6 +274,16 @@ func (m *mapper) rules(cfg *settings.Config) {
 	cfg.RLSReadyWithConfig = m.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
 	if p := m.env["CACHE_KEY_PREFIX"]; p != "" {
 		cfg.KeyPrefix = p
+	}
+	// A rolling update from the peer runs both on one Redis: the rules
+	// without Sluice's own fields count in the peer's keys, as it counts.
+	cfg.RLSPeerKeys = true
+	cfg.RLSPeerKeyPrefix = m.env["CACHE_KEY_PREFIX"]
+	if j, err := strconv.ParseInt(m.str("EXPIRATION_JITTER_MAX_SECONDS"), 10, 64); err != nil {
+		m.fail("EXPIRATION_JITTER_MAX_SECONDS", "must be a whole number of seconds")
+	} else if j > 0 {
+		// The peer adds no jitter at 0 or below.
+		cfg.RLSPeerKeyJitter = time.Duration(min(j, int64(engine.MaxPeriod/time.Second))) * time.Second
 	}
 	if m.bool("LIMIT_RESPONSE_HEADERS_ENABLED") {
 		cfg.RLSHeaders = rls.HeadersPeer

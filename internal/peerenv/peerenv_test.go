@@ -54,6 +54,8 @@ func TestMapPlatforms(t *testing.T) {
 	want := settings.Default()
 	want.Listen, want.GRPCListen, want.RLSHTTPListen, want.AdminListen = respListen, "[::]:8081", "[::]:8080", "0.0.0.0:6070"
 	want.GRPCInsecure, want.LogLevel, want.Upstream, want.RLSConfig = true, slog.LevelDebug, "redis://redis:6379", "/data/ratelimit/config"
+	// The peer's keys, its default jitter of 300 seconds.
+	want.RLSPeerKeys, want.RLSPeerKeyJitter = true, 300*time.Second
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("Istio's sample:\n got %+v\nwant %+v", cfg, want)
 	}
@@ -72,6 +74,7 @@ func TestMapPlatforms(t *testing.T) {
 	want.GRPCTLSCert, want.GRPCTLSKey = "/certs/tls.crt", "/certs/tls.key" // no client CA: the peer reads none
 	want.RLSXDSServer, want.RLSXDSNodeID, want.RLSXDSRetry, want.RLSXDSStartWithoutConfig = "envoy-gateway:18001", "envoy-ratelimit", 3*time.Second, true
 	want.RLSXDSTLS, want.RLSXDSTLSCA, want.RLSXDSTLSCert, want.RLSXDSTLSKey = true, "/certs/ca.crt", "/certs/tls.crt", "/certs/tls.key"
+	want.RLSPeerKeys, want.RLSPeerKeyJitter = true, 300*time.Second
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("Envoy Gateway:\n got %+v\nwant %+v", cfg, want)
 	}
@@ -131,6 +134,11 @@ func TestMapSettings(t *testing.T) {
 			func(c settings.Config) any { return c.RLSHeaders }, rls.HeadersPeer},
 		{"key prefix", with(istio, "CACHE_KEY_PREFIX", "rl_"), func(c settings.Config) any { return c.KeyPrefix }, "rl_"},
 		{"key prefix unset", istio, func(c settings.Config) any { return c.KeyPrefix }, settings.Default().KeyPrefix},
+		{"peer key prefix", with(istio, "CACHE_KEY_PREFIX", "rl_"), func(c settings.Config) any { return c.RLSPeerKeyPrefix }, "rl_"},
+		{"peer key prefix unset: the peer's empty one", istio, func(c settings.Config) any { return c.RLSPeerKeyPrefix }, ""},
+		{"jitter", with(istio, "EXPIRATION_JITTER_MAX_SECONDS", "7"), func(c settings.Config) any { return c.RLSPeerKeyJitter }, 7 * time.Second},
+		{"no jitter at 0", with(istio, "EXPIRATION_JITTER_MAX_SECONDS", "0"), func(c settings.Config) any { return c.RLSPeerKeyJitter }, time.Duration(0)},
+		{"none below 0, as the peer", with(istio, "EXPIRATION_JITTER_MAX_SECONDS", "-5"), func(c settings.Config) any { return c.RLSPeerKeyJitter }, time.Duration(0)},
 		{"refused variable at its default", with(istio, "MERGE_DOMAIN_CONFIG", "False", "REDIS_PERSECOND", "0"),
 			func(c settings.Config) any { return c.Upstream }, "redis://redis:6379"},
 		{"xds headers and metadata", with(envoyGateway, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "authorization:Bearer x,x-team:rl",
@@ -198,6 +206,7 @@ func TestMapRefuses(t *testing.T) {
 		{"grpc uds", with(istio, "GRPC_UDS", "/tmp/rl.sock"), "GRPC_UDS=/tmp/rl.sock: Sluice serves gRPC on TCP only"},
 		{"unix redis by default", map[string]string{}, `REDIS_SOCKET_TYPE unset (the peer's default is "unix"): Sluice reaches Redis over TCP only: set REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port`},
 		{"memcache", with(istio, "BACKEND_TYPE", "memcache"), "BACKEND_TYPE=memcache: Sluice keeps its counts in Redis only"},
+		{"jitter", with(istio, "EXPIRATION_JITTER_MAX_SECONDS", "1.5"), "EXPIRATION_JITTER_MAX_SECONDS=1.5: must be a whole number of seconds"},
 		{"redis socket path over tcp", map[string]string{"REDIS_SOCKET_TYPE": "tcp"},
 			`REDIS_URL unset (the peer's default is "/var/run/nutcracker/ratelimit.sock"): with REDIS_SOCKET_TYPE=tcp, write host:port`},
 		{"cluster node without port", with(istio, "REDIS_TYPE", "cluster", "REDIS_URL", "c1:7000,c2"), `REDIS_URL=c1:7000,c2: with REDIS_SOCKET_TYPE=tcp, write host:port ("c2" is not)`},

@@ -79,6 +79,10 @@ func TestFlagErrors(t *testing.T) {
 			`--rls-http-listen needs --grpc-listen: /json answers as the gRPC door does`},
 		{"readiness on a configuration without the gRPC door", []string{"--rls-ready-with-config"}, nil,
 			`--rls-ready-with-config needs --grpc-listen: it waits for the rate limit service's configuration`},
+		{"peer key jitter in parts of a second", []string{"--rls-peer-keys", "--rls-peer-key-jitter", "1500ms"}, nil,
+			`invalid --rls-peer-key-jitter "1.5s": must be whole seconds such as 300s, or 0`},
+		{"peer key prefix without the peer's keys", []string{"--rls-peer-key-prefix", "rl_"}, nil,
+			`--rls-peer-key-prefix and --rls-peer-key-jitter need --rls-peer-keys: they shape envoyproxy/ratelimit's keys`},
 		{"peer's HTTP port open", []string{"--rls-config", ".", "--grpc-listen", "127.0.0.1:8081"}, map[string]string{"SLUICE_RLS_HTTP_LISTEN": "0.0.0.0:8080"},
 			`refusing to serve /json on "0.0.0.0:8080" (from SLUICE_RLS_HTTP_LISTEN): it is reachable from other machines without TLS. ` +
 				`Listen on 127.0.0.1, or set --grpc-insecure if only this pod can reach the address`},

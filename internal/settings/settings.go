@@ -65,6 +65,9 @@ type Config struct {
 	RLSStopOverLimit   bool          // charge no descriptor of a call when any is over its limit
 	RLSHeaders         rls.Headers   // response headers Envoy is asked to add
 	RLSShadow          bool          // every rule in shadow mode: counted, never refused (the peer's SHADOW_MODE)
+	RLSPeerKeys        bool          // count rules without Sluice's own fields in envoyproxy/ratelimit's keys
+	RLSPeerKeyPrefix   string        // starts the peer's keys (its CACHE_KEY_PREFIX)
+	RLSPeerKeyJitter   time.Duration // most added to a peer key's TTL (its EXPIRATION_JITTER_MAX_SECONDS)
 	RLSReadyWithConfig bool          // not ready while no domain is configured (the peer's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED)
 	RLSHTTPListen      string        // address of the peer's HTTP port (/json, /healthcheck); empty: off
 	RLSMaxDescriptors  int           // most descriptors in one ShouldRateLimit call
@@ -192,6 +195,13 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.RLSReadyWithConfig, "rls-ready-with-config", c.RLSReadyWithConfig,
 		"report not ready (/readyz, /healthcheck, gRPC health) while the rate limit service's configuration has no domain, "+
 			"such as before xDS has sent one (envoyproxy/ratelimit's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED)")
+	fs.BoolVar(&c.RLSPeerKeys, "rls-peer-keys", c.RLSPeerKeys,
+		"count the rules without Sluice's own fields (algorithm, period, burst) in envoyproxy/ratelimit's keys, its count and expiry, "+
+			"so that its pods and Sluice's share one count on one Redis during a rolling update (on by default when started as ratelimit)")
+	fs.StringVar(&c.RLSPeerKeyPrefix, "rls-peer-key-prefix", c.RLSPeerKeyPrefix,
+		"`prefix` of envoyproxy/ratelimit's keys with --rls-peer-keys: its CACHE_KEY_PREFIX (empty by default, as the peer's)")
+	fs.DurationVar(&c.RLSPeerKeyJitter, "rls-peer-key-jitter", c.RLSPeerKeyJitter,
+		"with --rls-peer-keys, lengthen each key's TTL by a random part of this, in whole seconds (`duration`): the peer's EXPIRATION_JITTER_MAX_SECONDS")
 	fs.Var((*offAddr)(&c.RLSHTTPListen), "rls-http-listen",
 		"`address` to serve envoyproxy/ratelimit's HTTP port on (its 8080): /json answers a rate limit request written in JSON, "+
 			"/healthcheck the readiness; or off. Needs --grpc-listen; a non-loopback address needs --grpc-insecure")

@@ -73,6 +73,9 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
+	if err := c.validatePeerKeys(); err != nil {
+		return err
+	}
 	if err := c.validateXDS(); err != nil {
 		return err
 	}
@@ -311,6 +314,19 @@ func (c *Config) checkFiles() error {
 		case !f.dir && fi.IsDir():
 			return fmt.Errorf("invalid %s %q: a directory: give the file", c.name(f.name), f.path)
 		}
+	}
+	return nil
+}
+
+// validatePeerKeys checks the peer's keys' settings: a jitter the peer
+// can express (whole seconds), and neither setting without the keys.
+func (c *Config) validatePeerKeys() error {
+	if j := c.RLSPeerKeyJitter; j < 0 || j%time.Second != 0 {
+		return fmt.Errorf("invalid %s %q: must be whole seconds such as 300s, or 0", c.name("rls-peer-key-jitter"), j)
+	}
+	if !c.RLSPeerKeys && (c.RLSPeerKeyPrefix != "" || c.RLSPeerKeyJitter != 0) {
+		return fmt.Errorf("%s and %s need %s: they shape envoyproxy/ratelimit's keys", c.name("rls-peer-key-prefix"),
+			c.name("rls-peer-key-jitter"), c.name("rls-peer-keys"))
 	}
 	return nil
 }
