@@ -50,7 +50,7 @@ if op == 'acquire' then
   if limit < 1 or ttl < 1 then
     fail('limit and lease_ttl must be at least 1')
   end
-  local now = clock(ARGV[5])
+  local now = clock(ARGV[5], redisTime())
   forget(key, now)
   local n, top = held(now)
   local renewed = redis.call('ZSCORE', key, lease) ~= false
@@ -69,7 +69,7 @@ if op == 'acquire' then
   return {0, limit, 0, tonumber(oldest[2]) - now, 0}
 elseif op == 'release' then
   local lease = id(ARGV[2])
-  local now = clock(ARGV[3])
+  local now = clock(ARGV[3], redisTime())
   forget(key, now)
   local ends = redis.call('ZSCORE', key, lease)
   local n = held(now)
