@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/sluice-rl/sluice/internal/evloop"
+	"github.com/sluice-rl/sluice/lua"
 )
 
 // pipe is one connection to a standalone (or Sentinel's current master)
@@ -68,13 +69,34 @@ type pipe struct {
 	// loop, if set, is the event loop that reads the connections dialed
 	// from now on. Guarded by mu.
 	loop *evloop.Loop
+
+	// clock is the offset to this Redis's clock, from the batch calls'
+	// replies (clock.go).
+	clock redisClock
+	// stray, if set, gets each reply that comes after its sender was
+	// answered without it: the connection was given up on a late reply
+	// and drained (abandon).
+	stray func(reply any)
+	// draining counts the connections being drained; guarded by mu.
+	draining int
 }
 
 // owed is a reply a sender waits for.
 type owed struct {
 	deadline time.Time
 	got      func(reply any, err error)
+	// sent is when a batch call (sendCall) was written, for the clock;
+	// zero for other commands, and for calls queued while dialing.
+	sent time.Time
 }
+
+// maxDraining bounds the given-up connections a pipe drains at once
+// (abandon); past it, one is closed, as any failed connection is.
+const maxDraining = 8
+
+// drainFor bounds how long a given-up connection is drained: a Redis
+// paused longer has its late replies go unread, and uncounted.
+const drainFor = 10 * time.Second
 
 var errPipeClosed = errors.New("upstream: the store is closed")
 
@@ -114,6 +136,19 @@ func (p *pipe) timeout() time.Duration {
 // the write fails (which fails every reply owed). A reply that is a Redis
 // error reaches got as a value of type replyError.
 func (p *pipe) send(cmd []byte, deadline time.Time, got func(reply any, err error)) {
+	p.sendStamped(cmd, deadline, got, false)
+}
+
+// sendCall is send for a batch call that lua.BatchCall.Append ended: it
+// fills in the call's deadline on this Redis's clock, and reads Redis's
+// time from the reply. The deadline is the sooner of the call's and those
+// of the replies owed before it: the connection fails when the oldest
+// owed reply is late, and answers every call on it then.
+func (p *pipe) sendCall(cmd []byte, deadline time.Time, got func(reply any, err error)) {
+	p.sendStamped(cmd, deadline, got, true)
+}
+
+func (p *pipe) sendStamped(cmd []byte, deadline time.Time, got func(reply any, err error), call bool) {
 	p.wmu.Lock()
 	p.mu.Lock()
 	if p.closed {
@@ -122,10 +157,21 @@ func (p *pipe) send(cmd []byte, deadline time.Time, got func(reply any, err erro
 		got(nil, errPipeClosed)
 		return
 	}
-	p.owed = append(p.owed, owed{deadline, got})
+	horizon := deadline
+	if call {
+		for _, o := range p.owed {
+			if o.deadline.Before(horizon) {
+				horizon = o.deadline
+			}
+		}
+	}
 	conn := p.conn
 	if conn == nil {
+		p.owed = append(p.owed, owed{deadline: deadline, got: got})
 		p.queued = append(p.queued, cmd...)
+		if call {
+			lua.PutDeadline(p.queued, p.clock.deadline(horizon))
+		}
 		if !p.dialing {
 			p.dialing = true
 			go p.dial(deadline)
@@ -134,10 +180,16 @@ func (p *pipe) send(cmd []byte, deadline time.Time, got func(reply any, err erro
 		p.wmu.Unlock()
 		return
 	}
+	o := owed{deadline: deadline, got: got}
+	p.out = append(p.out[:0], cmd...)
+	if call {
+		lua.PutDeadline(p.out, p.clock.deadline(horizon))
+		o.sent = time.Now()
+	}
+	p.owed = append(p.owed, o)
 	if len(p.owed) == 1 {
 		p.awaitLocked(deadline)
 	}
-	p.out = append(p.out[:0], cmd...)
 	p.mu.Unlock()
 	err := p.write(conn, p.out, deadline)
 	p.wmu.Unlock()
@@ -181,7 +233,69 @@ func (p *pipe) checkLate() {
 		return
 	}
 	p.mu.Unlock()
-	p.fail(conn, fmt.Errorf("upstream: read from %s: %w", conn.RemoteAddr(), os.ErrDeadlineExceeded))
+	p.abandon(conn, fmt.Errorf("upstream: read from %s: %w", conn.RemoteAddr(), os.ErrDeadlineExceeded))
+}
+
+// abandon gives conn up, as fail does, on a reply that is late: every
+// reply owed fails with err, and the next send dials again. But Redis
+// (paused, busy) still has the calls written on conn, and runs them when
+// it can, so conn is not closed at once: it is drained, for drainFor, and
+// each reply that comes goes to p.stray (a late batch call says so in its
+// reply), and to the clock.
+func (p *pipe) abandon(conn net.Conn, err error) {
+	p.mu.Lock()
+	if p.conn != conn || p.draining >= maxDraining || p.stray == nil {
+		p.mu.Unlock()
+		p.fail(conn, err)
+		return
+	}
+	p.draining++
+	polled, rd := p.polled, p.rd
+	p.conn, p.rd, p.polled = nil, nil, nil
+	owed := p.owed
+	p.owed = nil
+	p.mu.Unlock()
+	if polled != nil {
+		polled.Remove()
+	}
+	for _, o := range owed {
+		o.got(nil, err)
+	}
+	go p.drain(rd, owed)
+}
+
+// drain reads the replies owed on a connection given up (abandon), then
+// closes it.
+func (p *pipe) drain(rd *replies, owed []owed) {
+	defer func() {
+		rd.conn.Close()
+		p.mu.Lock()
+		p.draining--
+		p.mu.Unlock()
+	}()
+	_ = rd.conn.SetReadDeadline(time.Now().Add(drainFor))
+	// A readiness the loop was dispatching as the connection was given
+	// up may still be reading rd: wait for it (polledConn.Ready).
+	rd.use.Lock()
+	defer rd.use.Unlock()
+	for _, o := range owed {
+		reply, err := rd.next()
+		if err != nil {
+			return
+		}
+		p.observe(o, reply)
+		p.stray(reply)
+	}
+}
+
+// observe feeds the clock from the reply to a batch call.
+func (p *pipe) observe(o owed, reply any) {
+	if o.sent.IsZero() {
+		return
+	}
+	if t, ok := lua.ReplyTime(reply); ok {
+		p.clock.observe(o.sent, time.Now(), t)
+	}
 }
 
 // dial connects, writes what was sent meanwhile and starts the reader; on
@@ -323,6 +437,7 @@ func (p *pipe) deliver(conn net.Conn, reply any) bool {
 	o := p.owed[0]
 	p.owed = p.owed[:copy(p.owed, p.owed[1:])]
 	p.mu.Unlock()
+	p.observe(o, reply)
 	o.got(reply, nil)
 	return true
 }
@@ -355,9 +470,10 @@ func (pc *polledConn) current() bool {
 // on the event loop's goroutine.
 func (pc *polledConn) Ready(evloop.Events) {
 	p, r := pc.p, pc.rd
-	if !pc.current() {
-		return
+	if !pc.current() || !r.use.TryLock() {
+		return // a connection given up, drained by a goroutine now
 	}
+	defer r.use.Unlock()
 	if err := r.fill(); err != nil {
 		p.fail(r.conn, fmt.Errorf("upstream: read from %s: %w", r.conn.RemoteAddr(), err))
 		return

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"sync"
 	"syscall"
 )
 
@@ -17,6 +18,10 @@ import (
 //
 // Only one goroutine at a time uses a replies.
 type replies struct {
+	// use is held by the loop's readiness handler while it reads, so that
+	// a connection given up and drained (pipe.abandon) is read by one
+	// goroutine at a time.
+	use  sync.Mutex
 	conn net.Conn
 	raw  syscall.RawConn // the descriptor's access; nil when conn has none (TLS)
 	buf  []byte          // read and not yet taken: buf[off:]
