@@ -239,9 +239,9 @@ func (p *pipe) checkLate() {
 // abandon gives conn up, as fail does, on a reply that is late: every
 // reply owed fails with err, and the next send dials again. But Redis
 // (paused, busy) still has the calls written on conn, and runs them when
-// it can, so conn is not closed at once: it is drained, for drainFor, and
-// each reply that comes goes to p.stray (a late batch call says so in its
-// reply), and to the clock.
+// it can, so conn is not closed at once: a goroutine drains it, for
+// drainFor, and each reply that comes goes to p.stray (a late batch call
+// says so in its reply) and to the clock; then it is closed.
 func (p *pipe) abandon(conn net.Conn, err error) {
 	p.mu.Lock()
 	if p.conn != conn || p.draining >= maxDraining || p.stray == nil {
@@ -254,38 +254,30 @@ func (p *pipe) abandon(conn net.Conn, err error) {
 	p.conn, p.rd, p.polled = nil, nil, nil
 	owed := p.owed
 	p.owed = nil
+	rd.drained, rd.draining = owed, true
 	p.mu.Unlock()
+	_ = conn.SetReadDeadline(time.Now().Add(drainFor))
 	if polled != nil {
+		// The loop no longer reads it; a goroutine does, as when the loop
+		// ends (polledConn.Ended).
 		polled.Remove()
+		go p.read(rd)
 	}
 	for _, o := range owed {
 		o.got(nil, err)
 	}
-	go p.drain(rd, owed)
 }
 
-// drain reads the replies owed on a connection given up (abandon), then
-// closes it.
-func (p *pipe) drain(rd *replies, owed []owed) {
-	defer func() {
-		rd.conn.Close()
-		p.mu.Lock()
+// endDrain closes a connection given up (abandon) once it is drained,
+// or its time to drain is over.
+func (p *pipe) endDrain(r *replies) {
+	p.mu.Lock()
+	if r.draining {
+		r.draining, r.drained = false, nil
 		p.draining--
-		p.mu.Unlock()
-	}()
-	_ = rd.conn.SetReadDeadline(time.Now().Add(drainFor))
-	// A readiness the loop was dispatching as the connection was given
-	// up may still be reading rd: wait for it (polledConn.Ready).
-	rd.use.Lock()
-	defer rd.use.Unlock()
-	for _, o := range owed {
-		reply, err := rd.next()
-		if err != nil {
-			return
-		}
-		p.observe(o, reply)
-		p.stray(reply)
 	}
+	p.mu.Unlock()
+	r.conn.Close()
 }
 
 // observe feeds the clock from the reply to a batch call.
@@ -414,22 +406,42 @@ func (p *pipe) hello(ctx context.Context, conn net.Conn) error {
 // sender it is owed to.
 func (p *pipe) read(r *replies) {
 	for {
+		// A readiness the loop was dispatching as the connection was
+		// given up may still be reading r (abandon, polledConn.Ready).
+		r.use.Lock()
 		reply, err := r.next()
+		r.use.Unlock()
 		if err != nil {
+			p.endDrain(r)
 			p.fail(r.conn, fmt.Errorf("upstream: read from %s: %w", r.conn.RemoteAddr(), err))
 			return
 		}
-		if !p.deliver(r.conn, reply) {
+		if !p.deliver(r, reply) {
 			return
 		}
 	}
 }
 
-// deliver hands a reply read on conn to the sender it is owed to. A reply
-// nothing is owed for fails the connection; deliver then reports false.
-func (p *pipe) deliver(conn net.Conn, reply any) bool {
+// deliver hands a reply read on r to the sender it is owed to, or, on a
+// connection given up and drained, to p.stray. A reply nothing is owed
+// for fails the connection; deliver then reports false, as it does
+// once a drained connection has given every reply owed on it.
+func (p *pipe) deliver(r *replies, reply any) bool {
+	conn := r.conn
 	p.mu.Lock()
-	if p.conn != conn || len(p.owed) == 0 {
+	if p.rd != r && r.draining && len(r.drained) > 0 {
+		o := r.drained[0]
+		r.drained = r.drained[1:]
+		more := len(r.drained) > 0
+		p.mu.Unlock()
+		p.observe(o, reply)
+		p.stray(reply)
+		if !more {
+			p.endDrain(r)
+		}
+		return more
+	}
+	if p.rd != r || len(p.owed) == 0 {
 		p.mu.Unlock()
 		p.fail(conn, fmt.Errorf("upstream: %s sent a reply nothing asked for", conn.RemoteAddr()))
 		return false
@@ -484,7 +496,7 @@ func (pc *polledConn) Ready(evloop.Events) {
 			p.fail(r.conn, fmt.Errorf("upstream: read from %s: %w", r.conn.RemoteAddr(), err))
 			return
 		}
-		if !ok || !p.deliver(r.conn, reply) {
+		if !ok || !p.deliver(r, reply) {
 			return
 		}
 	}

@@ -18,14 +18,18 @@ import (
 //
 // Only one goroutine at a time uses a replies.
 type replies struct {
-	// use is held by the loop's readiness handler while it reads, so that
-	// a connection given up and drained (pipe.abandon) is read by one
-	// goroutine at a time.
-	use  sync.Mutex
-	conn net.Conn
-	raw  syscall.RawConn // the descriptor's access; nil when conn has none (TLS)
-	buf  []byte          // read and not yet taken: buf[off:]
-	off  int
+	// use is held while a reply is read, so that a connection given up
+	// and drained (pipe.abandon) by a goroutine is read by one goroutine
+	// at a time.
+	use sync.Mutex
+	// draining is set on a connection given up (pipe.abandon), and
+	// drained the replies still owed on it. Guarded by the pipe's mu.
+	draining bool
+	drained  []owed
+	conn     net.Conn
+	raw      syscall.RawConn // the descriptor's access; nil when conn has none (TLS)
+	buf      []byte          // read and not yet taken: buf[off:]
+	off      int
 }
 
 // readChunk is the room a read is given.
