@@ -211,6 +211,12 @@ func TestCalls(t *testing.T) {
 			[]string{"2", "gcra", "10", "1000000", "9", "fixed", "3", "60000000", "0", "0", "0",
 				"1", "2", "0", "1", "1", "2", now},
 			"1\n9\n0\n100000\n0\n2\n-7\n0\n59900000\n0", ""},
+		// An acquire that starts after its deadline takes no lease: the
+		// next, on time, finds the one slot free.
+		{"late acquire", lua.Lease, []string{"lz"}, []string{"acquire", "1", "1000000", "a", "1", now}, "",
+			"LATE sluice: the acquire started after its deadline, and took no lease"},
+		{"acquire after a late one", lua.Lease, []string{"lz"}, []string{"acquire", "1", "1000000", "b", "0", now},
+			"1\n1\n0\n0\n0", ""},
 		{"batch limit count", lua.Batch, []string{"a"}, []string{"two"}, "",
 			`ERR sluice: invalid number of limits "two"`},
 		{"bad now", lua.Batch, []string{"a"}, one("fixed", "1", "1000", "0", "1", "0", "soon"), "",

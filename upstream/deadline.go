@@ -82,21 +82,21 @@ func (s *Store) stampCalls(ctx context.Context, calls []call, reqs []engine.Requ
 	}
 	for k := range calls {
 		c := &calls[k]
-		if clock := s.clockOf(ctx, &reqs[c.reqs[0]]); clock != nil {
+		if clock := s.clockFor(ctx, s.keyOf(&reqs[c.reqs[0]])); clock != nil {
 			c.batch.Deadline = clock.deadline(deadline)
 		}
 	}
 }
 
-// clockOf is the clock of the Redis that serves r's keys, or nil where
+// clockFor is the clock of the Redis that serves key, or nil where
 // the store keeps none (a Cluster no pipe serves: go-redis does not say
 // which node answered).
-func (s *Store) clockOf(ctx context.Context, r *engine.Request) *redisClock {
+func (s *Store) clockFor(ctx context.Context, key string) *redisClock {
 	switch {
 	case s.pipe != nil:
 		return &s.pipe.clock
 	case s.masters != nil:
-		if p, err := s.masters.of(ctx, s.keyOf(r)); err == nil {
+		if p, err := s.masters.of(ctx, key); err == nil {
 			return &p.clock
 		}
 		return nil
