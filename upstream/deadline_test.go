@@ -71,13 +71,19 @@ func charged(t *testing.T, s *upstream.Store, key string) int64 {
 func TestPausedRedisChargesNothingAfterTheDeadline(t *testing.T) {
 	eachTopology(t, func(t *testing.T, top topology) {
 		for _, mode := range []engine.FailureMode{engine.FailOpen, engine.FailClosed, engine.FailLocal} {
-			t.Run(mode.String(), func(t *testing.T) { pauseAndCount(t, top, mode) })
+			t.Run(mode.String(), func(t *testing.T) { pauseAndCount(t, top, mode, nil) })
 		}
 	})
 }
 
-func pauseAndCount(t *testing.T, top topology, mode engine.FailureMode) {
+// pauseAndCount pauses top's servers while callers decide through a
+// chain in failure mode mode, then checks that nothing was charged.
+// setup, if set, prepares the store (an event loop, UseLoop).
+func pauseAndCount(t *testing.T, top topology, mode engine.FailureMode, setup func(*upstream.Store)) {
 	s := newStore(t, upstream.Config{Client: top.client})
+	if setup != nil {
+		setup(s)
+	}
 	c := newChain(t, s, mode)
 	const callers, each = 6, 3
 	keys := make([]string, callers)

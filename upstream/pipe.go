@@ -77,16 +77,17 @@ type pipe struct {
 	// answered without it: the connection was given up on a late reply
 	// and drained (abandon).
 	stray func(reply any)
-	// draining counts the connections being drained; guarded by mu.
-	draining int
+	// drains holds the connections being drained; guarded by mu.
+	drains map[*replies]struct{}
 }
 
 // owed is a reply a sender waits for.
 type owed struct {
 	deadline time.Time
 	got      func(reply any, err error)
-	// sent is when a batch call (sendCall) was written, for the clock;
-	// zero for other commands, and for calls queued while dialing.
+	// call is a batch call's (sendCall), whose reply carries Redis's
+	// time; sent is when it was written, for the clock.
+	call bool
 	sent time.Time
 }
 
@@ -167,7 +168,7 @@ func (p *pipe) sendStamped(cmd []byte, deadline time.Time, got func(reply any, e
 	}
 	conn := p.conn
 	if conn == nil {
-		p.owed = append(p.owed, owed{deadline: deadline, got: got})
+		p.owed = append(p.owed, owed{deadline: deadline, got: got, call: call})
 		p.queued = append(p.queued, cmd...)
 		if call {
 			lua.PutDeadline(p.queued, p.clock.deadline(horizon))
@@ -180,7 +181,7 @@ func (p *pipe) sendStamped(cmd []byte, deadline time.Time, got func(reply any, e
 		p.wmu.Unlock()
 		return
 	}
-	o := owed{deadline: deadline, got: got}
+	o := owed{deadline: deadline, got: got, call: call}
 	p.out = append(p.out[:0], cmd...)
 	if call {
 		lua.PutDeadline(p.out, p.clock.deadline(horizon))
@@ -244,13 +245,16 @@ func (p *pipe) checkLate() {
 // says so in its reply) and to the clock; then it is closed.
 func (p *pipe) abandon(conn net.Conn, err error) {
 	p.mu.Lock()
-	if p.conn != conn || p.draining >= maxDraining || p.stray == nil {
+	if p.conn != conn || len(p.drains) >= maxDraining || p.stray == nil {
 		p.mu.Unlock()
 		p.fail(conn, err)
 		return
 	}
-	p.draining++
 	polled, rd := p.polled, p.rd
+	if p.drains == nil {
+		p.drains = map[*replies]struct{}{}
+	}
+	p.drains[rd] = struct{}{}
 	p.conn, p.rd, p.polled = nil, nil, nil
 	owed := p.owed
 	p.owed = nil
@@ -272,17 +276,15 @@ func (p *pipe) abandon(conn net.Conn, err error) {
 // or its time to drain is over.
 func (p *pipe) endDrain(r *replies) {
 	p.mu.Lock()
-	if r.draining {
-		r.draining, r.drained = false, nil
-		p.draining--
-	}
+	r.draining, r.drained = false, nil
+	delete(p.drains, r)
 	p.mu.Unlock()
 	r.conn.Close()
 }
 
 // observe feeds the clock from the reply to a batch call.
 func (p *pipe) observe(o owed, reply any) {
-	if o.sent.IsZero() {
+	if !o.call || o.sent.IsZero() {
 		return
 	}
 	if t, ok := lua.ReplyTime(reply); ok {
@@ -336,7 +338,12 @@ func (p *pipe) dial(deadline time.Time) {
 	}
 	cmds := p.queued
 	p.queued = nil
-	write := time.Time{}
+	write, now := time.Time{}, time.Now()
+	for k := range p.owed {
+		if p.owed[k].call {
+			p.owed[k].sent = now // a round trip for the clock from here
+		}
+	}
 	if len(p.owed) > 0 {
 		p.awaitLocked(p.owed[0].deadline)
 		write = p.owed[len(p.owed)-1].deadline
@@ -563,6 +570,9 @@ func (p *pipe) close() {
 	p.mu.Lock()
 	p.closed = true
 	conn := p.conn
+	for rd := range p.drains {
+		rd.conn.Close() // its reader ends, and endDrain forgets it
+	}
 	p.mu.Unlock()
 	if conn != nil {
 		p.fail(conn, errPipeClosed)
