@@ -145,7 +145,8 @@ func (s *Sidecar) infoSections() []respserver.InfoSection {
 	return append(secs,
 		respserver.InfoSection{Name: "Upstream", Fields: func() [][2]string {
 			return append([][2]string{{"upstream", string(c.kind)}, {"upstream_addrs", upstream.Redact(cfg.Upstream)},
-				{"upstream_scripts", c.up.Scripts()}},
+				{"upstream_scripts", c.up.Scripts()},
+				{"upstream_calls_late", strconv.FormatUint(c.up.LateCalls(), 10)}, {"upstream_calls_overdue", strconv.FormatUint(c.up.OverdueCalls(), 10)}},
 				c.chain.InfoUpstream()...)
 		}},
 		respserver.InfoSection{Name: "Batcher", Fields: c.chain.InfoBatcher},

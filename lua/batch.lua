@@ -42,10 +42,18 @@
 --          in the order of the key runs. The number of multi-limit
 --          requests, q; per request: its number of limits n, its cost,
 --          mode (as a run's), and its limits' indexes (n fields). Then, for
---          tests only, an optional last field: now (µs), which pins the
---          clock, otherwise Redis's TIME, read once for the batch.
+--          tests only, an optional field: now (µs), which pins the
+--          clock, otherwise Redis's TIME, read once for the batch. Last,
+--          the deadline (µs on Redis's clock, 0: none): the time after
+--          which the caller has answered the call's requests without it
+--          (its failure mode). A call that Redis starts later is late: it
+--          charges nothing and replies only its header. The caller
+--          writes it as 17 digits, leading zeros and all, so that the
+--          connection that sends the call can fill it in last.
 --
--- Reply: five integers per single-limit request, in order, then five per
+-- Reply: a header of two integers: Redis's TIME (µs) as the call read
+-- it, from which the caller keeps its offset to Redis's clock, and late
+-- (1 or 0). Then five integers per single-limit request, in order, then five per
 -- limit of each multi-limit request: allowed (1 or 0), remaining,
 -- retry_after (µs), reset_after (µs), delay (µs); except that where
 -- requests in a row have the same allowed and the other four change by
@@ -82,6 +90,11 @@ if #KEYS == 0 and #ARGV > 0 then
     args[j - nk - 1] = ARGV[j]
   end
   KEYS, ARGV = keys, args
+end
+-- A late call stops here, before it reads or writes a key.
+local started = redisTime()
+if late(ARGV[#ARGV], started) then
+  return {started, 1}
 end
 -- Each algorithm is defined when a limit first names it (see lua.go).
 local loaders = {fixed = load_fixed, log = load_log, sliding = load_sliding, token = load_token, leaky = load_leaky, gcra = load_gcra, peer = load_peer}
@@ -123,10 +136,10 @@ for x = 1, q do
   mN[x], mCost[x], mMode[x], mAt[x] = nl, ARGV[mj + 1], ARGV[mj + 2], mj + 3
   multiKeys, mj = multiKeys + nl, mj + 3 + nl
 end
-if #ARGV ~= mj - 1 and #ARGV ~= mj then
-  fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4, ' .. g .. ' key runs of 2, ' .. q .. ' multi-limit requests and an optional now, got ' .. #ARGV .. ' arguments')
+if #ARGV ~= mj and #ARGV ~= mj + 1 then
+  fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4, ' .. g .. ' key runs of 2, ' .. q .. ' multi-limit requests, an optional now and a deadline, got ' .. #ARGV .. ' arguments')
 end
-local now = clock(ARGV[mj])
+local now = clock(#ARGV == mj + 1 and ARGV[mj] or nil, started)
 
 -- Each limit is read and checked once; one that is bad fails the requests
 -- that name it.
@@ -212,11 +225,11 @@ local function charge(A, s, key, now, L, cost)
   return fitted, remaining, retry, reset, 0
 end
 
-local out, errors, seen = {}, {}, {}
--- out holds o values. p1 to p5 are the last reply, written there or
+local out, errors, seen = {started, 0}, {}, {}
+-- out holds o values, the header first. p1 to p5 are the last reply, written there or
 -- standing for the end of the run after it, not yet written: repeats
 -- more replies, each the one before with d2 to d5 added.
-local o, repeats, p1, p2, p3, p4, p5 = 0, 0
+local o, repeats, p1, p2, p3, p4, p5 = 2, 0
 local d2, d3, d4, d5
 
 -- emit replies to the next request.

@@ -9,10 +9,16 @@
 -- the key's TTL follows its last lease; with no lease left the key goes.
 --
 -- KEYS[1]  the key
--- ARGV     'acquire', limit, ttl (µs), id [, now (µs)]
+-- ARGV     'acquire', limit, ttl (µs), id, deadline (µs) [, now (µs)]
 --          'release', id [, now (µs)]
 --
 -- now is for tests only: it pins the clock, which otherwise is Redis's TIME.
+-- deadline is on Redis's clock (0: none): the time after which the caller
+-- has been answered without this call (its failure mode). An acquire that
+-- Redis starts later takes no lease, which no one would hold or release,
+-- and which would fill a slot until its ttl ran out; it replies the error
+-- LATE. A release is not held to a deadline: freeing a lease late is
+-- what its caller asked.
 --
 -- Reply to acquire: allowed (1 or 0), limit, remaining, retry_after (µs:
 -- until the oldest lease ends, when refused), renewed (1 when id was held).
@@ -50,7 +56,11 @@ if op == 'acquire' then
   if limit < 1 or ttl < 1 then
     fail('limit and lease_ttl must be at least 1')
   end
-  local now = clock(ARGV[5])
+  local started = redisTime()
+  if late(ARGV[5], started) then
+    return {err = 'LATE sluice: the acquire started after its deadline, and took no lease'}
+  end
+  local now = clock(ARGV[6], started)
   forget(key, now)
   local n, top = held(now)
   local renewed = redis.call('ZSCORE', key, lease) ~= false
@@ -69,7 +79,7 @@ if op == 'acquire' then
   return {0, limit, 0, tonumber(oldest[2]) - now, 0}
 elseif op == 'release' then
   local lease = id(ARGV[2])
-  local now = clock(ARGV[3])
+  local now = clock(ARGV[3], redisTime())
   forget(key, now)
   local ends = redis.call('ZSCORE', key, lease)
   local n = held(now)

@@ -35,18 +35,45 @@ func TestScripts(t *testing.T) {
 }
 
 // one is the batch script's arguments for a batch of one request: one
-// limit, one run, one key.
+// limit, one run, one key; no deadline (see noDeadline).
 func one(alg, rate, period, burst, cost, peek string, now ...string) []string {
 	return append([]string{"1", alg, rate, period, burst, "1", "1", "1", cost, peek, "1", "1", "1", "0"}, now...)
+}
+
+// noDeadline is a batch call's arguments args, then the deadline 0: none.
+func noDeadline(args ...string) []string {
+	return append(args[:len(args):len(args)], "0")
+}
+
+// body is a batch reply, as redistest prints it (one element a line),
+// without its header (Redis's time and late), which it checks: not late.
+func body(t testing.TB, reply string) string {
+	t.Helper()
+	lines := strings.SplitN(reply, "\n", 3)
+	if len(lines) < 2 || lines[1] != "0" {
+		t.Fatalf("reply %q: want a header of Redis's time and late 0", reply)
+	}
+	if len(lines) == 2 {
+		return ""
+	}
+	return lines[2]
 }
 
 // TestCalls pins the argument and reply layouts documented in batch.lua, and the errors for bad arguments.
 func TestCalls(t *testing.T) {
 	srv := redistest.Start(t)
 	const now = "1767225600000000" // 2026-01-01, a whole second
+	// A batch call's raw arguments here end before the deadline: none.
 	eval := func(s *lua.Script, keys []string, args ...string) (string, error) {
 		cmd := append([]string{"EVAL", s.Source, strconv.Itoa(len(keys))}, keys...)
-		return srv.Do(append(cmd, args...)...)
+		if s != lua.Batch {
+			return srv.Do(append(cmd, args...)...)
+		}
+		got, err := srv.Do(append(cmd, noDeadline(args...)...)...)
+		if err != nil {
+			return "", err
+		}
+		return body(t, got), nil
 	}
 	for _, c := range []struct {
 		name    string
@@ -122,18 +149,18 @@ func TestCalls(t *testing.T) {
 			[]string{"1", "gcra", "1", "1000000", "0", "1", "1", "2", "1", "0", "1", "1", "1", "0"},
 			"-1\n0\n0\n0\n0\nERR sluice: no limit \"2\"", ""},
 		{"batch arity", lua.Batch, []string{"a"}, []string{"1", "gcra", "1", "1"}, "",
-			"ERR sluice: want 1 limits of 4 arguments and a number of runs, got 4 arguments"},
+			"ERR sluice: want 1 limits of 4 arguments and a number of runs, got 5 arguments"},
 		{"batch run arity", lua.Batch, []string{"a"}, []string{"1", "gcra", "1", "1", "0", "1", "1", "1"}, "",
-			"ERR sluice: want 1 limits of 4 arguments, 1 runs of 4 and a number of key runs, got 8 arguments"},
+			"ERR sluice: want 1 limits of 4 arguments, 1 runs of 4 and a number of key runs, got 9 arguments"},
 		{"batch key run arity", lua.Batch, []string{"a"},
 			[]string{"1", "gcra", "1", "1000000", "0", "1", "1", "1", "1", "0", "2", "1", "1"}, "",
-			"ERR sluice: want 1 limits of 4 arguments, 1 runs of 4, 2 key runs of 2 and a number of multi-limit requests, got 13 arguments"},
+			"ERR sluice: want 1 limits of 4 arguments, 1 runs of 4, 2 key runs of 2 and a number of multi-limit requests, got 14 arguments"},
 		{"batch multi-limit arity", lua.Batch, []string{"a"},
 			[]string{"1", "gcra", "1", "1000000", "0", "0", "0", "1", "2", "1", "0", "1"}, "",
-			"ERR sluice: multi-limit request 1 of 2 limits cut short at argument 12"},
+			"ERR sluice: want 1 limits of 4 arguments, 0 runs of 4, 0 key runs of 2, 1 multi-limit requests, an optional now and a deadline, got 13 arguments"},
 		{"batch multi-limit now arity", lua.Batch, []string{"a"},
 			[]string{"1", "gcra", "1", "1000000", "0", "0", "0", "1", "1", "1", "0", "1", now, "x"}, "",
-			"ERR sluice: want 1 limits of 4 arguments, 0 runs of 4, 0 key runs of 2, 1 multi-limit requests and an optional now, got 14 arguments"},
+			"ERR sluice: want 1 limits of 4 arguments, 0 runs of 4, 0 key runs of 2, 1 multi-limit requests, an optional now and a deadline, got 15 arguments"},
 		// Two limits: a fixed window of 2 a second ("m:b") and of 3 a
 		// minute ("m:d"), on one key, with a single-limit request on "s"
 		// before them in the batch. Each multi-limit reply is five
@@ -184,6 +211,12 @@ func TestCalls(t *testing.T) {
 			[]string{"2", "gcra", "10", "1000000", "9", "fixed", "3", "60000000", "0", "0", "0",
 				"1", "2", "0", "1", "1", "2", now},
 			"1\n9\n0\n100000\n0\n2\n-7\n0\n59900000\n0", ""},
+		// An acquire that starts after its deadline takes no lease: the
+		// next, on time, finds the one slot free.
+		{"late acquire", lua.Lease, []string{"lz"}, []string{"acquire", "1", "1000000", "a", "1", now}, "",
+			"LATE sluice: the acquire started after its deadline, and took no lease"},
+		{"acquire after a late one", lua.Lease, []string{"lz"}, []string{"acquire", "1", "1000000", "b", "0", now},
+			"1\n1\n0\n0\n0", ""},
 		{"batch limit count", lua.Batch, []string{"a"}, []string{"two"}, "",
 			`ERR sluice: invalid number of limits "two"`},
 		{"bad now", lua.Batch, []string{"a"}, one("fixed", "1", "1000", "0", "1", "0", "soon"), "",
@@ -231,10 +264,11 @@ func TestStoredForms(t *testing.T) {
 		if _, err := srv.Do("SET", "g", stored, "PXAT", "6270825228370496"); err != nil {
 			t.Fatal(err)
 		}
-		got, err := srv.Do("EVAL", lua.Batch.Source, "1", "g", "1", "gcra", "1", "1000000", "4", "1", "1", "1", "1", "1", "1", "1", "1", "0", now) // a peek
+		got, err := srv.Do("EVAL", lua.Batch.Source, "1", "g", "1", "gcra", "1", "1000000", "4", "1", "1", "1", "1", "1", "1", "1", "1", "0", now, "0") // a peek
 		if err != nil {
 			t.Fatalf("%s: %v", stored, err)
 		}
+		got = body(t, got)
 		if want := "1\n3\n0\n2000000\n0"; got != want {
 			t.Errorf("state %s: reply\n%s\nwant\n%s", stored, got, want)
 		}
@@ -267,7 +301,7 @@ func TestIdleKeyTakesOneCommand(t *testing.T) {
 			if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
 				t.Fatal(err)
 			}
-			args := append([]string{"EVAL", lua.Batch.Source, "1", name + "-idle"}, one(name, "1", "1000000", "5", "1", "0")...)
+			args := append([]string{"EVAL", lua.Batch.Source, "1", name + "-idle"}, noDeadline(one(name, "1", "1000000", "5", "1", "0")...)...)
 			if _, err := srv.Do(args...); err != nil {
 				t.Fatal(err)
 			}
@@ -301,19 +335,19 @@ func TestLibrary(t *testing.T) {
 	const now = "1767225600000000"
 	fcall := func(key string, args ...string) string {
 		t.Helper()
-		got, err := srv.Do(append([]string{"FCALL", l.Function, "1", key}, args...)...)
+		got, err := srv.Do(append([]string{"FCALL", l.Function, "1", key}, noDeadline(args...)...)...)
 		if err != nil {
 			t.Fatalf("FCALL %s: %v", key, err)
 		}
-		return got
+		return body(t, got)
 	}
 	eval := func(key string, args ...string) string {
 		t.Helper()
-		got, err := srv.Do(append([]string{"EVAL", lua.Batch.Source, "1", key}, args...)...)
+		got, err := srv.Do(append([]string{"EVAL", lua.Batch.Source, "1", key}, noDeadline(args...)...)...)
 		if err != nil {
 			t.Fatalf("EVAL %s: %v", key, err)
 		}
-		return got
+		return body(t, got)
 	}
 	for _, alg := range []string{"fixed", "log", "sliding", "token", "leaky", "gcra"} {
 		for i := 0; i < 3; i++ {

@@ -91,8 +91,9 @@ local function forget(key, now)
 end
 
 -- clock is now in µs since the epoch: the pinned time when one is given,
--- otherwise Redis's own clock, so that every sidecar agrees on the time.
-local function clock(arg)
+-- otherwise started, Redis's own clock as the call read it (TIME), so
+-- that every sidecar agrees on the time.
+local function clock(arg, started)
   if arg ~= nil and arg ~= '' then
     local n = tonumber(arg)
     if not n or n ~= floor(n) or math.abs(n) >= shift / 2 then
@@ -101,8 +102,23 @@ local function clock(arg)
     pinned = true
     return n
   end
+  return started
+end
+
+-- redisTime is Redis's clock now, in µs since the epoch.
+local function redisTime()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- late tells whether a call that started at started (Redis's TIME) comes
+-- after deadline (µs on Redis's clock; 0 or absent: none): the time after
+-- which the caller has answered the call's requests without it (its
+-- failure mode), so that charging them now would take budget for requests
+-- that were never decided here. A late call changes nothing.
+local function late(deadline, started)
+  local d = tonumber(deadline)
+  return d ~= nil and d > 0 and started > d
 end
 
 -- param reads a non-negative integer argument.

@@ -63,11 +63,35 @@ type BatchCall struct {
 	// Now pins the clock (µs), for tests only, when Pinned.
 	Now    int64
 	Pinned bool
+	// Deadline is the time (µs on Redis's clock; 0: none) after which
+	// the call's requests have been answered without it: a call Redis
+	// starts later is late, and charges nothing. Append writes it last,
+	// DeadlineDigits wide, so that a connection can fill it in
+	// (PutDeadline) as it writes the call.
+	Deadline int64
+}
+
+// deadlineField is the deadline as Append writes it, before it is filled in.
+const deadlineField = "$17\r\n00000000000000000\r\n"
+
+// DeadlineDigits is the width of the deadline Append writes: µs since
+// the epoch have 16 digits until the year 2286.
+const DeadlineDigits = 17
+
+// PutDeadline writes d (µs; 0 or less: none) over the deadline of a call
+// that Append wrote and that ends cmd.
+func PutDeadline(cmd []byte, d int64) {
+	field := cmd[len(cmd)-2-DeadlineDigits : len(cmd)-2]
+	d = max(d, 0)
+	for j := len(field) - 1; j >= 0; j-- {
+		field[j] = byte('0' + d%10)
+		d /= 10
+	}
 }
 
 // Args is how many arguments c is.
 func (c *BatchCall) Args() int {
-	n := 1 + 4*len(c.Limits) + 1 + 4*len(c.Runs) + 1 + 2*len(c.KeyRuns) + 1 + 3*len(c.Multis) + len(c.MultiLimits)
+	n := 1 + 4*len(c.Limits) + 1 + 4*len(c.Runs) + 1 + 2*len(c.KeyRuns) + 1 + 3*len(c.Multis) + len(c.MultiLimits) + 1
 	if c.Pinned {
 		n++
 	}
@@ -88,6 +112,8 @@ func (c *BatchCall) Rows() int {
 // command's name, script reference and keys.
 func (c *BatchCall) Append(buf []byte) []byte {
 	c.each(func(s string) { buf = redcon.AppendBulkString(buf, s) }, func(n int64) { buf = appendBulkInt(buf, n) })
+	buf = append(buf, deadlineField...)
+	PutDeadline(buf, c.Deadline)
 	return buf
 }
 
@@ -95,10 +121,13 @@ func (c *BatchCall) Append(buf []byte) []byte {
 // boxed (go-redis). It allocates; the hot path uses Append.
 func (c *BatchCall) Values(args []any) []any {
 	c.each(func(s string) { args = append(args, s) }, func(n int64) { args = append(args, n) })
-	return args
+	d := []byte(deadlineField)
+	PutDeadline(d, c.Deadline)
+	return append(args, string(d[5:5+DeadlineDigits]))
 }
 
-// each walks c's arguments in order, as batch.lua reads them.
+// each walks c's arguments in order, as batch.lua reads them, but for
+// the deadline, which Append and Values write each their own way.
 func (c *BatchCall) each(str func(string), num func(int64)) {
 	num(int64(len(c.Limits)))
 	for _, l := range c.Limits {
@@ -149,16 +178,39 @@ type Decision struct {
 
 // BatchReply is a batch call's reply, decoded.
 type BatchReply struct {
+	// Time is Redis's clock (µs) as the call read it when it started.
+	Time int64
+	// Late says that the call started after its deadline and charged
+	// nothing: it has no decisions.
+	Late      bool
 	Decisions []Decision
 	errs      []any // the error messages
+}
+
+// ReplyTime is Redis's clock (µs) as a batch call read it, from its
+// reply's header, read without decoding the rest.
+func ReplyTime(reply any) (int64, bool) {
+	list, ok := reply.([]any)
+	if !ok || len(list) < 2 {
+		return 0, false
+	}
+	t, ok := list[0].(int64)
+	return t, ok
 }
 
 // Decode reads reply, the batch script's answer to a call of rows
 // decisions, into r, reusing r's room.
 func (r *BatchReply) Decode(reply []any, rows int) error {
 	r.Decisions, r.errs = r.Decisions[:0], nil
-	at := 0
 	var v [BatchFields]int64
+	if err := replyInts(v[:2], reply, 0); err != nil {
+		return err
+	}
+	r.Time, r.Late = v[0], v[1] == 1
+	if r.Late {
+		return nil
+	}
+	at := 2
 	for len(r.Decisions) < rows {
 		if err := replyInts(v[:1], reply, at); err != nil {
 			return err

@@ -338,7 +338,7 @@ func FuzzBatchRoundTripRedis(f *testing.F) {
 // does: a row that repeats the one before's allowed and steps its other
 // fields as the one before did starts or lengthens a run.
 func encodeReply(ds []lua.Decision, errs []string) []any {
-	var out []any
+	out := []any{int64(pinned), int64(0)} // the header: Redis's time, not late
 	row := func(a, b, c, d, e int64) { out = append(out, a, b, c, d, e) }
 	repeats := 0
 	var p, step lua.Decision
@@ -413,10 +413,12 @@ func TestBatchReplyBad(t *testing.T) {
 		rows  int
 		want  string
 	}{
-		{[]any{int64(1), int64(0)}, 1, "cut short"},
-		{[]any{int64(3), int64(0), int64(0), int64(0), int64(0)}, 2, "repeats before"},
-		{[]any{int64(1), int64(0), int64(0), int64(0), int64(0), int64(1 << 40), int64(0), int64(0), int64(0), int64(0)}, 3, "past its 3"},
-		{[]any{int64(1), "x", int64(0), int64(0), int64(0)}, 1, "field 1 is string"},
+		{[]any{int64(pinned)}, 0, "cut short"},
+		{[]any{int64(pinned), int64(0), int64(1), int64(0)}, 1, "cut short"},
+		{[]any{int64(pinned), int64(0), int64(3), int64(0), int64(0), int64(0), int64(0)}, 2, "repeats before"},
+		{[]any{int64(pinned), int64(0), int64(1), int64(0), int64(0), int64(0), int64(0), int64(1 << 40), int64(0), int64(0), int64(0), int64(0)}, 3, "past its 3"},
+		{[]any{int64(pinned), int64(0), int64(1), "x", int64(0), int64(0), int64(0)}, 1, "field 3 is string"},
+		{[]any{"x", int64(0)}, 0, "field 0 is string"},
 	} {
 		var r lua.BatchReply
 		if err := r.Decode(tc.reply, tc.rows); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -424,7 +426,7 @@ func TestBatchReplyBad(t *testing.T) {
 		}
 	}
 	var r lua.BatchReply
-	if err := r.Decode([]any{int64(-2), int64(0), int64(0), int64(0), int64(0), "ERR one"}, 1); err != nil {
+	if err := r.Decode([]any{int64(pinned), int64(0), int64(-2), int64(0), int64(0), int64(0), int64(0), "ERR one"}, 1); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Err(r.Decisions[0]); err == nil || !strings.Contains(err.Error(), "missing") {
@@ -452,5 +454,83 @@ func TestBatchNoAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("%v allocations a call", allocs)
+	}
+}
+
+// TestBatchDeadline: a call's reply starts with Redis's TIME as the call
+// read it; a call with a deadline still ahead on Redis's clock decides,
+// and one whose deadline has passed is late: it says so, and charges
+// nothing (the next call finds the key as the one before left it). A
+// deadline filled in over Append's (PutDeadline, as the store's
+// connection does) is the one the script reads.
+func TestBatchDeadline(t *testing.T) {
+	rc := dialRedis(t)
+	take := func(deadline int64) lua.BatchCall {
+		return lua.BatchCall{
+			Limits:   []lua.Limit{{Algorithm: "fixed", Rate: 10, Period: 60_000_000}},
+			Runs:     []lua.Run{{Requests: 1, Limit: 1, Cost: 1}},
+			KeyRuns:  []lua.KeyRun{{Keys: 1, Requests: 1}},
+			Deadline: deadline,
+		}
+	}
+	run := func(c lua.BatchCall, fill func(cmd []byte)) lua.BatchReply {
+		t.Helper()
+		buf := redcon.AppendArray(nil, 4+c.Args())
+		buf = redcon.AppendBulkString(buf, "EVAL")
+		buf = redcon.AppendBulkString(buf, lua.Batch.Source)
+		buf = redcon.AppendBulkString(buf, "1")
+		buf = redcon.AppendBulkString(buf, "late")
+		buf = c.Append(buf)
+		if fill != nil {
+			fill(buf)
+		}
+		if _, err := rc.c.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		v, err := readReply(rc.r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, ok := v.([]any)
+		if !ok {
+			t.Fatalf("reply %v", v)
+		}
+		var r lua.BatchReply
+		if err := r.Decode(list, c.Rows()); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	now := func() int64 {
+		t.Helper()
+		c := take(0)
+		tm, ok := lua.ReplyTime(rc.eval([]string{"clock"}, &c))
+		if !ok {
+			t.Fatal("no time in the reply")
+		}
+		return tm
+	}
+	before := now()
+	r := run(take(0), nil) // no deadline
+	if r.Late || len(r.Decisions) != 1 || r.Decisions[0].Remaining != 9 {
+		t.Fatalf("no deadline: %+v", r)
+	}
+	if r.Time < before || r.Time > now() {
+		t.Errorf("the reply's time %d is not Redis's, between %d and the next call's", r.Time, before)
+	}
+	hour := int64(3600_000_000)
+	if r = run(take(now()+hour), nil); r.Late || r.Decisions[0].Remaining != 8 {
+		t.Fatalf("a deadline an hour ahead: %+v", r)
+	}
+	if r = run(take(now()-1), nil); !r.Late || len(r.Decisions) != 0 {
+		t.Fatalf("a deadline passed: %+v, want late and no decisions", r)
+	}
+	// Filled in: an hour ago over an hour ahead is late; an hour ahead
+	// over an hour ago decides.
+	if r = run(take(now()+hour), func(cmd []byte) { lua.PutDeadline(cmd, now()-hour) }); !r.Late {
+		t.Fatalf("a deadline filled in an hour ago: %+v, want late", r)
+	}
+	if r = run(take(now()-hour), func(cmd []byte) { lua.PutDeadline(cmd, now()+hour) }); r.Late || r.Decisions[0].Remaining != 7 {
+		t.Fatalf("a deadline filled in an hour ahead: %+v; want 7 left: the late calls charged nothing", r)
 	}
 }

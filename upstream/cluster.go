@@ -124,6 +124,7 @@ func (s *Store) settle(ctx context.Context, b *buffers, reqs []engine.Request, n
 			}
 		}
 		again = append(again, parts...)
+		s.stampCalls(ctx, again, reqs)
 		s.run(ctx, again)
 		b.calls = append(append(b.calls[:0:0], kept...), again...)
 	}

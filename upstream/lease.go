@@ -14,7 +14,10 @@ import (
 // The concurrency limiter's leases, kept in Redis so that every sidecar
 // sees every lease: one call of the lease script per acquire or release,
 // on the key's one sorted set (lua/lease.lua). Leases are not batched: an
-// acquire is answered as soon as Redis has run it.
+// acquire is answered as soon as Redis has run it. An acquire carries its
+// context's deadline on Redis's clock, as a batch call does (deadline.go),
+// from the estimate the batch calls keep: one Redis starts after it takes
+// no lease.
 
 var _ engine.Leaser = (*Store)(nil)
 
@@ -27,7 +30,13 @@ func (s *Store) Acquire(ctx context.Context, r engine.LeaseRequest) (engine.Leas
 	if err := r.Validate(); err != nil {
 		return engine.LeaseDecision{}, err
 	}
-	args := []any{"acquire", r.Limit, r.TTL.Microseconds(), r.ID}
+	var deadline int64
+	if d, ok := ctx.Deadline(); ok {
+		if clock := s.clockFor(ctx, s.LeaseKey(r.Key)); clock != nil {
+			deadline = clock.deadline(d)
+		}
+	}
+	args := []any{"acquire", r.Limit, r.TTL.Microseconds(), r.ID, deadline}
 	if s.now != nil {
 		args = append(args, s.now().UnixMicro())
 	}
@@ -77,6 +86,10 @@ func (s *Store) lease(ctx context.Context, key string, args []any) (any, error) 
 	}
 	if err == nil {
 		return reply, nil
+	}
+	if redis.HasErrorPrefix(err, "LATE") {
+		s.noteLate()
+		return nil, fmt.Errorf("upstream: eval lease: %s: %w", keys[0], errLate)
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {

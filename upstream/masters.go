@@ -42,7 +42,8 @@ import (
 
 // masterPipes is one pipe per Cluster master, by address.
 type masterPipes struct {
-	cc *redis.ClusterClient
+	cc    *redis.ClusterClient
+	stray func(reply any) // each pipe's (pipe.stray)
 
 	mu     sync.Mutex
 	pipes  map[string]*pipe // guarded by mu
@@ -56,11 +57,11 @@ var errNoPipe = errors.New("upstream: no pipe for this master")
 // newMasterPipes returns the pipes of client's masters, or nil when the
 // client's connections are ones a pipe cannot stand in for (a streaming
 // credentials provider): the store then sends through go-redis.
-func newMasterPipes(cc *redis.ClusterClient) *masterPipes {
+func newMasterPipes(cc *redis.ClusterClient, stray func(reply any)) *masterPipes {
 	if cc.Options().StreamingCredentialsProvider != nil {
 		return nil
 	}
-	return &masterPipes{cc: cc, pipes: map[string]*pipe{}}
+	return &masterPipes{cc: cc, stray: stray, pipes: map[string]*pipe{}}
 }
 
 // of returns the pipe of the master that serves key, by go-redis's slot
@@ -81,6 +82,7 @@ func (m *masterPipes) of(ctx context.Context, key string) (*pipe, error) {
 		if p = pipeOver(opt); p == nil {
 			return nil, errNoPipe
 		}
+		p.stray = m.stray
 		if m.loop != nil {
 			p.useLoop(m.loop)
 		}
@@ -155,7 +157,7 @@ func (s *Store) submitByMaster(reqs []engine.Request, res []engine.Result, deadl
 		c := &b.calls[k]
 		name, ref := s.scriptRef(c.script)
 		b.out = s.appendUndeclared(b.out[:0], name, ref, c)
-		b.masters[k].send(b.out, deadline, b.gots[k])
+		b.masters[k].sendCall(b.out, deadline, b.gots[k])
 	}
 	if b.pending.Add(-1) == 0 {
 		s.finishByMaster(b)
@@ -208,7 +210,7 @@ func (s *Store) gotFromMaster(b *buffers, k int, reply any, err error) {
 			s.reloadOn(b.masters[k], b.sending.deadline)
 		}
 		out := s.appendUndeclared(nil, "EVAL", c.script.Source, c)
-		b.masters[k].send(out, b.sending.deadline, b.gots[k])
+		b.masters[k].sendCall(out, b.sending.deadline, b.gots[k])
 		return
 	}
 	b.callReply[k], b.callErr[k] = reply, err

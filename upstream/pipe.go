@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/redcon"
 
 	"github.com/sluice-rl/sluice/internal/evloop"
+	"github.com/sluice-rl/sluice/lua"
 )
 
 // pipe is one connection to a standalone (or Sentinel's current master)
@@ -68,13 +69,35 @@ type pipe struct {
 	// loop, if set, is the event loop that reads the connections dialed
 	// from now on. Guarded by mu.
 	loop *evloop.Loop
+
+	// clock is the offset to this Redis's clock, from the batch calls'
+	// replies (clock.go).
+	clock redisClock
+	// stray, if set, gets each reply that comes after its sender was
+	// answered without it: the connection was given up on a late reply
+	// and drained (abandon).
+	stray func(reply any)
+	// drains holds the connections being drained; guarded by mu.
+	drains map[*replies]struct{}
 }
 
 // owed is a reply a sender waits for.
 type owed struct {
 	deadline time.Time
 	got      func(reply any, err error)
+	// call is a batch call's (sendCall), whose reply carries Redis's
+	// time; sent is when it was written, for the clock.
+	call bool
+	sent time.Time
 }
+
+// maxDraining bounds the given-up connections a pipe drains at once
+// (abandon); past it, one is closed, as any failed connection is.
+const maxDraining = 8
+
+// drainFor bounds how long a given-up connection is drained: a Redis
+// paused longer has its late replies go unread, and uncounted.
+const drainFor = 10 * time.Second
 
 var errPipeClosed = errors.New("upstream: the store is closed")
 
@@ -114,6 +137,19 @@ func (p *pipe) timeout() time.Duration {
 // the write fails (which fails every reply owed). A reply that is a Redis
 // error reaches got as a value of type replyError.
 func (p *pipe) send(cmd []byte, deadline time.Time, got func(reply any, err error)) {
+	p.sendStamped(cmd, deadline, got, false)
+}
+
+// sendCall is send for a batch call that lua.BatchCall.Append ended: it
+// fills in the call's deadline on this Redis's clock, and reads Redis's
+// time from the reply. The deadline is the sooner of the call's and those
+// of the replies owed before it: the connection fails when the oldest
+// owed reply is late, and answers every call on it then.
+func (p *pipe) sendCall(cmd []byte, deadline time.Time, got func(reply any, err error)) {
+	p.sendStamped(cmd, deadline, got, true)
+}
+
+func (p *pipe) sendStamped(cmd []byte, deadline time.Time, got func(reply any, err error), call bool) {
 	p.wmu.Lock()
 	p.mu.Lock()
 	if p.closed {
@@ -122,10 +158,21 @@ func (p *pipe) send(cmd []byte, deadline time.Time, got func(reply any, err erro
 		got(nil, errPipeClosed)
 		return
 	}
-	p.owed = append(p.owed, owed{deadline, got})
+	horizon := deadline
+	if call {
+		for _, o := range p.owed {
+			if o.deadline.Before(horizon) {
+				horizon = o.deadline
+			}
+		}
+	}
 	conn := p.conn
 	if conn == nil {
+		p.owed = append(p.owed, owed{deadline: deadline, got: got, call: call})
 		p.queued = append(p.queued, cmd...)
+		if call {
+			lua.PutDeadline(p.queued, p.clock.deadline(horizon))
+		}
 		if !p.dialing {
 			p.dialing = true
 			go p.dial(deadline)
@@ -134,10 +181,16 @@ func (p *pipe) send(cmd []byte, deadline time.Time, got func(reply any, err erro
 		p.wmu.Unlock()
 		return
 	}
+	o := owed{deadline: deadline, got: got, call: call}
+	p.out = append(p.out[:0], cmd...)
+	if call {
+		lua.PutDeadline(p.out, p.clock.deadline(horizon))
+		o.sent = time.Now()
+	}
+	p.owed = append(p.owed, o)
 	if len(p.owed) == 1 {
 		p.awaitLocked(deadline)
 	}
-	p.out = append(p.out[:0], cmd...)
 	p.mu.Unlock()
 	err := p.write(conn, p.out, deadline)
 	p.wmu.Unlock()
@@ -181,7 +234,62 @@ func (p *pipe) checkLate() {
 		return
 	}
 	p.mu.Unlock()
-	p.fail(conn, fmt.Errorf("upstream: read from %s: %w", conn.RemoteAddr(), os.ErrDeadlineExceeded))
+	p.abandon(conn, fmt.Errorf("upstream: read from %s: %w", conn.RemoteAddr(), os.ErrDeadlineExceeded))
+}
+
+// abandon gives conn up, as fail does, on a reply that is late: every
+// reply owed fails with err, and the next send dials again. But Redis
+// (paused, busy) still has the calls written on conn, and runs them when
+// it can, so conn is not closed at once: a goroutine drains it, for
+// drainFor, and each reply that comes goes to p.stray (a late batch call
+// says so in its reply) and to the clock; then it is closed.
+func (p *pipe) abandon(conn net.Conn, err error) {
+	p.mu.Lock()
+	if p.conn != conn || len(p.drains) >= maxDraining || p.stray == nil {
+		p.mu.Unlock()
+		p.fail(conn, err)
+		return
+	}
+	polled, rd := p.polled, p.rd
+	if p.drains == nil {
+		p.drains = map[*replies]struct{}{}
+	}
+	p.drains[rd] = struct{}{}
+	p.conn, p.rd, p.polled = nil, nil, nil
+	owed := p.owed
+	p.owed = nil
+	rd.drained, rd.draining = owed, true
+	p.mu.Unlock()
+	_ = conn.SetReadDeadline(time.Now().Add(drainFor))
+	if polled != nil {
+		// The loop no longer reads it; a goroutine does, as when the loop
+		// ends (polledConn.Ended).
+		polled.Remove()
+		go p.read(rd)
+	}
+	for _, o := range owed {
+		o.got(nil, err)
+	}
+}
+
+// endDrain closes a connection given up (abandon) once it is drained,
+// or its time to drain is over.
+func (p *pipe) endDrain(r *replies) {
+	p.mu.Lock()
+	r.draining, r.drained = false, nil
+	delete(p.drains, r)
+	p.mu.Unlock()
+	r.conn.Close()
+}
+
+// observe feeds the clock from the reply to a batch call.
+func (p *pipe) observe(o owed, reply any) {
+	if !o.call || o.sent.IsZero() {
+		return
+	}
+	if t, ok := lua.ReplyTime(reply); ok {
+		p.clock.observe(o.sent, time.Now(), t)
+	}
 }
 
 // dial connects, writes what was sent meanwhile and starts the reader; on
@@ -230,7 +338,12 @@ func (p *pipe) dial(deadline time.Time) {
 	}
 	cmds := p.queued
 	p.queued = nil
-	write := time.Time{}
+	write, now := time.Time{}, time.Now()
+	for k := range p.owed {
+		if p.owed[k].call {
+			p.owed[k].sent = now // a round trip for the clock from here
+		}
+	}
 	if len(p.owed) > 0 {
 		p.awaitLocked(p.owed[0].deadline)
 		write = p.owed[len(p.owed)-1].deadline
@@ -300,22 +413,42 @@ func (p *pipe) hello(ctx context.Context, conn net.Conn) error {
 // sender it is owed to.
 func (p *pipe) read(r *replies) {
 	for {
+		// A readiness the loop was dispatching as the connection was
+		// given up may still be reading r (abandon, polledConn.Ready).
+		r.use.Lock()
 		reply, err := r.next()
+		r.use.Unlock()
 		if err != nil {
+			p.endDrain(r)
 			p.fail(r.conn, fmt.Errorf("upstream: read from %s: %w", r.conn.RemoteAddr(), err))
 			return
 		}
-		if !p.deliver(r.conn, reply) {
+		if !p.deliver(r, reply) {
 			return
 		}
 	}
 }
 
-// deliver hands a reply read on conn to the sender it is owed to. A reply
-// nothing is owed for fails the connection; deliver then reports false.
-func (p *pipe) deliver(conn net.Conn, reply any) bool {
+// deliver hands a reply read on r to the sender it is owed to, or, on a
+// connection given up and drained, to p.stray. A reply nothing is owed
+// for fails the connection; deliver then reports false, as it does
+// once a drained connection has given every reply owed on it.
+func (p *pipe) deliver(r *replies, reply any) bool {
+	conn := r.conn
 	p.mu.Lock()
-	if p.conn != conn || len(p.owed) == 0 {
+	if p.rd != r && r.draining && len(r.drained) > 0 {
+		o := r.drained[0]
+		r.drained = r.drained[1:]
+		more := len(r.drained) > 0
+		p.mu.Unlock()
+		p.observe(o, reply)
+		p.stray(reply)
+		if !more {
+			p.endDrain(r)
+		}
+		return more
+	}
+	if p.rd != r || len(p.owed) == 0 {
 		p.mu.Unlock()
 		p.fail(conn, fmt.Errorf("upstream: %s sent a reply nothing asked for", conn.RemoteAddr()))
 		return false
@@ -323,6 +456,7 @@ func (p *pipe) deliver(conn net.Conn, reply any) bool {
 	o := p.owed[0]
 	p.owed = p.owed[:copy(p.owed, p.owed[1:])]
 	p.mu.Unlock()
+	p.observe(o, reply)
 	o.got(reply, nil)
 	return true
 }
@@ -355,9 +489,10 @@ func (pc *polledConn) current() bool {
 // on the event loop's goroutine.
 func (pc *polledConn) Ready(evloop.Events) {
 	p, r := pc.p, pc.rd
-	if !pc.current() {
-		return
+	if !pc.current() || !r.use.TryLock() {
+		return // a connection given up, drained by a goroutine now
 	}
+	defer r.use.Unlock()
 	if err := r.fill(); err != nil {
 		p.fail(r.conn, fmt.Errorf("upstream: read from %s: %w", r.conn.RemoteAddr(), err))
 		return
@@ -368,7 +503,7 @@ func (pc *polledConn) Ready(evloop.Events) {
 			p.fail(r.conn, fmt.Errorf("upstream: read from %s: %w", r.conn.RemoteAddr(), err))
 			return
 		}
-		if !ok || !p.deliver(r.conn, reply) {
+		if !ok || !p.deliver(r, reply) {
 			return
 		}
 	}
@@ -435,6 +570,9 @@ func (p *pipe) close() {
 	p.mu.Lock()
 	p.closed = true
 	conn := p.conn
+	for rd := range p.drains {
+		rd.conn.Close() // its reader ends, and endDrain forgets it
+	}
 	p.mu.Unlock()
 	if conn != nil {
 		p.fail(conn, errPipeClosed)

@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-rl/sluice/engine/chain"
 	"github.com/sluice-rl/sluice/engine/enginetest"
 	"github.com/sluice-rl/sluice/internal/evloop"
+	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/upstream"
 )
 
@@ -146,4 +147,13 @@ func TestLoopEndHandsReadingBack(t *testing.T) {
 	if err != nil || res[0].Err != nil || res[0].Decision.Remaining != 98 {
 		t.Fatalf("after the loop ended: %v %+v; want remaining 98", err, res)
 	}
+}
+
+// With the replies read by an event loop, as in the sidecar, a connection
+// given up on a paused Redis is drained all the same: its late calls are
+// counted, and none of them charges.
+func TestPausedRedisOnLoopChargesNothing(t *testing.T) {
+	srv, client := standalone(t)
+	top := topology{"standalone", client, []*redistest.Server{srv}}
+	pauseAndCount(t, top, engine.FailClosed, func(s *upstream.Store) { startLoop(t, s) })
 }

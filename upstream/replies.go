@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"sync"
 	"syscall"
 )
 
@@ -17,10 +18,18 @@ import (
 //
 // Only one goroutine at a time uses a replies.
 type replies struct {
-	conn net.Conn
-	raw  syscall.RawConn // the descriptor's access; nil when conn has none (TLS)
-	buf  []byte          // read and not yet taken: buf[off:]
-	off  int
+	// use is held while a reply is read, so that a connection given up
+	// and drained (pipe.abandon) by a goroutine is read by one goroutine
+	// at a time.
+	use sync.Mutex
+	// draining is set on a connection given up (pipe.abandon), and
+	// drained the replies still owed on it. Guarded by the pipe's mu.
+	draining bool
+	drained  []owed
+	conn     net.Conn
+	raw      syscall.RawConn // the descriptor's access; nil when conn has none (TLS)
+	buf      []byte          // read and not yet taken: buf[off:]
+	off      int
 }
 
 // readChunk is the room a read is given.

@@ -52,7 +52,7 @@ func (s *Store) Submit(reqs []engine.Request, res []engine.Result, deadline time
 	b.sending = sending{reqs: reqs, res: res, done: done, deadline: deadline}
 	name, ref := s.scriptRef(b.calls[0].script)
 	b.out = s.appendScriptCall(b.out[:0], name, ref, &b.calls[0])
-	s.pipe.send(b.out, deadline, b.got)
+	s.pipe.sendCall(b.out, deadline, b.got)
 }
 
 // decideOnPipe is Decide off Cluster: Submit, and wait.
@@ -91,7 +91,7 @@ func (s *Store) gotReply(b *buffers, reply any, err error) {
 					s.reloadOn(s.pipe, x.deadline)
 				}
 				b.out = s.appendScriptCall(b.out[:0], "EVAL", c.script.Source, c)
-				s.pipe.send(b.out, x.deadline, b.got)
+				s.pipe.sendCall(b.out, x.deadline, b.got)
 				return
 			}
 			err = v

@@ -81,6 +81,15 @@ type Store struct {
 	// absence, and one load is enough.
 	reloading sync.Map // *pipe → struct{}
 	log       *slog.Logger
+	// clock is the offset to Redis's clock where no pipe keeps one: a
+	// standalone Redis reached through go-redis (clock.go).
+	clock redisClock
+	// late counts the batch calls Redis started after their deadline, and
+	// so skipped; overdue those it ran after their callers had been
+	// answered without them (deadline.go). lastNote rate-limits their log
+	// line (UnixNano).
+	late, overdue atomic.Uint64
+	lastNote      atomic.Int64
 }
 
 var _ engine.Store = (*Store)(nil)
@@ -102,9 +111,9 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{client: cfg.Client, cluster: cluster, prefix: cfg.Prefix, now: cfg.Now, log: cfg.Log}
 	if cc, ok := cfg.Client.(*redis.ClusterClient); ok {
-		s.masters = newMasterPipes(cc)
-	} else {
-		s.pipe = newPipe(cfg.Client)
+		s.masters = newMasterPipes(cc, s.strayReply)
+	} else if s.pipe = newPipe(cfg.Client); s.pipe != nil {
+		s.pipe.stray = s.strayReply
 	}
 	return s, nil
 }
@@ -327,9 +336,15 @@ func (s *Store) decideBySlot(ctx context.Context, reqs []engine.Request, res []e
 	if !ok {
 		return nil
 	}
+	s.stampCalls(ctx, b.calls, reqs)
+	sent := time.Now()
 	s.run(ctx, b.calls)
 	if s.cluster {
 		s.settle(ctx, b, reqs, now)
+	} else if len(b.calls) == 1 {
+		if t, ok := lua.ReplyTime(b.calls[0].cmd.Val()); ok {
+			s.clock.observe(sent, time.Now(), t)
+		}
 	}
 	for k := range b.calls {
 		c := &b.calls[k]
@@ -725,6 +740,10 @@ func (s *Store) collect(b *buffers, c *call, reqs []engine.Request, res []engine
 func (s *Store) collectBatch(b *buffers, c *call, reqs []engine.Request, res []engine.Result, reply []any) error {
 	if err := b.reply.Decode(reply, c.batch.Rows()); err != nil {
 		return fmt.Errorf("upstream: eval %s: %w", c.script.Name, err)
+	}
+	if b.reply.Late {
+		s.noteLate()
+		return fmt.Errorf("upstream: eval %s: %w", c.script.Name, errLate)
 	}
 	k := 0
 	for _, i := range c.reqs {
