@@ -382,57 +382,41 @@ while i <= n do
   end
 end
 
--- The multi-limit requests, each under a pcall of its own: one that
--- fails, fails alone. Nothing is written before every limit has looked.
--- parts[j] is limit j's reply to the request being decided: five values,
--- each table kept from one request to the next.
-local parts = {}
-local function put(j, allowed, remaining, retry, reset, delay)
-  local p = parts[j]
-  if not p then
-    p = {}
-    parts[j] = p
-  end
-  p[1], p[2], p[3], p[4], p[5] = allowed, remaining, retry, reset, delay
-end
--- look decides limit L (the j-th) on key at cost without changing
--- anything, and returns the state it read.
-local function look(j, L, key, cost)
-  if pinned then
-    forget(key, now)
-  end
-  local s = L.alg.read(key, now, L, cost, true)
-  put(j, L.alg.step(s, key, now, L, cost, true))
-  return s
-end
--- again decides limit L (the j-th) at cost against a state s that look
--- read: no read.
-local function again(j, L, key, s, cost, peek)
-  put(j, L.alg.step(s, key, now, L, cost, peek))
-end
--- writeHeld writes the states that steps changed, of the limits
--- (states.limits) of the keys after KEYS[base].
-local function writeHeld(states, base)
-  for j, L in ipairs(states.limits) do
-    local s = states[j]
-    if s.dirty then
-      L.alg.write(KEYS[base + j], now, s, L)
+-- The multi-limit requests. One pcall covers them all, as decided does
+-- the single-limit ones: a request that fails raises, its limits reply
+-- its error, and the loop goes on from the next. Nothing of a request is
+-- written before every limit has looked.
+--
+-- pv holds each limit's reply to the request being decided, five values
+-- a limit (limit j's from 5j - 4), in one array kept from one request to
+-- the next: no table per request or per limit.
+local pv = {}
+-- Ls are the limits of the request being decided, lastAt the field of
+-- the limit indexes they were resolved from and own whether each has an
+-- algorithm of its own; states are their states. All are kept from one
+-- request to the next: a request whose limit indexes read as the one
+-- before's (the usual batch: one policy) takes its limits as they are,
+-- and a run's states are held in states (decideMulti), while a request
+-- that does not continue a run comes after the one before wrote them.
+local Ls, states, lastAt, own = {}, {}, nil, true
+-- limitsOf resolves request x's limits into Ls, and tells whether each
+-- has an algorithm of its own.
+local function limitsOf(x)
+  local at, nl = mAt[x], mN[x]
+  if lastAt and #Ls == nl then
+    local j = 0
+    while j < nl and ARGV[at + j] == ARGV[lastAt + j] do
+      j = j + 1
+    end
+    if j == nl then
+      return own
     end
   end
-end
--- limitsOf resolves request x's limits into Ls, and tells whether each has an
--- algorithm of its own. Ls and states are kept from one request to the
--- next, no table made per request: a run's states are held in them
--- (decideMulti), and a request that does not continue a run comes after
--- the one before wrote them.
-local Ls, states = {}, {}
-states.limits = Ls
-local function limitsOf(x)
-  local own = true
-  for j = 1, mN[x] do
-    local L = limits[tonumber(ARGV[mAt[x] + j - 1])]
+  lastAt, own = nil, true
+  for j = 1, nl do
+    local L = limits[tonumber(ARGV[at + j - 1])]
     if not L then
-      fail('no limit ' .. string.format('%q', ARGV[mAt[x] + j - 1]))
+      fail('no limit ' .. string.format('%q', ARGV[at + j - 1]))
     elseif L.err then
       error(L.err, 0)
     end
@@ -443,10 +427,21 @@ local function limitsOf(x)
     end
     Ls[j] = L
   end
-  for j = mN[x] + 1, #Ls do
+  for j = nl + 1, #Ls do
     Ls[j] = nil
   end
+  lastAt = at
   return own
+end
+-- writeHeld writes the states that steps changed, of the limits Ls of
+-- the keys after KEYS[base].
+local function writeHeld(base)
+  for j = 1, #Ls do
+    local s, L = states[j], Ls[j]
+    if s.dirty then
+      L.alg.write(KEYS[base + j], now, s, L)
+    end
+  end
 end
 -- memoOf is limit L's memo of a claim at cost: a claim worked out for one
 -- empty key serves every empty key of the same limit and cost
@@ -459,35 +454,43 @@ local function memoOf(L, cost)
   end
   return memo
 end
--- decideMulti decides multi-limit request x, whose keys follow KEYS[base].
--- held is the states of its limits that the request before it left, when
--- x continues its run (see below), and in held.limits the limits; nil:
--- each limit is read. When the run goes on after x, it returns the states
--- to hold for the next request; otherwise it writes what the run changed,
--- and returns nil.
+-- lastCost is the cost field the request before had and cost its value:
+-- a batch's requests mostly share one.
+local lastCost, cost
+-- decideMulti decides multi-limit request x, whose keys follow KEYS[base],
+-- into pv. held is true when x continues a run (see below): states hold
+-- the states its limits Ls were left in by the request before. goesOn
+-- tells whether the run goes on after x: then it returns true, to hold
+-- the states for the next request; otherwise it writes what the run
+-- changed, and returns false.
 local function decideMulti(x, base, held, goesOn)
-  local cost = param(mCost[x], 'cost')
-  if mMode[x] == '2' and cost > 0 then
+  if mCost[x] ~= lastCost then
+    lastCost, cost = nil, param(mCost[x], 'cost')
+    lastCost = mCost[x]
+  end
+  local nl, mode = mN[x], mMode[x]
+  if mode == '2' and cost > 0 then
     -- Taken by each limit, whatever the others (engine's charge): each is
     -- read, charged and written in turn. A charge never joins a run.
     limitsOf(x)
-    for j = 1, mN[x] do
+    for j = 1, nl do
       if not Ls[j].alg.force then
         fail('the sliding log takes no charge')
       end
     end
-    for j = 1, mN[x] do
+    for j = 1, nl do
       local L, key = Ls[j], KEYS[base + j]
       if pinned then
         forget(key, now)
       end
       local s = L.alg.read(key, now, L, cost, true)
-      put(j, charge(L.alg, s, key, now, L, cost))
+      local v = 5 * j
+      pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = charge(L.alg, s, key, now, L, cost)
       if s.dirty then
         L.alg.write(key, now, s, L)
       end
     end
-    return nil
+    return false
   end
   local own = true -- a run's limits are the same throughout
   if not held then
@@ -502,9 +505,9 @@ local function decideMulti(x, base, held, goesOn)
   -- all the others admit, its look is a claim, one command that reads
   -- the key and, if it was empty, takes the cost from it, not a read and
   -- a write. A run writes its states once at its end: no claim there.
-  local claimer
-  if not held and not goesOn and own and mMode[x] ~= '1' and cost > 0 then
-    for j = mN[x], 1, -1 do
+  local claimer = 0
+  if not held and not goesOn and own and mode ~= '1' and cost > 0 then
+    for j = nl, 1, -1 do
       if Ls[j].alg.claims and cost <= Ls[j].capacity then
         claimer = j
         break
@@ -512,62 +515,84 @@ local function decideMulti(x, base, held, goesOn)
     end
   end
   local refused, claimed = false, false
-  for j = 1, mN[x] do
+  for j = 1, nl do
     if j ~= claimer then
+      local L, key, s = Ls[j], KEYS[base + j]
+      local A = L.alg
       if held then
-        again(j, Ls[j], KEYS[base + j], states[j], cost, true)
+        s = states[j]
       else
-        states[j] = look(j, Ls[j], KEYS[base + j], cost)
+        if pinned then
+          forget(key, now)
+        end
+        s = A.read(key, now, L, cost, true)
+        states[j] = s
       end
-      refused = refused or not parts[j][1]
+      local v = 5 * j
+      local allowed
+      allowed, pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(s, key, now, L, cost, true)
+      pv[v - 4] = allowed
+      refused = refused or not allowed
     end
   end
-  if claimer and refused then
-    states[claimer] = look(claimer, Ls[claimer], KEYS[base + claimer], cost)
-  elseif claimer then
+  if claimer > 0 then
     local L, key = Ls[claimer], KEYS[base + claimer]
+    local A = L.alg
     if pinned then
       forget(key, now)
     end
-    local s, allowed, remaining, retry, reset, delay = L.alg.read(key, now, L, cost, false, memoOf(L, cost))
+    local v, s, allowed = 5 * claimer
+    if refused then
+      s = A.read(key, now, L, cost, true)
+    else
+      s, allowed, pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.read(key, now, L, cost, false, memoOf(L, cost))
+    end
     states[claimer] = s
     if allowed ~= nil then
       claimed = true -- taken and written
-      put(claimer, allowed, remaining, retry, reset, delay)
     else
-      put(claimer, L.alg.step(s, key, now, L, cost, true))
-      refused = not parts[claimer][1]
+      allowed, pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(s, key, now, L, cost, true)
+      refused = refused or not allowed
     end
+    pv[v - 4] = allowed
   end
   if refused then
-    for j = 1, mN[x] do
-      if parts[j][1] then
+    -- Each limit with room reports what it has: a look at cost 0.
+    for j = 1, nl do
+      local v = 5 * j
+      if pv[v - 4] then
+        local L, key, s = Ls[j], KEYS[base + j]
         if own then
-          again(j, Ls[j], KEYS[base + j], states[j], 0, true)
+          s = states[j]
         else
-          look(j, Ls[j], KEYS[base + j], 0)
+          if pinned then
+            forget(key, now)
+          end
+          s = L.alg.read(key, now, L, 0, true)
         end
+        pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = L.alg.step(s, key, now, L, 0, true)
       end
     end
-  elseif own and mMode[x] ~= '1' then
-    for j = 1, mN[x] do
+  elseif own and mode ~= '1' then
+    for j = 1, nl do
       if not (claimed and j == claimer) then
-        again(j, Ls[j], KEYS[base + j], states[j], cost, false)
+        local L, v = Ls[j], 5 * j
+        pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = L.alg.step(states[j], KEYS[base + j], now, L, cost, false)
       end
     end
   end
   if own then
     if goesOn then
-      return states
+      return true
     end
-    writeHeld(states, base)
-    return nil
+    writeHeld(base)
+    return false
   end
-  if refused or mMode[x] == '1' then
-    return nil
+  if refused or mode == '1' then
+    return false
   end
-  for j = 1, mN[x] do
-    local L, key = Ls[j], KEYS[base + j]
+  for j = 1, nl do
+    local L, key, v = Ls[j], KEYS[base + j], 5 * j
     local A = L.alg
     local s, allowed, remaining, retry, reset, delay = A.read(key, now, L, cost, false, memoOf(L, cost))
     if allowed == nil then
@@ -576,8 +601,9 @@ local function decideMulti(x, base, held, goesOn)
     if s.dirty then
       A.write(key, now, s, L)
     end
-    put(j, allowed, remaining, retry, reset, delay)
+    pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = allowed, remaining, retry, reset, delay
   end
+  return false
 end
 
 -- A run is multi-limit requests in a row on the same keys under the same
@@ -598,27 +624,34 @@ local function continues(x, base, y, pbase)
   end
   return true
 end
-local base, held = keys, nil
-for x = 1, q do
-  local goesOn = x < q and continues(x + 1, base + mN[x], x, base)
-  local ok, kept = pcall(decideMulti, x, base, held, goesOn)
-  if ok then
-    held = kept
-    for j = 1, mN[x] do
-      local p = parts[j]
-      emit(p[1] and 1 or 0, p[2], p[3], p[4], p[5])
+-- x is the multi-limit request being decided, its keys after KEYS[base];
+-- held and goesOn as decideMulti's.
+local x, base, held, goesOn = 0, keys, false, false
+local function decidedMulti()
+  while x < q do
+    x = x + 1
+    local nl = mN[x]
+    goesOn = x < q and continues(x + 1, base + nl, x, base)
+    held = decideMulti(x, base, held, goesOn)
+    for v = 5, 5 * nl, 5 do
+      emit(pv[v - 4] and 1 or 0, pv[v - 3], pv[v - 2], pv[v - 1], pv[v])
     end
-  else
-    local e = errorIndex(kept)
+    base = base + nl
+  end
+end
+while x < q do
+  local ok, msg = pcall(decidedMulti)
+  if not ok then
+    local e = errorIndex(msg)
     for _ = 1, mN[x] do
       emit(-e, 0, 0, 0, 0)
     end
     if held and not goesOn then
-      pcall(writeHeld, held, base)
-      held = nil
+      pcall(writeHeld, base)
+      held = false
     end
+    base = base + mN[x]
   end
-  base = base + mN[x]
 end
 
 if repeats > 0 then

@@ -20,6 +20,9 @@
 //	       policy of one limit (GCRA, 10 a second, burst 10), and one of
 //	       two (that, and a fixed window of 100,000 a day), all-or-nothing;
 //	       -sizes 16 is RL.ALLOW at redis-benchmark's -P 16
+//	second the second limit of policy2 (the daily fixed window) alone, as
+//	       policy1 has the first: policy2's target is at most 1.1 times
+//	       policy1 plus second
 //	hotpolicy
 //	       every request of a batch on one key under a policy of two
 //	       limits (GCRA and a fixed window) that admit them all: a hot
@@ -56,7 +59,7 @@ var (
 	runs      = flag.Int("runs", 5, "runs of each measurement; the median is reported")
 	decisions = flag.Int("n", 100_000, "decisions per run (rounded up to whole batches)")
 	algs      = flag.String("alg", "gcra,token,leaky,fixed,sliding,log", "algorithms, by short name")
-	scenarios = flag.String("scenario", "fresh,hot,floor,policy1,policy2,hotpolicy", "scenarios: fresh, hot, floor, policy1, policy2, hotpolicy")
+	scenarios = flag.String("scenario", "fresh,hot,floor,policy1,policy2,second,hotpolicy", "scenarios: fresh, hot, floor, policy1, policy2, second, hotpolicy")
 	keySpace  = flag.Int("keys", 100_000, "client keys the policy scenarios pick from")
 	functions = flag.Bool("functions", true, "call the batch library with FCALL, as the sidecar does once it has loaded it; false: EVALSHA of the batch script")
 	server    = flag.String("redis-server", "redis-server", "the redis-server binary")
@@ -140,10 +143,8 @@ func main() {
 		switch sc {
 		case "floor":
 			m.row(sc, "-", ns, m.floor)
-		case "policy1", "policy2":
-			m.row(sc, "-", ns, func(n int) (float64, error) { return m.policy(n, sc == "policy2", false) })
-		case "hotpolicy":
-			m.row(sc, "-", ns, func(n int) (float64, error) { return m.policy(n, true, true) })
+		case "policy1", "policy2", "second", "hotpolicy":
+			m.row(sc, "-", ns, func(n int) (float64, error) { return m.policy(n, sc) })
 		case "fresh", "hot":
 			for _, a := range as {
 				m.row(sc, a.Short(), ns, func(n int) (float64, error) { return m.batches(sc, a, n) })
@@ -274,9 +275,9 @@ var hotPolicyLimits = []engine.NamedLimit{
 }
 
 // policy runs batches of n requests, as RL.ALLOW hands them to the store,
-// on client keys picked at random from -keys (or all on one, hot), under a
-// policy of one limit or of two, and returns Redis's µs per decision.
-func (m *meter) policy(n int, two, hot bool) (float64, error) {
+// on client keys picked at random from -keys (or all on one, hotpolicy),
+// under the scenario's policy, and returns Redis's µs per decision.
+func (m *meter) policy(n int, scenario string) (float64, error) {
 	reqs := make([]engine.Request, n)
 	res := make([]engine.Result, n)
 	rounds := (*decisions + n - 1) / n
@@ -290,11 +291,13 @@ func (m *meter) policy(n int, two, hot bool) (float64, error) {
 		}
 		for i := range reqs {
 			reqs[i] = engine.Request{Key: "pol:" + strconv.Itoa(rng.IntN(*keySpace)), Cost: 1}
-			switch {
-			case hot:
+			switch scenario {
+			case "hotpolicy":
 				reqs[i].Key, reqs[i].Limits = "pol:hot:"+strconv.Itoa(m.serial), hotPolicyLimits
-			case two:
+			case "policy2":
 				reqs[i].Limits = policyLimits
+			case "second":
+				reqs[i].Limit = policyLimits[1].Limit
 			default:
 				reqs[i].Limit = policyLimits[0].Limit
 			}
