@@ -40,8 +40,10 @@
 --          its number of keys and how many requests each key has. The
 --          requests, in the order of the request runs, belong to the keys
 --          in the order of the key runs. The number of multi-limit
---          requests, q; per request: its number of limits n, its cost,
---          mode (as a run's), and its limits' indexes (n fields). Then, for
+--          runs, q: multi-limit requests in a row that share their limits,
+--          cost and mode (a batch under one policy is one run); per run:
+--          its number of requests c, their number of limits n, cost, mode
+--          (as a run's), and the limits' indexes (n fields). Then, for
 --          tests only, an optional field: now (µs), which pins the
 --          clock, otherwise Redis's TIME, read once for the batch. Last,
 --          the deadline (µs on Redis's clock, 0: none): the time after
@@ -119,25 +121,32 @@ if #ARGV < gj then
   fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4 and a number of key runs, got ' .. #ARGV .. ' arguments')
 end
 local g = count(gj, 'number of key runs')
-local qj = gj + 2 * g + 1 -- the number of multi-limit requests' field
+local qj = gj + 2 * g + 1 -- the number of multi-limit runs' field
 if #ARGV < qj then
-  fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4, ' .. g .. ' key runs of 2 and a number of multi-limit requests, got ' .. #ARGV .. ' arguments')
+  fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4, ' .. g .. ' key runs of 2 and a number of multi-limit runs, got ' .. #ARGV .. ' arguments')
 end
-local q = count(qj, 'number of multi-limit requests')
+local runsOfMulti = count(qj, 'number of multi-limit runs')
 -- Each multi-limit request x is its number of limits mN[x], cost, mode
--- and the field of its first limit index, mAt[x]: arrays, not a table
--- per request.
-local mN, mCost, mMode, mAt, multiKeys, mj = {}, {}, {}, {}, 0, qj + 1
-for x = 1, q do
-  local nl = count(mj, 'number of limits of a request')
-  if nl < 1 or #ARGV < mj + 2 + nl then
-    fail('multi-limit request ' .. x .. ' of ' .. nl .. ' limits cut short at argument ' .. #ARGV)
+-- and the field of its first limit index, mAt[x], its run's: arrays, not
+-- a table per request. q counts the requests.
+local mN, mCost, mMode, mAt, multiKeys, mj, q = {}, {}, {}, {}, 0, qj + 1, 0
+for k = 1, runsOfMulti do
+  local c, nl = count(mj, 'multi-limit run size'), count(mj + 1, 'number of limits of a request')
+  if nl < 1 or #ARGV < mj + 3 + nl then
+    fail('multi-limit run ' .. k .. ' of ' .. nl .. ' limits cut short at argument ' .. #ARGV)
   end
-  mN[x], mCost[x], mMode[x], mAt[x] = nl, ARGV[mj + 1], ARGV[mj + 2], mj + 3
-  multiKeys, mj = multiKeys + nl, mj + 3 + nl
+  -- Checked before the loop: a run holds no more requests than keys.
+  if multiKeys + c * nl > #KEYS then
+    fail('multi-limit run ' .. k .. ' of ' .. c .. ' requests of ' .. nl .. ' limits past the ' .. #KEYS .. ' keys')
+  end
+  local cost, mode, at = ARGV[mj + 2], ARGV[mj + 3], mj + 4
+  for x = q + 1, q + c do
+    mN[x], mCost[x], mMode[x], mAt[x] = nl, cost, mode, at
+  end
+  q, multiKeys, mj = q + c, multiKeys + c * nl, mj + 4 + nl
 end
 if #ARGV ~= mj and #ARGV ~= mj + 1 then
-  fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4, ' .. g .. ' key runs of 2, ' .. q .. ' multi-limit requests, an optional now and a deadline, got ' .. #ARGV .. ' arguments')
+  fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4, ' .. g .. ' key runs of 2, ' .. runsOfMulti .. ' multi-limit runs, an optional now and a deadline, got ' .. #ARGV .. ' arguments')
 end
 local now = clock(#ARGV == mj + 1 and ARGV[mj] or nil, started)
 

@@ -101,10 +101,10 @@ func TestCalls(t *testing.T) {
 		{"log takes no charge", lua.Batch, []string{"chl"}, one("log", "10", "1000000", "0", "1", "2", now),
 			"-1\n0\n0\n0\n0\nERR sluice: the sliding log takes no charge", ""},
 		{"multi-limit charge", lua.Batch, []string{"chm"},
-			[]string{"1", "gcra", "1", "1000000", "4", "0", "0", "1", "1", "7", "2", "1", now},
+			[]string{"1", "gcra", "1", "1000000", "4", "0", "0", "1", "1", "1", "7", "2", "1", now},
 			"0\n-2\n3000000\n7000000\n0", ""},
 		{"multi-limit log takes no charge", lua.Batch, []string{"chm2"},
-			[]string{"1", "log", "10", "1000000", "0", "0", "0", "1", "1", "1", "2", "1", now},
+			[]string{"1", "log", "10", "1000000", "0", "0", "0", "1", "1", "1", "1", "2", "1", now},
 			"-1\n0\n0\n0\n0\nERR sluice: the sliding log takes no charge", ""},
 		{"batch with a bad request", lua.Batch, []string{"f", "f2"},
 			[]string{"2",
@@ -154,13 +154,16 @@ func TestCalls(t *testing.T) {
 			"ERR sluice: want 1 limits of 4 arguments, 1 runs of 4 and a number of key runs, got 9 arguments"},
 		{"batch key run arity", lua.Batch, []string{"a"},
 			[]string{"1", "gcra", "1", "1000000", "0", "1", "1", "1", "1", "0", "2", "1", "1"}, "",
-			"ERR sluice: want 1 limits of 4 arguments, 1 runs of 4, 2 key runs of 2 and a number of multi-limit requests, got 14 arguments"},
-		{"batch multi-limit arity", lua.Batch, []string{"a"},
-			[]string{"1", "gcra", "1", "1000000", "0", "0", "0", "1", "2", "1", "0", "1"}, "",
-			"ERR sluice: want 1 limits of 4 arguments, 0 runs of 4, 0 key runs of 2, 1 multi-limit requests, an optional now and a deadline, got 13 arguments"},
+			"ERR sluice: want 1 limits of 4 arguments, 1 runs of 4, 2 key runs of 2 and a number of multi-limit runs, got 14 arguments"},
+		{"batch multi-limit arity", lua.Batch, []string{"a", "b"},
+			[]string{"1", "gcra", "1", "1000000", "0", "0", "0", "1", "1", "2", "1", "0", "1"}, "",
+			"ERR sluice: want 1 limits of 4 arguments, 0 runs of 4, 0 key runs of 2, 1 multi-limit runs, an optional now and a deadline, got 14 arguments"},
 		{"batch multi-limit now arity", lua.Batch, []string{"a"},
-			[]string{"1", "gcra", "1", "1000000", "0", "0", "0", "1", "1", "1", "0", "1", now, "x"}, "",
-			"ERR sluice: want 1 limits of 4 arguments, 0 runs of 4, 0 key runs of 2, 1 multi-limit requests, an optional now and a deadline, got 15 arguments"},
+			[]string{"1", "gcra", "1", "1000000", "0", "0", "0", "1", "1", "1", "1", "0", "1", now, "x"}, "",
+			"ERR sluice: want 1 limits of 4 arguments, 0 runs of 4, 0 key runs of 2, 1 multi-limit runs, an optional now and a deadline, got 16 arguments"},
+		{"batch multi-limit run past the keys", lua.Batch, []string{"a", "b"},
+			[]string{"1", "gcra", "1", "1000000", "0", "0", "0", "1", "1000000000", "1", "1", "0", "1", now}, "",
+			"ERR sluice: multi-limit run 1 of 1000000000 requests of 1 limits past the 2 keys"},
 		// Two limits: a fixed window of 2 a second ("m:b") and of 3 a
 		// minute ("m:d"), on one key, with a single-limit request on "s"
 		// before them in the batch. Each multi-limit reply is five
@@ -168,24 +171,24 @@ func TestCalls(t *testing.T) {
 		{"multi admits and charges all", lua.Batch, []string{"s", "m:b", "m:d"},
 			[]string{"2", "fixed", "2", "1000000", "0", "fixed", "3", "60000000", "0",
 				"1", "1", "1", "1", "0", "1", "1", "1",
-				"1", "2", "1", "0", "1", "2", now},
+				"1", "1", "2", "1", "0", "1", "2", now},
 			"1\n1\n0\n1000000\n0\n2\n0\n0\n0\n0\n1\n2\n0\n60000000\n0", ""}, // s's reply, then m:b's repeats it; m:d's
 		{"multi admits again, the day binds", lua.Batch, []string{"m:b", "m:d"},
 			[]string{"2", "fixed", "2", "1000000", "0", "fixed", "3", "60000000", "0", "0", "0",
-				"1", "2", "1", "0", "1", "2", now},
+				"1", "1", "2", "1", "0", "1", "2", now},
 			"1\n0\n0\n1000000\n0\n2\n1\n0\n59000000\n0", ""}, // m:d's steps from m:b's
 		{"multi refused by the burst charges nothing", lua.Batch, []string{"m:b", "m:d"},
 			[]string{"2", "fixed", "2", "1000000", "0", "fixed", "3", "60000000", "0", "0", "0",
-				"1", "2", "1", "0", "1", "2", now},
+				"1", "1", "2", "1", "0", "1", "2", now},
 			// the burst refuses; the day, which had room, reports what it has
 			"0\n0\n1000000\n1000000\n0\n1\n1\n0\n60000000\n0", ""},
 		{"multi peek", lua.Batch, []string{"m:b", "m:d"},
 			[]string{"2", "fixed", "2", "1000000", "0", "fixed", "3", "60000000", "0", "0", "0",
-				"1", "2", "1", "1", "1", "2", now},
+				"1", "1", "2", "1", "1", "1", "2", now},
 			"0\n0\n1000000\n1000000\n0\n1\n1\n0\n60000000\n0", ""},
 		{"multi with a bad limit fails alone", lua.Batch, []string{"n:a", "n:b", "m:b"},
 			[]string{"2", "fixed", "2", "1000000", "0", "nope", "3", "60000000", "0", "0", "0",
-				"2", "2", "1", "0", "1", "2", "1", "1", "0", "1", now},
+				"2", "1", "2", "1", "0", "1", "2", "1", "1", "1", "0", "1", now},
 			"-1\n0\n0\n0\n0\n2\n0\n0\n0\n0\n0\n0\n1000000\n1000000\n0\nERR sluice: unknown algorithm \"nope\"", ""},
 		// A run: three requests on one key under GCRA (10 a second,
 		// burst 9) and a fixed window (3 a minute), the second with a
@@ -193,23 +196,23 @@ func TestCalls(t *testing.T) {
 		// the third goes on from the first.
 		{"multi run with a bad cost", lua.Batch, []string{"h:b", "h:d", "h:b", "h:d", "h:b", "h:d"},
 			[]string{"2", "gcra", "10", "1000000", "9", "fixed", "3", "60000000", "0", "0", "0",
-				"3", "2", "1", "0", "1", "2", "2", "x", "0", "1", "2", "2", "1", "0", "1", "2", now},
+				"3", "1", "2", "1", "0", "1", "2", "1", "2", "x", "0", "1", "2", "1", "2", "1", "0", "1", "2", now},
 			"1\n9\n0\n100000\n0\n2\n-7\n0\n59900000\n0\n" + // the first's two replies
 				"-1\n0\n0\n0\n0\n2\n0\n0\n0\n0\n" + // the second's error, for each limit
 				"1\n8\n0\n200000\n0\n2\n-7\n0\n59800000\n0\n" + // the third's
 				"ERR sluice: invalid cost \"x\": want an integer in [0, 2^53)", ""},
 		{"multi run stored both charges", lua.Batch, []string{"h:b", "h:d"},
 			[]string{"2", "gcra", "10", "1000000", "9", "fixed", "3", "60000000", "0", "0", "0",
-				"1", "2", "0", "1", "1", "2", now},
+				"1", "1", "2", "0", "1", "1", "2", now},
 			"1\n8\n0\n200000\n0\n2\n-7\n0\n59800000\n0", ""},
 		{"multi run ending at a bad cost stores the charge before it", lua.Batch, []string{"e:b", "e:d", "e:b", "e:d"},
 			[]string{"2", "gcra", "10", "1000000", "9", "fixed", "3", "60000000", "0", "0", "0",
-				"2", "2", "1", "0", "1", "2", "2", "x", "0", "1", "2", now},
+				"2", "1", "2", "1", "0", "1", "2", "1", "2", "x", "0", "1", "2", now},
 			"1\n9\n0\n100000\n0\n2\n-7\n0\n59900000\n0\n-1\n0\n0\n0\n0\n2\n0\n0\n0\n0\n" +
 				"ERR sluice: invalid cost \"x\": want an integer in [0, 2^53)", ""},
 		{"multi run's charge is stored", lua.Batch, []string{"e:b", "e:d"},
 			[]string{"2", "gcra", "10", "1000000", "9", "fixed", "3", "60000000", "0", "0", "0",
-				"1", "2", "0", "1", "1", "2", now},
+				"1", "1", "2", "0", "1", "1", "2", now},
 			"1\n9\n0\n100000\n0\n2\n-7\n0\n59900000\n0", ""},
 		// An acquire that starts after its deadline takes no lease: the
 		// next, on time, finds the one slot free.

@@ -44,12 +44,15 @@ type KeyRun struct {
 	Keys, Requests int64
 }
 
-// Multi is a multi-limit request: its cost, mode and how many limits it
-// has; their indexes are the next Limits of BatchCall.MultiLimits.
+// Multi is a run of consecutive multi-limit requests, Requests of them,
+// that share their limits, cost and mode: how many limits each has (their
+// indexes are the next Limits of BatchCall.MultiLimits), its cost and mode.
+// Each request has keys of its own, one per limit.
 type Multi struct {
-	Limits int
-	Cost   int64
-	Mode   Mode
+	Requests int64
+	Limits   int
+	Cost     int64
+	Mode     Mode
 }
 
 // BatchCall is the batch script's arguments. Its slices are the caller's,
@@ -59,7 +62,7 @@ type BatchCall struct {
 	Runs        []Run
 	KeyRuns     []KeyRun
 	Multis      []Multi
-	MultiLimits []int64 // each Multi's limit indexes, in order
+	MultiLimits []int64 // each Multi's limit indexes, once a run, in order
 	// Now pins the clock (µs), for tests only, when Pinned.
 	Now    int64
 	Pinned bool
@@ -91,7 +94,7 @@ func PutDeadline(cmd []byte, d int64) {
 
 // Args is how many arguments c is.
 func (c *BatchCall) Args() int {
-	n := 1 + 4*len(c.Limits) + 1 + 4*len(c.Runs) + 1 + 2*len(c.KeyRuns) + 1 + 3*len(c.Multis) + len(c.MultiLimits) + 1
+	n := 1 + 4*len(c.Limits) + 1 + 4*len(c.Runs) + 1 + 2*len(c.KeyRuns) + 1 + 4*len(c.Multis) + len(c.MultiLimits) + 1
 	if c.Pinned {
 		n++
 	}
@@ -101,7 +104,10 @@ func (c *BatchCall) Args() int {
 // Rows is how many decisions c's reply holds: one per single-limit
 // request, one per limit of a multi-limit request.
 func (c *BatchCall) Rows() int {
-	n := len(c.MultiLimits)
+	n := 0
+	for _, m := range c.Multis {
+		n += int(m.Requests) * m.Limits
+	}
 	for _, r := range c.Runs {
 		n += int(r.Requests)
 	}
@@ -151,6 +157,7 @@ func (c *BatchCall) each(str func(string), num func(int64)) {
 	num(int64(len(c.Multis)))
 	at := 0
 	for _, m := range c.Multis {
+		num(m.Requests)
 		num(int64(m.Limits))
 		num(m.Cost)
 		num(int64(m.Mode))

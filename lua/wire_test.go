@@ -175,7 +175,7 @@ func TestBatchRoundTrip(t *testing.T) {
 			Limits:      []lua.Limit{gcra, fixed},
 			Runs:        []lua.Run{{Requests: 1, Limit: 1, Cost: 1}},
 			KeyRuns:     []lua.KeyRun{{Keys: 1, Requests: 1}},
-			Multis:      []lua.Multi{{Limits: 2, Cost: 4}},
+			Multis:      []lua.Multi{{Requests: 1, Limits: 2, Cost: 4}},
 			MultiLimits: []int64{2, 1},
 		}, []decided{
 			{Decision: lua.Decision{Allowed: 1, Remaining: 4, ResetAfter: 1_000_000}},
@@ -199,7 +199,7 @@ func TestBatchValues(t *testing.T) {
 		Limits:  []lua.Limit{{Algorithm: "sliding", Rate: 5, Period: 1000, Burst: 10}},
 		Runs:    []lua.Run{{Requests: 2, Limit: 1, Cost: 3, Mode: lua.Peek}},
 		KeyRuns: []lua.KeyRun{{Keys: 1, Requests: 2}},
-		Multis:  []lua.Multi{{Limits: 1, Cost: 9, Mode: lua.Charge}}, MultiLimits: []int64{1},
+		Multis:  []lua.Multi{{Requests: 1, Limits: 1, Cost: 9, Mode: lua.Charge}}, MultiLimits: []int64{1},
 		Now: pinned, Pinned: true,
 	}
 	var boxed []byte
@@ -232,7 +232,7 @@ var fuzzLimits = []lua.Limit{
 
 // generate reads a batch from data: a few keys with a few requests each,
 // each request a limit, cost and mode, in runs where they repeat, then a
-// few multi-limit requests. prefix keeps one test's keys apart.
+// few runs of multi-limit requests. prefix keeps one test's keys apart.
 func generate(data []byte, prefix string) generated {
 	next := func(n int) int {
 		if len(data) == 0 {
@@ -288,22 +288,32 @@ func generate(data []byte, prefix string) generated {
 		}
 		g.call.Runs = append(g.call.Runs, lua.Run{Requests: 1, Limit: r.limit, Cost: r.cost, Mode: r.mode})
 	}
+	// Runs of one to three multi-limit requests, each on the keys of the
+	// one before (a hot key's run) or on keys of its own.
 	for x := range next(3) {
-		mu := lua.Multi{Limits: 1 + next(m), Cost: int64(next(4)), Mode: lua.Mode(next(3))}
-		var keys []string
+		mu := lua.Multi{Requests: int64(1 + next(3)), Limits: 1 + next(m), Cost: int64(next(4)), Mode: lua.Mode(next(3))}
 		var limits []int64
-		for j := range mu.Limits {
-			keys = append(keys, fmt.Sprintf("%s:m%d:%d", prefix, x, j))
+		for range mu.Limits {
 			limits = append(limits, int64(1+next(m)))
 		}
 		g.call.Multis = append(g.call.Multis, mu)
 		g.call.MultiLimits = append(g.call.MultiLimits, limits...)
-		g.keys = append(g.keys, keys...)
-		oneKeys := make([]string, len(keys))
-		for j, k := range keys {
-			oneKeys[j] = "one" + k
+		keys := make([]string, mu.Limits)
+		for y := range mu.Requests {
+			if y == 0 || next(2) == 1 {
+				for j := range keys {
+					keys[j] = fmt.Sprintf("%s:m%d:%d:%d", prefix, x, y, j)
+				}
+			}
+			g.keys = append(g.keys, keys...)
+			oneKeys := make([]string, len(keys))
+			for j, k := range keys {
+				oneKeys[j] = "one" + k
+			}
+			alone := mu
+			alone.Requests = 1
+			one(oneKeys, lua.BatchCall{Multis: []lua.Multi{alone}, MultiLimits: limits})
 		}
-		one(oneKeys, lua.BatchCall{Multis: []lua.Multi{mu}, MultiLimits: limits})
 	}
 	g.call.Now, g.call.Pinned = pinned, true
 	return g

@@ -574,8 +574,9 @@ func modeOf(r *engine.Request) lua.Mode {
 // single-limit requests idx of reqs, each key's together, as group left
 // them and b.groupSize counts them, and the multi-limit requests multi:
 // the distinct limits; runs of consecutive requests that share a limit,
-// cost and mode; runs of keys with as many requests each; each
-// multi-limit request. Its slices are parts of b's, which it appends to.
+// cost and mode; runs of keys with as many requests each; runs of
+// multi-limit requests that share limits, cost and mode. Its slices are
+// parts of b's, which it appends to.
 func (b *buffers) appendBatchCall(reqs []engine.Request, idx, multi []int) lua.BatchCall {
 	b.limits, b.reqLimit = b.limits[:0], b.reqLimit[:0]
 	clear(b.limitIndex)
@@ -624,10 +625,22 @@ func (b *buffers) appendBatchCall(reqs []engine.Request, idx, multi []int) lua.B
 		b.keyRuns = append(b.keyRuns, lua.KeyRun{Keys: int64(end - g), Requests: int64(b.groupSize[g])})
 		g = end
 	}
-	b.multiLimits = append(b.multiLimits, b.reqLimit[len(idx):]...)
+	// Multi-limit runs: consecutive requests with the same limits, cost
+	// and mode (a batch under one policy is one), their limits once.
+	at := len(idx)
 	for _, i := range multi {
 		r := &reqs[i]
-		b.multis = append(b.multis, lua.Multi{Limits: len(r.Limits), Cost: r.Cost, Mode: modeOf(r)})
+		ls := b.reqLimit[at : at+len(r.Limits)]
+		at += len(ls)
+		if n := len(b.multis); n > m0 {
+			last := &b.multis[n-1]
+			if last.Limits == len(ls) && last.Cost == r.Cost && last.Mode == modeOf(r) && slices.Equal(b.multiLimits[len(b.multiLimits)-len(ls):], ls) {
+				last.Requests++
+				continue
+			}
+		}
+		b.multis = append(b.multis, lua.Multi{Requests: 1, Limits: len(ls), Cost: r.Cost, Mode: modeOf(r)})
+		b.multiLimits = append(b.multiLimits, ls...)
 	}
 	return lua.BatchCall{
 		Limits:      b.wireLimits[l0:len(b.wireLimits):len(b.wireLimits)],
