@@ -24,7 +24,9 @@
 -- request shares them, so they come after all the others. A key's
 -- multi-limit requests come together too, so that those on the same keys
 -- under the same limits (a hot tenant under a policy) are decided as a
--- run, reading and writing each limit's key once.
+-- hot run, reading and writing each limit's key once. Requests in a row
+-- that share their limits, cost and mode (a batch under one policy) come
+-- as one multi-limit run: their limits, cost and mode are sent once.
 --
 -- This comment is the format's one description; lua.BatchCall (wire.go)
 -- encodes these arguments and lua.BatchReply decodes the reply, and
@@ -401,13 +403,14 @@ end
 -- the next: no table per request or per limit.
 local pv = {}
 -- Ls are the limits of the request being decided, lastAt the field of
--- the limit indexes they were resolved from and own whether each has an
--- algorithm of its own; states are their states. All are kept from one
--- request to the next: a request whose limit indexes read as the one
--- before's (the usual batch: one policy) takes its limits as they are,
--- and a run's states are held in states (decideMulti), while a request
--- that does not continue a run comes after the one before wrote them.
-local Ls, states, lastAt, own = {}, {}, nil, true
+-- the limit indexes they were resolved from and ownAlg whether each has
+-- an algorithm of its own; states are their states. All are kept from
+-- one request to the next: a request whose limit indexes read as the one
+-- before's (the usual batch: one policy, one multi-limit run) takes its
+-- limits as they are, and a hot run's states are held in states
+-- (decideMulti), while a request that does not continue a hot run comes
+-- after the one before wrote them.
+local Ls, states, lastAt, ownAlg = {}, {}, nil, true
 -- limitsOf resolves request x's limits into Ls, and tells whether each
 -- has an algorithm of its own.
 local function limitsOf(x)
@@ -418,10 +421,10 @@ local function limitsOf(x)
       j = j + 1
     end
     if j == nl then
-      return own
+      return ownAlg
     end
   end
-  lastAt, own = nil, true
+  lastAt, ownAlg = nil, true
   for j = 1, nl do
     local L = limits[tonumber(ARGV[at + j - 1])]
     if not L then
@@ -431,7 +434,7 @@ local function limitsOf(x)
     end
     for i = 1, j - 1 do
       if Ls[i].alg == L.alg then
-        own = false
+        ownAlg = false
       end
     end
     Ls[j] = L
@@ -440,7 +443,7 @@ local function limitsOf(x)
     Ls[j] = nil
   end
   lastAt = at
-  return own
+  return ownAlg
 end
 -- writeHeld writes the states that steps changed, of the limits Ls of
 -- the keys after KEYS[base].
@@ -467,11 +470,11 @@ end
 -- a batch's requests mostly share one.
 local lastCost, cost
 -- decideMulti decides multi-limit request x, whose keys follow KEYS[base],
--- into pv. held is true when x continues a run (see below): states hold
--- the states its limits Ls were left in by the request before. goesOn
--- tells whether the run goes on after x: then it returns true, to hold
--- the states for the next request; otherwise it writes what the run
--- changed, and returns false.
+-- into pv. held is true when x continues a hot run (see below): states
+-- hold the states its limits Ls were left in by the request before.
+-- goesOn tells whether the hot run goes on after x: then it returns true,
+-- to hold the states for the next request; otherwise it writes what the
+-- hot run changed, and returns false.
 local function decideMulti(x, base, held, goesOn)
   if mCost[x] ~= lastCost then
     lastCost, cost = nil, param(mCost[x], 'cost')
@@ -480,7 +483,7 @@ local function decideMulti(x, base, held, goesOn)
   local nl, mode = mN[x], mMode[x]
   if mode == '2' and cost > 0 then
     -- Taken by each limit, whatever the others (engine's charge): each is
-    -- read, charged and written in turn. A charge never joins a run.
+    -- read, charged and written in turn. A charge never joins a hot run.
     limitsOf(x)
     for j = 1, nl do
       if not Ls[j].alg.force then
@@ -501,7 +504,7 @@ local function decideMulti(x, base, held, goesOn)
     end
     return false
   end
-  local own = true -- a run's limits are the same throughout
+  local own = true -- a hot run's limits are the same throughout
   if not held then
     own = limitsOf(x)
   end
@@ -513,7 +516,7 @@ local function decideMulti(x, base, held, goesOn)
   -- One limit that can claim an empty key (bucket.lua) looks last: where
   -- all the others admit, its look is a claim, one command that reads
   -- the key and, if it was empty, takes the cost from it, not a read and
-  -- a write. A run writes its states once at its end: no claim there.
+  -- a write. A hot run writes its states once at its end: no claim there.
   local claimer = 0
   if not held and not goesOn and own and mode ~= '1' and cost > 0 then
     for j = nl, 1, -1 do
@@ -615,13 +618,15 @@ local function decideMulti(x, base, held, goesOn)
   return false
 end
 
--- A run is multi-limit requests in a row on the same keys under the same
--- limits, each an algorithm of its own: a hot key under a policy, whose
--- requests the caller brings together. The run's first request reads
--- each limit's key; the others decide against the states the one before
--- left, and its last writes each key once. A request that fails raises
--- before it changes a state, so the run goes on from the states before
--- it; a run that ends at a request that failed writes those.
+-- A hot run is multi-limit requests in a row on the same keys under the
+-- same limits, each an algorithm of its own: a hot key under a policy,
+-- whose requests the caller brings together. (A multi-limit run of the
+-- arguments is requests that share limits, cost and mode, on any keys.)
+-- The hot run's first request reads each limit's key; the others decide
+-- against the states the one before left, and its last writes each key
+-- once. A request that fails raises before it changes a state, so the
+-- hot run goes on from the states before it; one that ends at a request
+-- that failed writes those.
 local function continues(x, base, y, pbase)
   if mN[x] ~= mN[y] or mMode[x] == '2' or mMode[y] == '2' then
     return false
