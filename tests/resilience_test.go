@@ -310,9 +310,10 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 			// The restarted Redis lost the charge: charge it again, so that
 			// what Redis decides from now on is told apart.
 			precharge(t, ra)
-			recharged := time.Now()
+			recharged, fbRecharged := time.Now(), fallbacks(t, ra)
 			time.Sleep(300 * time.Millisecond) // load on the mended Redis too
 			replies := l.Stop()
+			fbAfter := fallbacks(t, ra) - fbRecharged
 			sum := summarize(replies)
 			t.Logf("%s: %d replies from 50 connections, slowest %v, %d fallback decisions",
 				tc.name, sum.n, sum.max.Round(time.Millisecond), fallbacks(t, ra)-before)
@@ -326,11 +327,11 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 					t.Errorf("%d decisions by failure mode during SCRIPT FLUSH; want 0\n%s", n, a.logs)
 				}
 				checkNoRefusal(t, replies)
-				checkFromRedis(t, replies, time.Time{})
+				checkFromRedis(t, replies, time.Time{}, 0)
 				return
 			}
 			checkFailureModes(t, replies, broke, mended)
-			checkFromRedis(t, replies, recharged)
+			checkFromRedis(t, replies, recharged, fbAfter)
 			if !strings.Contains(a.logs.String(), "upstream Redis failing") {
 				t.Errorf("the log does not say the upstream failed:\n%s", a.logs)
 			}
@@ -370,10 +371,16 @@ func precharge(t *testing.T, rdb *redis.Client) {
 }
 
 // checkFromRedis: the "local" requests sent after from were decided by
-// Redis, which holds the charge, not by the sidecar's memory.
-func checkFromRedis(t *testing.T, replies [][]reply, from time.Time) {
+// Redis, which holds the charge, not by the sidecar's memory, except at
+// most fallbacks of them: the failure-mode decisions the sidecar counted
+// since from. (A loaded machine stretches a round trip past the 100ms
+// deadline now and then, and the sidecar then rightly decides by the
+// failure mode; what must not be is a decision in memory it does not
+// count, or none from Redis.)
+func checkFromRedis(t *testing.T, replies [][]reply, from time.Time, fallbacks int64) {
 	t.Helper()
-	n := 0
+	var n, inMemory int64
+	var first string
 	for c, rs := range replies {
 		for _, r := range rs {
 			if r.err != nil || r.sent.Before(from) || outageNames[r.n%3] != "local" {
@@ -381,13 +388,18 @@ func checkFromRedis(t *testing.T, replies [][]reply, from time.Time) {
 			}
 			n++
 			if r.d[2] > outageLimit-charged {
-				t.Errorf("conn %d request %d after Redis returned: %v: decided in memory, not by Redis", c, r.n, r.d)
-				return
+				if inMemory++; first == "" {
+					first = fmt.Sprintf("conn %d request %d: %v", c, r.n, r.d)
+				}
 			}
 		}
 	}
 	if n == 0 {
 		t.Error("no request after Redis returned")
+	}
+	if inMemory > fallbacks || inMemory == n {
+		t.Errorf("%d of %d requests after Redis returned decided in memory, not by Redis, with %d fallback decisions counted; the first: %s",
+			inMemory, n, fallbacks, first)
 	}
 }
 
@@ -523,8 +535,12 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 func TestClusterFailoverUnderLoad(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 1)
 	up := "redis+cluster://" + strings.Join(cl.Addrs(), ",")
-	a := startSluice(t, "--upstream", up, "--on-upstream-failure", "local")
-	b := startSluice(t, "--upstream", up, "--on-upstream-failure", "local")
+	// As in the Sentinel test: a round trip a loaded machine stretches
+	// past the default 100ms is decided locally, and the sidecars then
+	// disagree although the failover is long over. The dead master refuses
+	// connections; no deadline is needed to notice it.
+	a := startSluice(t, "--upstream", up, "--on-upstream-failure", "local", "--upstream-timeout", decidingTimeout)
+	b := startSluice(t, "--upstream", up, "--on-upstream-failure", "local", "--upstream-timeout", decidingTimeout)
 	ra, rb := client(t, a), client(t, b)
 	ctx := ctxT(t)
 	const keys = 300
