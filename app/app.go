@@ -330,6 +330,7 @@ func (s *Sidecar) sources() telemetry.Sources {
 		src.DenyCache = func() chain.DenyCacheStats { return c.chain.Stats().DenyCache }
 		src.Guard = func() chain.GuardStats { return c.chain.Stats().Guard }
 		src.Batcher = func() chain.BatcherStats { return c.chain.Stats().Batcher }
+		src.LateCalls, src.OverdueCalls = c.up.LateCalls, c.up.OverdueCalls
 	}
 	return src
 }

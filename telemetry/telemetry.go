@@ -42,6 +42,10 @@ type Sources struct {
 	Memory    func() int                  // in-memory store size, in keys
 	Guard     func() chain.GuardStats     // breaker state
 	Batcher   func() chain.BatcherStats   // batches and their decisions
+	// LateCalls and OverdueCalls count the batch calls Redis started
+	// after their callers were answered: skipped, or (started in time,
+	// finished late) charged (upstream.Store.LateCalls, OverdueCalls).
+	LateCalls, OverdueCalls func() uint64
 	// Leases walks the lease counts per policy
 	// (service.Service.EachLeasePolicy).
 	Leases func(func(policy string, st service.LeaseStats))
@@ -138,6 +142,12 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 	fallbacks, err := m.Int64ObservableCounter("sluice.fallbacks", metric.WithUnit("{request}"),
 		metric.WithDescription("Requests decided by a failure mode because the upstream could not answer."))
 	must(err)
+	late, err := m.Int64ObservableCounter("sluice.upstream.late_calls", metric.WithUnit("{call}"),
+		metric.WithDescription("Batch calls Redis started after their callers had been answered by the failure mode, and so skipped, charging nothing."))
+	must(err)
+	overdue, err := m.Int64ObservableCounter("sluice.upstream.overdue_calls", metric.WithUnit("{call}"),
+		metric.WithDescription("Batch calls Redis ran (and charged) although their callers had been answered by the failure mode: it started them in time, then paused."))
+	must(err)
 	t.batchSize, err = m.Int64Histogram("sluice.batch.size", metric.WithUnit("{request}"),
 		metric.WithDescription("Requests per upstream round trip."),
 		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048))
@@ -186,8 +196,14 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 			o.ObserveInt64(breaker, open)
 			o.ObserveInt64(fallbacks, int64(s.Fallbacks))
 		}
+		if src.LateCalls != nil {
+			o.ObserveInt64(late, int64(src.LateCalls()))
+		}
+		if src.OverdueCalls != nil {
+			o.ObserveInt64(overdue, int64(src.OverdueCalls()))
+		}
 		return nil
-	}, decisions, errorsC, clients, hits, misses, evictions, entries, memKeys, breaker, fallbacks)
+	}, decisions, errorsC, clients, hits, misses, evictions, entries, memKeys, breaker, fallbacks, late, overdue)
 	return err
 }
 

@@ -26,8 +26,10 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 		DenyCache: func() chain.DenyCacheStats {
 			return chain.DenyCacheStats{Hits: 40, Misses: 60, Evictions: 2, Entries: 5}
 		},
-		Memory: func() int { return 1234 },
-		Guard:  func() chain.GuardStats { return chain.GuardStats{BreakerOpen: true, Fallbacks: 9} },
+		Memory:       func() int { return 1234 },
+		Guard:        func() chain.GuardStats { return chain.GuardStats{BreakerOpen: true, Fallbacks: 9} },
+		LateCalls:    func() uint64 { return 3 },
+		OverdueCalls: func() uint64 { return 1 },
 		Decisions: func(f func(string, engine.Algorithm, service.Outcome, engine.Path, uint64)) {
 			f("api", engine.GCRA, service.Allowed, engine.PathStore, 3)
 			f("api", engine.GCRA, service.Refused, engine.PathDenyCache, 1)
@@ -62,6 +64,8 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 		{"sluice_memory_store_keys", nil, 1234},
 		{"sluice_breaker_open", nil, 1},
 		{"sluice_fallbacks_total", nil, 9},
+		{"sluice_upstream_late_calls_total", nil, 3},
+		{"sluice_upstream_overdue_calls_total", nil, 1},
 		{"sluice_batch_size", nil, 2},
 		{"sluice_upstream_round_trip_seconds", map[string]string{"outcome": "ok"}, 1},
 		{"sluice_upstream_round_trip_seconds", map[string]string{"outcome": "error"}, 1},

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/metricstest"
 	"github.com/sluice-rl/sluice/internal/redistest"
 )
 
@@ -110,7 +111,16 @@ func TestPausedRedisChargesNoRequestItsFailureModeAnswered(t *testing.T) {
 			t.Errorf("%s: Redis holds %d charges; want %d, those before the pause (keys %q)", p, held[p], before, keys)
 		}
 	}
-	if n := info(t, rc, "sluice")["upstream_calls_overdue"]; n != 0 {
+	in := info(t, rc, "sluice")
+	if n := in["upstream_calls_overdue"]; n != 0 {
 		t.Errorf("upstream_calls_overdue %d; want 0: no call was running when Redis stopped", n)
+	}
+	// The same counts reach the metrics, where alerts can see them.
+	fams := metricstest.Scrape(t, "http://"+s.Admin+"/metrics")
+	for metric, field := range map[string]string{"sluice_upstream_late_calls_total": "upstream_calls_late",
+		"sluice_upstream_overdue_calls_total": "upstream_calls_overdue"} {
+		if got, ok := metricstest.Sample(fams, metric, nil); !ok || int64(got) != in[field] {
+			t.Errorf("%s = %v (found: %t); want INFO's %s, %d", metric, got, ok, field, in[field])
+		}
 	}
 }
