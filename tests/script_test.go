@@ -65,7 +65,7 @@ case "$*" in `+fail+`) exit 1 ;; esac
 			ran = append(ran, l)
 		}
 	}
-	for _, want := range []string{"go test -race -count=1 ./...", "go test -count=1 -run TestMemoryStaysBounded ./engine",
+	for _, want := range []string{"go test -race -count=1 -timeout 20m ./...", "go test -count=1 -run TestMemoryStaysBounded ./engine",
 		"-fuzz=^FuzzLoad$ ", "-fuzz=^FuzzParse$ ", "-fuzz=^FuzzDifferentialRedis$ -fuzztime=3000x "} {
 		if !strings.Contains(strings.Join(ran, "\n"), want) {
 			t.Errorf("scripts/test did not run %q after a failed step; it ran:\n%s", want, strings.Join(ran, "\n"))
