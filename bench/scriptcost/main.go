@@ -63,6 +63,7 @@ var (
 	keySpace  = flag.Int("keys", 100_000, "client keys the policy scenarios pick from")
 	functions = flag.Bool("functions", true, "call the batch library with FCALL, as the sidecar does once it has loaded it; false: EVALSHA of the batch script")
 	server    = flag.String("redis-server", "redis-server", "the redis-server binary")
+	cluster   = flag.Bool("cluster", false, "run the server in cluster mode, one node serving every slot: what Cluster's checks add per decision")
 )
 
 // freshLimit and hotLimit are each algorithm's limit for the two
@@ -118,7 +119,13 @@ func main() {
 	defer stop()
 	client := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
 	defer client.Close()
-	store, err := upstream.New(upstream.Config{Client: client})
+	var decider redis.UniversalClient = client
+	if *cluster {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}, Protocol: 2})
+		defer cc.Close()
+		decider = cc
+	}
+	store, err := upstream.New(upstream.Config{Client: decider})
 	if err != nil {
 		stop()
 		log.Fatal(err)
@@ -377,7 +384,11 @@ func startRedis() (stop func(), addr string, pid int, err error) {
 	addr = ln.Addr().String()
 	_, port, _ := net.SplitHostPort(addr)
 	_ = ln.Close()
-	cmd := exec.Command(*server, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	args := []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}
+	if *cluster {
+		args = append(args, "--cluster-enabled", "yes")
+	}
+	cmd := exec.Command(*server, args...)
 	if err := cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, "", 0, fmt.Errorf("start %s: %w", *server, err)
@@ -391,6 +402,13 @@ func startRedis() (stop func(), addr string, pid int, err error) {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			_ = c.Close()
+			if *cluster {
+				err = claimSlots(addr)
+			}
+			if err != nil {
+				stop()
+				return nil, "", 0, err
+			}
 			return stop, addr, cmd.Process.Pid, nil
 		}
 		if time.Now().After(deadline) {
@@ -398,4 +416,21 @@ func startRedis() (stop func(), addr string, pid int, err error) {
 			return nil, "", 0, fmt.Errorf("redis-server did not listen on %s: %w", addr, err)
 		}
 	}
+}
+
+// claimSlots makes the one node at addr serve every slot and waits until
+// its cluster state is ok.
+func claimSlots(addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		return fmt.Errorf("claiming the slots: %w", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if info, _ := c.ClusterInfo(ctx).Result(); strings.Contains(info, "cluster_state:ok") {
+			return nil
+		}
+	}
+	return fmt.Errorf("the one-node cluster at %s did not reach state ok", addr)
 }
