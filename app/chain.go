@@ -61,7 +61,7 @@ func newChain(cfg Config, mem *memstore.Store, tel *telemetry.Telemetry, log *sl
 	}
 	closers = append(closers, up.Close)
 	c.up = up
-	if c.chain, err = chain.New(chain.Config{Store: up, Local: mem, Default: cfg.OnFailure,
+	if c.chain, err = chain.New(chain.Config{Store: up, Shard: up.Shards(), Local: mem, Default: cfg.OnFailure,
 		Timeout: cfg.UpstreamTimeout, MaxBatch: cfg.BatchMax, MaxInFlight: cfg.BatchInFlight, OnBatch: tel.ObserveBatch,
 		DenyCacheSize: cfg.DenyCacheSize, Check: up.Check,
 		OnBreaker: func(open bool, cause error) {

@@ -96,8 +96,8 @@ func (s *Store) clockFor(ctx context.Context, key string) *redisClock {
 	case s.pipe != nil:
 		return &s.pipe.clock
 	case s.masters != nil:
-		if p, err := s.masters.of(ctx, key); err == nil {
-			return &p.clock
+		if ms, err := s.masters.of(ctx, key); err == nil {
+			return &ms.p.clock
 		}
 		return nil
 	case s.cluster:

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,15 +40,41 @@ import (
 // and go-redis follows; the slot map is reloaded. A request that the
 // script decided is never sent again.
 
-// masterPipes is one pipe per Cluster master, by address.
+// masterPipes is one pipe per Cluster master, by address, and which
+// master serves each slot, as go-redis's map said when it was last asked.
 type masterPipes struct {
+	s     *Store
 	cc    *redis.ClusterClient
 	stray func(reply any) // each pipe's (pipe.stray)
 
+	// bySlot caches go-redis's answer per slot: asking it (MasterForKey)
+	// hashes the key, reads its state and locks, per request. Emptied
+	// whenever the store reloads the slot map (forget), so that a slot
+	// that moved is asked again.
+	bySlot [16384]atomic.Pointer[master]
+
 	mu     sync.Mutex
-	pipes  map[string]*pipe // guarded by mu
-	loop   *evloop.Loop     // guarded by mu
-	closed bool             // guarded by mu
+	pipes  map[string]*master // guarded by mu
+	loop   *evloop.Loop       // guarded by mu
+	closed bool               // guarded by mu
+}
+
+// master is one master's pipe as an engine.Store: the shard that
+// decides the requests on the slots it serves (Store.Shards).
+type master struct {
+	s *Store
+	p *pipe
+}
+
+// Submit sends the batch to the master in one call, its keys undeclared
+// (see lua/batch.lua), so that it may span every slot the master serves.
+func (m *master) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
+	m.s.sendOn(m.p, true, reqs, res, deadline, done)
+}
+
+// Reset resets through the store, which finds the key's master itself.
+func (m *master) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
+	return m.s.Reset(ctx, key, limits...)
 }
 
 // errNoPipe: the master's client is one a pipe cannot stand in for.
@@ -57,16 +83,37 @@ var errNoPipe = errors.New("upstream: no pipe for this master")
 // newMasterPipes returns the pipes of client's masters, or nil when the
 // client's connections are ones a pipe cannot stand in for (a streaming
 // credentials provider): the store then sends through go-redis.
-func newMasterPipes(cc *redis.ClusterClient, stray func(reply any)) *masterPipes {
+func newMasterPipes(s *Store, cc *redis.ClusterClient) *masterPipes {
 	if cc.Options().StreamingCredentialsProvider != nil {
 		return nil
 	}
-	return &masterPipes{cc: cc, stray: stray, pipes: map[string]*pipe{}}
+	return &masterPipes{s: s, cc: cc, stray: s.strayReply, pipes: map[string]*master{}}
 }
 
-// of returns the pipe of the master that serves key, by go-redis's slot
-// map, loading the map first if it has none yet.
-func (m *masterPipes) of(ctx context.Context, key string) (*pipe, error) {
+// ofRequest returns the master that serves r's keys (all of them share
+// r.Key's hash tag, so its slot).
+func (m *masterPipes) ofRequest(r *engine.Request) (*master, error) {
+	slot := m.s.slotOf(r)
+	if ms := m.bySlot[slot].Load(); ms != nil {
+		return ms, nil
+	}
+	ms, err := m.of(context.Background(), m.s.keyOf(r))
+	if err == nil {
+		m.bySlot[slot].Store(ms)
+	}
+	return ms, err
+}
+
+// forget empties the slot cache: the slot map is being reloaded.
+func (m *masterPipes) forget() {
+	for i := range m.bySlot {
+		m.bySlot[i].Store(nil)
+	}
+}
+
+// of returns the master that serves key, by go-redis's slot map, loading
+// the map first if it has none yet.
+func (m *masterPipes) of(ctx context.Context, key string) (*master, error) {
 	node, err := m.cc.MasterForKey(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("upstream: the master of %s: %w", key, err)
@@ -77,26 +124,28 @@ func (m *masterPipes) of(ctx context.Context, key string) (*pipe, error) {
 	if m.closed {
 		return nil, errPipeClosed
 	}
-	p := m.pipes[opt.Addr]
-	if p == nil {
-		if p = pipeOver(opt); p == nil {
+	ms := m.pipes[opt.Addr]
+	if ms == nil {
+		p := pipeOver(opt)
+		if p == nil {
 			return nil, errNoPipe
 		}
 		p.stray = m.stray
 		if m.loop != nil {
 			p.useLoop(m.loop)
 		}
-		m.pipes[opt.Addr] = p
+		ms = &master{s: m.s, p: p}
+		m.pipes[opt.Addr] = ms
 	}
-	return p, nil
+	return ms, nil
 }
 
 func (m *masterPipes) useLoop(l *evloop.Loop) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.loop = l
-	for _, p := range m.pipes {
-		p.useLoop(l)
+	for _, ms := range m.pipes {
+		ms.p.useLoop(l)
 	}
 }
 
@@ -106,62 +155,46 @@ func (m *masterPipes) close() {
 	pipes := m.pipes
 	m.pipes = nil
 	m.mu.Unlock()
-	for _, p := range pipes {
-		p.close()
+	for _, ms := range pipes {
+		ms.p.close()
 	}
 }
 
-// submitByMaster is Submit on Cluster: one call per master, each on its
-// master's pipe.
-func (s *Store) submitByMaster(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
-	if deadline.IsZero() {
-		deadline = time.Now().Add(readTimeout(s.client))
+// Shards routes each request to the master that serves its key, for a
+// batcher that gives each master its own batches (chain.Config.Shard):
+// nil off Cluster, or where no pipe can stand in for go-redis.
+func (s *Store) Shards() engine.Shards {
+	if s.masters == nil {
+		return nil
 	}
-	b := s.buffers()
-	now, ok := s.prepareArgs(b, reqs, res)
-	if !ok {
-		s.release(b)
-		done(nil)
-		return
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	err := s.byMaster(ctx, b, reqs)
-	cancel()
+	return s.shardOf
+}
+
+func (s *Store) shardOf(r *engine.Request) (engine.Store, error) {
+	ms, err := s.masters.ofRequest(r)
 	if err != nil {
 		s.reloadSlots(context.Background())
-		s.release(b)
-		done(err)
-		return
+		return nil, err
 	}
-	for start := 0; start < len(b.order); {
-		end := start + 1
-		for end < len(b.order) && b.slotted[end].group == b.slotted[start].group {
-			end++
-		}
-		s.appendCall(b, reqs, b.order[start:end], now)
-		start = end
+	return ms, nil
+}
+
+// slotOf is the hash slot of r's keys, read from r.Key without joining
+// its Redis key where the prefix cannot hold the hash tag.
+func (s *Store) slotOf(r *engine.Request) uint16 {
+	alg := r.Limit.Algorithm
+	if r.Multi() {
+		alg = r.Limits[0].Limit.Algorithm
 	}
-	b.sending = sending{reqs: reqs, res: res, done: done, deadline: deadline}
-	for len(b.gots) < len(b.calls) {
-		k := len(b.gots)
-		b.gots = append(b.gots, func(reply any, err error) { s.gotFromMaster(b, k, reply, err) })
+	if alg == engine.PeerWindow || r.Key == "" || r.Key[0] == '}' || strings.IndexByte(s.prefix, '{') >= 0 {
+		return Slot(s.keyOf(r))
 	}
-	b.callReply = slices.Grow(b.callReply[:0], len(b.calls))[:len(b.calls)]
-	b.callErr = slices.Grow(b.callErr[:0], len(b.calls))[:len(b.calls)]
-	b.callEvaled = slices.Grow(b.callEvaled[:0], len(b.calls))[:len(b.calls)]
-	// One more than the calls, taken back once all are sent: a reply that
-	// comes (or fails) while later calls are still being sent must not
-	// complete the batch under the loop below.
-	b.pending.Store(int32(len(b.calls)) + 1)
-	for k := range b.calls {
-		c := &b.calls[k]
-		name, ref := s.scriptRef(c.script)
-		b.out = s.appendUndeclared(b.out[:0], name, ref, c)
-		b.masters[k].sendCall(b.out, deadline, b.gots[k])
+	// The key is prefix{r.Key}:…, its hash tag r.Key up to its first '}'.
+	tag := r.Key
+	if i := strings.IndexByte(tag, '}'); i > 0 {
+		tag = tag[:i]
 	}
-	if b.pending.Add(-1) == 0 {
-		s.finishByMaster(b)
-	}
+	return crcSlot(tag)
 }
 
 // readTimeout is the client's read timeout (go-redis's default is 3s):
@@ -171,96 +204,6 @@ func readTimeout(client redis.UniversalClient) time.Duration {
 		return cc.Options().ReadTimeout
 	}
 	return 3 * time.Second
-}
-
-// byMaster orders the valid requests by the master that serves each: the
-// masters in order of first appearance, each one's requests in request
-// order. b.order holds them, b.slotted[k].group the master of the k-th
-// (an index into b.masters, the masters' pipes); the k-th master's
-// requests become the k-th call.
-func (s *Store) byMaster(ctx context.Context, b *buffers, reqs []engine.Request) error {
-	for _, i := range b.valid {
-		p, err := s.masters.of(ctx, s.keyOf(&reqs[i]))
-		if err != nil {
-			return err
-		}
-		g := slices.Index(b.masters, p) // a few masters: a scan beats a map
-		if g < 0 {
-			g = len(b.masters)
-			b.masters = append(b.masters, p)
-		}
-		b.slotted = append(b.slotted, slotted{group: g, req: i})
-	}
-	slices.SortStableFunc(b.slotted, func(x, y slotted) int { return x.group - y.group })
-	for _, e := range b.slotted {
-		b.order = append(b.order, e.req)
-	}
-	return nil
-}
-
-// gotFromMaster takes the reply to call k of a batch sent by master. A
-// master that lost its scripts gets the call again as EVAL, which loads
-// the script for the next EVALSHA; one that lost the batch library gets
-// FUNCTION LOAD first, for the next FCALL.
-func (s *Store) gotFromMaster(b *buffers, k int, reply any, err error) {
-	if v, ok := reply.(replyError); ok && err == nil && isNoScript(v) && !b.callEvaled[k] {
-		b.callEvaled[k] = true
-		c := &b.calls[k]
-		if isNoFunction(v) {
-			s.reloadOn(b.masters[k], b.sending.deadline)
-		}
-		out := s.appendUndeclared(nil, "EVAL", c.script.Source, c)
-		b.masters[k].sendCall(out, b.sending.deadline, b.gots[k])
-		return
-	}
-	b.callReply[k], b.callErr[k] = reply, err
-	if b.pending.Add(-1) == 0 {
-		s.finishByMaster(b)
-	}
-}
-
-// finishByMaster reads every call's reply, once all are in, and sends
-// again the requests that met a key their master does not serve.
-func (s *Store) finishByMaster(b *buffers) {
-	x := b.sending
-	var err error
-	for k := range b.calls {
-		list, cerr := replyList(b.callReply[k], b.callErr[k])
-		if cerr = s.collect(b, &b.calls[k], x.reqs, x.res, list, cerr); cerr != nil {
-			if redis.HasErrorPrefix(cerr, "READONLY") || redis.HasErrorPrefix(cerr, "MASTERDOWN") {
-				// A failover made the master a replica: dial again, to the
-				// master the reloaded map names.
-				b.masters[k].drop(cerr)
-			}
-			if err == nil {
-				err = cerr
-			}
-		}
-	}
-	var moved []int
-	if err == nil {
-		for _, i := range b.valid {
-			if notHere(x.res[i].Err) {
-				moved = append(moved, i)
-			}
-		}
-	}
-	b.sending = sending{}
-	s.release(b)
-	if err != nil || len(moved) > 0 {
-		s.reloadSlots(context.Background())
-	}
-	if err != nil || len(moved) == 0 {
-		x.done(err)
-		return
-	}
-	// The slot path blocks on go-redis: off the caller's loop, which only
-	// a slot that moves ever brings here.
-	go func() {
-		ctx, cancel := context.WithDeadline(context.Background(), x.deadline)
-		defer cancel()
-		x.done(s.decideAgain(ctx, x.reqs, x.res, moved))
-	}()
 }
 
 // decideAgain decides the requests idx of reqs alone, by slot with

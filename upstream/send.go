@@ -24,7 +24,7 @@ var _ engine.Store = (*Store)(nil)
 // own.
 func (s *Store) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
 	if s.masters != nil {
-		s.submitByMaster(reqs, res, deadline, done)
+		engine.SubmitSplit(s.shardOf, reqs, res, deadline, done)
 		return
 	}
 	if s.pipe == nil {
@@ -39,20 +39,42 @@ func (s *Store) Submit(reqs []engine.Request, res []engine.Result, deadline time
 		}()
 		return
 	}
+	s.sendOn(s.pipe, false, reqs, res, deadline, done)
+}
+
+// sendOn sends the batch on pipe p as one call: with its keys declared
+// (one Redis), or undeclared (a Cluster master's part of a batch, which
+// may span every slot that master serves).
+func (s *Store) sendOn(p *pipe, undeclared bool, reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
 	if deadline.IsZero() {
-		deadline = time.Now().Add(s.pipe.timeout())
+		deadline = time.Now().Add(p.timeout())
 	}
 	b := s.buffers()
-	if _, ok := s.prepare(b, reqs, res); !ok {
+	now, ok := s.prepareArgs(b, reqs, res)
+	if !ok {
 		s.release(b)
 		done(nil)
 		return
 	}
-	// Off Cluster, plan makes one call of the whole batch.
-	b.sending = sending{reqs: reqs, res: res, done: done, deadline: deadline}
-	name, ref := s.scriptRef(b.calls[0].script)
-	b.out = s.appendScriptCall(b.out[:0], name, ref, &b.calls[0])
-	s.pipe.sendCall(b.out, deadline, b.got)
+	s.appendCall(b, reqs, b.valid, now)
+	b.sending = sending{pipe: p, undeclared: undeclared, reqs: reqs, res: res, done: done, deadline: deadline}
+	b.out = s.appendSent(b)
+	p.sendCall(b.out, deadline, b.got)
+}
+
+// appendSent writes the batch's one call as sending says: the
+// function's or script's reference, or the script itself once Redis
+// answered NOSCRIPT (evaled).
+func (s *Store) appendSent(b *buffers) []byte {
+	c := &b.calls[0]
+	name, ref := s.scriptRef(c.script)
+	if b.sending.evaled {
+		name, ref = "EVAL", c.script.Source
+	}
+	if b.sending.undeclared {
+		return s.appendUndeclared(b.out[:0], name, ref, c)
+	}
+	return s.appendScriptCall(b.out[:0], name, ref, c)
 }
 
 // decideOnPipe is Decide off Cluster: Submit, and wait.
@@ -64,13 +86,15 @@ func (s *Store) decideOnPipe(ctx context.Context, reqs []engine.Request, res []e
 	return engine.Wait(s, reqs, res, deadline)
 }
 
-// sending is a batch on the pipe: what its reply completes.
+// sending is a batch on a pipe: what its reply completes.
 type sending struct {
-	reqs     []engine.Request
-	res      []engine.Result
-	done     func(error)
-	deadline time.Time
-	evaled   bool // sent again as EVAL after NOSCRIPT
+	pipe       *pipe
+	undeclared bool // a Cluster master's call (sendOn)
+	reqs       []engine.Request
+	res        []engine.Result
+	done       func(error)
+	deadline   time.Time
+	evaled     bool // sent again as EVAL after NOSCRIPT
 }
 
 // gotReply completes a batch sent on the pipe with its reply. A Redis that
@@ -88,10 +112,10 @@ func (s *Store) gotReply(b *buffers, reply any, err error) {
 			if isNoScript(v) && !x.evaled {
 				x.evaled = true
 				if isNoFunction(v) {
-					s.reloadOn(s.pipe, x.deadline)
+					s.reloadOn(x.pipe, x.deadline)
 				}
-				b.out = s.appendScriptCall(b.out[:0], "EVAL", c.script.Source, c)
-				s.pipe.sendCall(b.out, x.deadline, b.got)
+				b.out = s.appendSent(b)
+				x.pipe.sendCall(b.out, x.deadline, b.got)
 				return
 			}
 			err = v
@@ -101,13 +125,35 @@ func (s *Store) gotReply(b *buffers, reply any, err error) {
 	}
 	err = s.collect(b, c, x.reqs, x.res, list, err)
 	if redis.HasErrorPrefix(err, "READONLY") || redis.HasErrorPrefix(err, "MASTERDOWN") {
-		// Sentinel moved the master away: dial again, to the new one.
-		s.pipe.drop(err)
+		// A failover (Sentinel's or Cluster's) made the master a replica:
+		// dial again, to the master the reloaded map names.
+		x.pipe.drop(err)
 	}
-	done := x.done
+	var moved []int
+	if err == nil && x.undeclared {
+		for _, i := range c.reqs {
+			if notHere(x.res[i].Err) {
+				moved = append(moved, i)
+			}
+		}
+	}
+	sent := *x
 	b.sending = sending{}
 	s.release(b)
-	done(err)
+	if sent.undeclared && (err != nil || len(moved) > 0) {
+		s.reloadSlots(context.Background())
+	}
+	if len(moved) == 0 {
+		sent.done(err)
+		return
+	}
+	// The slot path blocks on go-redis: off the caller's loop, which only
+	// a slot that moves ever brings here.
+	go func() {
+		ctx, cancel := context.WithDeadline(context.Background(), sent.deadline)
+		defer cancel()
+		sent.done(s.decideAgain(ctx, sent.reqs, sent.res, moved))
+	}()
 }
 
 // appendScriptCall appends call c as a RESP command: name (EVALSHA, FCALL

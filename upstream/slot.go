@@ -11,6 +11,11 @@ func Slot(key string) uint16 {
 			key = key[i+1 : i+1+j]
 		}
 	}
+	return crcSlot(key)
+}
+
+// crcSlot is the slot of a hash tag (or of a key without one).
+func crcSlot(key string) uint16 {
 	var crc uint16
 	for k := 0; k < len(key); k++ {
 		crc = crc<<8 ^ crcTable[byte(crc>>8)^key[k]]

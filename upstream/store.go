@@ -111,7 +111,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{client: cfg.Client, cluster: cluster, prefix: cfg.Prefix, now: cfg.Now, log: cfg.Log}
 	if cc, ok := cfg.Client.(*redis.ClusterClient); ok {
-		s.masters = newMasterPipes(cc, s.strayReply)
+		s.masters = newMasterPipes(s, cc)
 	} else if s.pipe = newPipe(cfg.Client); s.pipe != nil {
 		s.pipe.stray = s.strayReply
 	}
@@ -250,16 +250,6 @@ type buffers struct {
 	out     []byte
 	sending sending
 	got     func(reply any, err error)
-	// Cluster's pipes only (masters.go): each call's master's pipe, reply
-	// or error, and whether it was sent again as EVAL; gots[k] is
-	// gotFromMaster bound to these buffers and call k; pending counts the
-	// replies still owed, and one for the sender.
-	masters    []*pipe
-	callReply  []any
-	callErr    []error
-	callEvaled []bool
-	gots       []func(reply any, err error)
-	pending    atomic.Int32
 	// now is the pinned clock (Config.Now) of the batch, for tests.
 	now int64
 }
@@ -299,11 +289,6 @@ func (s *Store) release(b *buffers) {
 	clear(b.keyGroup)
 	clear(b.multiKey)
 	b.grouped, b.groupSize, b.reqGroup, b.groupAt = b.grouped[:0], b.groupSize[:0], b.reqGroup[:0], b.groupAt[:0]
-	clear(b.masters)
-	clear(b.callReply)
-	clear(b.callErr)
-	clear(b.callEvaled)
-	b.masters, b.callReply, b.callErr, b.callEvaled = b.masters[:0], b.callReply[:0], b.callErr[:0], b.callEvaled[:0]
 	s.bufs.Put(b)
 }
 
@@ -394,6 +379,9 @@ func (s *Store) prepareArgs(b *buffers, reqs []engine.Request, res []engine.Resu
 // time, at most one every 200ms, in the background.
 func (s *Store) reloadSlots(ctx context.Context) {
 	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		if s.masters != nil {
+			s.masters.forget()
+		}
 		cc.ReloadState(ctx)
 	}
 }

@@ -3,6 +3,7 @@ package chain
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,11 @@ type BatcherConfig struct {
 	// return once the batch is on its way, since the batcher submits from
 	// its callers' goroutines (an event loop's among them).
 	Store engine.Store
+	// Shard, if set, routes each request to the store that decides it
+	// (upstream.Store.Shard on Redis Cluster: the master of its key), and
+	// each such store gets its own lane: queue, batches and MaxInFlight
+	// round trips. Nil: every batch goes to Store.
+	Shard engine.Shards
 	// MaxBatch caps the requests sent in one round trip. Zero means 1024.
 	// A single caller's pipeline larger than this still goes whole.
 	MaxBatch int
@@ -52,24 +58,43 @@ type BatcherConfig struct {
 // trip's completion sends the next batch, if calls are queued, from the
 // goroutine that completed it. An event loop thus writes its batch to
 // Redis itself.
+//
+// With Shard set (Redis Cluster), each shard (master) has a lane of its
+// own: its queue and its MaxInFlight round trips, so that a master's
+// batch never waits for another master's round trip, and a caller's
+// requests are split by shard (engine.SubmitSplit).
 type Batcher struct {
 	store    engine.Store
+	shard    engine.Shards // nil: one lane, to store
 	maxBatch int
 	inFlight int
 	timeout  time.Duration
 	onBatch  func(time.Time, int, error)
 	now      func() time.Time
 
-	mu      sync.Mutex
-	pending []*call       // guarded by mu
-	flying  int           // round trips in flight, or about to be sent; guarded by mu
-	closed  bool          // guarded by mu
-	drained chan struct{} // closed when closed and flying reaches 0; guarded by mu
+	one   *lane                   // the lane without Shard
+	lanes atomic.Pointer[[]*lane] // with Shard: one per shard, copied on write under mu
+	route engine.Shards           // with Shard: the lane of a request's shard
+
+	mu     sync.Mutex
+	closed bool // guarded by mu
 
 	calls   sync.Pool
 	scratch sync.Pool // *batchScratch
 	batches atomic.Uint64
 	decided atomic.Uint64
+}
+
+// lane is one store's queue and round trips.
+type lane struct {
+	b     *Batcher
+	store engine.Store
+
+	mu      sync.Mutex
+	pending []*call       // guarded by mu
+	flying  int           // round trips in flight, or about to be sent; guarded by mu
+	closed  bool          // guarded by mu
+	drained chan struct{} // closed when closed and flying reaches 0; guarded by mu
 }
 
 // call is one caller's requests, waiting in the queue.
@@ -85,11 +110,12 @@ type call struct {
 
 // batchScratch is a round trip's buffers, pooled between round trips.
 type batchScratch struct {
+	lane  *lane
 	batch []*call
 	reqs  []engine.Request
 	res   []engine.Result
 	start time.Time // when the round trip started, for OnBatch
-	// landed completes the round trip: Batcher.landed bound to this
+	// landed completes the round trip: lane.landed bound to this
 	// scratch.
 	landed func(error)
 }
@@ -123,69 +149,124 @@ func NewBatcher(cfg BatcherConfig) (*Batcher, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	b := &Batcher{store: cfg.Store, maxBatch: cfg.MaxBatch, inFlight: cfg.MaxInFlight,
+	b := &Batcher{store: cfg.Store, shard: cfg.Shard, maxBatch: cfg.MaxBatch, inFlight: cfg.MaxInFlight,
 		timeout: cfg.Timeout, onBatch: cfg.OnBatch, now: cfg.Now}
 	b.calls.New = func() any { return new(call) }
 	b.scratch.New = func() any {
 		sc := new(batchScratch)
-		sc.landed = func(err error) { b.landed(sc, err) }
+		sc.landed = func(err error) { sc.lane.landed(sc, err) }
 		return sc
 	}
+	if b.shard == nil {
+		b.one = &lane{b: b, store: b.store}
+	} else {
+		b.lanes.Store(new([]*lane))
+		b.route = func(r *engine.Request) (engine.Store, error) {
+			st, err := b.shard(r)
+			if err != nil {
+				return nil, err
+			}
+			return b.laneOf(st)
+		}
+	}
 	return b, nil
+}
+
+// laneOf returns shard st's lane, made on first use. Shards are few (a
+// Cluster's masters), so a scan of a copy-on-write slice finds it.
+func (b *Batcher) laneOf(st engine.Store) (*lane, error) {
+	for _, l := range *b.lanes.Load() {
+		if l.store == st {
+			return l, nil
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	lanes := *b.lanes.Load()
+	for _, l := range lanes {
+		if l.store == st {
+			return l, nil
+		}
+	}
+	l := &lane{b: b, store: st}
+	grown := append(slices.Clip(lanes), l)
+	b.lanes.Store(&grown)
+	return l, nil
 }
 
 // Submit queues reqs without waiting and calls done once their round trip
 // returns. When a round trip is free the caller sends it and goes on at
 // once; otherwise the requests gather for the round trip after the one in
 // flight. The round trip is due by deadline or Timeout after now, the
-// sooner; a zero deadline means Timeout.
+// sooner; a zero deadline means Timeout. With Shard, each shard's
+// requests go to its own lane.
 func (b *Batcher) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
+	if b.one != nil {
+		b.one.Submit(reqs, res, deadline, done)
+		return
+	}
+	engine.SubmitSplit(b.route, reqs, res, deadline, done)
+}
+
+// Submit is Batcher.Submit on one lane.
+func (l *lane) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
 	if len(reqs) == 0 {
 		done(nil)
 		return
 	}
+	b := l.b
 	due := time.Now().Add(b.timeout)
 	if !deadline.IsZero() && deadline.Before(due) {
 		due = deadline
 	}
 	c := b.calls.Get().(*call)
 	c.reqs, c.res, c.done, c.deadline = reqs, res, done, due
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
 		c.reqs, c.res, c.done = nil, nil, nil
 		b.calls.Put(c)
 		done(ErrClosed)
 		return
 	}
-	b.pending = append(b.pending, c)
-	free := b.flying < b.inFlight
+	l.pending = append(l.pending, c)
+	free := l.flying < b.inFlight
 	if free {
-		b.flying++
+		l.flying++
 	}
-	b.mu.Unlock()
+	l.mu.Unlock()
 	if free {
-		b.send()
+		l.send()
 	}
+}
+
+// Reset passes through (lane is an engine.Store only for SubmitSplit).
+func (l *lane) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
+	return l.store.Reset(ctx, key, limits...)
 }
 
 // send sends the queue's head and returns; the round trip's completion
 // (landed) sends the next. A batch whose deadline passed while it queued
 // fails unsent, and the next is tried.
-func (b *Batcher) send() {
+func (l *lane) send() {
+	b := l.b
 	for {
 		sc := b.scratch.Get().(*batchScratch)
-		b.mu.Lock()
-		sc.batch = b.take(sc.batch[:0])
-		b.mu.Unlock()
+		sc.lane = l
+		l.mu.Lock()
+		sc.batch = l.take(sc.batch[:0])
+		l.mu.Unlock()
 		if len(sc.batch) > 0 {
 			if deadline := b.gather(sc); time.Until(deadline) > 0 {
-				b.store.Submit(sc.reqs, sc.res, deadline, sc.landed)
+				l.store.Submit(sc.reqs, sc.res, deadline, sc.landed)
 				return
 			}
 			b.finish(sc, ErrQueuedTooLong)
 		}
-		if !b.next(sc) {
+		if !l.next(sc) {
 			return
 		}
 	}
@@ -193,46 +274,47 @@ func (b *Batcher) send() {
 
 // landed completes a round trip, and sends the next while calls are
 // queued.
-func (b *Batcher) landed(sc *batchScratch, err error) {
-	b.finish(sc, err)
-	if b.next(sc) {
-		b.send()
+func (l *lane) landed(sc *batchScratch, err error) {
+	l.b.finish(sc, err)
+	if l.next(sc) {
+		l.send()
 	}
 }
 
 // next puts sc back and reports whether calls are queued for another
 // round trip; with none, the round trip's slot is given up.
-func (b *Batcher) next(sc *batchScratch) (again bool) {
+func (l *lane) next(sc *batchScratch) (again bool) {
 	clear(sc.batch)
-	b.scratch.Put(sc)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.pending) > 0 {
+	sc.lane = nil
+	l.b.scratch.Put(sc)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.pending) > 0 {
 		return true
 	}
-	b.flying--
-	if b.closed && b.flying == 0 && b.drained != nil {
-		close(b.drained)
-		b.drained = nil
+	l.flying--
+	if l.closed && l.flying == 0 && l.drained != nil {
+		close(l.drained)
+		l.drained = nil
 	}
 	return false
 }
 
 // take moves queued calls into batch, up to maxBatch requests (at least
-// one call). b.mu is held.
-func (b *Batcher) take(batch []*call) []*call {
+// one call). l.mu is held.
+func (l *lane) take(batch []*call) []*call {
 	n, i := 0, 0
-	for ; i < len(b.pending); i++ {
-		c := b.pending[i]
-		if i > 0 && n+len(c.reqs) > b.maxBatch {
+	for ; i < len(l.pending); i++ {
+		c := l.pending[i]
+		if i > 0 && n+len(c.reqs) > l.b.maxBatch {
 			break
 		}
 		n += len(c.reqs)
 		batch = append(batch, c)
 	}
-	rest := copy(b.pending, b.pending[i:])
-	clear(b.pending[rest:])
-	b.pending = b.pending[:rest]
+	rest := copy(l.pending, l.pending[i:])
+	clear(l.pending[rest:])
+	l.pending = l.pending[:rest]
 	return batch
 }
 
@@ -286,8 +368,16 @@ func (b *Batcher) finish(sc *batchScratch, err error) {
 }
 
 // Reset passes through: resets are rare and must not wait behind a batch.
+// With Shard, it goes to the key's shard.
 func (b *Batcher) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
-	return b.store.Reset(ctx, key, limits...)
+	if b.shard == nil {
+		return b.store.Reset(ctx, key, limits...)
+	}
+	st, err := b.shard(&engine.Request{Key: key})
+	if err != nil {
+		return err
+	}
+	return st.Reset(ctx, key, limits...)
 }
 
 // Close refuses new calls and waits until the queued ones are decided.
@@ -297,15 +387,25 @@ func (b *Batcher) Close() {
 		b.mu.Unlock()
 		return
 	}
-	b.closed = true
-	if b.flying == 0 {
-		b.mu.Unlock()
-		return
+	b.closed = true // no lane is made from now on
+	lanes := []*lane{b.one}
+	if b.one == nil {
+		lanes = *b.lanes.Load()
 	}
-	drained := make(chan struct{})
-	b.drained = drained
 	b.mu.Unlock()
-	<-drained
+	for _, l := range lanes {
+		l.mu.Lock()
+		l.closed = true
+		var drained chan struct{}
+		if l.flying > 0 {
+			drained = make(chan struct{})
+			l.drained = drained
+		}
+		l.mu.Unlock()
+		if drained != nil {
+			<-drained
+		}
+	}
 }
 
 // BatcherStats counts what the batcher did, for INFO and metrics.

@@ -31,6 +31,9 @@ import (
 type Config struct {
 	// Store is the shared store: the Redis store. Required.
 	Store engine.Store
+	// Shard, if set, gives each of the store's shards (a Cluster's
+	// masters) its own batches and round trips (BatcherConfig.Shard).
+	Shard engine.Shards
 	// Local decides FailLocal requests in this sidecar alone: the
 	// in-memory store (GuardConfig.Local). Nil makes FailLocal act as
 	// FailOpen.
@@ -96,7 +99,7 @@ func New(cfg Config) (*Chain, error) {
 	if cfg.CheckEvery < 0 {
 		return nil, errors.New("chain: negative Config.CheckEvery")
 	}
-	b, err := NewBatcher(BatcherConfig{Store: cfg.Store, MaxBatch: cfg.MaxBatch, MaxInFlight: cfg.MaxInFlight,
+	b, err := NewBatcher(BatcherConfig{Store: cfg.Store, Shard: cfg.Shard, MaxBatch: cfg.MaxBatch, MaxInFlight: cfg.MaxInFlight,
 		Timeout: cfg.Timeout, OnBatch: cfg.OnBatch})
 	if err != nil {
 		return nil, err
