@@ -100,9 +100,8 @@ local started = redisTime()
 if late(ARGV[#ARGV], started) then
   return {started, 1}
 end
--- Each algorithm is defined when a limit first names it (see lua.go).
-local loaders = {fixed = load_fixed, log = load_log, sliding = load_sliding, token = load_token, leaky = load_leaky, gcra = load_gcra, peer = load_peer}
-local algorithms = {}
+-- Each algorithm is defined when a limit first names it, into
+-- algorithms (see lua.go): once a call as a script, once a library.
 
 -- count reads a count field at j.
 local function count(j, what)

@@ -20,6 +20,7 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"strings"
 )
 
 // Script is one composed script, ready for EVALSHA.
@@ -112,12 +113,24 @@ func loader(name, src string) string {
 	return "local function load_" + name + "()\n" + src + "\nreturn " + name + "\nend\n"
 }
 
-func init() {
-	batch := batchShebang + prelude
+// loaders is every algorithm's loader, the table of them by short name
+// (loaders), and algorithms, where batch.lua keeps each one it loaded. In
+// a library algorithms lives on between calls, as the functions do: an
+// algorithm is defined at a library's first call that names it, not at
+// every call (about 2 µs of Redis a call for GCRA). Its functions keep no
+// state from one key to the next (their scratch tables are read into
+// afresh for each key), so none from one call to the next either.
+func loaders() string {
+	var code, names string
 	for _, a := range algorithms {
-		batch += "\n" + loader(a.name, a.src)
+		code += "\n" + loader(a.name, a.src)
+		names += a.name + " = load_" + a.name + ", "
 	}
-	Batch = newScript("batch", batch+"\n"+batchMain)
+	return code + "local loaders = {" + strings.TrimSuffix(names, ", ") + "}\nlocal algorithms = {}\n"
+}
+
+func init() {
+	Batch = newScript("batch", batchShebang+prelude+loaders()+"\n"+batchMain)
 	BatchLibrary = newLibrary()
 	// The lease script needs the shared helpers, not the algorithms.
 	Lease = newScript("lease", shebang+preludeSrc+"\n"+leaseMain)
@@ -157,10 +170,7 @@ type Library struct {
 // definitions run at the first FCALL rather than at FUNCTION LOAD, in
 // define, and once.
 func newLibrary() *Library {
-	code := "local batch\nlocal function define()\n" + prelude
-	for _, a := range algorithms {
-		code += "\n" + loader(a.name, a.src)
-	}
+	code := "local batch\nlocal function define()\n" + prelude + loaders()
 	code += "\nbatch = function(KEYS, ARGV)\nbegin()\n" + batchMain + "\nend\nend\n"
 	sum := sha1.Sum([]byte(code))
 	hash := hex.EncodeToString(sum[:8])
