@@ -20,9 +20,15 @@ import (
 	"math/big"
 	"net"
 	"os"
-	"testing"
 	"time"
 )
+
+// TB is what the package needs of its caller: a test's testing.TB, or a
+// command (the bench) that makes its certificates the same way.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+}
 
 // Cert is a certificate and its key, in memory and as PEM.
 type Cert struct {
@@ -43,7 +49,7 @@ type CA struct {
 }
 
 // New makes a CA.
-func New(tb testing.TB) *CA {
+func New(tb TB) *CA {
 	tb.Helper()
 	ca := &CA{Pool: x509.NewCertPool(), Serial: 1}
 	tmpl := template("sluice test CA", big.NewInt(time.Now().UnixNano()))
@@ -56,7 +62,7 @@ func New(tb testing.TB) *CA {
 
 // Issue signs a certificate named cn for localhost, 127.0.0.1 and names,
 // good for a server and for a client.
-func (ca *CA) Issue(tb testing.TB, cn string, names ...string) *Cert {
+func (ca *CA) Issue(tb TB, cn string, names ...string) *Cert {
 	tb.Helper()
 	tmpl := template(cn, big.NewInt(ca.Serial))
 	ca.Serial++
@@ -69,7 +75,7 @@ func (ca *CA) Issue(tb testing.TB, cn string, names ...string) *Cert {
 // Write writes the certificate and its key as PEM files, each written
 // beside its path and renamed into place, as the kubelet updates a mounted
 // Secret: a reader never sees half a file.
-func (c *Cert) Write(tb testing.TB, certFile, keyFile string) {
+func (c *Cert) Write(tb TB, certFile, keyFile string) {
 	tb.Helper()
 	for path, b := range map[string][]byte{certFile: c.CertPEM, keyFile: c.KeyPEM} {
 		tmp := path + ".new"
@@ -92,7 +98,7 @@ func template(cn string, serial *big.Int) *x509.Certificate {
 
 // sign makes tmpl's certificate with a new key, signed by parent's key
 // (nil: self-signed).
-func sign(tb testing.TB, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) Cert {
+func sign(tb TB, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) Cert {
 	tb.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
