@@ -51,30 +51,32 @@ type masterPipes struct {
 	// hashes the key, reads its state and locks, per request. Emptied
 	// whenever the store reloads the slot map (forget), so that a slot
 	// that moved is asked again.
-	bySlot [16384]atomic.Pointer[master]
+	bySlot [16384]atomic.Pointer[pipeStore]
 
 	mu     sync.Mutex
-	pipes  map[string]*master // guarded by mu
+	pipes  map[string]*pipeStore // guarded by mu
 	loop   *evloop.Loop       // guarded by mu
 	closed bool               // guarded by mu
 }
 
-// master is one master's pipe as an engine.Store: the shard that
-// decides the requests on the slots it serves (Store.Shards).
-type master struct {
-	s *Store
-	p *pipe
+// pipeStore is one pipe as an engine.Store: a shard of the store
+// (Store.Shards). A Cluster master's sends its batches with their keys
+// undeclared (see lua/batch.lua), so that one call spans every slot the
+// master serves.
+type pipeStore struct {
+	s          *Store
+	p          *pipe
+	undeclared bool
 }
 
-// Submit sends the batch to the master in one call, its keys undeclared
-// (see lua/batch.lua), so that it may span every slot the master serves.
-func (m *master) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
-	m.s.sendOn(m.p, true, reqs, res, deadline, done)
+// Submit sends the batch on the pipe in one call.
+func (ps *pipeStore) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
+	ps.s.sendOn(ps.p, ps.undeclared, reqs, res, deadline, done)
 }
 
-// Reset resets through the store, which finds the key's master itself.
-func (m *master) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
-	return m.s.Reset(ctx, key, limits...)
+// Reset resets through the store, which finds the key's Redis itself.
+func (ps *pipeStore) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
+	return ps.s.Reset(ctx, key, limits...)
 }
 
 // errNoPipe: the master's client is one a pipe cannot stand in for.
@@ -87,12 +89,12 @@ func newMasterPipes(s *Store, cc *redis.ClusterClient) *masterPipes {
 	if cc.Options().StreamingCredentialsProvider != nil {
 		return nil
 	}
-	return &masterPipes{s: s, cc: cc, stray: s.strayReply, pipes: map[string]*master{}}
+	return &masterPipes{s: s, cc: cc, stray: s.strayReply, pipes: map[string]*pipeStore{}}
 }
 
 // ofRequest returns the master that serves r's keys (all of them share
 // r.Key's hash tag, so its slot).
-func (m *masterPipes) ofRequest(r *engine.Request) (*master, error) {
+func (m *masterPipes) ofRequest(r *engine.Request) (*pipeStore, error) {
 	slot := m.s.slotOf(r)
 	if ms := m.bySlot[slot].Load(); ms != nil {
 		return ms, nil
@@ -113,7 +115,7 @@ func (m *masterPipes) forget() {
 
 // of returns the master that serves key, by go-redis's slot map, loading
 // the map first if it has none yet.
-func (m *masterPipes) of(ctx context.Context, key string) (*master, error) {
+func (m *masterPipes) of(ctx context.Context, key string) (*pipeStore, error) {
 	node, err := m.cc.MasterForKey(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("upstream: the master of %s: %w", key, err)
@@ -134,7 +136,7 @@ func (m *masterPipes) of(ctx context.Context, key string) (*master, error) {
 		if m.loop != nil {
 			p.useLoop(m.loop)
 		}
-		ms = &master{s: m.s, p: p}
+		ms = &pipeStore{s: m.s, p: p, undeclared: true}
 		m.pipes[opt.Addr] = ms
 	}
 	return ms, nil
@@ -160,14 +162,24 @@ func (m *masterPipes) close() {
 	}
 }
 
-// Shards routes each request to the master that serves its key, for a
-// batcher that gives each master its own batches (chain.Config.Shard):
-// nil off Cluster, or where no pipe can stand in for go-redis.
+// Shards routes each request to the connection that decides it, for a
+// batcher that gives each its own batches (chain.Config.Shard): on
+// Cluster the master that serves its key; on one Redis the connection of
+// the request's event loop (UseLoops), the only one until then. Nil where
+// no pipe can stand in for go-redis.
 func (s *Store) Shards() engine.Shards {
-	if s.masters == nil {
-		return nil
+	switch {
+	case s.masters != nil:
+		return s.shardOf
+	case s.pipe != nil:
+		return s.loopShard
 	}
-	return s.shardOf
+	return nil
+}
+
+func (s *Store) loopShard(r *engine.Request) (engine.Store, error) {
+	ps := *s.perLoop.Load()
+	return ps[int(r.Loop)%len(ps)], nil
 }
 
 func (s *Store) shardOf(r *engine.Request) (engine.Store, error) {
