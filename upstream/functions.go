@@ -22,18 +22,42 @@ import (
 // call goes again as EVAL, and the library is loaded again on that
 // master first. Where Redis refuses FUNCTION LOAD (an ACL user denied
 // FUNCTION, a proxy that does not know it), the store stays on, or goes
-// back to, EVALSHA until it restarts; INFO's upstream_scripts and the
-// log say which is in use. Only the batch script is a library: the
+// back to, EVALSHA, and tries FUNCTION LOAD again a minute later (from
+// a batch call, or the idle check), so that a user granted FUNCTION
+// since moves to FCALL without a restart; INFO's upstream_scripts and
+// the log say which is in use. Only the batch script is a library: the
 // lease script's calls are rare.
 
 // scriptRef is the command and reference a call of script sc starts
 // with: FCALL and the batch function while Functions are in use, else
 // EVALSHA and the script's SHA.
 func (s *Store) scriptRef(sc *lua.Script) (name, ref string) {
-	if sc == lua.Batch && s.functions.Load() {
-		return "FCALL", lua.BatchLibrary.Function
+	if sc == lua.Batch {
+		if s.functions.Load() {
+			return "FCALL", lua.BatchLibrary.Function
+		}
+		s.retryFunctions()
 	}
 	return "EVALSHA", sc.SHA
+}
+
+// functionsRetry is how long after Redis refused FUNCTION LOAD the store
+// tries it again.
+var functionsRetry = time.Minute
+
+// retryFunctions tries FUNCTION LOAD again, off the caller's goroutine,
+// once functionsRetry has passed since Redis refused it.
+func (s *Store) retryFunctions() {
+	at := s.refusedAt.Load()
+	if at == 0 || time.Since(time.Unix(0, at)) < functionsRetry || !s.retrying.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.retrying.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.loadLibrary(ctx)
+	}()
 }
 
 // Scripts says how batches call Redis: "functions" (FCALL of the loaded
@@ -46,16 +70,20 @@ func (s *Store) Scripts() string {
 }
 
 // loadLibrary loads the batch library on every master, unless Functions
-// are in use already or were refused, and moves the store to FCALL when
-// it loaded everywhere. Only a refusal by Redis (a reply error) moves it
-// to EVALSHA for good; a connection that fails leaves it for the next
-// check.
+// are in use already or were refused less than functionsRetry ago, and
+// moves the store to FCALL when it loaded everywhere. Only a refusal by
+// Redis (a reply error) moves it to EVALSHA, until the retry; a
+// connection that fails leaves it for the next check.
 func (s *Store) loadLibrary(ctx context.Context) error {
-	if s.functions.Load() || s.refused.Load() {
+	if s.functions.Load() {
+		return nil
+	}
+	if at := s.refusedAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < functionsRetry {
 		return nil
 	}
 	loaded, err := s.loadEverywhere(ctx)
 	if loaded {
+		s.refusedAt.Store(0)
 		s.functions.Store(true)
 		s.log.Info("calling the batch script as a Redis function", "upstream_scripts", "functions", "library", lua.BatchLibrary.Name)
 	}
@@ -90,11 +118,11 @@ func (s *Store) loadEverywhere(ctx context.Context) (loaded bool, err error) {
 	return false, fmt.Errorf("upstream: function load: %w", err)
 }
 
-// refuseFunctions moves the store to EVALSHA for good: Redis refused
-// FUNCTION LOAD with err.
+// refuseFunctions moves the store to EVALSHA until the retry: Redis
+// refused FUNCTION LOAD with err. The log says so when it changes.
 func (s *Store) refuseFunctions(err error) {
-	s.functions.Store(false)
-	if !s.refused.Swap(true) {
+	was := s.functions.Swap(false)
+	if s.refusedAt.Swap(time.Now().UnixNano()) == 0 || was {
 		s.log.Warn("Redis refused FUNCTION LOAD: calling the batch script with EVALSHA", "upstream_scripts", "evalsha", "err", err)
 	}
 }

@@ -106,6 +106,29 @@ func TestFunctionsRefused(t *testing.T) {
 		}
 		evalshaOnly(t, s, log)
 	})
+	t.Run("granted later", func(t *testing.T) {
+		defer upstream.SetFunctionsRetry(50 * time.Millisecond)()
+		mustDo(t, srv, "ACL", "SETUSER", "grantedlater", "on", ">pw", "~*", "&*", "+@all", "-function")
+		s, log := store("grantedlater")
+		if err := s.Check(context.Background()); err != nil || s.Scripts() != "evalsha" {
+			t.Fatalf("Check: %v, %s; want evalsha", err, s.Scripts())
+		}
+		mustDo(t, srv, "ACL", "SETUSER", "grantedlater", "+function")
+		time.Sleep(60 * time.Millisecond) // the retry's interval passes
+		deadline := time.Now().Add(5 * time.Second)
+		for s.Scripts() != "functions" {
+			if time.Now().After(deadline) {
+				t.Fatalf("still %s 5s after FUNCTION was granted, batches going on; log %q", s.Scripts(), log.String())
+			}
+			if res := decide(t, s, req); res[0].Err != nil {
+				t.Fatalf("%+v", res)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !strings.Contains(log.String(), "upstream_scripts=functions") {
+			t.Errorf("log %q; want a line saying batches call the function now", log.String())
+		}
+	})
 	t.Run("at a reload", func(t *testing.T) {
 		s, log := store("later")
 		if err := s.Check(context.Background()); err != nil || s.Scripts() != "functions" {

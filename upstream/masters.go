@@ -55,8 +55,8 @@ type masterPipes struct {
 
 	mu     sync.Mutex
 	pipes  map[string]*pipeStore // guarded by mu
-	loop   *evloop.Loop       // guarded by mu
-	closed bool               // guarded by mu
+	loop   *evloop.Loop          // guarded by mu
+	closed bool                  // guarded by mu
 }
 
 // pipeStore is one pipe as an engine.Store: a shard of the store

@@ -76,9 +76,12 @@ type Store struct {
 	// masters holds a pipe per Cluster master (masters.go); nil off
 	// Cluster, and where a pipe cannot stand in for go-redis.
 	masters *masterPipes
-	// functions is set while batches call the batch library (FCALL),
-	// refused once Redis refused to load it (functions.go).
-	functions, refused atomic.Bool
+	// functions is set while batches call the batch library (FCALL);
+	// refusedAt is when Redis last refused to load it (UnixNano, 0:
+	// never, or loaded since), and retrying is set while a retry runs
+	// (functions.go).
+	functions, retrying atomic.Bool
+	refusedAt           atomic.Int64
 	// reloading holds the pipes with a FUNCTION LOAD under way: the
 	// batches in flight when a master lost the library all meet its
 	// absence, and one load is enough.
