@@ -86,9 +86,16 @@ func TestWindowLeft(t *testing.T) {
 
 // BenchmarkGRPC is a whole call over loopback TCP: the client's and the
 // server's gRPC work together, with 50 callers in flight (GOMAXPROCS × the
-// parallelism), on the in-memory store.
+// parallelism), on the in-memory store, on each transport. The client is
+// grpc-go's on both, so the difference between the two is the server's.
 func BenchmarkGRPC(b *testing.B) {
-	s := newServer(b, benchYAML, Config{})
+	for _, tr := range []Transport{TransportOwn, TransportGRPCGo} {
+		b.Run(tr.String(), func(b *testing.B) { benchmarkGRPC(b, tr) })
+	}
+}
+
+func benchmarkGRPC(b *testing.B, tr Transport) {
+	s := newServer(b, benchYAML, Config{Transport: tr})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -47,15 +47,15 @@ type conn struct {
 
 	// The reading goroutine's own.
 	hdec     *hpack.Decoder
-	hblock   []byte      // a header block being gathered from HEADERS and CONTINUATION
-	hstream  uint32      // its stream; 0: none
-	hend     bool        // its HEADERS frame ended the stream
-	fields   headerScan  // what the decoder found in it
-	maxID    uint32      // the highest stream id the client opened; written under mu
-	ready    *Call       // a unary call whose message is whole, to hand to its handler once mu is released
-	recvWin  int64       // what the client may still send on the connection
-	recvDone int64       // received since the last connection WINDOW_UPDATE
-	settings bool        // the client's first SETTINGS has come
+	hblock   []byte     // a header block being gathered from HEADERS and CONTINUATION
+	hstream  uint32     // its stream; 0: none
+	hend     bool       // its HEADERS frame ended the stream
+	fields   headerScan // what the decoder found in it
+	maxID    uint32     // the highest stream id the client opened; written under mu
+	ready    *Call      // a unary call whose message is whole, to hand to its handler once mu is released
+	recvWin  int64      // what the client may still send on the connection
+	recvDone int64      // received since the last connection WINDOW_UPDATE
+	settings bool       // the client's first SETTINGS has come
 	scratch  [8]byte
 
 	mu   sync.Mutex
