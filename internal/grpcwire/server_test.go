@@ -106,8 +106,10 @@ func call(ctx context.Context, cc *grpc.ClientConn, value []byte, opts ...grpc.C
 	return out.Value, err
 }
 
+// ctxT bounds a test's calls, so that a broken feature fails in seconds
+// rather than hanging.
 func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
