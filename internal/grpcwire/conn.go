@@ -373,10 +373,8 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	}
 	st := c.streams[id]
 	if st == nil {
-		if n > 0 {
-			c.fr.WriteRSTStream(id, http2.ErrCodeStreamClosed)
-			c.notifyLocked()
-		}
+		// Closed: this side answered, or reset it, while the client was
+		// still sending; what was in flight is ignored (RFC 9113, 5.1).
 		return nil
 	}
 	if st.remoteDone {
