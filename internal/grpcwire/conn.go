@@ -66,6 +66,8 @@ type conn struct {
 	hbuf      bytes.Buffer // henc's output
 	streams   map[uint32]*Call
 	free      []*Call // streams to reuse
+	live      int     // streams open or held by a handler: not yet recycled
+	held      int     // bytes received and not yet read, over every stream
 	sendWin   int64   // what this side may still send on the connection
 	peerInit  int64   // the client's initial stream window
 	peerFrame int     // the client's max frame size
@@ -386,6 +388,12 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		return nil
 	}
 	st.recvWin -= n
+	if c.held+len(f.Data()) > c.s.maxHeld {
+		// The connection window is given back as data arrives; what the
+		// streams hold unread is bounded here instead, for the whole
+		// connection.
+		return connError{http2.ErrCodeEnhanceYourCalm, "too much unread data on the connection"}
+	}
 	if st.ended {
 		// Answered already (a deadline, an error): what is left of the
 		// request is not read.

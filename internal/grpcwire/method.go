@@ -137,6 +137,7 @@ func (ss serverStream) RecvMsg(m any) error {
 				}
 				err := proto.Unmarshal(b[5:5+n], pm)
 				st.body = b[:copy(b, b[5+n:])]
+				c.held -= 5 + n
 				if err != nil {
 					return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
 				}

@@ -44,6 +44,7 @@ type Server struct {
 	tlsCfg     *tls.Config
 	maxRecv    int
 	maxStreams uint32
+	maxHeld    int // the most bytes a connection's streams may hold unread
 	log        *slog.Logger
 
 	// Set before Serve, read-only after.
@@ -83,6 +84,9 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{maxRecv: cfg.MaxRecvMsgSize, maxStreams: cfg.MaxConcurrentStreams, log: cfg.Logger,
 		unary: map[string]Unary{}, methods: map[string]*method{}, info: map[string]grpc.ServiceInfo{},
 		lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}, idle: make(chan struct{})}
+	// Far more than calls in flight hold (a thousand calls of a few
+	// hundred bytes), and room for two of the largest messages.
+	s.maxHeld = max(64<<20, 2*(cfg.MaxRecvMsgSize+5))
 	if cfg.TLS != nil {
 		s.tlsCfg = cfg.TLS.Clone()
 		s.tlsCfg.NextProtos = []string{"h2"}

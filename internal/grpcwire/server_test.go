@@ -434,3 +434,27 @@ func TestShutdownTimeout(t *testing.T) {
 		t.Fatal("the call never answered succeeded")
 	}
 }
+
+// TestStreamCap: MaxConcurrentStreams counts the calls whose handlers
+// still hold them after the client reset them, so that resetting
+// streams as fast as they open starts no more work than the cap.
+func TestStreamCap(t *testing.T) {
+	f := start(t, Config{MaxConcurrentStreams: 2})
+	rc := rawDial(t, f.addr)
+	rc.request(1, echoPath, "", []byte("\x0a\x04hold"))
+	rc.request(3, echoPath, "", []byte("\x0a\x04hold"))
+	held := []*Call{<-f.echo.held, <-f.echo.held}
+	rc.fr.WriteRSTStream(1, 0x8) // CANCEL
+	rc.fr.WriteRSTStream(3, 0x8)
+	rc.request(5, echoPath, "", []byte("\x0a\x01v"))
+	if a := rc.readUntilEnd(t, 5); !a.rst {
+		t.Fatalf("a third call beside two held was answered %+v; want REFUSED_STREAM", a)
+	}
+	for _, c := range held {
+		c.Reply(c.Message())
+	}
+	rc.request(7, echoPath, "", []byte("\x0a\x01v"))
+	if a := rc.readUntilEnd(t, 7); a.status != "0" {
+		t.Fatalf("once the handlers answered: %+v", a)
+	}
+}

@@ -87,6 +87,8 @@ func (c *conn) releaseLocked(st *Call) {
 
 // recycleLocked keeps st for the next stream once nothing holds it.
 func (c *conn) recycleLocked(st *Call) {
+	c.live--
+	c.held -= len(st.body)
 	st.fast, st.m, st.msg = nil, nil, nil
 	st.body, st.out, st.off = st.body[:0], st.out[:0], 0
 	st.deadline = time.Time{}
@@ -112,7 +114,10 @@ func (c *conn) open(id uint32, endStream bool) error {
 		c.fr.WriteRSTStream(id, http2.ErrCodeProtocol)
 		c.notifyLocked()
 		return nil
-	case uint32(len(c.streams)) >= c.s.maxStreams:
+	case c.live >= int(c.s.maxStreams):
+		// Counted are the streams open and those the client reset whose
+		// handlers have not answered yet: resetting streams as fast as
+		// they open (CVE-2023-44487) starts no more work than the cap.
 		c.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream)
 		c.notifyLocked()
 		return nil
@@ -199,6 +204,7 @@ func (c *conn) newStreamLocked(id uint32) *Call {
 	} else {
 		st = &Call{c: c}
 	}
+	c.live++
 	st.id, st.inMap, st.owned = id, true, false
 	st.remoteDone, st.ended, st.headers, st.trailer, st.blocked = false, false, false, false, false
 	st.recvWin, st.recvDone, st.sendWin = initialWindow, 0, c.peerInit
@@ -211,6 +217,7 @@ func (c *conn) newStreamLocked(id uint32) *Call {
 func (st *Call) receive(data []byte) bool {
 	c := st.c
 	st.body = append(st.body, data...)
+	c.held += len(data)
 	if len(st.body) >= 5 {
 		if n := binary.BigEndian.Uint32(st.body[1:5]); int64(n) > int64(c.s.maxRecv) {
 			c.finishLocked(st, codes.ResourceExhausted,
