@@ -134,6 +134,7 @@ func (c *conn) serve() {
 
 	err := c.readPreface()
 	for err == nil {
+		c.waitFlushed()
 		err = c.readFrame()
 		if st := c.ready; st != nil {
 			// A unary call is whole: its handler runs here, without mu,
@@ -431,6 +432,23 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 	c.notifyLocked()
 }
 
+// maxUnflushed is how much the connection may have waiting to be
+// written before its reading goroutine stops reading: what answers a
+// client that does not read (PING and SETTINGS acks, resets, answers
+// without data, none of which flow control bounds) then waits in its own
+// socket, not in this process.
+var maxUnflushed = 4 << 20
+
+// waitFlushed waits until what is waiting to be written is under
+// maxUnflushed.
+func (c *conn) waitFlushed() {
+	c.mu.Lock()
+	for len(c.out.b) > maxUnflushed && !c.dead {
+		c.cond.Wait()
+	}
+	c.mu.Unlock()
+}
+
 // notifyLocked asks the writing goroutine to flush.
 func (c *conn) notifyLocked() {
 	if c.flushing || c.dead {
@@ -466,6 +484,7 @@ func (c *conn) flush() {
 		}
 		spare = b
 		c.mu.Lock()
+		c.cond.Broadcast() // waitFlushed
 		if c.closing && len(c.out.b) == 0 {
 			err := c.closeErr
 			c.mu.Unlock()

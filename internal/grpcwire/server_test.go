@@ -458,3 +458,48 @@ func TestStreamCap(t *testing.T) {
 		t.Fatalf("once the handlers answered: %+v", a)
 	}
 }
+
+// TestClientNotReading: a client that sends and never reads fills its
+// own socket, not this process: the server stops reading once its
+// unwritten answers pass maxUnflushed.
+func TestClientNotReading(t *testing.T) {
+	defer func(n int) { maxUnflushed = n }(maxUnflushed)
+	maxUnflushed = 64 << 10
+	f := start(t, Config{})
+	rc := rawDial(t, f.addr)
+	if tc, ok := rc.nc.(*net.TCPConn); ok {
+		tc.SetReadBuffer(4 << 10)
+	}
+	// PINGs, each answered with an ack that no flow control bounds.
+	ping := make([]byte, 0, 17*1000)
+	for range 1000 {
+		ping = append(ping, 0, 0, 8, 0x6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8)
+	}
+	wrote := make(chan int, 1)
+	go func() {
+		rc.nc.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		n := 0
+		for {
+			if _, err := rc.nc.Write(ping); err != nil {
+				break
+			}
+			n += len(ping)
+		}
+		wrote <- n
+	}()
+	n := <-wrote
+	var most int
+	f.srv.mu.Lock()
+	for c := range f.srv.conns {
+		c.mu.Lock()
+		most = max(most, len(c.out.b))
+		c.mu.Unlock()
+	}
+	f.srv.mu.Unlock()
+	if most > maxUnflushed+defaultFrame {
+		t.Fatalf("%d bytes of answers wait in the server after %d bytes of PINGs; want at most about %d", most, n, maxUnflushed)
+	}
+	if n > 64<<20 {
+		t.Fatalf("the server read %d bytes of PINGs from a client that read none of their acks", n)
+	}
+}

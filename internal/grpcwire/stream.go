@@ -393,6 +393,7 @@ func (c *conn) writeTrailersLocked(st *Call) {
 		st.headers = true
 		c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
 		c.henc.WriteField(hpack.HeaderField{Name: "content-type", Value: "application/grpc"})
+		c.writeMDLocked(st.headerMD)
 	}
 	code := strconv.Itoa(int(st.code))
 	if int(st.code) < len(statusText) {
