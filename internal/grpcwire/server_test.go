@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -501,5 +504,47 @@ func TestClientNotReading(t *testing.T) {
 	}
 	if n > 64<<20 {
 		t.Fatalf("the server read %d bytes of PINGs from a client that read none of their acks", n)
+	}
+}
+
+// TestCurl: another HTTP/2 implementation (curl's, nghttp2, which Envoy
+// has used too) gets the same answers. One call per curl: curl 7.88
+// fails a second POST on a connection whose first answer had trailers,
+// against grpc-go's server as against this one.
+func TestCurl(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Fatal("this test needs curl with HTTP/2 (nghttp2) on PATH")
+	}
+	f := start(t, Config{})
+	dir := t.TempDir()
+	body := filepath.Join(dir, "req")
+	if err := os.WriteFile(body, grpcMsg([]byte("\x0a\x02hi")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path, header string
+		want         []string
+		body         []byte
+	}{
+		{echoPath, "x-a: b", []string{"< grpc-status: 0"}, grpcMsg([]byte("\x0a\x02hi"))},
+		{"/test.Echo/Nope", "x-a: b", []string{"< grpc-status: 12", "< grpc-message: unknown method Nope for service test.Echo"}, nil},
+		{echoPath, "grpc-encoding: gzip", []string{"< grpc-status: 12", `< grpc-message: grpc: Decompressor is not installed for grpc-encoding "gzip"`}, nil},
+	} {
+		out := filepath.Join(dir, "out")
+		os.Remove(out)
+		text, err := exec.Command(curl, "-sS", "-v", "--http2-prior-knowledge", "-H", "content-type: application/grpc", "-H", "te: trailers",
+			"-H", tc.header, "--data-binary", "@"+body, "-o", out, "http://"+f.addr+tc.path).CombinedOutput()
+		if err != nil {
+			t.Fatalf("curl %s: %v\n%s", tc.path, err, text)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(string(text), w) {
+				t.Errorf("%s with %s: no %q in\n%s", tc.path, tc.header, w, text)
+			}
+		}
+		if got, _ := os.ReadFile(out); !bytes.Equal(got, tc.body) {
+			t.Errorf("%s with %s: body %q, want %q", tc.path, tc.header, got, tc.body)
+		}
 	}
 }
