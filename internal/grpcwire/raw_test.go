@@ -24,7 +24,9 @@ type rawConn struct {
 	dec  *hpack.Decoder
 }
 
-func rawDial(t *testing.T, addr string) *rawConn {
+// rawDial connects and sends the preface and SETTINGS with settings; a
+// header table size among them is the size its decoder keeps.
+func rawDial(t *testing.T, addr string, settings ...http2.Setting) *rawConn {
 	t.Helper()
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -33,11 +35,17 @@ func rawDial(t *testing.T, addr string) *rawConn {
 	t.Cleanup(func() { nc.Close() })
 	rc := &rawConn{nc: nc, fr: http2.NewFramer(nc, nc)}
 	rc.henc = hpack.NewEncoder(&rc.hbuf)
-	rc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	table := uint32(4096)
+	for _, st := range settings {
+		if st.ID == http2.SettingHeaderTableSize {
+			table = st.Val
+		}
+	}
+	rc.fr.ReadMetaHeaders = hpack.NewDecoder(table, nil)
 	if _, err := nc.Write([]byte(http2.ClientPreface)); err != nil {
 		t.Fatal(err)
 	}
-	if err := rc.fr.WriteSettings(); err != nil {
+	if err := rc.fr.WriteSettings(settings...); err != nil {
 		t.Fatal(err)
 	}
 	return rc
@@ -57,21 +65,46 @@ func (rc *rawConn) request(id uint32, path, timeout string, msg []byte) {
 	body := make([]byte, 5+len(msg))
 	binary.BigEndian.PutUint32(body[1:], uint32(len(msg)))
 	copy(body[5:], msg)
+	for len(body) > defaultFrame {
+		rc.fr.WriteData(id, false, body[:defaultFrame])
+		body = body[defaultFrame:]
+	}
 	rc.fr.WriteData(id, true, body)
 }
 
 type rawAnswer struct {
 	status, message string
-	data            []byte
+	data            []byte // the messages, without their prefixes
+	frames          []int  // each DATA frame's length
 	rst             bool
+	raw             []byte
+	onData          func(*rawAnswer) // called after each DATA frame
+}
+
+// unframe strips gRPC's prefixes from b's messages.
+func unframe(b []byte) []byte {
+	var out []byte
+	for len(b) >= 5 {
+		n := int(binary.BigEndian.Uint32(b[1:5]))
+		if n > len(b)-5 {
+			break
+		}
+		out = append(out, b[5:5+n]...)
+		b = b[5+n:]
+	}
+	return out
 }
 
 // readUntilEnd reads frames until stream id ends, answering SETTINGS and
 // PING, and returns what the stream got.
 func (rc *rawConn) readUntilEnd(t *testing.T, id uint32) rawAnswer {
+	return rc.readUntilEndWith(t, id, nil)
+}
+
+func (rc *rawConn) readUntilEndWith(t *testing.T, id uint32, onData func(*rawAnswer)) rawAnswer {
 	t.Helper()
 	rc.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	var a rawAnswer
+	a := rawAnswer{onData: onData}
 	for {
 		f, err := rc.fr.ReadFrame()
 		if err != nil {
@@ -101,11 +134,16 @@ func (rc *rawConn) readUntilEnd(t *testing.T, id uint32) rawAnswer {
 				}
 			}
 			if f.StreamEnded() {
+				a.data = unframe(a.raw)
 				return a
 			}
 		case *http2.DataFrame:
-			if f.StreamID == id && len(f.Data()) >= 5 {
-				a.data = append(a.data, f.Data()[5:]...)
+			if f.StreamID == id {
+				a.raw = append(a.raw, f.Data()...)
+				a.frames = append(a.frames, len(f.Data()))
+				if a.onData != nil {
+					a.onData(&a)
+				}
 			}
 		case *http2.RSTStreamFrame:
 			if f.StreamID == id {

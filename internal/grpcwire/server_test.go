@@ -10,11 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -547,4 +549,52 @@ func TestCurl(t *testing.T) {
 			t.Errorf("%s with %s: body %q, want %q", tc.path, tc.header, got, tc.body)
 		}
 	}
+}
+
+// TestClientSettings: what the client's SETTINGS say is honoured when
+// writing: its header table size (0: a decoder without a dynamic table
+// reads every answer), its initial window (no more data than it allows
+// before its WINDOW_UPDATE), and its max frame size.
+func TestClientSettings(t *testing.T) {
+	f := start(t, Config{})
+	value := bytes.Repeat([]byte{'v'}, 40000)
+	msg := append([]byte{0x0a, 0xc0, 0xb8, 0x02}, value...) // BytesValue{Value: 40000 bytes}
+	t.Run("header table size 0", func(t *testing.T) {
+		rc := rawDial(t, f.addr, http2.Setting{ID: http2.SettingHeaderTableSize, Val: 0})
+		for id := uint32(1); id < 7; id += 2 {
+			rc.request(id, echoPath, "", []byte("\x0a\x01v"))
+			if a := rc.readUntilEnd(t, id); a.status != "0" {
+				t.Fatalf("call %d: %+v", id, a)
+			}
+		}
+	})
+	t.Run("initial window", func(t *testing.T) {
+		const window = 1000
+		rc := rawDial(t, f.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: window})
+		rc.request(1, echoPath, "", msg)
+		allowed := window
+		a := rc.readUntilEndWith(t, 1, func(a *rawAnswer) {
+			if len(a.raw) > allowed {
+				t.Fatalf("%d bytes of data sent where the client allowed %d", len(a.raw), allowed)
+			}
+			if len(a.raw) == allowed {
+				rc.fr.WriteWindowUpdate(1, window)
+				allowed += window
+			}
+		})
+		if a.status != "0" || !bytes.Equal(a.data, msg) {
+			t.Fatalf("status %q, %d bytes back", a.status, len(a.data))
+		}
+	})
+	t.Run("max frame size", func(t *testing.T) {
+		for _, size := range []uint32{16384, 32768} {
+			rc := rawDial(t, f.addr, http2.Setting{ID: http2.SettingMaxFrameSize, Val: size})
+			rc.fr.SetMaxReadFrameSize(size)
+			rc.request(1, echoPath, "", msg)
+			a := rc.readUntilEnd(t, 1)
+			if a.status != "0" || !bytes.Equal(a.data, msg) || slices.Max(a.frames) != int(size) {
+				t.Fatalf("max frame size %d: status %q, %d bytes back in frames of %v", size, a.status, len(a.data), a.frames)
+			}
+		}
+	})
 }
