@@ -141,3 +141,76 @@ func FuzzConn(f *testing.F) {
 		}
 	})
 }
+
+// TestMalformed: input HTTP/2 calls a connection error is answered with
+// GOAWAY and its code, and the connection closed; each row is a frame
+// sequence after the preface and the client's SETTINGS.
+func TestMalformed(t *testing.T) {
+	f := start(t, Config{})
+	for _, tc := range []struct {
+		name  string
+		build func(f *frames)
+		code  http2.ErrCode
+	}{
+		{"DATA on an idle stream", func(f *frames) { f.fr.WriteData(5, true, []byte("x")) }, http2.ErrCodeProtocol},
+		{"an even stream id", func(f *frames) {
+			f.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 2, BlockFragment: f.block(echoPath), EndHeaders: true})
+		}, http2.ErrCodeProtocol},
+		{"a header block that is not HPACK", func(f *frames) {
+			f.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: []byte{0xff, 0xff, 0xff, 0xff}, EndHeaders: true})
+		}, http2.ErrCodeCompression},
+		{"CONTINUATION of nothing", func(f *frames) { f.fr.WriteContinuation(1, true, f.block(echoPath)) }, http2.ErrCodeProtocol},
+		{"another frame inside a header block", func(f *frames) {
+			f.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: f.block(echoPath)[:2]})
+			f.fr.WritePing(false, [8]byte{})
+		}, http2.ErrCodeProtocol},
+		{"the connection's window overflowing", func(f *frames) { f.fr.WriteWindowUpdate(0, 1<<31-1) }, http2.ErrCodeFlowControl},
+		{"an invalid setting", func(f *frames) {
+			f.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxFrameSize, Val: 100})
+		}, http2.ErrCodeProtocol},
+		{"a window past 2^31-1 by SETTINGS", func(f *frames) {
+			f.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 31})
+		}, http2.ErrCodeFlowControl},
+		{"PUSH_PROMISE from a client", func(f *frames) {
+			f.fr.WritePushPromise(http2.PushPromiseParam{StreamID: 1, PromiseID: 2, BlockFragment: f.block(echoPath), EndHeaders: true})
+		}, http2.ErrCodeProtocol},
+		{"a header block past the cap", func(f *frames) {
+			f.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: make([]byte, defaultFrame)})
+			for range 2 * maxHeaderList / defaultFrame {
+				f.fr.WriteContinuation(1, false, make([]byte, defaultFrame))
+			}
+		}, http2.ErrCodeProtocol},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fr := newFrames()
+			fr.fr.WriteSettings()
+			tc.build(fr)
+			nc, err := net.Dial("tcp", f.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			go func() {
+				nc.Write([]byte(http2.ClientPreface))
+				nc.Write(fr.buf.Bytes())
+			}()
+			nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+			rd := http2.NewFramer(io.Discard, nc)
+			for {
+				got, err := rd.ReadFrame()
+				if err != nil {
+					t.Fatalf("no GOAWAY before %v", err)
+				}
+				if g, ok := got.(*http2.GoAwayFrame); ok {
+					if g.ErrCode != tc.code {
+						t.Fatalf("GOAWAY %v (%s), want %v", g.ErrCode, g.DebugData(), tc.code)
+					}
+					break
+				}
+			}
+			if _, err := io.Copy(io.Discard, nc); err != nil {
+				t.Fatalf("the connection was not closed after GOAWAY: %v", err)
+			}
+		})
+	}
+}
