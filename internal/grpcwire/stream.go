@@ -85,12 +85,23 @@ func (c *conn) releaseLocked(st *Call) {
 	}
 }
 
+// keptBuffer is the largest buffer a pooled stream keeps.
+const keptBuffer = 64 << 10
+
 // recycleLocked keeps st for the next stream once nothing holds it.
 func (c *conn) recycleLocked(st *Call) {
 	c.live--
 	c.held -= len(st.body)
 	st.fast, st.m, st.msg = nil, nil, nil
 	st.body, st.out, st.off = st.body[:0], st.out[:0], 0
+	// A large call's buffers go with it, so that a few large calls do
+	// not leave every pooled stream holding megabytes.
+	if cap(st.body) > keptBuffer {
+		st.body = nil
+	}
+	if cap(st.out) > keptBuffer {
+		st.out = nil
+	}
 	st.deadline = time.Time{}
 	st.ctx, st.cancel, st.headerMD, st.trailerMD = nil, nil, nil, nil
 	if len(c.free) < 256 {
