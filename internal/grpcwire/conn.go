@@ -436,14 +436,14 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 // written before its reading goroutine stops reading: what answers a
 // client that does not read (PING and SETTINGS acks, resets, answers
 // without data, none of which flow control bounds) then waits in its own
-// socket, not in this process.
-var maxUnflushed = 4 << 20
+// socket, not in this process. Server.maxUnflushed, which tests lower.
+const maxUnflushed = 4 << 20
 
 // waitFlushed waits until what is waiting to be written is under
 // maxUnflushed.
 func (c *conn) waitFlushed() {
 	c.mu.Lock()
-	for len(c.out.b) > maxUnflushed && !c.dead {
+	for len(c.out.b) > c.s.maxUnflushed && !c.dead {
 		c.cond.Wait()
 	}
 	c.mu.Unlock()

@@ -41,11 +41,12 @@ var ErrServerClosed = errors.New("grpcwire: server closed")
 
 // Server serves gRPC over HTTP/2.
 type Server struct {
-	tlsCfg     *tls.Config
-	maxRecv    int
-	maxStreams uint32
-	maxHeld    int // the most bytes a connection's streams may hold unread
-	log        *slog.Logger
+	tlsCfg       *tls.Config
+	maxRecv      int
+	maxStreams   uint32
+	maxHeld      int // the most bytes a connection's streams may hold unread
+	maxUnflushed int // the most bytes a connection may have waiting to be written (conn.waitFlushed)
+	log          *slog.Logger
 
 	// Set before Serve, read-only after.
 	unary   map[string]Unary   // by full path, "/pkg.Service/Method"
@@ -87,6 +88,7 @@ func New(cfg Config) (*Server, error) {
 	// Far more than calls in flight hold (a thousand calls of a few
 	// hundred bytes), and room for two of the largest messages.
 	s.maxHeld = max(64<<20, 2*(cfg.MaxRecvMsgSize+5))
+	s.maxUnflushed = maxUnflushed
 	if cfg.TLS != nil {
 		s.tlsCfg = cfg.TLS.Clone()
 		s.tlsCfg.NextProtos = []string{"h2"}

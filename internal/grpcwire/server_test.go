@@ -468,9 +468,8 @@ func TestStreamCap(t *testing.T) {
 // own socket, not this process: the server stops reading once its
 // unwritten answers pass maxUnflushed.
 func TestClientNotReading(t *testing.T) {
-	defer func(n int) { maxUnflushed = n }(maxUnflushed)
-	maxUnflushed = 64 << 10
 	f := start(t, Config{})
+	f.srv.maxUnflushed = 64 << 10
 	rc := rawDial(t, f.addr)
 	if tc, ok := rc.nc.(*net.TCPConn); ok {
 		tc.SetReadBuffer(4 << 10)
@@ -501,8 +500,8 @@ func TestClientNotReading(t *testing.T) {
 		c.mu.Unlock()
 	}
 	f.srv.mu.Unlock()
-	if most > maxUnflushed+defaultFrame {
-		t.Fatalf("%d bytes of answers wait in the server after %d bytes of PINGs; want at most about %d", most, n, maxUnflushed)
+	if most > f.srv.maxUnflushed+defaultFrame {
+		t.Fatalf("%d bytes of answers wait in the server after %d bytes of PINGs; want at most about %d", most, n, f.srv.maxUnflushed)
 	}
 	if n > 64<<20 {
 		t.Fatalf("the server read %d bytes of PINGs from a client that read none of their acks", n)
