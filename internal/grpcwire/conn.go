@@ -172,7 +172,7 @@ func (c *conn) readPreface() error {
 	if string(p[:]) != http2.ClientPreface {
 		return protocolError("not an HTTP/2 client preface")
 	}
-	return nil
+	return c.nc.SetDeadline(time.Time{}) // serveConn's, for the setup
 }
 
 // readFrame reads and handles one frame; an error ends the connection.

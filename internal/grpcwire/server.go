@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 )
@@ -36,6 +37,10 @@ type Config struct {
 // it, c must not be touched.
 type Unary func(c *Call)
 
+// setupTimeout is how long a new connection has for its TLS handshake
+// and HTTP/2 preface; grpc-go's ConnectionTimeout is 120 s.
+const setupTimeout = 20 * time.Second
+
 // ErrServerClosed is what Serve returns after Shutdown or Close.
 var ErrServerClosed = errors.New("grpcwire: server closed")
 
@@ -44,8 +49,9 @@ type Server struct {
 	tlsCfg       *tls.Config
 	maxRecv      int
 	maxStreams   uint32
-	maxHeld      int // the most bytes a connection's streams may hold unread
-	maxUnflushed int // the most bytes a connection may have waiting to be written (conn.waitFlushed)
+	maxHeld      int           // the most bytes a connection's streams may hold unread
+	maxUnflushed int           // the most bytes a connection may have waiting to be written (conn.waitFlushed)
+	setupTimeout time.Duration // for a connection's TLS handshake and preface
 	log          *slog.Logger
 
 	// Set before Serve, read-only after.
@@ -89,6 +95,7 @@ func New(cfg Config) (*Server, error) {
 	// hundred bytes), and room for two of the largest messages.
 	s.maxHeld = max(64<<20, 2*(cfg.MaxRecvMsgSize+5))
 	s.maxUnflushed = maxUnflushed
+	s.setupTimeout = setupTimeout
 	if cfg.TLS != nil {
 		s.tlsCfg = cfg.TLS.Clone()
 		s.tlsCfg.NextProtos = []string{"h2"}
@@ -171,6 +178,10 @@ func (s *Server) Serve(ln net.Listener) error {
 // serveConn runs one connection: the TLS handshake if any, then the
 // reading loop on this goroutine.
 func (s *Server) serveConn(nc net.Conn) {
+	// A connection that never completes its handshake and preface holds
+	// a goroutine: it has setupTimeout to do so (cleared by conn.serve
+	// once the preface is read).
+	nc.SetDeadline(time.Now().Add(s.setupTimeout))
 	if s.tlsCfg != nil {
 		tc := tls.Server(nc, s.tlsCfg)
 		if err := tc.Handshake(); err != nil {

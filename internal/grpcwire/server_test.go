@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -62,11 +63,16 @@ type fixture struct {
 	done chan error
 }
 
-func start(t *testing.T, cfg Config) *fixture {
+// start serves cfg on loopback, with tune applied to the server before
+// it serves.
+func start(t *testing.T, cfg Config, tune ...func(*Server)) *fixture {
 	t.Helper()
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range tune {
+		f(s)
 	}
 	f := &fixture{srv: s, echo: &echo{held: make(chan *Call, 1000)}, hs: health.NewServer(), done: make(chan error, 1)}
 	s.HandleUnary(echoPath, f.echo.serve)
@@ -468,8 +474,7 @@ func TestStreamCap(t *testing.T) {
 // own socket, not this process: the server stops reading once its
 // unwritten answers pass maxUnflushed.
 func TestClientNotReading(t *testing.T) {
-	f := start(t, Config{})
-	f.srv.maxUnflushed = 64 << 10
+	f := start(t, Config{}, func(s *Server) { s.maxUnflushed = 64 << 10 })
 	rc := rawDial(t, f.addr)
 	if tc, ok := rc.nc.(*net.TCPConn); ok {
 		tc.SetReadBuffer(4 << 10)
@@ -607,4 +612,28 @@ func TestClientSettings(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestSetupTimeout: a connection that never sends its preface (or never
+// completes TLS) is closed after the setup timeout.
+func TestSetupTimeout(t *testing.T) {
+	ca := testca.New(t)
+	cert := ca.Issue(t, "server")
+	for _, cfg := range []Config{{}, {TLS: &tls.Config{Certificates: []tls.Certificate{cert.TLS}}}} {
+		f := start(t, cfg, func(s *Server) { s.setupTimeout = 100 * time.Millisecond })
+		nc, err := net.Dial("tcp", f.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		start := time.Now()
+		_, err = io.Copy(io.Discard, nc)
+		nc.Close()
+		if err != nil {
+			t.Fatalf("TLS %v: the silent connection was not closed: %v", cfg.TLS != nil, err)
+		}
+		if waited := time.Since(start); waited > 3*time.Second {
+			t.Fatalf("TLS %v: closed after %v", cfg.TLS != nil, waited)
+		}
+	}
 }
