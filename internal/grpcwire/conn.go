@@ -56,7 +56,6 @@ type conn struct {
 	recvWin  int64      // what the client may still send on the connection
 	recvDone int64      // received since the last connection WINDOW_UPDATE
 	settings bool       // the client's first SETTINGS has come
-	scratch  [8]byte
 
 	mu   sync.Mutex
 	cond *sync.Cond // on mu: windows opened, a stream's data arrived or drained, the connection ended
@@ -74,7 +73,6 @@ type conn struct {
 	blocked   []*Call // streams with data waiting for window
 	retry     []*Call // pumpLocked's other list
 	goingAway bool    // GOAWAY sent: no new streams
-	lastID    uint32  // the last stream id GOAWAY said was taken
 	dead      bool    // the connection is closed: writes are dropped
 	flushing  bool    // a flush is asked for and not yet taken
 	closing   bool    // close once out is flushed
@@ -511,6 +509,9 @@ func (c *conn) close(err error) {
 	if c.dead {
 		return
 	}
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		c.s.log.Debug("grpcwire: connection closed", "remote", c.nc.RemoteAddr().String(), "err", err)
+	}
 	c.dead = true
 	c.nc.Close()
 	for _, st := range c.streams {
@@ -531,8 +532,7 @@ func (c *conn) goAway() {
 	c.goingAway = true
 	// maxID is written under mu (open), so a stream is either counted
 	// here or refused there.
-	c.lastID = c.maxID
-	c.fr.WriteGoAway(c.lastID, http2.ErrCodeNo, nil)
+	c.fr.WriteGoAway(c.maxID, http2.ErrCodeNo, nil)
 	c.notifyLocked()
 	if len(c.streams) == 0 {
 		c.closeAfterFlushLocked(nil)
