@@ -240,7 +240,7 @@ func (s *Sidecar) listenGRPC() (err error) {
 	}
 	if s.grpc, err = rls.New(rls.Config{Service: s.svc, Rules: s.rlsRules, StopWhenOverLimit: cfg.RLSStopOverLimit,
 		Shadow: cfg.RLSShadow, Headers: cfg.RLSHeaders, PeerKeys: peerKeys, MaxDescriptors: cfg.RLSMaxDescriptors, MaxEntries: cfg.RLSMaxEntries,
-		Ready: s.ready, TLS: tlsCfg, Logger: s.log}); err != nil {
+		Ready: s.ready, TLS: tlsCfg, Transport: cfg.GRPCTransport, Logger: s.log}); err != nil {
 		return err
 	}
 	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
@@ -248,7 +248,7 @@ func (s *Sidecar) listenGRPC() (err error) {
 	}
 	s.closers = append(s.closers, func() { s.grpcLn.Close() })
 	s.log.Info("serving Envoy's rate limit service (gRPC)", "addr", s.grpcLn.Addr().String(), "tls", tlsCfg != nil,
-		"client_certs", cfg.GRPCTLSClientCA != "", "headers", cfg.RLSHeaders.String(), "stop_charging_when_over_limit", cfg.RLSStopOverLimit,
+		"transport", cfg.GRPCTransport.String(), "client_certs", cfg.GRPCTLSClientCA != "", "headers", cfg.RLSHeaders.String(), "stop_charging_when_over_limit", cfg.RLSStopOverLimit,
 		"peer_keys", cfg.RLSPeerKeys,
 		"max_descriptors", cfg.RLSMaxDescriptors, "max_entries", cfg.RLSMaxEntries)
 	return nil

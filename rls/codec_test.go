@@ -3,6 +3,7 @@ package rls
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"testing"
 
@@ -147,12 +148,23 @@ func FuzzCodecRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) { decodeBoth(t, b, &r) })
 }
 
-// Over gRPC, with the pooled requests and replies reused across calls of
-// different sizes, the answers are those of ShouldRateLimit called
-// directly on a twin server.
+// Over gRPC, on either transport, with the pooled requests and replies
+// reused across calls of different sizes, the answers are those of
+// ShouldRateLimit called directly on a twin server; with
+// StopWhenOverLimit too, which the own transport decides on a goroutine.
 func TestOverGRPC(t *testing.T) {
-	direct, _ := newAnswering(t, Config{Headers: HeadersBoth})
-	served, _ := newAnswering(t, Config{Headers: HeadersBoth})
+	for _, tr := range []Transport{TransportOwn, TransportGRPCGo} {
+		for _, stop := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/stop=%v", tr, stop), func(t *testing.T) {
+				testOverGRPC(t, Config{Headers: HeadersBoth, Transport: tr, StopWhenOverLimit: stop})
+			})
+		}
+	}
+}
+
+func testOverGRPC(t *testing.T, cfg Config) {
+	direct, _ := newAnswering(t, cfg)
+	served, _ := newAnswering(t, cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

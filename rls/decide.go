@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/grpcwire"
 	"github.com/sluice-rl/sluice/internal/ratefields"
 	"github.com/sluice-rl/sluice/rlsconfig"
 	"github.com/sluice-rl/sluice/service"
@@ -40,6 +41,14 @@ type call struct {
 	peeked  bool  // the answer is the peek pass's: nothing was charged
 	domain  string
 	keys    []byte // the peer's keys of this call's requests, which alias it (queue)
+
+	// A call on the own transport's fast path (serveCall), between its
+	// submission and its answer: what landed needs.
+	req     *request
+	rep     *reply
+	matches []rlsconfig.Match
+	wc      *grpcwire.Call
+	landed  func() // s.landed(c), bound once
 }
 
 // What a descriptor gets when it does not go to the store.
@@ -68,6 +77,7 @@ func (c *call) reset() {
 	clear(c.ds)
 	c.ds, c.entries, c.over, c.hits, c.slot = c.ds[:0], c.entries[:0], c.over[:0], c.hits[:0], c.slot[:0]
 	c.peeked, c.domain, c.keys = false, "", c.keys[:0]
+	c.req, c.rep, c.matches, c.wc = nil, nil, nil, nil
 }
 
 func (c *call) clearParts() {
@@ -98,13 +108,20 @@ func (c *call) add(r service.Request) (int, error) {
 func (c *call) decide() (fallbacks int) {
 	for _, b := range c.parts[:c.used] {
 		c.svc.DecideWait(b)
-		for i := range b.Len() {
-			if byFailureMode(b.Path(i)) {
-				fallbacks++
-			}
-		}
+		fallbacks += byFailureModes(b)
 	}
 	return fallbacks
+}
+
+// byFailureModes is how many of a decided batch's decisions a failure
+// mode made.
+func byFailureModes(b *service.Batch) (n int) {
+	for i := range b.Len() {
+		if byFailureMode(b.Path(i)) {
+			n++
+		}
+	}
+	return n
 }
 
 // result is slot k's decision, whether shadow mode turned a refusal
@@ -133,24 +150,41 @@ func (s *Server) ShouldRateLimit(_ context.Context, req *pb.RateLimitRequest) (*
 
 // decide answers req into rep, which the answer then points into.
 func (s *Server) decide(req *pb.RateLimitRequest, rep *reply) (*pb.RateLimitResponse, error) {
-	if req.GetDomain() == "" {
-		return nil, status.Error(codes.InvalidArgument, errEmptyDomain)
-	}
-	if len(req.GetDescriptors()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, errEmptyDescriptors)
-	}
-	if err := s.bounded(req); err != nil {
+	c, matches, err := s.prepare(req)
+	if err != nil {
 		return nil, err
 	}
+	defer s.putCall(c)
+	return s.decideWait(c, req, matches, rep)
+}
+
+// prepare checks req and finds its rules, in a call from the pool.
+func (s *Server) prepare(req *pb.RateLimitRequest) (*call, []rlsconfig.Match, error) {
+	if req.GetDomain() == "" {
+		return nil, nil, status.Error(codes.InvalidArgument, errEmptyDomain)
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, nil, status.Error(codes.InvalidArgument, errEmptyDescriptors)
+	}
+	if err := s.bounded(req); err != nil {
+		return nil, nil, err
+	}
 	c := s.calls.Get().(*call)
-	defer func() {
-		c.reset()
-		s.calls.Put(c)
-	}()
 	matches, err := s.resolve(c, req)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		s.putCall(c)
+		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	return c, matches, nil
+}
+
+func (s *Server) putCall(c *call) {
+	c.reset()
+	s.calls.Put(c)
+}
+
+// decideWait decides a prepared call, waiting for the store.
+func (s *Server) decideWait(c *call, req *pb.RateLimitRequest, matches []rlsconfig.Match, rep *reply) (*pb.RateLimitResponse, error) {
 	if s.stop {
 		// A call whose only limited descriptors can never pass (more
 		// hits than the limit) queues no peek, and is over all the same.
@@ -380,6 +414,7 @@ func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match,
 // once for every status; the gRPC handler's come from a pool, and go back
 // once the codec has written them (codec.Marshal).
 type reply struct {
+	buf      []byte // the own transport's encoding of resp, kept between calls
 	resp     pb.RateLimitResponse
 	statuses []*pb.RateLimitResponse_DescriptorStatus
 	boxes    []statusBox

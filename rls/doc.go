@@ -21,6 +21,16 @@
 // (wire.go, codec.go), into pooled requests and replies: after grpc-go's
 // own work, protobuf's was most of the door's cost per call.
 //
+// The gRPC server under the door is Sluice's own by default (package
+// grpcwire, own.go): ShouldRateLimit is read on the connection's reading
+// goroutine, its one store submission made there (service.Decide), and
+// the answer written from the submission's completion, with no goroutine
+// per call; grpc-go's per-call work was over 40% of the door's CPU. A call
+// that needs more than one submission (StopWhenOverLimit, a call larger
+// than partSize) is decided on a goroutine of its own. grpc-go's server
+// stays selectable (Config.Transport, --grpc-transport grpc-go), with the
+// codec in codec.go.
+//
 // The server also serves the standard gRPC health service, reflecting the
 // sidecar's readiness, and server reflection, so grpcurl works without a
 // proto file.

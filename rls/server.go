@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/sluice-rl/sluice/internal/grpcwire"
 	"github.com/sluice-rl/sluice/rlsconfig"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -92,6 +94,9 @@ type Config struct {
 	// TLS, when set, serves gRPC over TLS with it (client certificates are
 	// its ClientAuth's business).
 	TLS *tls.Config
+	// Transport picks the gRPC server: zero, the own (package grpcwire);
+	// TransportGRPCGo, grpc-go's.
+	Transport Transport
 	// Logger logs what goes wrong beyond one call. Nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -111,7 +116,8 @@ type Server struct {
 	fallbacks                  fallbackLog
 
 	log      *slog.Logger
-	g        *grpc.Server
+	g        *grpc.Server     // with TransportGRPCGo
+	w        *grpcwire.Server // with TransportOwn
 	draining atomic.Bool
 	calls    sync.Pool // *call
 	requests sync.Pool // *request
@@ -156,9 +162,29 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{svc: cfg.Service, rules: cfg.Rules, stop: cfg.StopWhenOverLimit, shadow: cfg.Shadow, headers: cfg.Headers, peer: cfg.PeerKeys,
 		ready: cfg.Ready, log: cfg.Logger, maxDescriptors: cfg.MaxDescriptors, maxEntries: cfg.MaxEntries,
 		fallbacks: fallbackLog{log: cfg.Logger, now: time.Now}}
-	s.calls.New = func() any { return newCall(s.svc) }
+	s.calls.New = func() any {
+		c := newCall(s.svc)
+		c.landed = func() { s.landed(c) }
+		return c
+	}
 	s.requests.New = func() any { return new(request) }
 	s.replies.New = func() any { return &reply{pool: &s.replies} }
+	if cfg.Transport > TransportGRPCGo {
+		return nil, errors.New("rls: unknown Config.Transport")
+	}
+	if cfg.Transport == TransportOwn {
+		w, err := grpcwire.New(grpcwire.Config{TLS: cfg.TLS, Logger: cfg.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("rls: %w", err)
+		}
+		// Registered for reflection to list it; the fast path serves it.
+		w.RegisterService(&pb.RateLimitService_ServiceDesc, s)
+		w.HandleUnary(shouldRateLimitPath, s.serveCall)
+		healthpb.RegisterHealthServer(w, &health{s: s})
+		reflection.Register(w)
+		s.w = w
+		return s, nil
+	}
 	// A call waits for its batch's round trip to Redis in its handler, so
 	// a worker per call in flight: calls then reuse goroutines whose stacks
 	// have grown, instead of a new goroutine growing its stack each time.
@@ -214,6 +240,12 @@ var ErrServerClosed = errors.New("rls: server closed")
 
 // Serve answers on ln until Shutdown; it then returns ErrServerClosed.
 func (s *Server) Serve(ln net.Listener) error {
+	if s.w != nil {
+		if err := s.w.Serve(ln); err != nil && !errors.Is(err, grpcwire.ErrServerClosed) && !s.draining.Load() {
+			return err
+		}
+		return ErrServerClosed
+	}
 	err := s.g.Serve(ln)
 	if err == nil || errors.Is(err, grpc.ErrServerStopped) || s.draining.Load() {
 		return ErrServerClosed
@@ -226,6 +258,9 @@ func (s *Server) Serve(ln net.Listener) error {
 // then the remaining connections are closed and ctx's error returned.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
+	if s.w != nil {
+		return s.w.Shutdown(ctx)
+	}
 	done := make(chan struct{})
 	go func() {
 		s.g.GracefulStop()

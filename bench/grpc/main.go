@@ -16,6 +16,7 @@
 //	go run ./bench/grpc                                # this tree's Sluice alone
 //	go run ./bench/grpc -peer /tmp/ratelimit -before /tmp/sluice-main -runs 5
 //	go run ./bench/grpc -before /tmp/sluice-main -also workers=/tmp/sluice-workers -also shared=/tmp/sluice-shared
+//	go run ./bench/grpc -peer /tmp/ratelimit -also 'grpcgo=/tmp/sluice --grpc-transport grpc-go'
 //
 // The peer runs with its statistics off (USE_STATSD=false) and its
 // defaults otherwise. Everything listens on 127.0.0.1 and is stopped when
@@ -56,11 +57,15 @@ var (
 )
 
 func init() {
-	flag.Var(&others, "also", "`NAME=PATH`: one more Sluice binary measured beside the others, as NAME; repeatable")
+	flag.Var(&others, "also", "`NAME=PATH [FLAGS]`: one more Sluice binary measured beside the others, as NAME, with FLAGS added to its command line; repeatable")
 }
 
-// variant is one -also binary; variants are all of them, in the order given.
-type variant struct{ name, path string }
+// variant is one -also binary, with the flags it is given besides the
+// benchmark's own; variants are all of them, in the order given.
+type variant struct {
+	name, path string
+	args       []string
+}
 
 type variants []variant
 
@@ -76,7 +81,13 @@ func (v *variants) Set(s string) error {
 	if name == "sluice" || name == "before" || name == "peer" || slices.ContainsFunc(*v, func(o variant) bool { return o.name == name }) {
 		return fmt.Errorf("-also %s: the name is taken", name)
 	}
-	*v = append(*v, variant{name, path})
+	// "PATH --flag value": the same binary with a setting changed, such
+	// as --grpc-transport grpc-go.
+	fields := strings.Fields(path)
+	if len(fields) == 0 {
+		return fmt.Errorf("want NAME=PATH, got %q", s)
+	}
+	*v = append(*v, variant{name, fields[0], fields[1:]})
 	return nil
 }
 
@@ -175,11 +186,12 @@ func main() {
 		services = append(services, &service{name: name, pid: cmd.Process.Pid, rl: pb.NewRateLimitServiceClient(conn),
 			reqs: newCallerReqs(*callers)})
 	}
-	startSluice := func(name, bin, prefix string) {
+	startSluice := func(name, bin, prefix string, extra ...string) {
 		addr := fmt.Sprintf("127.0.0.1:%d", ps.FreePort())
-		cmd := start(nil, bin, "--listen", fmt.Sprintf("127.0.0.1:%d", ps.FreePort()), "--grpc-listen", addr,
-			"--rls-config", cfgDir, "--upstream", "redis://"+redisAddr, "--key-prefix", prefix,
-			"--admin-listen", "off", "--log-level", "warn")
+		args := append([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", ps.FreePort()), "--grpc-listen", addr,
+			"--rls-config", cfgDir, "--upstream", "redis://" + redisAddr, "--key-prefix", prefix,
+			"--admin-listen", "off", "--log-level", "warn"}, extra...)
+		cmd := start(nil, bin, args...)
 		add(name, cmd, addr)
 	}
 	startSluice("sluice", bin, "sluice:")
@@ -187,7 +199,7 @@ func main() {
 		startSluice("before", *before, "before:")
 	}
 	for _, o := range others {
-		startSluice(o.name, o.path, o.name+":")
+		startSluice(o.name, o.path, o.name+":", o.args...)
 	}
 	if *peer != "" {
 		grpcPort := ps.FreePort()

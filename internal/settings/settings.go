@@ -60,6 +60,7 @@ type Config struct {
 	GRPCTLSKey         string        // PEM private key
 	GRPCTLSClientCA    string        // PEM CA that client certificates must chain to; empty: none asked
 	GRPCInsecure       bool          // allow a non-loopback address without client certificates
+	GRPCTransport      rls.Transport // the gRPC server: Sluice's own, or grpc-go's
 	RLSConfig          string        // directory of envoyproxy/ratelimit YAML files
 	RLSConfigPoll      time.Duration // how often to re-read RLSConfig besides file events; 0: events only
 	RLSStopOverLimit   bool          // charge no descriptor of a call when any is over its limit
@@ -180,6 +181,8 @@ func (c *Config) Register(fs *flag.FlagSet) {
 		"PEM `file` of the CA that gRPC clients' certificates must chain to; every client must then present one")
 	fs.BoolVar(&c.GRPCInsecure, "grpc-insecure", c.GRPCInsecure,
 		"allow --grpc-listen on a non-loopback address without client certificates (a pod-local listener)")
+	fs.TextVar(&c.GRPCTransport, "grpc-transport", c.GRPCTransport,
+		"the gRPC door's server (`name`): own (Sluice's HTTP/2 transport, the default: about half grpc-go's CPU per call) or grpc-go")
 	fs.StringVar(&c.RLSConfig, "rls-config", c.RLSConfig,
 		"`directory` of envoyproxy/ratelimit's YAML configuration (every *.yaml, one domain each), watched and reloaded")
 	fs.DurationVar(&c.RLSConfigPoll, "rls-config-poll", c.RLSConfigPoll,

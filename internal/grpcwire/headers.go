@@ -1,0 +1,148 @@
+package grpcwire
+
+import (
+	"encoding/base64"
+	"math"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http2/hpack"
+)
+
+// headerScan is what a request's header block says that this transport
+// reads, gathered by the hpack decoder's emit function (bound once per
+// connection, so decoding allocates nothing of its own). The strings are
+// hpack's: those from its tables are shared, not copied.
+type headerScan struct {
+	s           *Server
+	method      string
+	path        string
+	contentType string
+	encoding    string
+	timeout     time.Duration
+	timeoutBad  bool
+	bad         string // why the block is malformed; "" when it is not
+	regular     bool   // a regular field was seen: pseudo-fields may not follow
+}
+
+func (h *headerScan) reset(s *Server) { *h = headerScan{s: s} }
+
+func (h *headerScan) emit(f hpack.HeaderField) {
+	if h.bad != "" {
+		return
+	}
+	if strings.HasPrefix(f.Name, ":") {
+		if h.regular {
+			h.bad = "pseudo-header after a regular one"
+			return
+		}
+		switch f.Name {
+		case ":method":
+			h.method = f.Value
+		case ":path":
+			h.path = f.Value
+		case ":scheme", ":authority":
+		default:
+			h.bad = "unknown pseudo-header " + f.Name
+		}
+		return
+	}
+	h.regular = true
+	switch f.Name {
+	case "content-type":
+		h.contentType = f.Value
+	case "grpc-encoding":
+		h.encoding = f.Value
+	case "grpc-timeout":
+		var ok bool
+		h.timeout, ok = parseTimeout(f.Value)
+		h.timeoutBad = !ok
+	case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+		// Connection-specific fields are malformed in HTTP/2 (RFC 9113,
+		// 8.2.2).
+		h.bad = "connection-specific header " + f.Name
+	case "te":
+		if f.Value != "trailers" {
+			h.bad = "te other than trailers"
+		}
+	}
+}
+
+// parseTimeout reads grpc-timeout: at most 8 digits and a unit (H, M, S,
+// m, u, n).
+func parseTimeout(v string) (time.Duration, bool) {
+	if len(v) < 2 || len(v) > 9 {
+		return 0, false
+	}
+	var n int64
+	for _, ch := range v[:len(v)-1] {
+		if ch < '0' || ch > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(ch-'0')
+	}
+	var unit time.Duration
+	switch v[len(v)-1] {
+	case 'H':
+		unit = time.Hour
+	case 'M':
+		unit = time.Minute
+	case 'S':
+		unit = time.Second
+	case 'm':
+		unit = time.Millisecond
+	case 'u':
+		unit = time.Microsecond
+	case 'n':
+		unit = time.Nanosecond
+	default:
+		return 0, false
+	}
+	switch {
+	case n == 0:
+		return time.Nanosecond, true // already past
+	case n > math.MaxInt64/int64(unit):
+		return 0, true // 8 digits of hours overflow a Duration: no deadline
+	}
+	return time.Duration(n) * unit, true
+}
+
+// isReservedHeader: the fields a handler's metadata may not set, as
+// grpc-go reserves them.
+func isReservedHeader(k string) bool {
+	switch k {
+	case "content-type", "user-agent", "grpc-message-type", "grpc-encoding", "grpc-message",
+		"grpc-status", "grpc-timeout", "grpc-status-details-bin", "te":
+		return true
+	}
+	return false
+}
+
+func encodeBinHeader(v string) string { return base64.RawStdEncoding.EncodeToString([]byte(v)) }
+
+// encodeGRPCMessage percent-encodes grpc-message as gRPC's HTTP/2
+// protocol says: bytes outside printable ASCII, and '%'.
+func encodeGRPCMessage(msg string) string {
+	clean := true
+	for i := 0; i < len(msg); i++ {
+		if ch := msg[i]; ch < ' ' || ch > '~' || ch == '%' {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return msg
+	}
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(msg); i++ {
+		if ch := msg[i]; ch < ' ' || ch > '~' || ch == '%' {
+			b.WriteByte('%')
+			b.WriteByte(hex[ch>>4])
+			b.WriteByte(hex[ch&15])
+		} else {
+			b.WriteByte(ch)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,137 @@
+package rls
+
+import (
+	"errors"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-rl/sluice/internal/grpcwire"
+)
+
+// Transport picks the gRPC server under the door.
+type Transport uint8
+
+// The transports. TransportOwn is the zero value and the default.
+const (
+	// TransportOwn is package grpcwire: ShouldRateLimit is decoded on the
+	// connection's reading goroutine, submitted without a goroutine of its
+	// own, and answered from the store's completion.
+	TransportOwn Transport = iota
+	// TransportGRPCGo is grpc-go's server, kept to compare with and to
+	// fall back on.
+	TransportGRPCGo
+)
+
+var transportNames = [...]string{TransportOwn: "own", TransportGRPCGo: "grpc-go"}
+
+func (t Transport) String() string {
+	if int(t) < len(transportNames) {
+		return transportNames[t]
+	}
+	return "transport(?)"
+}
+
+// MarshalText writes the transport as UnmarshalText reads it (a flag).
+func (t Transport) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+// UnmarshalText reads own or grpc-go.
+func (t *Transport) UnmarshalText(b []byte) error {
+	for i, n := range transportNames {
+		if string(b) == n {
+			*t = Transport(i)
+			return nil
+		}
+	}
+	return errors.New("must be own or grpc-go")
+}
+
+// shouldRateLimitPath is the method's HTTP/2 path.
+const shouldRateLimitPath = "/" + "envoy.service.ratelimit.v3.RateLimitService" + "/ShouldRateLimit"
+
+// serveCall is ShouldRateLimit on the own transport, run on the
+// connection's reading goroutine: it reads the request, finds its rules,
+// submits the call's one store batch and returns; landed answers. A call
+// that needs more than one submission (StopWhenOverLimit's two passes, or
+// more descriptors than one part) is decided on a goroutine of its own,
+// as on grpc-go.
+func (s *Server) serveCall(wc *grpcwire.Call) {
+	req := s.requests.Get().(*request)
+	if !req.decode(wc.Message()) {
+		req.reset()
+		if err := proto.Unmarshal(wc.Message(), &req.msg); err != nil {
+			s.putRequest(req)
+			wc.Fail(codes.Internal, "grpc: failed to unmarshal the received message: "+err.Error())
+			return
+		}
+	}
+	c, matches, err := s.prepare(&req.msg)
+	if err != nil {
+		s.putRequest(req)
+		fail(wc, err)
+		return
+	}
+	c.req, c.rep, c.matches, c.wc = req, s.replies.Get().(*reply), matches, wc
+	switch {
+	case s.stop:
+		go func() {
+			resp, err := s.decideWait(c, &req.msg, matches, c.rep)
+			s.finish(c, resp, err)
+		}()
+	case !s.queue(c, matches, false):
+		resp, err := s.answer(c, &req.msg, matches, c.rep) // nothing for the store
+		s.finish(c, resp, err)
+	case c.used > 1:
+		go func() {
+			s.fallbacks.note(c.decide(), len(matches))
+			resp, err := s.answer(c, &req.msg, matches, c.rep)
+			s.finish(c, resp, err)
+		}()
+	default:
+		s.svc.Decide(c.parts[:1], c.landed)
+	}
+}
+
+// landed answers a fast call once its batch is decided: on the goroutine
+// that completed the round trip, so it only encodes and queues.
+func (s *Server) landed(c *call) {
+	s.fallbacks.note(byFailureModes(c.parts[0]), len(c.matches))
+	resp, err := s.answer(c, &c.req.msg, c.matches, c.rep)
+	s.finish(c, resp, err)
+}
+
+// finish writes the answer to the call and puts the call's scratch back.
+func (s *Server) finish(c *call, resp *pb.RateLimitResponse, err error) {
+	wc, rep := c.wc, c.rep
+	switch {
+	case err != nil:
+		fail(wc, err)
+	default:
+		b, ok := appendResponse(rep.buf[:0], resp)
+		if !ok {
+			var merr error
+			if b, merr = (proto.MarshalOptions{Deterministic: true}).MarshalAppend(rep.buf[:0], resp); merr != nil {
+				wc.Fail(codes.Internal, "rls: marshal: "+merr.Error())
+				break
+			}
+		}
+		rep.buf = b
+		wc.Reply(b)
+	}
+	s.putRequest(c.req)
+	rep.release()
+	s.putCall(c)
+}
+
+func (s *Server) putRequest(r *request) {
+	r.reset()
+	s.requests.Put(r)
+}
+
+// fail ends wc with err's status.
+func fail(wc *grpcwire.Call, err error) {
+	st := status.Convert(err)
+	wc.Fail(st.Code(), st.Message())
+}
