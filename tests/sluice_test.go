@@ -116,10 +116,18 @@ func launch(t *testing.T, dir, network, addr string, port int, args ...string) *
 	go func() { s.done <- s.cmd.Wait() }()
 	t.Cleanup(func() { s.stop(t) })
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if c, err := net.DialTimeout(s.Net, s.Addr, time.Second); err == nil {
+	// The admin port is bound after the RESP one: a test that asks it
+	// straight after start must find it there.
+	for listening := false; ; {
+		if c, err := net.DialTimeout(s.Net, s.Addr, time.Second); err == nil && !listening {
 			c.Close()
-			return s
+			listening = true
+		}
+		if listening {
+			if c, err := net.DialTimeout("tcp", s.Admin, time.Second); err == nil {
+				c.Close()
+				return s
+			}
 		}
 		select {
 		case err := <-s.done:
