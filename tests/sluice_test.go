@@ -119,9 +119,11 @@ func launch(t *testing.T, dir, network, addr string, port int, args ...string) *
 	// The admin port is bound after the RESP one: a test that asks it
 	// straight after start must find it there.
 	for listening := false; ; {
-		if c, err := net.DialTimeout(s.Net, s.Addr, time.Second); err == nil && !listening {
-			c.Close()
-			listening = true
+		if !listening {
+			if c, err := net.DialTimeout(s.Net, s.Addr, time.Second); err == nil {
+				c.Close()
+				listening = true
+			}
 		}
 		if listening {
 			if c, err := net.DialTimeout("tcp", s.Admin, time.Second); err == nil {
