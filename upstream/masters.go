@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,10 +49,14 @@ type masterPipes struct {
 	stray func(reply any) // each pipe's (pipe.stray)
 
 	// bySlot caches go-redis's answer per slot: asking it (MasterForKey)
-	// hashes the key, reads its state and locks, per request. Emptied
-	// whenever the store reloads the slot map (forget), so that a slot
-	// that moved is asked again.
-	bySlot [16384]atomic.Pointer[pipeStore]
+	// hashes the key, reads its state and locks, per request. A slot's
+	// entry is 1 + the master's index in list (0: not asked since the
+	// map was last reloaded), two slots a word: 32 KB, which stays in
+	// cache, where a pointer a slot (128 KB) missed it on most requests.
+	// Emptied whenever the store reloads the slot map (forget), so that a
+	// slot that moved is asked again.
+	bySlot [16384 / 2]atomic.Uint32
+	list   atomic.Pointer[[]*pipeStore] // every master's, in order made; grows under mu
 
 	mu     sync.Mutex
 	pipes  map[string]*pipeStore // guarded by mu
@@ -67,6 +72,7 @@ type pipeStore struct {
 	s          *Store
 	p          *pipe
 	undeclared bool
+	idx        int // a master's index in masterPipes.list
 }
 
 // Submit sends the batch on the pipe in one call.
@@ -89,27 +95,35 @@ func newMasterPipes(s *Store, cc *redis.ClusterClient) *masterPipes {
 	if cc.Options().StreamingCredentialsProvider != nil {
 		return nil
 	}
-	return &masterPipes{s: s, cc: cc, stray: s.strayReply, pipes: map[string]*pipeStore{}}
+	m := &masterPipes{s: s, cc: cc, stray: s.strayReply, pipes: map[string]*pipeStore{}}
+	m.list.Store(new([]*pipeStore))
+	return m
 }
 
 // ofRequest returns the master that serves r's keys (all of them share
 // r.Key's hash tag, so its slot).
 func (m *masterPipes) ofRequest(r *engine.Request) (*pipeStore, error) {
 	slot := m.s.slotOf(r)
-	if ms := m.bySlot[slot].Load(); ms != nil {
-		return ms, nil
+	shift := 16 * uint32(slot&1)
+	if i := uint16(m.bySlot[slot/2].Load() >> shift); i != 0 {
+		return (*m.list.Load())[i-1], nil
 	}
 	ms, err := m.of(context.Background(), m.s.keyOf(r))
-	if err == nil {
-		m.bySlot[slot].Store(ms)
+	if err != nil || ms.idx >= 1<<16-1 {
+		return ms, err
 	}
-	return ms, err
+	for w := &m.bySlot[slot/2]; ; {
+		old := w.Load()
+		if w.CompareAndSwap(old, old&^(0xffff<<shift)|uint32(ms.idx+1)<<shift) {
+			return ms, nil
+		}
+	}
 }
 
 // forget empties the slot cache: the slot map is being reloaded.
 func (m *masterPipes) forget() {
 	for i := range m.bySlot {
-		m.bySlot[i].Store(nil)
+		m.bySlot[i].Store(0)
 	}
 }
 
@@ -136,8 +150,11 @@ func (m *masterPipes) of(ctx context.Context, key string) (*pipeStore, error) {
 		if m.loop != nil {
 			p.useLoop(m.loop)
 		}
-		ms = &pipeStore{s: m.s, p: p, undeclared: true}
+		list := *m.list.Load()
+		ms = &pipeStore{s: m.s, p: p, undeclared: true, idx: len(list)}
 		m.pipes[opt.Addr] = ms
+		grown := append(slices.Clip(list), ms)
+		m.list.Store(&grown)
 	}
 	return ms, nil
 }
