@@ -141,12 +141,11 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 		return err
 	}
 	if s.chain != nil && len(loops) > 0 {
-		// On one Redis each loop has a connection of its own, whose
-		// replies it reads, with no thread woken between them and the
-		// clients it serves; a Cluster's masters are read on the first
-		// loop (a TLS connection keeps a reader goroutine).
-		s.chain.up.UseLoops(loops)
-		log.Debug("the upstream's connections are read on the event loops", "io_loops", len(loops))
+		// The Redis connection belongs to the first loop: its replies are
+		// read there, with no thread woken between them and the clients
+		// that loop serves (a TLS connection keeps a reader goroutine).
+		s.chain.up.UseLoop(loops[0])
+		log.Debug("the upstream's connection is read on the first event loop", "loop", 0, "io_loops", len(loops))
 	}
 	rcfg := respserver.Config{Service: s.svc, RequirePass: cfg.RequirePass, Logger: log,
 		MaxConns: cfg.MaxClients, MaxInputMemory: int64(cfg.MaxInputMemory), Info: append(s.infoSections(), s.adminInfo()), Keys: s.mem.Len, Loops: loops}

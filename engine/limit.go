@@ -259,12 +259,6 @@ type Request struct {
 	// OnFailure says what decides when the store cannot answer in time;
 	// zero means the Guard's default.
 	OnFailure FailureMode
-	// Loop is the event loop whose connection asked (0 without one): a
-	// store with a connection to Redis per loop sends the request on its
-	// loop's (upstream.Store.Shards), whose reply that loop reads, so
-	// that no other loop's thread is woken between the reply and its
-	// client.
-	Loop uint8
 }
 
 // FailureMode is what a request gets when the shared store cannot answer.

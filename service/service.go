@@ -141,19 +141,7 @@ type flight struct {
 // in-memory store, the deny cache, an open breaker), else later on the
 // goroutine that completes the round trip. The batches must not be
 // touched until done runs; done must be quick and must not call Decide.
-func (s *Service) Decide(bs []*Batch, done func()) { s.DecideOn(0, bs, done) }
-
-// DecideOn is Decide for a door's event loop: loop's requests go on
-// that loop's Redis connection where the store has one per loop
-// (engine.Request.Loop).
-func (s *Service) DecideOn(loop uint8, bs []*Batch, done func()) {
-	if loop != 0 {
-		for _, b := range bs {
-			for i := range b.reqs {
-				b.reqs[i].Loop = loop
-			}
-		}
-	}
+func (s *Service) Decide(bs []*Batch, done func()) {
 	f := s.flights.Get().(*flight)
 	f.bs, f.done = append(f.bs[:0], bs...), done
 	traced := false

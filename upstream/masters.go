@@ -64,23 +64,22 @@ type masterPipes struct {
 	closed bool                  // guarded by mu
 }
 
-// pipeStore is one pipe as an engine.Store: a shard of the store
-// (Store.Shards). A Cluster master's sends its batches with their keys
-// undeclared (see lua/batch.lua), so that one call spans every slot the
-// master serves.
+// pipeStore is a Cluster master's pipe as an engine.Store: the shard
+// that decides the requests on the slots the master serves
+// (Store.Shards).
 type pipeStore struct {
-	s          *Store
-	p          *pipe
-	undeclared bool
-	idx        int // a master's index in masterPipes.list
+	s   *Store
+	p   *pipe
+	idx int // the master's index in masterPipes.list
 }
 
-// Submit sends the batch on the pipe in one call.
+// Submit sends the batch to the master in one call, its keys undeclared
+// (see lua/batch.lua), so that it may span every slot the master serves.
 func (ps *pipeStore) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
-	ps.s.sendOn(ps.p, ps.undeclared, reqs, res, deadline, done)
+	ps.s.sendOn(ps.p, true, reqs, res, deadline, done)
 }
 
-// Reset resets through the store, which finds the key's Redis itself.
+// Reset resets through the store, which finds the key's master itself.
 func (ps *pipeStore) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
 	return ps.s.Reset(ctx, key, limits...)
 }
@@ -151,7 +150,7 @@ func (m *masterPipes) of(ctx context.Context, key string) (*pipeStore, error) {
 			p.useLoop(m.loop)
 		}
 		list := *m.list.Load()
-		ms = &pipeStore{s: m.s, p: p, undeclared: true, idx: len(list)}
+		ms = &pipeStore{s: m.s, p: p, idx: len(list)}
 		m.pipes[opt.Addr] = ms
 		grown := append(slices.Clip(list), ms)
 		m.list.Store(&grown)
@@ -179,24 +178,14 @@ func (m *masterPipes) close() {
 	}
 }
 
-// Shards routes each request to the connection that decides it, for a
-// batcher that gives each its own batches (chain.Config.Shard): on
-// Cluster the master that serves its key; on one Redis the connection of
-// the request's event loop (UseLoops), the only one until then. Nil where
-// no pipe can stand in for go-redis.
+// Shards routes each request to the master that serves its key, for a
+// batcher that gives each master its own batches (chain.Config.Shard):
+// nil off Cluster, or where no pipe can stand in for go-redis.
 func (s *Store) Shards() engine.Shards {
-	switch {
-	case s.masters != nil:
-		return s.shardOf
-	case s.pipe != nil:
-		return s.loopShard
+	if s.masters == nil {
+		return nil
 	}
-	return nil
-}
-
-func (s *Store) loopShard(r *engine.Request) (engine.Store, error) {
-	ps := *s.perLoop.Load()
-	return ps[int(r.Loop)%len(ps)], nil
+	return s.shardOf
 }
 
 func (s *Store) shardOf(r *engine.Request) (engine.Store, error) {

@@ -13,17 +13,9 @@ import (
 	"github.com/sluice-rl/sluice/upstream"
 )
 
-// startLoop runs an event loop that reads s's replies (UseLoops) until
-// the test ends, or until it calls end.
+// startLoop runs an event loop that reads s's replies (UseLoop) until the
+// test ends, or until it calls end.
 func startLoop(t *testing.T, s *upstream.Store) (l *evloop.Loop, end func()) {
-	t.Helper()
-	l, end = runLoop(t)
-	s.UseLoops([]*evloop.Loop{l})
-	return l, end
-}
-
-// runLoop runs an event loop until the test ends, or until it calls end.
-func runLoop(t *testing.T) (l *evloop.Loop, end func()) {
 	t.Helper()
 	l, err := evloop.New()
 	if err != nil {
@@ -31,6 +23,7 @@ func runLoop(t *testing.T) (l *evloop.Loop, end func()) {
 	}
 	ran := make(chan error, 1)
 	go func() { ran <- l.Run() }()
+	s.UseLoop(l)
 	ended := false
 	end = func() {
 		if !ended {
@@ -47,7 +40,7 @@ func runLoop(t *testing.T) (l *evloop.Loop, end func()) {
 
 // readsOnLoop tells whether s's replies are read on l: a batch sent while
 // l is busy (running a posted function) must not land until l is free.
-func readsOnLoop(t *testing.T, s engine.Store, l *evloop.Loop) bool {
+func readsOnLoop(t *testing.T, s *upstream.Store, l *evloop.Loop) bool {
 	t.Helper()
 	busy, free := make(chan struct{}), make(chan struct{})
 	if !l.Post(func() { close(busy); <-free }) {
@@ -163,38 +156,4 @@ func TestPausedRedisOnLoopChargesNothing(t *testing.T) {
 	srv, client := standalone(t)
 	top := topology{"standalone", client, []*redistest.Server{srv}}
 	pauseAndCount(t, top, engine.FailClosed, func(s *upstream.Store) { startLoop(t, s) })
-}
-
-// On one Redis each loop has a connection of its own: a request of loop
-// k goes on loop k's (Shards, by engine.Request.Loop), whose replies
-// loop k reads, and no other.
-func TestEachLoopReadsItsOwnConnection(t *testing.T) {
-	_, client := standalone(t)
-	s := newStore(t, upstream.Config{Client: client, Prefix: "loops:"})
-	defer s.Close()
-	l0, _ := runLoop(t)
-	l1, _ := runLoop(t)
-	s.UseLoops([]*evloop.Loop{l0, l1})
-	shard := s.Shards()
-	on := func(loop uint8) engine.Store {
-		st, err := shard(&engine.Request{Key: "k", Loop: loop})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
-	if on(0) == on(1) {
-		t.Fatal("loops 0 and 1 share a connection")
-	}
-	for _, c := range []struct {
-		loop       uint8
-		own, other *evloop.Loop
-	}{{0, l0, l1}, {1, l1, l0}} {
-		if !readsOnLoop(t, on(c.loop), c.own) {
-			t.Errorf("loop %d's batch landed while its loop was busy: not read there", c.loop)
-		}
-		if readsOnLoop(t, on(c.loop), c.other) {
-			t.Errorf("loop %d's batch waited for the other loop", c.loop)
-		}
-	}
 }

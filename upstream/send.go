@@ -170,46 +170,31 @@ func (s *Store) appendScriptCall(buf []byte, name, body string, c *call) []byte 
 	return c.batch.Append(buf)
 }
 
-// Close closes the store's own connections; the client is the caller's
-// to close.
+// Close closes the store's own connection; the client is the caller's to
+// close.
 func (s *Store) Close() {
 	if s.pipe != nil {
-		for _, ps := range *s.perLoop.Load() {
-			ps.p.close()
-		}
+		s.pipe.close()
 	}
 	if s.masters != nil {
 		s.masters.close()
 	}
 }
 
-// UseLoops has event loops read the replies to batches from now on. On
-// one Redis (standalone or Sentinel's master) each loop gets a
-// connection of its own, which it reads, and a request goes on its own
-// loop's (engine.Request.Loop, Shards): a reply reaches the loop that
-// answers it with no other thread woken in between, and the loop holds
-// for a small batch's reply (evloop.Owing). On Cluster the first loop
-// reads every master's pipe. On a connection with no descriptor (TLS), a
-// goroutine of the store's reads the replies as before, and so it does
-// again once its loop ends.
-func (s *Store) UseLoops(loops []*evloop.Loop) {
-	if len(loops) == 0 {
-		return
+// UseLoop has an event loop read the replies to batches from now on:
+// the store watches its connection's descriptor on l, and its replies are
+// read and their batches completed on l's goroutine. app hands it the
+// loop that serves the RESP door's first connections, so that a reply
+// reaches the loop that answers it with no thread woken in between; the
+// loop holds for a small batch's reply (evloop.Owing). On Cluster the
+// loop reads every master's pipe. On a connection with no descriptor
+// (TLS), a goroutine of the store's reads the replies as before, and so
+// it does again once l ends.
+func (s *Store) UseLoop(l *evloop.Loop) {
+	if s.pipe != nil {
+		s.pipe.useLoop(l)
 	}
 	if s.masters != nil {
-		s.masters.useLoop(loops[0])
-		return
+		s.masters.useLoop(l)
 	}
-	if s.pipe == nil {
-		return
-	}
-	s.pipe.useLoop(loops[0])
-	pipes := []*pipeStore{(*s.perLoop.Load())[0]} // a lane of the batcher's may know it already
-	for _, l := range loops[1:] {
-		p := newPipe(s.client)
-		p.stray = s.strayReply
-		p.useLoop(l)
-		pipes = append(pipes, &pipeStore{s: s, p: p})
-	}
-	s.perLoop.Store(&pipes)
 }

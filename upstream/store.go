@@ -70,9 +70,6 @@ type Store struct {
 	now     func() time.Time
 	bufs    sync.Pool // *buffers
 	pipe    *pipe     // nil on Cluster
-	// perLoop is one Redis's pipes, one per event loop (UseLoops); the
-	// first is pipe. Nil where pipe is.
-	perLoop atomic.Pointer[[]*pipeStore]
 	// masters holds a pipe per Cluster master (masters.go); nil off
 	// Cluster, and where a pipe cannot stand in for go-redis.
 	masters *masterPipes
@@ -120,7 +117,6 @@ func New(cfg Config) (*Store, error) {
 		s.masters = newMasterPipes(s, cc)
 	} else if s.pipe = newPipe(cfg.Client); s.pipe != nil {
 		s.pipe.stray = s.strayReply
-		s.perLoop.Store(&[]*pipeStore{{s: s, p: s.pipe}})
 	}
 	return s, nil
 }

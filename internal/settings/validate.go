@@ -17,11 +17,6 @@ import (
 // Validate checks every setting before anything starts, naming the flag
 // (or the SLUICE_* variable, after Finish) of the first that is wrong and
 // how to write it, in one line.
-// MaxIOLoops is the most event loops --io-loops may ask for: each has a
-// thread and, on one Redis, a connection of its own
-// (engine.Request.Loop numbers them in a byte).
-const MaxIOLoops = 256
-
 func (c *Config) Validate() error {
 	if err := c.validateListen(); err != nil {
 		return err
@@ -69,9 +64,6 @@ func (c *Config) Validate() error {
 		if n.n < 0 || n.n == 0 && !n.zeroOK {
 			return fmt.Errorf("invalid %s %q: must be a positive integer%s", c.name(n.name), strconv.Itoa(n.n), orZero(n.zeroOK))
 		}
-	}
-	if c.IOLoops > MaxIOLoops {
-		return fmt.Errorf("invalid %s %q: must be at most %d (each loop is a thread and a connection to Redis)", c.name("io-loops"), strconv.Itoa(c.IOLoops), MaxIOLoops)
 	}
 	if c.MaxInputMemory <= 0 {
 		return fmt.Errorf("invalid %s %q: must be a positive size such as 256mb", c.name("max-input-memory"), c.MaxInputMemory.String())

@@ -46,9 +46,6 @@ type Loop struct {
 	log  *slog.Logger
 	el   *evloop.Loop
 	load atomic.Int64
-	// index is the loop's place in Start's list: its requests' Loop, so
-	// that they go on the upstream connection this loop reads.
-	index uint8
 
 	mu      sync.Mutex
 	landed  []landing // guarded by mu: segments whose results are in
@@ -104,7 +101,7 @@ type round struct {
 func Start(svc *service.Service, log *slog.Logger, els []*evloop.Loop) ([]*Loop, error) {
 	var loops []*Loop
 	for i, el := range els {
-		l := &Loop{svc: svc, log: log, el: el, index: uint8(i), conns: make(map[*loopConn]struct{})}
+		l := &Loop{svc: svc, log: log, el: el, conns: make(map[*loopConn]struct{})}
 		l.rounds.New = func() any {
 			r := &round{l: l}
 			r.landed = r.land
@@ -422,7 +419,7 @@ func (l *Loop) decide(r *round, bs []*service.Batch) {
 	l.el.Hold(len(l.ends) == 1)
 	l.owed.Add(int64(len(l.ends)))
 	if len(l.ends) == 1 {
-		l.svc.DecideOn(l.index, bs, r.landed)
+		l.svc.Decide(bs, r.landed)
 		return
 	}
 	l.cuts.Add(1)
@@ -436,7 +433,7 @@ func (l *Loop) decide(r *round, bs []*service.Batch) {
 		}
 		part.segs = append(part.segs, l.parting[from:end]...)
 		// part may land, and go back to the pool, before Decide returns.
-		l.svc.DecideOn(l.index, bs[from:end], part.landed)
+		l.svc.Decide(bs[from:end], part.landed)
 		from = end
 	}
 	clear(l.parting)
