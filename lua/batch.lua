@@ -586,10 +586,18 @@ local function decideMulti(x, base, held, goesOn)
       end
     end
   elseif own and mode ~= '1' then
+    -- Each limit takes the cost its look admitted: an algorithm that can
+    -- (A.commit) stores what its look worked out, whose reply is the
+    -- take's; the others step again.
     for j = 1, nl do
       if not (claimed and j == claimer) then
         local L, v = Ls[j], 5 * j
-        pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = L.alg.step(states[j], KEYS[base + j], now, L, cost, false)
+        local A = L.alg
+        if A.commit and cost > 0 then
+          A.commit(states[j])
+        else
+          pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(states[j], KEYS[base + j], now, L, cost, false)
+        end
       end
     end
   end
