@@ -7,7 +7,10 @@
 // runs, and beside them the median of Redis's main thread CPU time per
 // decision over the same runs (/proc/<pid>/schedstat: not inflated when
 // the machine preempts Redis mid-call, as usec_per_call, a wall time, is;
-// it also counts reading and answering the calls):
+// it also counts reading and answering the calls). The runs go round the
+// rows (run 1 of each, then run 2 of each), so that rows compared with
+// each other see the same load; with policy1, policy2 and second, a last
+// line gives the median of each run's policy2 / (policy1 + second):
 //
 //	fresh  every request on a key never seen: one claim (SET NX GET) each
 //	hot    every request of a batch on one key, with a limit that admits
@@ -146,21 +149,81 @@ func main() {
 		fmt.Printf(" %22s", "N="+strconv.Itoa(n))
 	}
 	fmt.Println()
+	var rows []*row
 	for sc := range strings.SplitSeq(*scenarios, ",") {
 		switch sc {
 		case "floor":
-			m.row(sc, "-", ns, m.floor)
+			rows = append(rows, &row{scenario: sc, alg: "-", measure: m.floor})
 		case "policy1", "policy2", "second", "hotpolicy":
-			m.row(sc, "-", ns, func(n int) (float64, error) { return m.policy(n, sc) })
+			rows = append(rows, &row{scenario: sc, alg: "-", measure: func(n int) (float64, error) { return m.policy(n, sc) }})
 		case "fresh", "hot":
 			for _, a := range as {
-				m.row(sc, a.Short(), ns, func(n int) (float64, error) { return m.batches(sc, a, n) })
+				rows = append(rows, &row{scenario: sc, alg: a.Short(), measure: func(n int) (float64, error) { return m.batches(sc, a, n) }})
 			}
 		default:
 			stop()
 			log.Fatalf("unknown scenario %q", sc)
 		}
 	}
+	// Run r of every row, then run r + 1 of every row: the machine's
+	// load moves over seconds, and rows compared with each other (policy2
+	// against policy1 and second) then see the same load.
+	for range *runs {
+		for _, r := range rows {
+			m.measure(r, ns)
+		}
+	}
+	for _, r := range rows {
+		r.print()
+	}
+	m.printTarget(rows, ns)
+}
+
+// row is one scenario's (and algorithm's) measurements: per batch size,
+// Redis µs and main-thread CPU µs per decision, one of each per run.
+type row struct {
+	scenario, alg string
+	measure       func(n int) (float64, error)
+	us, cpu       [][]float64 // [batch size][run]
+}
+
+// median is the median of xs, which it sorts.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	return xs[len(xs)/2]
+}
+
+func (r *row) print() {
+	fmt.Printf("%-8s %-8s", r.scenario, r.alg)
+	for k := range r.us {
+		us, cpu := slices.Clone(r.us[k]), slices.Clone(r.cpu[k])
+		fmt.Printf(" %6.3f (%5.3f) %6.3f", median(us), us[0], median(cpu))
+	}
+	fmt.Println()
+}
+
+// printTarget prints, where policy1, policy2 and second were all
+// measured, the median over runs of policy2 / (policy1 + second), each
+// run's three measured side by side: issue 27's target is at most 1.1.
+func (m *meter) printTarget(rows []*row, ns []int) {
+	by := map[string]*row{}
+	for _, r := range rows {
+		by[r.scenario] = r
+	}
+	p1, p2, sec := by["policy1"], by["policy2"], by["second"]
+	if p1 == nil || p2 == nil || sec == nil {
+		return
+	}
+	fmt.Printf("%-17s", "policy2/(1+second)")
+	for k := range ns {
+		var us, cpu []float64
+		for j := range p2.us[k] {
+			us = append(us, p2.us[k][j]/(p1.us[k][j]+sec.us[k][j]))
+			cpu = append(cpu, p2.cpu[k][j]/(p1.cpu[k][j]+sec.cpu[k][j]))
+		}
+		fmt.Printf(" %6.3f (%5.3f) %6.3f", median(us), us[0], median(cpu))
+	}
+	fmt.Println()
 }
 
 type meter struct {
@@ -196,33 +259,27 @@ func (m *meter) fatalf(format string, args ...any) {
 	log.Fatalf(format, args...)
 }
 
-// row prints one scenario's medians, one per batch size.
-func (m *meter) row(scenario, alg string, ns []int, measure func(n int) (float64, error)) {
-	fmt.Printf("%-8s %-8s", scenario, alg)
-	for _, n := range ns {
-		var got, cpu []float64
-		for range *runs {
-			before, err := m.cpu()
-			if err != nil {
-				m.fatalf("%v", err)
-			}
-			us, err := measure(n)
-			if err != nil {
-				fmt.Println()
-				m.fatalf("%s %s N=%d: %v", scenario, alg, n, err)
-			}
-			after, err := m.cpu()
-			if err != nil {
-				m.fatalf("%v", err)
-			}
-			got = append(got, us)
-			cpu = append(cpu, float64(after-before)/1000/float64(m.decided))
-		}
-		slices.Sort(got)
-		slices.Sort(cpu)
-		fmt.Printf(" %6.3f (%5.3f) %6.3f", got[len(got)/2], got[0], cpu[len(cpu)/2])
+// measure runs r's measurement once for each batch size.
+func (m *meter) measure(r *row, ns []int) {
+	if r.us == nil {
+		r.us, r.cpu = make([][]float64, len(ns)), make([][]float64, len(ns))
 	}
-	fmt.Println()
+	for k, n := range ns {
+		before, err := m.cpu()
+		if err != nil {
+			m.fatalf("%v", err)
+		}
+		us, err := r.measure(n)
+		if err != nil {
+			m.fatalf("%s %s N=%d: %v", r.scenario, r.alg, n, err)
+		}
+		after, err := m.cpu()
+		if err != nil {
+			m.fatalf("%v", err)
+		}
+		r.us[k] = append(r.us[k], us)
+		r.cpu[k] = append(r.cpu[k], float64(after-before)/1000/float64(m.decided))
+	}
 }
 
 // batches sends one run of batches of n requests through the store and
