@@ -58,7 +58,11 @@
 -- Reply: a header of two integers: Redis's TIME (µs) as the call read
 -- it, from which the caller keeps its offset to Redis's clock, and late
 -- (1 or 0). Then five integers per single-limit request, in order, then five per
--- limit of each multi-limit request: allowed (1 or 0), remaining,
+-- limit of each multi-limit request, a multi-limit run at a time, and
+-- in a run a limit at a time: its first limit's reply to each of its
+-- requests in order, then its second limit's, and so on (a limit's
+-- replies to a run mostly repeat, where a request's one per limit do
+-- not). Each reply is allowed (1 or 0), remaining,
 -- retry_after (µs), reset_after (µs), delay (µs); except that where
 -- requests in a row have the same allowed and the other four change by
 -- the same steps (the empty keys of a run and a hot key's refusals
@@ -131,7 +135,8 @@ local runsOfMulti = count(qj, 'number of multi-limit runs')
 -- Each multi-limit request x is its number of limits mN[x], cost, mode
 -- and the field of its first limit index, mAt[x], its run's: arrays, not
 -- a table per request. q counts the requests.
-local mN, mCost, mMode, mAt, multiKeys, mj, q = {}, {}, {}, {}, 0, qj + 1, 0
+-- runSize[k] is the k-th multi-limit run's number of requests.
+local mN, mCost, mMode, mAt, runSize, multiKeys, mj, q = {}, {}, {}, {}, {}, 0, qj + 1, 0
 for k = 1, runsOfMulti do
   local c, nl = count(mj, 'multi-limit run size'), count(mj + 1, 'number of limits of a request')
   if nl < 1 or #ARGV < mj + 3 + nl then
@@ -142,6 +147,7 @@ for k = 1, runsOfMulti do
     fail('multi-limit run ' .. k .. ' of ' .. c .. ' requests of ' .. nl .. ' limits past the ' .. #KEYS .. ' keys')
   end
   local cost, mode, at = ARGV[mj + 2], ARGV[mj + 3], mj + 4
+  runSize[k] = c
   for x = q + 1, q + c do
     mN[x], mCost[x], mMode[x], mAt[x] = nl, cost, mode, at
   end
@@ -398,10 +404,13 @@ end
 -- its error, and the loop goes on from the next. Nothing of a request is
 -- written before every limit has looked.
 --
--- pv holds each limit's reply to the request being decided, five values
--- a limit (limit j's from 5j - 4), in one array kept from one request to
--- the next: no table per request or per limit.
-local pv = {}
+-- pv holds the replies of the multi-limit run of the arguments being
+-- decided, five values a limit, a request's after the one's before it:
+-- request x's limit j's from pb + 5j - 4, pb being 5 nl times x's place
+-- in its run (nl limits a request). One array kept from one run to the
+-- next: no table per request or per limit. allowed is true or false, or
+-- -k for a request that failed with the k-th message.
+local pv, pb = {}, 0
 -- Ls are the limits of the request being decided, lastAt the field of
 -- the limit indexes they were resolved from and ownAlg whether each has
 -- an algorithm of its own; states are their states. All are kept from
@@ -496,7 +505,7 @@ local function decideMulti(x, base, held, goesOn)
         forget(key, now)
       end
       local s = L.alg.read(key, now, L, cost, true)
-      local v = 5 * j
+      local v = pb + 5 * j
       pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = charge(L.alg, s, key, now, L, cost)
       if s.dirty then
         L.alg.write(key, now, s, L)
@@ -540,7 +549,7 @@ local function decideMulti(x, base, held, goesOn)
         s = A.read(key, now, L, cost, true)
         states[j] = s
       end
-      local v = 5 * j
+      local v = pb + 5 * j
       local allowed
       allowed, pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(s, key, now, L, cost, true)
       pv[v - 4] = allowed
@@ -553,7 +562,7 @@ local function decideMulti(x, base, held, goesOn)
     if pinned then
       forget(key, now)
     end
-    local v, s, allowed = 5 * claimer
+    local v, s, allowed = pb + 5 * claimer
     if refused then
       s = A.read(key, now, L, cost, true)
     else
@@ -571,7 +580,7 @@ local function decideMulti(x, base, held, goesOn)
   if refused then
     -- Each limit with room reports what it has: a look at cost 0.
     for j = 1, nl do
-      local v = 5 * j
+      local v = pb + 5 * j
       if pv[v - 4] then
         local L, key, s = Ls[j], KEYS[base + j]
         if own then
@@ -591,7 +600,7 @@ local function decideMulti(x, base, held, goesOn)
     -- take's; the others step again.
     for j = 1, nl do
       if not (claimed and j == claimer) then
-        local L, v = Ls[j], 5 * j
+        local L, v = Ls[j], pb + 5 * j
         local A = L.alg
         if A.commit and cost > 0 then
           A.commit(states[j])
@@ -612,7 +621,7 @@ local function decideMulti(x, base, held, goesOn)
     return false
   end
   for j = 1, nl do
-    local L, key, v = Ls[j], KEYS[base + j], 5 * j
+    local L, key, v = Ls[j], KEYS[base + j], pb + 5 * j
     local A = L.alg
     local s, allowed, remaining, retry, reset, delay = A.read(key, now, L, cost, false, memoOf(L, cost))
     if allowed == nil then
@@ -647,32 +656,64 @@ local function continues(x, base, y, pbase)
   return true
 end
 -- x is the multi-limit request being decided, its keys after KEYS[base];
--- held and goesOn as decideMulti's.
+-- held and goesOn as decideMulti's. It is in the multi-limit run kr of
+-- the arguments, of requests first to last.
 local x, base, held, goesOn = 0, keys, false, false
+local kr, first, last = 0, 1, 0
+
+-- emitted replies to the run that x ends, from pv, a limit at a time:
+-- its first limit's replies to each request in order, then its
+-- second's. A limit's replies to a run's requests mostly step alike (a
+-- burst limit on idle keys replies the same to each), so emit repeats
+-- them, where a request's replies, one per limit, would not.
+local function emitted()
+  local step = 5 * mN[x]
+  for v = 5, step, 5 do
+    for w = v, step * (x - first + 1), step do
+      local a = pv[w - 4]
+      emit(a == true and 1 or a or 0, pv[w - 3], pv[w - 2], pv[w - 1], pv[w])
+    end
+  end
+end
+
+-- begun finds the run of x, which follows the one before: a run may
+-- have no requests.
+local function begun()
+  while x > last do
+    kr = kr + 1
+    first, last = last + 1, last + runSize[kr]
+  end
+  pb = 5 * mN[x] * (x - first)
+end
+
 local function decidedMulti()
   while x < q do
     x = x + 1
+    begun()
     local nl = mN[x]
     goesOn = x < q and continues(x + 1, base + nl, x, base)
     held = decideMulti(x, base, held, goesOn)
-    for v = 5, 5 * nl, 5 do
-      emit(pv[v - 4] and 1 or 0, pv[v - 3], pv[v - 2], pv[v - 1], pv[v])
-    end
     base = base + nl
+    if x == last then
+      emitted()
+    end
   end
 end
 while x < q do
   local ok, msg = pcall(decidedMulti)
   if not ok then
     local e = errorIndex(msg)
-    for _ = 1, mN[x] do
-      emit(-e, 0, 0, 0, 0)
+    for v = pb + 5, pb + 5 * mN[x], 5 do
+      pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = -e, 0, 0, 0, 0
     end
     if held and not goesOn then
       pcall(writeHeld, base)
       held = false
     end
     base = base + mN[x]
+    if x == last then
+      emitted()
+    end
   end
 end
 

@@ -178,7 +178,9 @@ func TestCalls(t *testing.T) {
 		{"multi run of two", lua.Batch, []string{"w1:b", "w1:d", "w2:b", "w2:d"},
 			[]string{"2", "fixed", "2", "1000000", "0", "fixed", "3", "60000000", "0", "0", "0",
 				"1", "2", "2", "1", "0", "1", "2", now},
-			"1\n1\n0\n1000000\n0\n2\n1\n0\n59000000\n0\n1\n1\n0\n1000000\n0\n2\n1\n0\n59000000\n0", ""}, // each request's day steps from its burst
+			// a limit at a time: the burst's replies (the second repeats
+			// the first), then the day's (likewise)
+			"1\n1\n0\n1000000\n0\n2\n0\n0\n0\n0\n1\n2\n0\n60000000\n0\n2\n0\n0\n0\n0", ""},
 		{"multi admits again, the day binds", lua.Batch, []string{"m:b", "m:d"},
 			[]string{"2", "fixed", "2", "1000000", "0", "fixed", "3", "60000000", "0", "0", "0",
 				"1", "1", "2", "1", "0", "1", "2", now},
