@@ -475,9 +475,13 @@ local function memoOf(L, cost)
   end
   return memo
 end
--- lastCost is the cost field the request before had and cost its value:
--- a batch's requests mostly share one.
-local lastCost, cost
+-- A multi-limit run's requests share their limits, cost and mode, so
+-- what follows from them is worked out once, at its first request
+-- (resolve): cost, or costErr, the error of a bad one; limitsErr, the
+-- error of a bad limit, else own, whether each limit has an algorithm
+-- of its own (Ls holds them); claimer, the limit whose look claims an
+-- empty key (see decideMulti), and memo, its memo of a claim at cost.
+local cost, costErr, limitsErr, own, claimer, memo
 -- decideMulti decides multi-limit request x, whose keys follow KEYS[base],
 -- into pv. held is true when x continues a hot run (see below): states
 -- hold the states its limits Ls were left in by the request before.
@@ -485,9 +489,8 @@ local lastCost, cost
 -- to hold the states for the next request; otherwise it writes what the
 -- hot run changed, and returns false.
 local function decideMulti(x, base, held, goesOn)
-  if mCost[x] ~= lastCost then
-    lastCost, cost = nil, param(mCost[x], 'cost')
-    lastCost = mCost[x]
+  if costErr then
+    error(costErr, 0)
   end
   local nl, mode = mN[x], mMode[x]
   if mode == '2' and cost > 0 then
@@ -513,9 +516,9 @@ local function decideMulti(x, base, held, goesOn)
     end
     return false
   end
-  local own = true -- a hot run's limits are the same throughout
-  if not held then
-    own = limitsOf(x)
+  -- A hot run's limits are the same throughout, each its own algorithm.
+  if not held and limitsErr then
+    error(limitsErr, 0)
   end
   -- Each limit looks at the request's cost. An algorithm keeps one
   -- state at a time, so when every limit has an algorithm of its own
@@ -526,14 +529,9 @@ local function decideMulti(x, base, held, goesOn)
   -- all the others admit, its look is a claim, one command that reads
   -- the key and, if it was empty, takes the cost from it, not a read and
   -- a write. A hot run writes its states once at its end: no claim there.
-  local claimer = 0
-  if not held and not goesOn and own and mode ~= '1' and cost > 0 then
-    for j = nl, 1, -1 do
-      if Ls[j].alg.claims and cost <= Ls[j].capacity then
-        claimer = j
-        break
-      end
-    end
+  local claimer = claimer
+  if held or goesOn then
+    claimer = 0
   end
   local refused, claimed = false, false
   for j = 1, nl do
@@ -566,7 +564,7 @@ local function decideMulti(x, base, held, goesOn)
     if refused then
       s = A.read(key, now, L, cost, true)
     else
-      s, allowed, pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.read(key, now, L, cost, false, memoOf(L, cost))
+      s, allowed, pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.read(key, now, L, cost, false, memo)
     end
     states[claimer] = s
     if allowed ~= nil then
@@ -676,12 +674,39 @@ local function emitted()
   end
 end
 
--- begun finds the run of x, which follows the one before: a run may
--- have no requests.
+-- resolve works out what x's run shares (see decideMulti), x its first.
+local function resolve()
+  local ok, got = pcall(param, mCost[x], 'cost')
+  cost, costErr, limitsErr, claimer = got, nil, nil, 0
+  if not ok then
+    costErr = got
+    return
+  end
+  ok, got = pcall(limitsOf, x)
+  if not ok then
+    limitsErr = got
+    return
+  end
+  own = got
+  if own and mMode[x] ~= '1' and cost > 0 then
+    for j = mN[x], 1, -1 do
+      if Ls[j].alg.claims and cost <= Ls[j].capacity then
+        claimer, memo = j, memoOf(Ls[j], cost)
+        break
+      end
+    end
+  end
+end
+
+-- begun finds the run of x, which follows the one before (a run may
+-- have no requests), and at its first request resolves it.
 local function begun()
-  while x > last do
-    kr = kr + 1
-    first, last = last + 1, last + runSize[kr]
+  if x > last then
+    while x > last do
+      kr = kr + 1
+      first, last = last + 1, last + runSize[kr]
+    end
+    resolve()
   end
   pb = 5 * mN[x] * (x - first)
 end
@@ -691,7 +716,7 @@ local function decidedMulti()
     x = x + 1
     begun()
     local nl = mN[x]
-    goesOn = x < q and continues(x + 1, base + nl, x, base)
+    goesOn = x < q and KEYS[base + nl + 1] == KEYS[base + 1] and continues(x + 1, base + nl, x, base)
     held = decideMulti(x, base, held, goesOn)
     base = base + nl
     if x == last then

@@ -198,6 +198,16 @@ func TestCalls(t *testing.T) {
 			[]string{"2", "fixed", "2", "1000000", "0", "nope", "3", "60000000", "0", "0", "0",
 				"2", "1", "2", "1", "0", "1", "2", "1", "1", "1", "0", "1", now},
 			"-1\n0\n0\n0\n0\n2\n0\n0\n0\n0\n0\n0\n1000000\n1000000\n0\nERR sluice: unknown algorithm \"nope\"", ""},
+		// A multi-limit run's limits and cost are resolved once, at its
+		// first request; one that is bad fails each of its requests.
+		{"multi run with a bad limit fails each", lua.Batch, []string{"bl1:a", "bl1:b", "bl2:a", "bl2:b"},
+			[]string{"2", "fixed", "2", "1000000", "0", "nope", "3", "60000000", "0", "0", "0",
+				"1", "2", "2", "1", "0", "1", "2", now},
+			"-1\n0\n0\n0\n0\n4\n0\n0\n0\n0\nERR sluice: unknown algorithm \"nope\"", ""},
+		{"multi run with a bad cost fails each", lua.Batch, []string{"bc1:a", "bc1:b", "bc2:a", "bc2:b"},
+			[]string{"1", "fixed", "2", "1000000", "0", "0", "0",
+				"1", "2", "2", "x", "0", "1", "1", now},
+			"-1\n0\n0\n0\n0\n4\n0\n0\n0\n0\nERR sluice: invalid cost \"x\": want an integer in [0, 2^53)", ""},
 		// A run: three requests on one key under GCRA (10 a second,
 		// burst 9) and a fixed window (3 a minute), the second with a
 		// bad cost. Each limit's key is read once and written once, and

@@ -189,7 +189,7 @@ type BatchReply struct {
 	Time int64
 	// Late says that the call started after its deadline and charged
 	// nothing: it has no decisions.
-	Late      bool
+	Late bool
 	// Decisions are in the order of the call's requests: each
 	// single-limit request's, then each multi-limit request's, one per
 	// limit, in its limits' order.

@@ -477,9 +477,13 @@ func TestBatchNoAllocs(t *testing.T) {
 		Limits:  []lua.Limit{{Algorithm: "gcra", Rate: 1000, Period: 1_000_000, Burst: 4000}},
 		Runs:    []lua.Run{{Requests: 3, Limit: 1, Cost: 1}},
 		KeyRuns: []lua.KeyRun{{Keys: 3, Requests: 1}},
-		Now:     pinned, Pinned: true,
+		// A multi-limit run, whose decisions Decode reorders.
+		Multis:      []lua.Multi{{Requests: 2, Limits: 2, Cost: 1}},
+		MultiLimits: []int64{1, 1},
+		Now:         pinned, Pinned: true,
 	}
-	reply := encodeReply([]lua.Decision{{Allowed: 1, Remaining: 4000}, {Allowed: 1, Remaining: 3999}, {Allowed: 0, RetryAfter: 1000}}, nil)
+	reply := encodeReply([]lua.Decision{{Allowed: 1, Remaining: 4000}, {Allowed: 1, Remaining: 3999}, {Allowed: 0, RetryAfter: 1000},
+		{Allowed: 1, Remaining: 7}, {Allowed: 1, Remaining: 6}, {Allowed: 0, Remaining: 5}, {Allowed: 0, Remaining: 4}}, nil)
 	buf := make([]byte, 0, 1024)
 	var r lua.BatchReply
 	allocs := testing.AllocsPerRun(100, func() {
