@@ -33,6 +33,12 @@
 //
 //	go run ./bench/scriptcost
 //	go run ./bench/scriptcost -sizes 16,256,1024 -runs 7 -alg gcra,fixed
+//	go run ./bench/scriptcost -scenario policy1,policy2,second -sizes 16 -runs 3 -n 3200 -callgrind
+//
+// On a shared machine the times move by a quarter from one run to the
+// next, more than most changes to the script; -callgrind runs Redis under
+// valgrind's callgrind and counts the instructions it runs instead, which
+// repeat within 2% (its µs then mean nothing).
 //
 // Only 127.0.0.1 is used, and the server is killed when the command ends.
 package main
@@ -67,6 +73,7 @@ var (
 	functions = flag.Bool("functions", true, "call the batch library with FCALL, as the sidecar does once it has loaded it; false: EVALSHA of the batch script")
 	server    = flag.String("redis-server", "redis-server", "the redis-server binary")
 	cluster   = flag.Bool("cluster", false, "run the server in cluster mode, one node serving every slot: what Cluster's checks add per decision")
+	callgrind = flag.Bool("callgrind", false, "run the server under valgrind's callgrind and give, in place of CPU time, the thousands of instructions Redis runs per decision: a count that the machine's load does not move; about 50 times slower, so with -n 3200 or so")
 )
 
 // freshLimit and hotLimit are each algorithm's limit for the two
@@ -115,7 +122,7 @@ func main() {
 		as = append(as, a)
 	}
 
-	stop, addr, pid, err := startRedis()
+	stop, addr, pid, dir, err := startRedis()
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -133,7 +140,7 @@ func main() {
 		stop()
 		log.Fatal(err)
 	}
-	m := &meter{ctx: context.Background(), client: client, store: store, pid: pid, stop: stop, call: "evalsha"}
+	m := &meter{ctx: context.Background(), client: client, store: store, pid: pid, dir: dir, stop: stop, call: "evalsha"}
 	if *functions {
 		// Check loads the library, as the sidecar's start does.
 		if err := store.Check(m.ctx); err != nil || store.Scripts() != "functions" {
@@ -143,7 +150,11 @@ func main() {
 		m.call = "fcall"
 	}
 
-	fmt.Printf("Redis µs per decision, %d runs of %d decisions: usec_per_call of "+strings.ToUpper(m.call)+" / N, median (least); main thread CPU / decision, median\n", *runs, *decisions)
+	last := "main thread CPU / decision"
+	if *callgrind {
+		last = "thousands of instructions / decision"
+	}
+	fmt.Printf("Redis µs per decision, %d runs of %d decisions: usec_per_call of "+strings.ToUpper(m.call)+" / N, median (least); %s, median\n", *runs, *decisions, last)
 	fmt.Printf("%-8s %-8s", "scenario", "alg")
 	for _, n := range ns {
 		fmt.Printf(" %22s", "N="+strconv.Itoa(n))
@@ -230,9 +241,13 @@ type meter struct {
 	ctx    context.Context
 	client *redis.Client
 	store  *upstream.Store
-	serial int // makes every fresh key new
-	pid    int // the redis-server's
+	serial int    // makes every fresh key new
+	pid    int    // the redis-server's
+	dir    string // its working directory, where callgrind writes
 	stop   func()
+	// dumps counts callgrind's dumps and instructions sums them.
+	dumps        int
+	instructions int64
 	// decided counts the decisions of the last measurement, the first
 	// batch (which loads the script) included, as the CPU time does.
 	decided int
@@ -240,8 +255,12 @@ type meter struct {
 	call string
 }
 
-// cpu reads the nanoseconds Redis's main thread has spent on a CPU.
+// cpu reads the nanoseconds Redis's main thread has spent on a CPU; under
+// callgrind, the instructions it has run.
 func (m *meter) cpu() (int64, error) {
+	if *callgrind {
+		return m.counted()
+	}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(m.pid) + "/schedstat")
 	if err != nil {
 		return 0, err
@@ -251,6 +270,32 @@ func (m *meter) cpu() (int64, error) {
 		return 0, fmt.Errorf("empty schedstat")
 	}
 	return strconv.ParseInt(f[0], 10, 64)
+}
+
+// counted has callgrind dump its counts, which zeroes them, and returns
+// the instructions Redis has run since it started: the dumps' sum.
+func (m *meter) counted() (int64, error) {
+	if out, err := exec.Command("callgrind_control", "--dump", strconv.Itoa(m.pid)).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("callgrind_control --dump: %w: %s", err, out)
+	}
+	m.dumps++
+	name := fmt.Sprintf("%s/callgrind.out.%d.%d", m.dir, m.pid, m.dumps)
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "totals: "); ok {
+			n, err := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s: %w", name, err)
+			}
+			m.instructions += n
+			_ = os.Remove(name)
+			return m.instructions, nil
+		}
+	}
+	return 0, fmt.Errorf("%s: no totals", name)
 }
 
 // fatalf stops the redis-server and exits: os.Exit runs no deferred stop.
@@ -429,14 +474,14 @@ func (m *meter) usecPerCall(cmd string) (float64, error) {
 
 // startRedis runs a redis-server on a free loopback port, without
 // persistence, in a temporary directory, and returns how to stop it.
-func startRedis() (stop func(), addr string, pid int, err error) {
-	dir, err := os.MkdirTemp("", "sluice-scriptcost-")
+func startRedis() (stop func(), addr string, pid int, dir string, err error) {
+	dir, err = os.MkdirTemp("", "sluice-scriptcost-")
 	if err != nil {
-		return nil, "", 0, err
+		return nil, "", 0, "", err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, "", 0, err
+		return nil, "", 0, "", err
 	}
 	addr = ln.Addr().String()
 	_, port, _ := net.SplitHostPort(addr)
@@ -446,16 +491,22 @@ func startRedis() (stop func(), addr string, pid int, err error) {
 		args = append(args, "--cluster-enabled", "yes")
 	}
 	cmd := exec.Command(*server, args...)
+	wait := 10 * time.Second
+	if *callgrind {
+		// Its dumps are callgrind.out.<pid>.<n>, in dir.
+		cmd = exec.Command("valgrind", append([]string{"--tool=callgrind", "--callgrind-out-file=" + dir + "/callgrind.out.%p", *server}, args...)...)
+		wait = time.Minute
+	}
 	if err := cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, "", 0, fmt.Errorf("start %s: %w", *server, err)
+		return nil, "", 0, "", fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
 	stop = func() {
 		_ = cmd.Process.Kill() // the one process this command started
 		_ = cmd.Wait()
 		_ = os.RemoveAll(dir)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(wait); ; time.Sleep(20 * time.Millisecond) {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			_ = c.Close()
@@ -464,13 +515,13 @@ func startRedis() (stop func(), addr string, pid int, err error) {
 			}
 			if err != nil {
 				stop()
-				return nil, "", 0, err
+				return nil, "", 0, "", err
 			}
-			return stop, addr, cmd.Process.Pid, nil
+			return stop, addr, cmd.Process.Pid, dir, nil
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return nil, "", 0, fmt.Errorf("redis-server did not listen on %s: %w", addr, err)
+			return nil, "", 0, "", fmt.Errorf("redis-server did not listen on %s: %w", addr, err)
 		}
 	}
 }
