@@ -104,9 +104,6 @@ local started = redisTime()
 if late(ARGV[#ARGV], started) then
   return {started, 1}
 end
--- Each algorithm is defined when a limit first names it (see lua.go).
-local loaders = {fixed = load_fixed, log = load_log, sliding = load_sliding, token = load_token, leaky = load_leaky, gcra = load_gcra, peer = load_peer}
-local algorithms = {}
 
 -- count reads a count field at j.
 local function count(j, what)

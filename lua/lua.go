@@ -112,12 +112,20 @@ func loader(name, src string) string {
 	return "local function load_" + name + "()\n" + src + "\nreturn " + name + "\nend\n"
 }
 
+// defined is the table of the algorithms the batch script has defined,
+// each when a limit first names it (loaders). A script defines them
+// again on every call; a library, whose top level outlives a call, once
+// (newLibrary): a call's own state lives in its limits (prepare), and
+// each algorithm's scratch state is set afresh by each read, as for a
+// call's next key.
+const defined = "local loaders = {fixed = load_fixed, log = load_log, sliding = load_sliding, token = load_token, leaky = load_leaky, gcra = load_gcra, peer = load_peer}\nlocal algorithms = {}\n"
+
 func init() {
 	batch := batchShebang + prelude
 	for _, a := range algorithms {
 		batch += "\n" + loader(a.name, a.src)
 	}
-	Batch = newScript("batch", batch+"\n"+batchMain)
+	Batch = newScript("batch", batch+"\n"+defined+batchMain)
 	BatchLibrary = newLibrary()
 	// The lease script needs the shared helpers, not the algorithms.
 	Lease = newScript("lease", shebang+preludeSrc+"\n"+leaseMain)
@@ -161,7 +169,7 @@ func newLibrary() *Library {
 	for _, a := range algorithms {
 		code += "\n" + loader(a.name, a.src)
 	}
-	code += "\nbatch = function(KEYS, ARGV)\nbegin()\n" + batchMain + "\nend\nend\n"
+	code += "\n" + defined + "batch = function(KEYS, ARGV)\nbegin()\n" + batchMain + "\nend\nend\n"
 	sum := sha1.Sum([]byte(code))
 	hash := hex.EncodeToString(sum[:8])
 	l := &Library{Name: "sluice_" + hash, Function: "sluice_batch_" + hash}

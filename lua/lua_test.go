@@ -378,6 +378,18 @@ func TestLibrary(t *testing.T) {
 			}
 		}
 	}
+	// The library defines each algorithm once for all its calls: a call
+	// under another limit of the same algorithm answers as the script,
+	// which defines it afresh, does.
+	for _, alg := range []string{"fixed", "log", "sliding", "token", "leaky", "gcra"} {
+		for i, rate := range []string{"3", "7", "2"} {
+			args := one(alg, rate, "1000000", "1", "2", "0", now)
+			key := alg + ":" + rate
+			if f, e := fcall("f:"+key, args...), eval("e:"+key, args...); f != e {
+				t.Errorf("%s, limit %d: FCALL replies %q, EVAL %q", alg, i, f, e)
+			}
+		}
+	}
 	fcall("pinned", one("gcra", "1", "1000000", "4", "1", "0", now)...)
 	fcall("unpinned", one("gcra", "1", "1000000", "4", "1", "0")...)
 	ttl, err := srv.Do("PTTL", "unpinned")
