@@ -420,11 +420,12 @@ if q > 0 then
   -- Ls are the limits of the request being decided, lastAt the field of
   -- the limit indexes they were resolved from and ownAlg whether each has
   -- an algorithm of its own; states are their states. All are kept from
-  -- one request to the next: a request whose limit indexes read as the one
-  -- before's (the usual batch: one policy, one multi-limit run) takes its
-  -- limits as they are, and a hot run's states are held in states
-  -- (decideMulti), while a request that does not continue a hot run comes
-  -- after the one before wrote them.
+  -- one request to the next: they are resolved at a multi-limit run's
+  -- first request (resolve), and a run whose limit indexes read as the
+  -- run before's (runs apart by cost or mode) takes them as they are; a
+  -- hot run's states are held in states (decideMulti), while a request
+  -- that does not continue a hot run comes after the one before wrote
+  -- them.
   local Ls, states, lastAt, ownAlg = {}, {}, nil, true
   -- limitsOf resolves request x's limits into Ls, and tells whether each
   -- has an algorithm of its own.

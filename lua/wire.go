@@ -222,8 +222,7 @@ func (r *BatchReply) Decode(reply []any, c *BatchCall) error {
 	// batch.lua); Decisions has them a request at a time.
 	at := len(r.Decisions)
 	for _, m := range c.Multis {
-		n := int(m.Requests) * m.Limits
-		at -= n
+		at -= int(m.Requests) * m.Limits
 	}
 	for _, m := range c.Multis {
 		reqs, n := int(m.Requests), int(m.Requests)*m.Limits
