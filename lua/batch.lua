@@ -58,7 +58,11 @@
 -- Reply: a header of two integers: Redis's TIME (µs) as the call read
 -- it, from which the caller keeps its offset to Redis's clock, and late
 -- (1 or 0). Then five integers per single-limit request, in order, then five per
--- limit of each multi-limit request: allowed (1 or 0), remaining,
+-- limit of each multi-limit request, a multi-limit run at a time, and
+-- in a run a limit at a time: its first limit's reply to each of its
+-- requests in order, then its second limit's, and so on (a limit's
+-- replies to a run mostly repeat, where a request's one per limit do
+-- not). Each reply is allowed (1 or 0), remaining,
 -- retry_after (µs), reset_after (µs), delay (µs); except that where
 -- requests in a row have the same allowed and the other four change by
 -- the same steps (the empty keys of a run and a hot key's refusals
@@ -130,7 +134,8 @@ local runsOfMulti = count(qj, 'number of multi-limit runs')
 -- Each multi-limit request x is its number of limits mN[x], cost, mode
 -- and the field of its first limit index, mAt[x], its run's: arrays, not
 -- a table per request. q counts the requests.
-local mN, mCost, mMode, mAt, multiKeys, mj, q = {}, {}, {}, {}, 0, qj + 1, 0
+-- runSize[k] is the k-th multi-limit run's number of requests.
+local mN, mCost, mMode, mAt, runSize, multiKeys, mj, q = {}, {}, {}, {}, {}, 0, qj + 1, 0
 for k = 1, runsOfMulti do
   local c, nl = count(mj, 'multi-limit run size'), count(mj + 1, 'number of limits of a request')
   if nl < 1 or #ARGV < mj + 3 + nl then
@@ -141,6 +146,7 @@ for k = 1, runsOfMulti do
     fail('multi-limit run ' .. k .. ' of ' .. c .. ' requests of ' .. nl .. ' limits past the ' .. #KEYS .. ' keys')
   end
   local cost, mode, at = ARGV[mj + 2], ARGV[mj + 3], mj + 4
+  runSize[k] = c
   for x = q + 1, q + c do
     mN[x], mCost[x], mMode[x], mAt[x] = nl, cost, mode, at
   end
@@ -273,37 +279,6 @@ local function emitRun(m, a, b, c, d, e, x2, x3, x4, x5)
     p2, p3, p4, p5 = p2 + more * x2, p3 + more * x3, p4 + more * x4, p5 + more * x5
   end
 end
--- i is the request being decided, in request run k, which has left
--- requests after it; it belongs to the key KEYS[ki], in key run kk, which
--- has keysLeft keys after this one, and the key has reqsLeft requests
--- after it. s is the key's state while it is read, under the limit L of
--- algorithm A. decided decides from i on until the end or a request's
--- error, so that the batch pays for one pcall, not one per request.
-local i, k, left = 1, 0, 0
-local ki, kk, keysLeft, reqsLeft = 0, 0, 0, 0
-local s, A, L
-
--- flush writes the key's state, if a step changed it, and lets it go.
-local function flush()
-  local done = s
-  s = nil
-  if done.dirty then
-    A.write(KEYS[ki], now, done, L)
-  end
-end
-
--- release lets the key's state go once its last request is decided,
--- writing it if a step changed it.
-local function release()
-  if reqsLeft == 0 then
-    if s.dirty then
-      flush()
-    else
-      s = nil
-    end
-  end
-end
-
 -- errorIndex is the 1-based index of an error's message, each once.
 local function errorIndex(msg)
   -- redis.call and fail raise {err = message}; anything else a string.
@@ -319,351 +294,461 @@ local function errorIndex(msg)
   return e
 end
 
-local function decided()
-  while i <= n do
-    while left == 0 do
-      k = k + 1
-      left = sizes[k]
-    end
-    if reqsLeft == 0 then
-      while keysLeft == 0 do
-        kk = kk + 1
-        keysLeft = keyRuns[kk]
-      end
-      ki, keysLeft, reqsLeft = ki + 1, keysLeft - 1, perKey[kk]
-    end
-    left, reqsLeft = left - 1, reqsLeft - 1
-    local run = runs[k]
-    if run.err then
-      error(run.err, 0)
-    end
-    -- A key asked under another limit is written under the one before,
-    -- then read again under the new one.
-    if s and L ~= run.L then
-      flush()
-    end
-    local key = KEYS[ki]
-    local allowed, remaining, retry, reset, delay
-    if not s then
-      if pinned then
-        forget(key, now)
-      end
-      -- A charge reads as a peek does: no claim, which would admit.
-      s, allowed, remaining, retry, reset, delay = run.A.read(key, now, run.L, run.cost, run.peek or run.charge, run)
-      A, L = run.A, run.L
-    end
-    if allowed ~= nil then -- a claim decided it
-    elseif run.charge then
-      allowed, remaining, retry, reset, delay = charge(A, s, key, now, L, run.cost)
-    else
-      allowed, remaining, retry, reset, delay = A.step(s, key, now, L, run.cost, run.peek)
-    end
-    release()
-    emit(allowed and 1 or 0, remaining, retry, reset, delay)
-    i = i + 1
-    -- The key's next requests in this run may step alike: an algorithm
-    -- that can tell (A.many) decides them at once, in a time that does
-    -- not grow with their number.
-    local more = min(left, reqsLeft)
-    if s and more >= 4 and A.many and not run.charge then
-      local replies = A.many(s, key, now, L, run.cost, run.peek, more)
-      if replies then
-        for _, x in ipairs(replies) do
-          emitRun(x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9], x[10])
-        end
-        i, left, reqsLeft = i + more, left - more, reqsLeft - more
-        release()
-      end
-    end
-  end
-end
-while i <= n do
-  local ok, msg = pcall(decided)
-  if not ok then
-    -- A bad limit or run fails all its requests with one message.
-    emit(-errorIndex(msg), 0, 0, 0, 0)
-    -- A step raises before it changes s, which stays the state before
-    -- request i: the key's next request goes on from it, as it would
-    -- after a request that failed alone.
-    if s and reqsLeft == 0 then
-      pcall(flush)
-    end
-    i = i + 1
-  end
-end
+-- A call defines only the functions of the kinds of request it has:
+-- each is a closure of the call's state, which Redis builds anew on
+-- every call. Defining the multi-limit ones cost a batch of 16
+-- single-limit requests 6% more instructions a decision (scriptcost
+-- -callgrind, policy1), and the single-limit ones a batch of
+-- multi-limit requests 1%.
+if n > 0 then
+  -- i is the request being decided, in request run k, which has left
+  -- requests after it; it belongs to the key KEYS[ki], in key run kk, which
+  -- has keysLeft keys after this one, and the key has reqsLeft requests
+  -- after it. s is the key's state while it is read, under the limit L of
+  -- algorithm A. decided decides from i on until the end or a request's
+  -- error, so that the batch pays for one pcall, not one per request.
+  local i, k, left = 1, 0, 0
+  local ki, kk, keysLeft, reqsLeft = 0, 0, 0, 0
+  local s, A, L
 
--- The multi-limit requests. One pcall covers them all, as decided does
--- the single-limit ones: a request that fails raises, its limits reply
--- its error, and the loop goes on from the next. Nothing of a request is
--- written before every limit has looked.
---
--- pv holds each limit's reply to the request being decided, five values
--- a limit (limit j's from 5j - 4), in one array kept from one request to
--- the next: no table per request or per limit.
-local pv = {}
--- Ls are the limits of the request being decided, lastAt the field of
--- the limit indexes they were resolved from and ownAlg whether each has
--- an algorithm of its own; states are their states. All are kept from
--- one request to the next: a request whose limit indexes read as the one
--- before's (the usual batch: one policy, one multi-limit run) takes its
--- limits as they are, and a hot run's states are held in states
--- (decideMulti), while a request that does not continue a hot run comes
--- after the one before wrote them.
-local Ls, states, lastAt, ownAlg = {}, {}, nil, true
--- limitsOf resolves request x's limits into Ls, and tells whether each
--- has an algorithm of its own.
-local function limitsOf(x)
-  local at, nl = mAt[x], mN[x]
-  if lastAt and #Ls == nl then
-    local j = 0
-    while j < nl and ARGV[at + j] == ARGV[lastAt + j] do
-      j = j + 1
-    end
-    if j == nl then
-      return ownAlg
+  -- flush writes the key's state, if a step changed it, and lets it go.
+  local function flush()
+    local done = s
+    s = nil
+    if done.dirty then
+      A.write(KEYS[ki], now, done, L)
     end
   end
-  lastAt, ownAlg = nil, true
-  for j = 1, nl do
-    local L = limits[tonumber(ARGV[at + j - 1])]
-    if not L then
-      fail('no limit ' .. string.format('%q', ARGV[at + j - 1]))
-    elseif L.err then
-      error(L.err, 0)
-    end
-    for i = 1, j - 1 do
-      if Ls[i].alg == L.alg then
-        ownAlg = false
-      end
-    end
-    Ls[j] = L
-  end
-  for j = nl + 1, #Ls do
-    Ls[j] = nil
-  end
-  lastAt = at
-  return ownAlg
-end
--- writeHeld writes the states that steps changed, of the limits Ls of
--- the keys after KEYS[base].
-local function writeHeld(base)
-  for j = 1, #Ls do
-    local s, L = states[j], Ls[j]
-    if s.dirty then
-      L.alg.write(KEYS[base + j], now, s, L)
-    end
-  end
-end
--- memoOf is limit L's memo of a claim at cost: a claim worked out for one
--- empty key serves every empty key of the same limit and cost
--- (bucket.lua).
-local function memoOf(L, cost)
-  local memo = L.multiMemo
-  if not memo or memo.cost ~= cost then
-    memo = {cost = cost}
-    L.multiMemo = memo
-  end
-  return memo
-end
--- lastCost is the cost field the request before had and cost its value:
--- a batch's requests mostly share one.
-local lastCost, cost
--- decideMulti decides multi-limit request x, whose keys follow KEYS[base],
--- into pv. held is true when x continues a hot run (see below): states
--- hold the states its limits Ls were left in by the request before.
--- goesOn tells whether the hot run goes on after x: then it returns true,
--- to hold the states for the next request; otherwise it writes what the
--- hot run changed, and returns false.
-local function decideMulti(x, base, held, goesOn)
-  if mCost[x] ~= lastCost then
-    lastCost, cost = nil, param(mCost[x], 'cost')
-    lastCost = mCost[x]
-  end
-  local nl, mode = mN[x], mMode[x]
-  if mode == '2' and cost > 0 then
-    -- Taken by each limit, whatever the others (engine's charge): each is
-    -- read, charged and written in turn. A charge never joins a hot run.
-    limitsOf(x)
-    for j = 1, nl do
-      if not Ls[j].alg.force then
-        fail('the sliding log takes no charge')
-      end
-    end
-    for j = 1, nl do
-      local L, key = Ls[j], KEYS[base + j]
-      if pinned then
-        forget(key, now)
-      end
-      local s = L.alg.read(key, now, L, cost, true)
-      local v = 5 * j
-      pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = charge(L.alg, s, key, now, L, cost)
+
+  -- release lets the key's state go once its last request is decided,
+  -- writing it if a step changed it.
+  local function release()
+    if reqsLeft == 0 then
       if s.dirty then
-        L.alg.write(key, now, s, L)
-      end
-    end
-    return false
-  end
-  local own = true -- a hot run's limits are the same throughout
-  if not held then
-    own = limitsOf(x)
-  end
-  -- Each limit looks at the request's cost. An algorithm keeps one
-  -- state at a time, so when every limit has an algorithm of its own
-  -- (the usual policy: a burst and a quota) their states, all read, stay
-  -- valid, and the charge (or the look at cost 0 after a refusal) goes on
-  -- from them without reading again; otherwise each limit is read again.
-  -- One limit that can claim an empty key (bucket.lua) looks last: where
-  -- all the others admit, its look is a claim, one command that reads
-  -- the key and, if it was empty, takes the cost from it, not a read and
-  -- a write. A hot run writes its states once at its end: no claim there.
-  local claimer = 0
-  if not held and not goesOn and own and mode ~= '1' and cost > 0 then
-    for j = nl, 1, -1 do
-      if Ls[j].alg.claims and cost <= Ls[j].capacity then
-        claimer = j
-        break
-      end
-    end
-  end
-  local refused, claimed = false, false
-  for j = 1, nl do
-    if j ~= claimer then
-      local L, key, s = Ls[j], KEYS[base + j]
-      local A = L.alg
-      if held then
-        s = states[j]
+        flush()
       else
+        s = nil
+      end
+    end
+  end
+
+  local function decided()
+    while i <= n do
+      while left == 0 do
+        k = k + 1
+        left = sizes[k]
+      end
+      if reqsLeft == 0 then
+        while keysLeft == 0 do
+          kk = kk + 1
+          keysLeft = keyRuns[kk]
+        end
+        ki, keysLeft, reqsLeft = ki + 1, keysLeft - 1, perKey[kk]
+      end
+      left, reqsLeft = left - 1, reqsLeft - 1
+      local run = runs[k]
+      if run.err then
+        error(run.err, 0)
+      end
+      -- A key asked under another limit is written under the one before,
+      -- then read again under the new one.
+      if s and L ~= run.L then
+        flush()
+      end
+      local key = KEYS[ki]
+      local allowed, remaining, retry, reset, delay
+      if not s then
         if pinned then
           forget(key, now)
         end
-        s = A.read(key, now, L, cost, true)
-        states[j] = s
+        -- A charge reads as a peek does: no claim, which would admit.
+        s, allowed, remaining, retry, reset, delay = run.A.read(key, now, run.L, run.cost, run.peek or run.charge, run)
+        A, L = run.A, run.L
       end
-      local v = 5 * j
-      local allowed
-      allowed, pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(s, key, now, L, cost, true)
-      pv[v - 4] = allowed
-      refused = refused or not allowed
+      if allowed ~= nil then -- a claim decided it
+      elseif run.charge then
+        allowed, remaining, retry, reset, delay = charge(A, s, key, now, L, run.cost)
+      else
+        allowed, remaining, retry, reset, delay = A.step(s, key, now, L, run.cost, run.peek)
+      end
+      release()
+      emit(allowed and 1 or 0, remaining, retry, reset, delay)
+      i = i + 1
+      -- The key's next requests in this run may step alike: an algorithm
+      -- that can tell (A.many) decides them at once, in a time that does
+      -- not grow with their number.
+      local more = min(left, reqsLeft)
+      if s and more >= 4 and A.many and not run.charge then
+        local replies = A.many(s, key, now, L, run.cost, run.peek, more)
+        if replies then
+          for _, x in ipairs(replies) do
+            emitRun(x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9], x[10])
+          end
+          i, left, reqsLeft = i + more, left - more, reqsLeft - more
+          release()
+        end
+      end
     end
   end
-  if claimer > 0 then
-    local L, key = Ls[claimer], KEYS[base + claimer]
-    local A = L.alg
-    if pinned then
-      forget(key, now)
+  while i <= n do
+    local ok, msg = pcall(decided)
+    if not ok then
+      -- A bad limit or run fails all its requests with one message.
+      emit(-errorIndex(msg), 0, 0, 0, 0)
+      -- A step raises before it changes s, which stays the state before
+      -- request i: the key's next request goes on from it, as it would
+      -- after a request that failed alone.
+      if s and reqsLeft == 0 then
+        pcall(flush)
+      end
+      i = i + 1
     end
-    local v, s, allowed = 5 * claimer
-    if refused then
-      s = A.read(key, now, L, cost, true)
-    else
-      s, allowed, pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.read(key, now, L, cost, false, memoOf(L, cost))
-    end
-    states[claimer] = s
-    if allowed ~= nil then
-      claimed = true -- taken and written
-    else
-      allowed, pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(s, key, now, L, cost, true)
-      refused = refused or not allowed
-    end
-    pv[v - 4] = allowed
   end
-  if refused then
-    -- Each limit with room reports what it has: a look at cost 0.
+end
+
+if q > 0 then
+  -- The multi-limit requests. One pcall covers them all, as decided does
+  -- the single-limit ones: a request that fails raises, its limits reply
+  -- its error, and the loop goes on from the next. Nothing of a request is
+  -- written before every limit has looked.
+  --
+  -- pv holds the replies of the multi-limit run of the arguments being
+  -- decided, five values a limit, a request's after the one's before it:
+  -- request x's limit j's from pb + 5j - 4, pb being 5 nl times x's place
+  -- in its run (nl limits a request). One array kept from one run to the
+  -- next: no table per request or per limit. allowed is true or false, or
+  -- -k for a request that failed with the k-th message.
+  local pv, pb = {}, 0
+  -- Ls are the limits of the request being decided, lastAt the field of
+  -- the limit indexes they were resolved from and ownAlg whether each has
+  -- an algorithm of its own; states are their states. All are kept from
+  -- one request to the next: they are resolved at a multi-limit run's
+  -- first request (resolve), and a run whose limit indexes read as the
+  -- run before's (runs apart by cost or mode) takes them as they are; a
+  -- hot run's states are held in states (decideMulti), while a request
+  -- that does not continue a hot run comes after the one before wrote
+  -- them.
+  local Ls, states, lastAt, ownAlg = {}, {}, nil, true
+  -- limitsOf resolves request x's limits into Ls, and tells whether each
+  -- has an algorithm of its own.
+  local function limitsOf(x)
+    local at, nl = mAt[x], mN[x]
+    if lastAt and #Ls == nl then
+      local j = 0
+      while j < nl and ARGV[at + j] == ARGV[lastAt + j] do
+        j = j + 1
+      end
+      if j == nl then
+        return ownAlg
+      end
+    end
+    lastAt, ownAlg = nil, true
     for j = 1, nl do
-      local v = 5 * j
-      if pv[v - 4] then
+      local L = limits[tonumber(ARGV[at + j - 1])]
+      if not L then
+        fail('no limit ' .. string.format('%q', ARGV[at + j - 1]))
+      elseif L.err then
+        error(L.err, 0)
+      end
+      for i = 1, j - 1 do
+        if Ls[i].alg == L.alg then
+          ownAlg = false
+        end
+      end
+      Ls[j] = L
+    end
+    for j = nl + 1, #Ls do
+      Ls[j] = nil
+    end
+    lastAt = at
+    return ownAlg
+  end
+  -- writeHeld writes the states that steps changed, of the limits Ls of
+  -- the keys after KEYS[base].
+  local function writeHeld(base)
+    for j = 1, #Ls do
+      local s, L = states[j], Ls[j]
+      if s.dirty then
+        L.alg.write(KEYS[base + j], now, s, L)
+      end
+    end
+  end
+  -- memoOf is limit L's memo of a claim at cost: a claim worked out for one
+  -- empty key serves every empty key of the same limit and cost
+  -- (bucket.lua).
+  local function memoOf(L, cost)
+    local memo = L.multiMemo
+    if not memo or memo.cost ~= cost then
+      memo = {cost = cost}
+      L.multiMemo = memo
+    end
+    return memo
+  end
+  -- A multi-limit run's requests share their limits, cost and mode, so
+  -- what follows from them is worked out once, at its first request
+  -- (resolve): cost, or costErr, the error of a bad one; limitsErr, the
+  -- error of a bad limit, else own, whether each limit has an algorithm
+  -- of its own (Ls holds them); claimer, the limit whose look claims an
+  -- empty key (see decideMulti), and memo, its memo of a claim at cost.
+  local cost, costErr, limitsErr, own, claimer, memo
+  -- decideMulti decides multi-limit request x, whose keys follow KEYS[base],
+  -- into pv. held is true when x continues a hot run (see below): states
+  -- hold the states its limits Ls were left in by the request before.
+  -- goesOn tells whether the hot run goes on after x: then it returns true,
+  -- to hold the states for the next request; otherwise it writes what the
+  -- hot run changed, and returns false.
+  local function decideMulti(x, base, held, goesOn)
+    if costErr then
+      error(costErr, 0)
+    end
+    local nl, mode = mN[x], mMode[x]
+    if mode == '2' and cost > 0 then
+      -- Taken by each limit, whatever the others (engine's charge): each is
+      -- read, charged and written in turn. A charge never joins a hot run.
+      limitsOf(x)
+      for j = 1, nl do
+        if not Ls[j].alg.force then
+          fail('the sliding log takes no charge')
+        end
+      end
+      for j = 1, nl do
+        local L, key = Ls[j], KEYS[base + j]
+        if pinned then
+          forget(key, now)
+        end
+        local s = L.alg.read(key, now, L, cost, true)
+        local v = pb + 5 * j
+        pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = charge(L.alg, s, key, now, L, cost)
+        if s.dirty then
+          L.alg.write(key, now, s, L)
+        end
+      end
+      return false
+    end
+    -- A hot run's limits are the same throughout, each its own algorithm.
+    if not held and limitsErr then
+      error(limitsErr, 0)
+    end
+    -- Each limit looks at the request's cost. An algorithm keeps one
+    -- state at a time, so when every limit has an algorithm of its own
+    -- (the usual policy: a burst and a quota) their states, all read, stay
+    -- valid, and the charge (or the look at cost 0 after a refusal) goes on
+    -- from them without reading again; otherwise each limit is read again.
+    -- One limit that can claim an empty key (bucket.lua) looks last: where
+    -- all the others admit, its look is a claim, one command that reads
+    -- the key and, if it was empty, takes the cost from it, not a read and
+    -- a write. A hot run writes its states once at its end: no claim there.
+    local claimer = claimer
+    if held or goesOn then
+      claimer = 0
+    end
+    local refused, claimed = false, false
+    for j = 1, nl do
+      if j ~= claimer then
         local L, key, s = Ls[j], KEYS[base + j]
-        if own then
+        local A = L.alg
+        if held then
           s = states[j]
         else
           if pinned then
             forget(key, now)
           end
-          s = L.alg.read(key, now, L, 0, true)
+          s = A.read(key, now, L, cost, true)
+          states[j] = s
         end
-        pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = L.alg.step(s, key, now, L, 0, true)
+        local v = pb + 5 * j
+        local allowed
+        allowed, pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(s, key, now, L, cost, true)
+        pv[v - 4] = allowed
+        refused = refused or not allowed
       end
     end
-  elseif own and mode ~= '1' then
-    for j = 1, nl do
-      if not (claimed and j == claimer) then
-        local L, v = Ls[j], 5 * j
-        pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = L.alg.step(states[j], KEYS[base + j], now, L, cost, false)
+    if claimer > 0 then
+      local L, key = Ls[claimer], KEYS[base + claimer]
+      local A = L.alg
+      if pinned then
+        forget(key, now)
+      end
+      local v, s, allowed = pb + 5 * claimer
+      if refused then
+        s = A.read(key, now, L, cost, true)
+      else
+        s, allowed, pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.read(key, now, L, cost, false, memo)
+      end
+      states[claimer] = s
+      if allowed ~= nil then
+        claimed = true -- taken and written
+      else
+        allowed, pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(s, key, now, L, cost, true)
+        refused = refused or not allowed
+      end
+      pv[v - 4] = allowed
+    end
+    if refused then
+      -- Each limit with room reports what it has: a look at cost 0.
+      for j = 1, nl do
+        local v = pb + 5 * j
+        if pv[v - 4] then
+          local L, key, s = Ls[j], KEYS[base + j]
+          if own then
+            s = states[j]
+          else
+            if pinned then
+              forget(key, now)
+            end
+            s = L.alg.read(key, now, L, 0, true)
+          end
+          pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = L.alg.step(s, key, now, L, 0, true)
+        end
+      end
+    elseif own and mode ~= '1' then
+      -- Each limit takes the cost its look admitted: an algorithm that can
+      -- (A.commit) stores what its look worked out, whose reply is the
+      -- take's; the others step again.
+      for j = 1, nl do
+        if not (claimed and j == claimer) then
+          local L, v = Ls[j], pb + 5 * j
+          local A = L.alg
+          if A.commit and cost > 0 then
+            A.commit(states[j])
+          else
+            pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(states[j], KEYS[base + j], now, L, cost, false)
+          end
+        end
       end
     end
-  end
-  if own then
-    if goesOn then
-      return true
-    end
-    writeHeld(base)
-    return false
-  end
-  if refused or mode == '1' then
-    return false
-  end
-  for j = 1, nl do
-    local L, key, v = Ls[j], KEYS[base + j], 5 * j
-    local A = L.alg
-    local s, allowed, remaining, retry, reset, delay = A.read(key, now, L, cost, false, memoOf(L, cost))
-    if allowed == nil then
-      allowed, remaining, retry, reset, delay = A.step(s, key, now, L, cost, false)
-    end
-    if s.dirty then
-      A.write(key, now, s, L)
-    end
-    pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = allowed, remaining, retry, reset, delay
-  end
-  return false
-end
-
--- A hot run is multi-limit requests in a row on the same keys under the
--- same limits, each an algorithm of its own: a hot key under a policy,
--- whose requests the caller brings together. (A multi-limit run of the
--- arguments is requests that share limits, cost and mode, on any keys.)
--- The hot run's first request reads each limit's key; the others decide
--- against the states the one before left, and its last writes each key
--- once. A request that fails raises before it changes a state, so the
--- hot run goes on from the states before it; one that ends at a request
--- that failed writes those.
-local function continues(x, base, y, pbase)
-  if mN[x] ~= mN[y] or mMode[x] == '2' or mMode[y] == '2' then
-    return false
-  end
-  for j = 0, mN[x] - 1 do
-    if KEYS[base + 1 + j] ~= KEYS[pbase + 1 + j] or ARGV[mAt[x] + j] ~= ARGV[mAt[y] + j] then
+    if own then
+      if goesOn then
+        return true
+      end
+      writeHeld(base)
       return false
     end
+    if refused or mode == '1' then
+      return false
+    end
+    for j = 1, nl do
+      local L, key, v = Ls[j], KEYS[base + j], pb + 5 * j
+      local A = L.alg
+      local s, allowed, remaining, retry, reset, delay = A.read(key, now, L, cost, false, memoOf(L, cost))
+      if allowed == nil then
+        allowed, remaining, retry, reset, delay = A.step(s, key, now, L, cost, false)
+      end
+      if s.dirty then
+        A.write(key, now, s, L)
+      end
+      pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = allowed, remaining, retry, reset, delay
+    end
+    return false
   end
-  return true
-end
--- x is the multi-limit request being decided, its keys after KEYS[base];
--- held and goesOn as decideMulti's.
-local x, base, held, goesOn = 0, keys, false, false
-local function decidedMulti()
+
+  -- A hot run is multi-limit requests in a row on the same keys under the
+  -- same limits, each an algorithm of its own: a hot key under a policy,
+  -- whose requests the caller brings together. (A multi-limit run of the
+  -- arguments is requests that share limits, cost and mode, on any keys.)
+  -- The hot run's first request reads each limit's key; the others decide
+  -- against the states the one before left, and its last writes each key
+  -- once. A request that fails raises before it changes a state, so the
+  -- hot run goes on from the states before it; one that ends at a request
+  -- that failed writes those.
+  local function continues(x, base, y, pbase)
+    if mN[x] ~= mN[y] or mMode[x] == '2' or mMode[y] == '2' then
+      return false
+    end
+    for j = 0, mN[x] - 1 do
+      if KEYS[base + 1 + j] ~= KEYS[pbase + 1 + j] or ARGV[mAt[x] + j] ~= ARGV[mAt[y] + j] then
+        return false
+      end
+    end
+    return true
+  end
+  -- x is the multi-limit request being decided, its keys after KEYS[base];
+  -- held and goesOn as decideMulti's. It is in the multi-limit run kr of
+  -- the arguments, of requests first to last.
+  local x, base, held, goesOn = 0, keys, false, false
+  local kr, first, last = 0, 1, 0
+
+  -- emitted replies to the run that x ends, from pv, a limit at a time:
+  -- its first limit's replies to each request in order, then its
+  -- second's. A limit's replies to a run's requests mostly step alike (a
+  -- burst limit on idle keys replies the same to each), so emit repeats
+  -- them, where a request's replies, one per limit, would not.
+  local function emitted()
+    local step = 5 * mN[x]
+    for v = 5, step, 5 do
+      for w = v, step * (x - first + 1), step do
+        local a = pv[w - 4]
+        emit(a == true and 1 or a or 0, pv[w - 3], pv[w - 2], pv[w - 1], pv[w])
+      end
+    end
+  end
+
+  -- resolve works out what x's run shares (see decideMulti), x its first.
+  local function resolve()
+    local ok, got = pcall(param, mCost[x], 'cost')
+    cost, costErr, limitsErr, claimer = got, nil, nil, 0
+    if not ok then
+      costErr = got
+      return
+    end
+    ok, got = pcall(limitsOf, x)
+    if not ok then
+      limitsErr = got
+      return
+    end
+    own = got
+    if own and mMode[x] ~= '1' and cost > 0 then
+      for j = mN[x], 1, -1 do
+        if Ls[j].alg.claims and cost <= Ls[j].capacity then
+          claimer, memo = j, memoOf(Ls[j], cost)
+          break
+        end
+      end
+    end
+  end
+
+  -- begun finds the run of x, which follows the one before (a run may
+  -- have no requests), and at its first request resolves it.
+  local function begun()
+    if x > last then
+      while x > last do
+        kr = kr + 1
+        first, last = last + 1, last + runSize[kr]
+      end
+      resolve()
+    end
+    pb = 5 * mN[x] * (x - first)
+  end
+
+  local function decidedMulti()
+    while x < q do
+      x = x + 1
+      begun()
+      local nl = mN[x]
+      goesOn = x < q and KEYS[base + nl + 1] == KEYS[base + 1] and continues(x + 1, base + nl, x, base)
+      held = decideMulti(x, base, held, goesOn)
+      base = base + nl
+      if x == last then
+        emitted()
+      end
+    end
+  end
   while x < q do
-    x = x + 1
-    local nl = mN[x]
-    goesOn = x < q and continues(x + 1, base + nl, x, base)
-    held = decideMulti(x, base, held, goesOn)
-    for v = 5, 5 * nl, 5 do
-      emit(pv[v - 4] and 1 or 0, pv[v - 3], pv[v - 2], pv[v - 1], pv[v])
+    local ok, msg = pcall(decidedMulti)
+    if not ok then
+      local e = errorIndex(msg)
+      for v = pb + 5, pb + 5 * mN[x], 5 do
+        pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = -e, 0, 0, 0, 0
+      end
+      if held and not goesOn then
+        pcall(writeHeld, base)
+        held = false
+      end
+      base = base + mN[x]
+      if x == last then
+        emitted()
+      end
     end
-    base = base + nl
-  end
-end
-while x < q do
-  local ok, msg = pcall(decidedMulti)
-  if not ok then
-    local e = errorIndex(msg)
-    for _ = 1, mN[x] do
-      emit(-e, 0, 0, 0, 0)
-    end
-    if held and not goesOn then
-      pcall(writeHeld, base)
-      held = false
-    end
-    base = base + mN[x]
   end
 end
 

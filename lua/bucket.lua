@@ -120,10 +120,20 @@ local function newBucket(extra, leaky, token)
       local xa, xf = sub(la, lf, ta, tf, d)
       remaining = -fitUp(xa, xf, L.period, d)
     end
-    if allowed and not peek and cost > 0 then
-      s.a, s.f, s.dirty = ea, ef, true
+    if allowed and cost > 0 then
+      if peek then
+        s.pa, s.pf = ea, ef -- for commit
+      else
+        s.a, s.f, s.dirty = ea, ef, true
+      end
     end
     return allowed, remaining, retry, up(la, lf), delay
+  end
+
+  -- commit stores the outcome of the step before, a peek at a cost above
+  -- 0 that admitted, as its take would have (fixed.lua says why).
+  local function commit(s)
+    s.a, s.f, s.dirty = s.pa, s.pf, true
   end
 
   -- Most keys are idle past their state's end, so when the first request
@@ -223,5 +233,5 @@ local function newBucket(extra, leaky, token)
   end
 
   -- claims: read may decide an empty key's request by claiming it.
-  return {prepare = prepare, read = read, step = step, write = write, many = many, force = force, claims = true}
+  return {prepare = prepare, read = read, step = step, commit = commit, write = write, many = many, force = force, claims = true}
 end

@@ -37,12 +37,24 @@ function fixed.step(s, key, now, L, cost, peek)
   if n > 0 then
     reset = e - now
   end
-  if allowed and not peek and cost > 0 then
-    s.a, s.b, s.ends, s.dirty = w, n, e, true
+  if allowed and cost > 0 then
+    if peek then
+      s.pa, s.pb, s.pends = w, n, e -- for commit
+    else
+      s.a, s.b, s.ends, s.dirty = w, n, e, true
+    end
   end
   -- Below zero after a charge, or under a limit lowered on a live key:
   -- how far over the budget is.
   return allowed, limit - n, retry, reset, 0
+end
+
+-- commit stores the outcome of the step before, a peek at a cost above
+-- 0 that admitted, as its take would have: the take's reply is the
+-- peek's, so a multi-limit request whose limits all admit takes each
+-- without stepping again (batch.lua).
+function fixed.commit(s)
+  s.a, s.b, s.ends, s.dirty = s.pa, s.pb, s.pends, true
 end
 
 -- force takes c whatever is left (a charge, batch.lua), up to twice the

@@ -178,7 +178,9 @@ func TestCalls(t *testing.T) {
 		{"multi run of two", lua.Batch, []string{"w1:b", "w1:d", "w2:b", "w2:d"},
 			[]string{"2", "fixed", "2", "1000000", "0", "fixed", "3", "60000000", "0", "0", "0",
 				"1", "2", "2", "1", "0", "1", "2", now},
-			"1\n1\n0\n1000000\n0\n2\n1\n0\n59000000\n0\n1\n1\n0\n1000000\n0\n2\n1\n0\n59000000\n0", ""}, // each request's day steps from its burst
+			// a limit at a time: the burst's replies (the second repeats
+			// the first), then the day's (likewise)
+			"1\n1\n0\n1000000\n0\n2\n0\n0\n0\n0\n1\n2\n0\n60000000\n0\n2\n0\n0\n0\n0", ""},
 		{"multi admits again, the day binds", lua.Batch, []string{"m:b", "m:d"},
 			[]string{"2", "fixed", "2", "1000000", "0", "fixed", "3", "60000000", "0", "0", "0",
 				"1", "1", "2", "1", "0", "1", "2", now},
@@ -196,6 +198,16 @@ func TestCalls(t *testing.T) {
 			[]string{"2", "fixed", "2", "1000000", "0", "nope", "3", "60000000", "0", "0", "0",
 				"2", "1", "2", "1", "0", "1", "2", "1", "1", "1", "0", "1", now},
 			"-1\n0\n0\n0\n0\n2\n0\n0\n0\n0\n0\n0\n1000000\n1000000\n0\nERR sluice: unknown algorithm \"nope\"", ""},
+		// A multi-limit run's limits and cost are resolved once, at its
+		// first request; one that is bad fails each of its requests.
+		{"multi run with a bad limit fails each", lua.Batch, []string{"bl1:a", "bl1:b", "bl2:a", "bl2:b"},
+			[]string{"2", "fixed", "2", "1000000", "0", "nope", "3", "60000000", "0", "0", "0",
+				"1", "2", "2", "1", "0", "1", "2", now},
+			"-1\n0\n0\n0\n0\n4\n0\n0\n0\n0\nERR sluice: unknown algorithm \"nope\"", ""},
+		{"multi run with a bad cost fails each", lua.Batch, []string{"bc1:a", "bc1:b", "bc2:a", "bc2:b"},
+			[]string{"1", "fixed", "2", "1000000", "0", "0", "0",
+				"1", "2", "2", "x", "0", "1", "1", now},
+			"-1\n0\n0\n0\n0\n4\n0\n0\n0\n0\nERR sluice: invalid cost \"x\": want an integer in [0, 2^53)", ""},
 		// A run: three requests on one key under GCRA (10 a second,
 		// burst 9) and a fixed window (3 a minute), the second with a
 		// bad cost. Each limit's key is read once and written once, and
@@ -363,6 +375,18 @@ func TestLibrary(t *testing.T) {
 			args := one(alg, "2", "1000000", "1", "1", "0", now)
 			if f, e := fcall("f:"+alg, args...), eval("e:"+alg, args...); f != e {
 				t.Errorf("%s, call %d: FCALL replies %q, EVAL %q", alg, i, f, e)
+			}
+		}
+	}
+	// The library defines each algorithm once for all its calls: a call
+	// under another limit of the same algorithm answers as the script,
+	// which defines it afresh, does.
+	for _, alg := range []string{"fixed", "log", "sliding", "token", "leaky", "gcra"} {
+		for i, rate := range []string{"3", "7", "2"} {
+			args := one(alg, rate, "1000000", "1", "2", "0", now)
+			key := alg + ":" + rate
+			if f, e := fcall("f:"+key, args...), eval("e:"+key, args...); f != e {
+				t.Errorf("%s, limit %d: FCALL replies %q, EVAL %q", alg, i, f, e)
 			}
 		}
 	}

@@ -270,6 +270,10 @@ end
 --   force(s, key, now, L, c)
 --               takes c units whatever is left, as far as a debt of one
 --               capacity (a charge, batch.lua); the sliding log has none
+--   commit(s)   optional: stores the outcome of the step just before, a
+--               peek at a cost above 0 that admitted, as a take would
+--               have (its reply is the peek's): a multi-limit request
+--               whose limits all admit takes without stepping again
 --
 -- now is the same for every request of a call, and Redis's clock stands
 -- still for keys while a script runs, so no key expires between two of

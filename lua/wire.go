@@ -189,9 +189,13 @@ type BatchReply struct {
 	Time int64
 	// Late says that the call started after its deadline and charged
 	// nothing: it has no decisions.
-	Late      bool
+	Late bool
+	// Decisions are in the order of the call's requests: each
+	// single-limit request's, then each multi-limit request's, one per
+	// limit, in its limits' order.
 	Decisions []Decision
-	errs      []any // the error messages
+	errs      []any      // the error messages
+	run       []Decision // a multi-limit run's decisions as the reply has them
 }
 
 // ReplyTime is Redis's clock (µs) as a batch call read it, from its
@@ -205,9 +209,39 @@ func ReplyTime(reply any) (int64, bool) {
 	return t, ok
 }
 
-// Decode reads reply, the batch script's answer to a call of rows
-// decisions, into r, reusing r's room.
-func (r *BatchReply) Decode(reply []any, rows int) error {
+// Decode reads reply, the batch script's answer to c, into r, reusing
+// r's room.
+func (r *BatchReply) Decode(reply []any, c *BatchCall) error {
+	if err := r.decode(reply, c.Rows()); err != nil {
+		return err
+	}
+	if r.Late {
+		return nil
+	}
+	// The reply has a multi-limit run's decisions a limit at a time (see
+	// batch.lua); Decisions has them a request at a time.
+	at := len(r.Decisions)
+	for _, m := range c.Multis {
+		at -= int(m.Requests) * m.Limits
+	}
+	for _, m := range c.Multis {
+		reqs, n := int(m.Requests), int(m.Requests)*m.Limits
+		if reqs > 1 && m.Limits > 1 {
+			block := r.Decisions[at : at+n]
+			r.run = append(r.run[:0], block...)
+			for j := range m.Limits {
+				for x := range reqs {
+					block[x*m.Limits+j] = r.run[j*reqs+x]
+				}
+			}
+		}
+		at += n
+	}
+	return nil
+}
+
+// decode reads reply's rows decisions in the reply's order.
+func (r *BatchReply) decode(reply []any, rows int) error {
 	r.Decisions, r.errs = r.Decisions[:0], nil
 	var v [BatchFields]int64
 	if err := replyInts(v[:2], reply, 0); err != nil {

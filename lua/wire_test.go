@@ -109,7 +109,7 @@ func (rc *redisConn) decide(keys []string, c *lua.BatchCall) []decided {
 		rc.t.Fatalf("%+v: reply %v", c, v)
 	}
 	var r lua.BatchReply
-	if err := r.Decode(list, c.Rows()); err != nil {
+	if err := r.Decode(list, c); err != nil {
 		rc.t.Fatalf("%+v: %v", c, err)
 	}
 	out := make([]decided, len(r.Decisions))
@@ -181,6 +181,27 @@ func TestBatchRoundTrip(t *testing.T) {
 			{Decision: lua.Decision{Allowed: 1, Remaining: 4, ResetAfter: 1_000_000}},
 			{Decision: lua.Decision{Allowed: 0, Remaining: 3, RetryAfter: 60_000_000}},
 			{Decision: lua.Decision{Allowed: 1, Remaining: 5}},
+		}},
+		// The reply has a multi-limit run's decisions a limit at a time;
+		// Decode puts them a request at a time. The first two requests
+		// of the run of three are on one key (a hot run): the second is
+		// refused by the fixed window, and the GCRA reports what it has.
+		{"multi-limit runs, a limit at a time", []string{"g1", "r1:g", "r1:f", "r1:g", "r1:f", "r2:g", "r2:f", "r3:g", "r3:f"}, lua.BatchCall{
+			Limits:      []lua.Limit{gcra, fixed},
+			Runs:        []lua.Run{{Requests: 1, Limit: 1, Cost: 1}},
+			KeyRuns:     []lua.KeyRun{{Keys: 1, Requests: 1}},
+			Multis:      []lua.Multi{{Requests: 3, Limits: 2, Cost: 2}, {Requests: 1, Limits: 2, Cost: 1}},
+			MultiLimits: []int64{1, 2, 1, 2},
+		}, []decided{
+			{Decision: lua.Decision{Allowed: 1, Remaining: 4, ResetAfter: 1_000_000}},
+			{Decision: lua.Decision{Allowed: 1, Remaining: 3, ResetAfter: 2_000_000}},
+			{Decision: lua.Decision{Allowed: 1, Remaining: 1, ResetAfter: 60_000_000}},
+			{Decision: lua.Decision{Allowed: 1, Remaining: 3, ResetAfter: 2_000_000}},
+			{Decision: lua.Decision{Allowed: 0, Remaining: 1, RetryAfter: 60_000_000, ResetAfter: 60_000_000}},
+			{Decision: lua.Decision{Allowed: 1, Remaining: 3, ResetAfter: 2_000_000}},
+			{Decision: lua.Decision{Allowed: 1, Remaining: 1, ResetAfter: 60_000_000}},
+			{Decision: lua.Decision{Allowed: 1, Remaining: 4, ResetAfter: 1_000_000}},
+			{Decision: lua.Decision{Allowed: 1, Remaining: 2, ResetAfter: 60_000_000}},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -376,6 +397,11 @@ func encodeReply(ds []lua.Decision, errs []string) []any {
 	return out
 }
 
+// singles is a call of n single-limit requests, for decoding replies.
+func singles(n int) *lua.BatchCall {
+	return &lua.BatchCall{Runs: []lua.Run{{Requests: int64(n), Limit: 1, Cost: 1}}}
+}
+
 // FuzzBatchReply: a reply encoded as the script encodes it decodes to the
 // decisions it was made of, runs and errors included.
 func FuzzBatchReply(f *testing.F) {
@@ -399,7 +425,7 @@ func FuzzBatchReply(f *testing.F) {
 			data = data[2:]
 		}
 		var r lua.BatchReply
-		if err := r.Decode(encodeReply(ds, errs), len(ds)); err != nil {
+		if err := r.Decode(encodeReply(ds, errs), singles(len(ds))); err != nil {
 			t.Fatal(err)
 		}
 		if !reflect.DeepEqual(r.Decisions, ds) && len(ds) > 0 {
@@ -431,12 +457,12 @@ func TestBatchReplyBad(t *testing.T) {
 		{[]any{"x", int64(0)}, 0, "field 0 is string"},
 	} {
 		var r lua.BatchReply
-		if err := r.Decode(tc.reply, tc.rows); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if err := r.Decode(tc.reply, singles(tc.rows)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.reply, err, tc.want)
 		}
 	}
 	var r lua.BatchReply
-	if err := r.Decode([]any{int64(pinned), int64(0), int64(-2), int64(0), int64(0), int64(0), int64(0), "ERR one"}, 1); err != nil {
+	if err := r.Decode([]any{int64(pinned), int64(0), int64(-2), int64(0), int64(0), int64(0), int64(0), "ERR one"}, singles(1)); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Err(r.Decisions[0]); err == nil || !strings.Contains(err.Error(), "missing") {
@@ -451,14 +477,18 @@ func TestBatchNoAllocs(t *testing.T) {
 		Limits:  []lua.Limit{{Algorithm: "gcra", Rate: 1000, Period: 1_000_000, Burst: 4000}},
 		Runs:    []lua.Run{{Requests: 3, Limit: 1, Cost: 1}},
 		KeyRuns: []lua.KeyRun{{Keys: 3, Requests: 1}},
-		Now:     pinned, Pinned: true,
+		// A multi-limit run, whose decisions Decode reorders.
+		Multis:      []lua.Multi{{Requests: 2, Limits: 2, Cost: 1}},
+		MultiLimits: []int64{1, 1},
+		Now:         pinned, Pinned: true,
 	}
-	reply := encodeReply([]lua.Decision{{Allowed: 1, Remaining: 4000}, {Allowed: 1, Remaining: 3999}, {Allowed: 0, RetryAfter: 1000}}, nil)
+	reply := encodeReply([]lua.Decision{{Allowed: 1, Remaining: 4000}, {Allowed: 1, Remaining: 3999}, {Allowed: 0, RetryAfter: 1000},
+		{Allowed: 1, Remaining: 7}, {Allowed: 1, Remaining: 6}, {Allowed: 0, Remaining: 5}, {Allowed: 0, Remaining: 4}}, nil)
 	buf := make([]byte, 0, 1024)
 	var r lua.BatchReply
 	allocs := testing.AllocsPerRun(100, func() {
 		buf = c.Append(buf[:0])
-		if err := r.Decode(reply, c.Rows()); err != nil {
+		if err := r.Decode(reply, &c); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -506,7 +536,7 @@ func TestBatchDeadline(t *testing.T) {
 			t.Fatalf("reply %v", v)
 		}
 		var r lua.BatchReply
-		if err := r.Decode(list, c.Rows()); err != nil {
+		if err := r.Decode(list, &c); err != nil {
 			t.Fatal(err)
 		}
 		return r

@@ -742,7 +742,7 @@ func (s *Store) collect(b *buffers, c *call, reqs []engine.Request, res []engine
 // collectBatch reads the batch script's reply (lua.BatchReply) into the
 // results of c's requests.
 func (s *Store) collectBatch(b *buffers, c *call, reqs []engine.Request, res []engine.Result, reply []any) error {
-	if err := b.reply.Decode(reply, c.batch.Rows()); err != nil {
+	if err := b.reply.Decode(reply, &c.batch); err != nil {
 		return fmt.Errorf("upstream: eval %s: %w", c.script.Name, err)
 	}
 	if b.reply.Late {

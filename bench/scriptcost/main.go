@@ -7,7 +7,10 @@
 // runs, and beside them the median of Redis's main thread CPU time per
 // decision over the same runs (/proc/<pid>/schedstat: not inflated when
 // the machine preempts Redis mid-call, as usec_per_call, a wall time, is;
-// it also counts reading and answering the calls):
+// it also counts reading and answering the calls). The runs go round the
+// rows (run 1 of each, then run 2 of each), so that rows compared with
+// each other see the same load; with policy1, policy2 and second, a last
+// line gives the median of each run's policy2 / (policy1 + second):
 //
 //	fresh  every request on a key never seen: one claim (SET NX GET) each
 //	hot    every request of a batch on one key, with a limit that admits
@@ -30,6 +33,12 @@
 //
 //	go run ./bench/scriptcost
 //	go run ./bench/scriptcost -sizes 16,256,1024 -runs 7 -alg gcra,fixed
+//	go run ./bench/scriptcost -scenario policy1,policy2,second -sizes 16 -runs 3 -n 3200 -callgrind
+//
+// On a shared machine the times move by a quarter from one run to the
+// next, more than most changes to the script; -callgrind runs Redis under
+// valgrind's callgrind and counts the instructions it runs instead, which
+// repeat within 2% (its µs then mean nothing).
 //
 // Only 127.0.0.1 is used, and the server is killed when the command ends.
 package main
@@ -64,6 +73,7 @@ var (
 	functions = flag.Bool("functions", true, "call the batch library with FCALL, as the sidecar does once it has loaded it; false: EVALSHA of the batch script")
 	server    = flag.String("redis-server", "redis-server", "the redis-server binary")
 	cluster   = flag.Bool("cluster", false, "run the server in cluster mode, one node serving every slot: what Cluster's checks add per decision")
+	callgrind = flag.Bool("callgrind", false, "run the server under valgrind's callgrind and give, in place of CPU time, the thousands of instructions Redis runs per decision: a count that the machine's load does not move; about 50 times slower, so with -n 3200 or so")
 )
 
 // freshLimit and hotLimit are each algorithm's limit for the two
@@ -112,7 +122,7 @@ func main() {
 		as = append(as, a)
 	}
 
-	stop, addr, pid, err := startRedis()
+	stop, addr, pid, dir, err := startRedis()
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -130,7 +140,7 @@ func main() {
 		stop()
 		log.Fatal(err)
 	}
-	m := &meter{ctx: context.Background(), client: client, store: store, pid: pid, stop: stop, call: "evalsha"}
+	m := &meter{ctx: context.Background(), client: client, store: store, pid: pid, dir: dir, stop: stop, call: "evalsha"}
 	if *functions {
 		// Check loads the library, as the sidecar's start does.
 		if err := store.Check(m.ctx); err != nil || store.Scripts() != "functions" {
@@ -140,36 +150,104 @@ func main() {
 		m.call = "fcall"
 	}
 
-	fmt.Printf("Redis µs per decision, %d runs of %d decisions: usec_per_call of "+strings.ToUpper(m.call)+" / N, median (least); main thread CPU / decision, median\n", *runs, *decisions)
+	last := "main thread CPU / decision"
+	if *callgrind {
+		last = "thousands of instructions / decision"
+	}
+	fmt.Printf("Redis µs per decision, %d runs of %d decisions: usec_per_call of "+strings.ToUpper(m.call)+" / N, median (least); %s, median\n", *runs, *decisions, last)
 	fmt.Printf("%-8s %-8s", "scenario", "alg")
 	for _, n := range ns {
 		fmt.Printf(" %22s", "N="+strconv.Itoa(n))
 	}
 	fmt.Println()
+	var rows []*row
 	for sc := range strings.SplitSeq(*scenarios, ",") {
 		switch sc {
 		case "floor":
-			m.row(sc, "-", ns, m.floor)
+			rows = append(rows, &row{scenario: sc, alg: "-", measure: m.floor})
 		case "policy1", "policy2", "second", "hotpolicy":
-			m.row(sc, "-", ns, func(n int) (float64, error) { return m.policy(n, sc) })
+			rows = append(rows, &row{scenario: sc, alg: "-", measure: func(n int) (float64, error) { return m.policy(n, sc) }})
 		case "fresh", "hot":
 			for _, a := range as {
-				m.row(sc, a.Short(), ns, func(n int) (float64, error) { return m.batches(sc, a, n) })
+				rows = append(rows, &row{scenario: sc, alg: a.Short(), measure: func(n int) (float64, error) { return m.batches(sc, a, n) }})
 			}
 		default:
 			stop()
 			log.Fatalf("unknown scenario %q", sc)
 		}
 	}
+	// Run r of every row, then run r + 1 of every row: the machine's
+	// load moves over seconds, and rows compared with each other (policy2
+	// against policy1 and second) then see the same load.
+	for range *runs {
+		for _, r := range rows {
+			m.measure(r, ns)
+		}
+	}
+	for _, r := range rows {
+		r.print()
+	}
+	m.printTarget(rows, ns)
+}
+
+// row is one scenario's (and algorithm's) measurements: per batch size,
+// Redis µs and main-thread CPU µs per decision, one of each per run.
+type row struct {
+	scenario, alg string
+	measure       func(n int) (float64, error)
+	us, cpu       [][]float64 // [batch size][run]
+}
+
+// median is the median of xs, which it sorts.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	return xs[len(xs)/2]
+}
+
+func (r *row) print() {
+	fmt.Printf("%-8s %-8s", r.scenario, r.alg)
+	for k := range r.us {
+		us, cpu := slices.Clone(r.us[k]), slices.Clone(r.cpu[k])
+		fmt.Printf(" %6.3f (%5.3f) %6.3f", median(us), us[0], median(cpu))
+	}
+	fmt.Println()
+}
+
+// printTarget prints, where policy1, policy2 and second were all
+// measured, the median over runs of policy2 / (policy1 + second), each
+// run's three measured side by side: issue 27's target is at most 1.1.
+func (m *meter) printTarget(rows []*row, ns []int) {
+	by := map[string]*row{}
+	for _, r := range rows {
+		by[r.scenario] = r
+	}
+	p1, p2, sec := by["policy1"], by["policy2"], by["second"]
+	if p1 == nil || p2 == nil || sec == nil {
+		return
+	}
+	fmt.Printf("%-17s", "policy2/(1+second)")
+	for k := range ns {
+		var us, cpu []float64
+		for j := range p2.us[k] {
+			us = append(us, p2.us[k][j]/(p1.us[k][j]+sec.us[k][j]))
+			cpu = append(cpu, p2.cpu[k][j]/(p1.cpu[k][j]+sec.cpu[k][j]))
+		}
+		fmt.Printf(" %6.3f (%5.3f) %6.3f", median(us), us[0], median(cpu))
+	}
+	fmt.Println()
 }
 
 type meter struct {
 	ctx    context.Context
 	client *redis.Client
 	store  *upstream.Store
-	serial int // makes every fresh key new
-	pid    int // the redis-server's
+	serial int    // makes every fresh key new
+	pid    int    // the redis-server's
+	dir    string // its working directory, where callgrind writes
 	stop   func()
+	// dumps counts callgrind's dumps and instructions sums them.
+	dumps        int
+	instructions int64
 	// decided counts the decisions of the last measurement, the first
 	// batch (which loads the script) included, as the CPU time does.
 	decided int
@@ -177,8 +255,12 @@ type meter struct {
 	call string
 }
 
-// cpu reads the nanoseconds Redis's main thread has spent on a CPU.
+// cpu reads the nanoseconds Redis's main thread has spent on a CPU; under
+// callgrind, the instructions it has run.
 func (m *meter) cpu() (int64, error) {
+	if *callgrind {
+		return m.counted()
+	}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(m.pid) + "/schedstat")
 	if err != nil {
 		return 0, err
@@ -190,39 +272,59 @@ func (m *meter) cpu() (int64, error) {
 	return strconv.ParseInt(f[0], 10, 64)
 }
 
+// counted has callgrind dump its counts, which zeroes them, and returns
+// the instructions Redis has run since it started: the dumps' sum.
+func (m *meter) counted() (int64, error) {
+	if out, err := exec.Command("callgrind_control", "--dump", strconv.Itoa(m.pid)).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("callgrind_control --dump: %w: %s", err, out)
+	}
+	m.dumps++
+	name := fmt.Sprintf("%s/callgrind.out.%d.%d", m.dir, m.pid, m.dumps)
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "totals: "); ok {
+			n, err := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s: %w", name, err)
+			}
+			m.instructions += n
+			_ = os.Remove(name)
+			return m.instructions, nil
+		}
+	}
+	return 0, fmt.Errorf("%s: no totals", name)
+}
+
 // fatalf stops the redis-server and exits: os.Exit runs no deferred stop.
 func (m *meter) fatalf(format string, args ...any) {
 	m.stop()
 	log.Fatalf(format, args...)
 }
 
-// row prints one scenario's medians, one per batch size.
-func (m *meter) row(scenario, alg string, ns []int, measure func(n int) (float64, error)) {
-	fmt.Printf("%-8s %-8s", scenario, alg)
-	for _, n := range ns {
-		var got, cpu []float64
-		for range *runs {
-			before, err := m.cpu()
-			if err != nil {
-				m.fatalf("%v", err)
-			}
-			us, err := measure(n)
-			if err != nil {
-				fmt.Println()
-				m.fatalf("%s %s N=%d: %v", scenario, alg, n, err)
-			}
-			after, err := m.cpu()
-			if err != nil {
-				m.fatalf("%v", err)
-			}
-			got = append(got, us)
-			cpu = append(cpu, float64(after-before)/1000/float64(m.decided))
-		}
-		slices.Sort(got)
-		slices.Sort(cpu)
-		fmt.Printf(" %6.3f (%5.3f) %6.3f", got[len(got)/2], got[0], cpu[len(cpu)/2])
+// measure runs r's measurement once for each batch size.
+func (m *meter) measure(r *row, ns []int) {
+	if r.us == nil {
+		r.us, r.cpu = make([][]float64, len(ns)), make([][]float64, len(ns))
 	}
-	fmt.Println()
+	for k, n := range ns {
+		before, err := m.cpu()
+		if err != nil {
+			m.fatalf("%v", err)
+		}
+		us, err := r.measure(n)
+		if err != nil {
+			m.fatalf("%s %s N=%d: %v", r.scenario, r.alg, n, err)
+		}
+		after, err := m.cpu()
+		if err != nil {
+			m.fatalf("%v", err)
+		}
+		r.us[k] = append(r.us[k], us)
+		r.cpu[k] = append(r.cpu[k], float64(after-before)/1000/float64(m.decided))
+	}
 }
 
 // batches sends one run of batches of n requests through the store and
@@ -372,14 +474,14 @@ func (m *meter) usecPerCall(cmd string) (float64, error) {
 
 // startRedis runs a redis-server on a free loopback port, without
 // persistence, in a temporary directory, and returns how to stop it.
-func startRedis() (stop func(), addr string, pid int, err error) {
-	dir, err := os.MkdirTemp("", "sluice-scriptcost-")
+func startRedis() (stop func(), addr string, pid int, dir string, err error) {
+	dir, err = os.MkdirTemp("", "sluice-scriptcost-")
 	if err != nil {
-		return nil, "", 0, err
+		return nil, "", 0, "", err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, "", 0, err
+		return nil, "", 0, "", err
 	}
 	addr = ln.Addr().String()
 	_, port, _ := net.SplitHostPort(addr)
@@ -389,16 +491,22 @@ func startRedis() (stop func(), addr string, pid int, err error) {
 		args = append(args, "--cluster-enabled", "yes")
 	}
 	cmd := exec.Command(*server, args...)
+	wait := 10 * time.Second
+	if *callgrind {
+		// Its dumps are callgrind.out.<pid>.<n>, in dir.
+		cmd = exec.Command("valgrind", append([]string{"--tool=callgrind", "--callgrind-out-file=" + dir + "/callgrind.out.%p", *server}, args...)...)
+		wait = time.Minute
+	}
 	if err := cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, "", 0, fmt.Errorf("start %s: %w", *server, err)
+		return nil, "", 0, "", fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
 	stop = func() {
 		_ = cmd.Process.Kill() // the one process this command started
 		_ = cmd.Wait()
 		_ = os.RemoveAll(dir)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(wait); ; time.Sleep(20 * time.Millisecond) {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			_ = c.Close()
@@ -407,13 +515,13 @@ func startRedis() (stop func(), addr string, pid int, err error) {
 			}
 			if err != nil {
 				stop()
-				return nil, "", 0, err
+				return nil, "", 0, "", err
 			}
-			return stop, addr, cmd.Process.Pid, nil
+			return stop, addr, cmd.Process.Pid, dir, nil
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return nil, "", 0, fmt.Errorf("redis-server did not listen on %s: %w", addr, err)
+			return nil, "", 0, "", fmt.Errorf("redis-server did not listen on %s: %w", addr, err)
 		}
 	}
 }
