@@ -6,7 +6,7 @@
 // (GetRateLimits), deciding in its own memory. It reports each one's
 // decisions per second and its own CPU per decision, read from
 // /proc/PID/stat, so that the client's CPU, on the same machine, is not
-// counted.
+// counted, and, apart, Redis's CPU per decision while each one ran.
 //
 // Each caller has one call in flight, with one descriptor, as Envoy's
 // filter sends them; the keys are spread over -keys distinct values, so
@@ -25,8 +25,9 @@
 // defaults otherwise; gubernator alone (its only memberlist node), with
 // its tracing off and room for every key (guberEnv). Gubernator keeps
 // its counts in its own memory, so its CPU is the whole decision's, where
-// the others' leaves out Redis's. Everything listens on 127.0.0.1 and is stopped when
-// the command ends. Linux only (/proc).
+// the others' leaves out Redis's, printed apart for that. Everything
+// listens on 127.0.0.1 and is stopped when the command ends. Linux only
+// (/proc).
 package main
 
 import (
@@ -169,7 +170,7 @@ func main() {
 	// One Redis for all: it is not what is measured. A million keys per
 	// service stay well within its memory.
 	redisPort := strconv.Itoa(ps.FreePort())
-	start(nil, "redis-server", "--bind", "127.0.0.1", "--port", redisPort, "--save", "", "--appendonly", "no")
+	redis := start(nil, "redis-server", "--bind", "127.0.0.1", "--port", redisPort, "--save", "", "--appendonly", "no")
 	redisAddr := "127.0.0.1:" + redisPort
 	ps.WaitListen(redisAddr, 20*time.Second)
 
@@ -233,6 +234,11 @@ func main() {
 		s.measure(time.Second)
 	}
 	res := make([][]procs.Result, len(services))
+	// Redis's CPU per decision while each service ran (they run in turn):
+	// the part of Sluice's and the peer's decisions their own CPU leaves
+	// out, and that gubernator, keeping its counts in its own memory,
+	// counts in its own.
+	redisCPU := make([][]float64, len(services))
 	fmt.Printf("%d callers, one call of one descriptor in flight each, %v per run, %d keys, fixed window, %d runs\n",
 		*callers, *dur, *keys, *runs)
 	fmt.Printf("%-4s", "run")
@@ -243,7 +249,11 @@ func main() {
 	for run := range *runs {
 		for j := range services {
 			i := (run + j) % len(services)
-			res[i] = append(res[i], services[i].measure(*dur))
+			r0, t0 := ps.CPU(redis.Process.Pid), time.Now()
+			r := services[i].measure(*dur)
+			n := r.PerSec * time.Since(t0).Seconds()
+			res[i] = append(res[i], r)
+			redisCPU[i] = append(redisCPU[i], us(ps.CPU(redis.Process.Pid)-r0)/max(n, 1))
 		}
 		fmt.Printf("%-4d", run+1)
 		for i := range services {
@@ -267,6 +277,11 @@ func main() {
 			}
 		}
 	}
+	rs := make([]string, len(services))
+	for i, s := range services {
+		rs[i] = fmt.Sprintf("%s %.1f µs", s.name, procs.Median(redisCPU[i]))
+	}
+	fmt.Printf("Redis's CPU per decision, medians: %s\n", strings.Join(rs, ", "))
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
