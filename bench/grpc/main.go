@@ -1,10 +1,12 @@
 // Command grpc measures rate limit services over Envoy's gRPC protocol
 // (ShouldRateLimit) with one load generator: Sluice's gRPC door, and, when
 // their binaries are given, other Sluice builds (-before, and any number
-// of -also) and envoyproxy/ratelimit (-peer), each deciding on a real redis-server. It reports each one's
+// of -also) and envoyproxy/ratelimit (-peer), each deciding on a real
+// redis-server, and gubernator (-gubernator) over its own gRPC API
+// (GetRateLimits), deciding in its own memory. It reports each one's
 // decisions per second and its own CPU per decision, read from
 // /proc/PID/stat, so that the client's CPU, on the same machine, is not
-// counted.
+// counted, and, apart, Redis's CPU per decision while each one ran.
 //
 // Each caller has one call in flight, with one descriptor, as Envoy's
 // filter sends them; the keys are spread over -keys distinct values, so
@@ -17,10 +19,15 @@
 //	go run ./bench/grpc -peer /tmp/ratelimit -before /tmp/sluice-main -runs 5
 //	go run ./bench/grpc -before /tmp/sluice-main -also workers=/tmp/sluice-workers -also shared=/tmp/sluice-shared
 //	go run ./bench/grpc -peer /tmp/ratelimit -also 'grpcgo=/tmp/sluice --grpc-transport grpc-go'
+//	go run ./bench/grpc -peer /tmp/ratelimit -gubernator /tmp/gubernator -runs 3
 //
 // The peer runs with its statistics off (USE_STATSD=false) and its
-// defaults otherwise. Everything listens on 127.0.0.1 and is stopped when
-// the command ends. Linux only (/proc).
+// defaults otherwise; gubernator alone (its only memberlist node), with
+// its tracing off and room for every key (guberEnv). Gubernator keeps
+// its counts in its own memory, so its CPU is the whole decision's, where
+// the others' leaves out Redis's, printed apart for that. Everything
+// listens on 127.0.0.1 and is stopped when the command ends. Linux only
+// (/proc).
 package main
 
 import (
@@ -54,6 +61,7 @@ var (
 	before  = flag.String("before", "", "another Sluice binary (e.g. built from main) measured beside it; empty: none")
 	others  variants
 	peer    = flag.String("peer", "", "envoyproxy/ratelimit's binary (its service_cmd) measured beside it; empty: none")
+	guber   = flag.String("gubernator", "", "gubernator's binary (its cmd/gubernator) measured beside it; empty: none")
 )
 
 func init() {
@@ -78,7 +86,7 @@ func (v *variants) Set(s string) error {
 	}
 	// Each name is a column and a key prefix in the one Redis; "peer" is
 	// the row the ratios divide by.
-	if name == "sluice" || name == "before" || name == "peer" || slices.ContainsFunc(*v, func(o variant) bool { return o.name == name }) {
+	if name == "sluice" || name == "before" || name == "peer" || name == "gubernator" || slices.ContainsFunc(*v, func(o variant) bool { return o.name == name }) {
 		return fmt.Errorf("-also %s: the name is taken", name)
 	}
 	// "PATH --flag value": the same binary with a setting changed, such
@@ -101,41 +109,40 @@ func fatalf(format string, args ...any) { ps.Fatalf(format, args...) }
 type service struct {
 	name string
 	pid  int
-	rl   pb.RateLimitServiceClient
-	next atomic.Int64 // the next key to ask for, shared by its callers
-	reqs []callerReq  // each caller's
+	call func(caller int, key string) error // one decision for key, by caller
+	next atomic.Int64                       // the next key to ask for, shared by its callers
 }
 
 // measure runs the callers against s for d.
 func (s *service) measure(d time.Duration) procs.Result {
 	return ps.Measure(s.pid, *callers, d, func(c, _ int) error {
-		r := s.reqs[c]
-		r.entry.Value = "k" + strconv.FormatInt(s.next.Add(1)%int64(*keys), 10)
-		resp, err := s.rl.ShouldRateLimit(context.Background(), r.req)
-		if err == nil && resp.OverallCode != pb.RateLimitResponse_OK {
-			err = fmt.Errorf("over limit: %v", resp)
-		}
-		if err != nil {
+		if err := s.call(c, "k"+strconv.FormatInt(s.next.Add(1)%int64(*keys), 10)); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 		return nil
 	})
 }
 
-// callerReq is one caller's request, reused with a new value each call.
-type callerReq struct {
-	entry *rlv3.RateLimitDescriptor_Entry
-	req   *pb.RateLimitRequest
-}
-
-func newCallerReqs(n int) []callerReq {
-	rs := make([]callerReq, n)
-	for i := range rs {
-		e := &rlv3.RateLimitDescriptor_Entry{Key: "client"}
-		rs[i] = callerReq{entry: e, req: &pb.RateLimitRequest{Domain: "bench",
-			Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{e}}}}}
+// rlsCaller calls Envoy's ShouldRateLimit on conn, one descriptor
+// client=key in domain bench a call, each caller with a request of its
+// own reused with a new value each call.
+func rlsCaller(conn *grpc.ClientConn, callers int) func(c int, key string) error {
+	rl := pb.NewRateLimitServiceClient(conn)
+	entries := make([]*rlv3.RateLimitDescriptor_Entry, callers)
+	reqs := make([]*pb.RateLimitRequest, callers)
+	for i := range reqs {
+		entries[i] = &rlv3.RateLimitDescriptor_Entry{Key: "client"}
+		reqs[i] = &pb.RateLimitRequest{Domain: "bench",
+			Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{entries[i]}}}}
 	}
-	return rs
+	return func(c int, key string) error {
+		entries[c].Value = key
+		resp, err := rl.ShouldRateLimit(context.Background(), reqs[c])
+		if err == nil && resp.OverallCode != pb.RateLimitResponse_OK {
+			err = fmt.Errorf("over limit: %v", resp)
+		}
+		return err
+	}
 }
 
 // The one rule every service decides: a fixed window no caller reaches.
@@ -163,7 +170,7 @@ func main() {
 	// One Redis for all: it is not what is measured. A million keys per
 	// service stay well within its memory.
 	redisPort := strconv.Itoa(ps.FreePort())
-	start(nil, "redis-server", "--bind", "127.0.0.1", "--port", redisPort, "--save", "", "--appendonly", "no")
+	redis := start(nil, "redis-server", "--bind", "127.0.0.1", "--port", redisPort, "--save", "", "--appendonly", "no")
 	redisAddr := "127.0.0.1:" + redisPort
 	ps.WaitListen(redisAddr, 20*time.Second)
 
@@ -177,14 +184,16 @@ func main() {
 	}
 
 	var services []*service
-	add := func(name string, cmd *exec.Cmd, addr string) {
+	dial := func(addr string) *grpc.ClientConn {
 		ps.WaitListen(addr, 20*time.Second)
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			fatalf("%v", err)
 		}
-		services = append(services, &service{name: name, pid: cmd.Process.Pid, rl: pb.NewRateLimitServiceClient(conn),
-			reqs: newCallerReqs(*callers)})
+		return conn
+	}
+	add := func(name string, cmd *exec.Cmd, addr string) {
+		services = append(services, &service{name: name, pid: cmd.Process.Pid, call: rlsCaller(dial(addr), *callers)})
 	}
 	startSluice := func(name, bin, prefix string, extra ...string) {
 		addr := fmt.Sprintf("127.0.0.1:%d", ps.FreePort())
@@ -209,12 +218,27 @@ func main() {
 			"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(ps.FreePort())}, *peer)
 		add("peer", cmd, fmt.Sprintf("127.0.0.1:%d", grpcPort))
 	}
+	if *guber != "" {
+		grpcAddr := fmt.Sprintf("127.0.0.1:%d", ps.FreePort())
+		cmd := start(guberEnv(grpcAddr, fmt.Sprintf("127.0.0.1:%d", ps.FreePort()), fmt.Sprintf("127.0.0.1:%d", ps.FreePort()), *keys),
+			*guber)
+		call := guberCaller(dial(grpcAddr), *callers, benchGuberRule)
+		if err := waitGuber(call, 20*time.Second); err != nil {
+			fatalf("%v", err)
+		}
+		services = append(services, &service{name: "gubernator", pid: cmd.Process.Pid, call: call})
+	}
 
 	// Warm each: connections, scripts, pools, goroutine stacks.
 	for _, s := range services {
 		s.measure(time.Second)
 	}
 	res := make([][]procs.Result, len(services))
+	// Redis's CPU per decision while each service ran (they run in turn):
+	// the part of Sluice's and the peer's decisions their own CPU leaves
+	// out, and that gubernator, keeping its counts in its own memory,
+	// counts in its own.
+	redisCPU := make([][]float64, len(services))
 	fmt.Printf("%d callers, one call of one descriptor in flight each, %v per run, %d keys, fixed window, %d runs\n",
 		*callers, *dur, *keys, *runs)
 	fmt.Printf("%-4s", "run")
@@ -225,7 +249,11 @@ func main() {
 	for run := range *runs {
 		for j := range services {
 			i := (run + j) % len(services)
-			res[i] = append(res[i], services[i].measure(*dur))
+			r0, t0 := ps.CPU(redis.Process.Pid), time.Now()
+			r := services[i].measure(*dur)
+			n := r.PerSec * time.Since(t0).Seconds()
+			res[i] = append(res[i], r)
+			redisCPU[i] = append(redisCPU[i], us(ps.CPU(redis.Process.Pid)-r0)/max(n, 1))
 		}
 		fmt.Printf("%-4d", run+1)
 		for i := range services {
@@ -249,6 +277,11 @@ func main() {
 			}
 		}
 	}
+	rs := make([]string, len(services))
+	for i, s := range services {
+		rs[i] = fmt.Sprintf("%s %.1f µs", s.name, procs.Median(redisCPU[i]))
+	}
+	fmt.Printf("Redis's CPU per decision, medians: %s\n", strings.Join(rs, ", "))
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
