@@ -19,9 +19,12 @@ import (
 
 // Cluster by master. With many keys almost every hash slot of a batch
 // holds one request, so a call per slot is a call per request: Redis's
-// fixed cost of a script call, paid per decision. A batch is grouped
-// instead by the master that serves each key (go-redis's slot map), and
-// each master's part is one call of the batch script, which the flag
+// fixed cost of a script call, paid per decision. Each request goes
+// instead to the master that serves its key (go-redis's slot map, cached
+// per slot): the batcher gathers each master's requests in a lane of its
+// own (Store.Shards), and the store's own Submit splits a batch the same
+// way (engine.SubmitSplit). A master's batch is one call of the batch
+// script, which the flag
 // allow-cross-slot-keys lets reach keys of every slot that master serves;
 // the keys travel in ARGV (see lua/batch.lua), since a call may declare
 // one slot's keys only. Each call goes on that master's own pipe (one
@@ -215,15 +218,6 @@ func (s *Store) slotOf(r *engine.Request) uint16 {
 	return crcSlot(tag)
 }
 
-// readTimeout is the client's read timeout (go-redis's default is 3s):
-// how long a batch may take when its caller set no deadline.
-func readTimeout(client redis.UniversalClient) time.Duration {
-	if cc, ok := client.(*redis.ClusterClient); ok && cc.Options().ReadTimeout > 0 {
-		return cc.Options().ReadTimeout
-	}
-	return 3 * time.Second
-}
-
 // decideAgain decides the requests idx of reqs alone, by slot with
 // declared keys, through go-redis, which follows the redirects their
 // masters answer.
@@ -253,21 +247,6 @@ func notHere(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "Script attempted to access a non local key") ||
 		strings.Contains(msg, "Script attempted to execute a command while the cluster is down")
-}
-
-// replyList is a reply read on a pipe as collect takes it: the batch
-// script's array, or the error.
-func replyList(reply any, err error) ([]any, error) {
-	if err != nil {
-		return nil, err
-	}
-	switch v := reply.(type) {
-	case []any:
-		return v, nil
-	case replyError:
-		return nil, v
-	}
-	return nil, fmt.Errorf("the reply is a %T, not an array", reply)
 }
 
 // appendUndeclared appends call c as a RESP command whose keys are not
