@@ -30,10 +30,9 @@ func SubmitSplit(shard Shards, reqs []Request, res []Result, deadline time.Time,
 		done(err)
 		return
 	}
-	i := 1
+	i, st := 1, first
 	for ; i < len(reqs); i++ {
-		st, err := shard(&reqs[i])
-		if err != nil {
+		if st, err = shard(&reqs[i]); err != nil {
 			done(err)
 			return
 		}
@@ -47,9 +46,9 @@ func SubmitSplit(shard Shards, reqs []Request, res []Result, deadline time.Time,
 	}
 	sp := splits.Get().(*split)
 	sp.add(first, reqs[:i], 0)
-	for ; i < len(reqs); i++ {
-		st, err := shard(&reqs[i])
-		if err != nil {
+	sp.add(st, reqs[i:i+1], i) // the first of another store's, routed above
+	for i++; i < len(reqs); i++ {
+		if st, err = shard(&reqs[i]); err != nil {
 			sp.release()
 			done(err)
 			return

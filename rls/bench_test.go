@@ -91,6 +91,25 @@ func TestWindowLeft(t *testing.T) {
 	}
 }
 
+// serveBench serves the benchmark's configuration on transport tr on a
+// loopback port until the benchmark ends, and returns the address.
+func serveBench(b *testing.B, tr Transport) string {
+	s := newServer(b, benchYAML, Config{Transport: tr})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = s.Serve(ln) }()
+	b.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	return ln.Addr().String()
+}
+
+// benchRequest is the benchmarks' call: one descriptor of one entry.
+func benchRequest() *pb.RateLimitRequest {
+	return &pb.RateLimitRequest{Domain: "b", Descriptors: []*rlv3.RateLimitDescriptor{
+		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "client_ip", Value: "192.0.2.1"}}}}}
+}
+
 // BenchmarkGRPC is a whole call over loopback TCP: the client's and the
 // server's gRPC work together, with 50 callers in flight (GOMAXPROCS × the
 // parallelism), on the in-memory store, on each transport. The client is
@@ -102,21 +121,14 @@ func BenchmarkGRPC(b *testing.B) {
 }
 
 func benchmarkGRPC(b *testing.B, tr Transport) {
-	s := newServer(b, benchYAML, Config{Transport: tr})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = s.Serve(ln) }()
-	defer func() { _ = s.Shutdown(context.Background()) }()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	addr := serveBench(b, tr)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer conn.Close()
 	c := pb.NewRateLimitServiceClient(conn)
-	req := &pb.RateLimitRequest{Domain: "b", Descriptors: []*rlv3.RateLimitDescriptor{
-		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "client_ip", Value: "192.0.2.1"}}}}}
+	req := benchRequest()
 	b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -135,8 +147,7 @@ func benchmarkGRPC(b *testing.B, tr Transport) {
 // allocations are Sluice's own per call, without grpc-go's.
 func BenchmarkHandler(b *testing.B) {
 	s := newServer(b, benchYAML, Config{})
-	in, err := proto.Marshal(&pb.RateLimitRequest{Domain: "b", Descriptors: []*rlv3.RateLimitDescriptor{
-		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "client_ip", Value: "192.0.2.1"}}}}})
+	in, err := proto.Marshal(benchRequest())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -172,20 +183,12 @@ func BenchmarkServer(b *testing.B) {
 }
 
 func benchmarkServer(b *testing.B, tr Transport) {
-	s := newServer(b, benchYAML, Config{Transport: tr})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = s.Serve(ln) }()
-	defer func() { _ = s.Shutdown(context.Background()) }()
-	nc, err := net.Dial("tcp", ln.Addr().String())
+	nc, err := net.Dial("tcp", serveBench(b, tr))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer nc.Close()
-	msg, err := proto.Marshal(&pb.RateLimitRequest{Domain: "b", Descriptors: []*rlv3.RateLimitDescriptor{
-		{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "client_ip", Value: "192.0.2.1"}}}}})
+	msg, err := proto.Marshal(benchRequest())
 	if err != nil {
 		b.Fatal(err)
 	}
