@@ -87,138 +87,101 @@
 -- of it is written: every request reads all its keys before it writes.
 -- The caller sends those requests again, alone, with declared keys, so
 -- that Redis redirects them.
-local KEYS, ARGV = KEYS, ARGV
-if #KEYS == 0 and #ARGV > 0 then
-  local nk = tonumber(ARGV[1]) or 0
-  local keys, args = {}, {}
-  for j = 1, nk do
-    keys[j] = ARGV[1 + j]
-  end
-  for j = nk + 2, #ARGV do
-    args[j - nk - 1] = ARGV[j]
-  end
-  KEYS, ARGV = keys, args
-end
--- A late call stops here, before it reads or writes a key.
-local started = redisTime()
-if late(ARGV[#ARGV], started) then
-  return {started, 1}
-end
--- Each algorithm is defined when a limit first names it, into
--- algorithms (see lua.go): once a call as a script, once a library.
+--
+-- call, at the end, decides one batch. The functions it uses are defined
+-- beside it: once for all calls in a library (lua.go), once a call in a
+-- script. A call's state lives in the locals between them, which call
+-- sets before anything reads them: a library keeps them from one FCALL to
+-- the next, and a call that raised leaves them as they were. (Each call
+-- used to build its twenty functions anew as closures of its own state:
+-- about 100,000 instructions of Redis a call, as many as three fresh
+-- decisions cost; scriptcost -callgrind -sizes 1.)
+
+-- The call's keys and arguments, and its time (µs).
+local KEYS, ARGV, now
 
 -- count reads a count field at j.
 local function count(j, what)
-  local c = tonumber(ARGV[j])
-  if not c or c < 0 or c ~= floor(c) then
+  local c = number(ARGV[j])
+  if not c or c < 0 or c % 1 ~= 0 then
     fail('invalid ' .. what .. ' ' .. string.format('%q', tostring(ARGV[j])))
   end
   return c
 end
 
-local m = count(1, 'number of limits')
-if #ARGV < 2 + 4 * m then
-  fail('want ' .. m .. ' limits of 4 arguments and a number of runs, got ' .. #ARGV .. ' arguments')
-end
-local r = count(2 + 4 * m, 'number of runs')
-local gj = 3 + 4 * m + 4 * r -- the number of key runs' field
-if #ARGV < gj then
-  fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4 and a number of key runs, got ' .. #ARGV .. ' arguments')
-end
-local g = count(gj, 'number of key runs')
-local qj = gj + 2 * g + 1 -- the number of multi-limit runs' field
-if #ARGV < qj then
-  fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4, ' .. g .. ' key runs of 2 and a number of multi-limit runs, got ' .. #ARGV .. ' arguments')
-end
-local runsOfMulti = count(qj, 'number of multi-limit runs')
--- Each multi-limit request x is its number of limits mN[x], cost, mode
--- and the field of its first limit index, mAt[x], its run's: arrays, not
--- a table per request. q counts the requests.
--- runSize[k] is the k-th multi-limit run's number of requests.
-local mN, mCost, mMode, mAt, runSize, multiKeys, mj, q = {}, {}, {}, {}, {}, 0, qj + 1, 0
-for k = 1, runsOfMulti do
-  local c, nl = count(mj, 'multi-limit run size'), count(mj + 1, 'number of limits of a request')
-  if nl < 1 or #ARGV < mj + 3 + nl then
-    fail('multi-limit run ' .. k .. ' of ' .. nl .. ' limits cut short at argument ' .. #ARGV)
-  end
-  -- Checked before the loop: a run holds no more requests than keys.
-  if multiKeys + c * nl > #KEYS then
-    fail('multi-limit run ' .. k .. ' of ' .. c .. ' requests of ' .. nl .. ' limits past the ' .. #KEYS .. ' keys')
-  end
-  local cost, mode, at = ARGV[mj + 2], ARGV[mj + 3], mj + 4
-  runSize[k] = c
-  for x = q + 1, q + c do
-    mN[x], mCost[x], mMode[x], mAt[x] = nl, cost, mode, at
-  end
-  q, multiKeys, mj = q + c, multiKeys + c * nl, mj + 4 + nl
-end
-if #ARGV ~= mj and #ARGV ~= mj + 1 then
-  fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4, ' .. g .. ' key runs of 2, ' .. runsOfMulti .. ' multi-limit runs, an optional now and a deadline, got ' .. #ARGV .. ' arguments')
-end
-local now = clock(#ARGV == mj + 1 and ARGV[mj] or nil, started)
+-- limits are the call's m limits, each a table that prepare fills from
+-- the limit's four fields: L.alg, L.rate, L.period, L.burst and what the
+-- algorithm works out once (L.capacity, …), or L.err, why it is bad. A
+-- batch's limits mostly repeat from call to call, so a library keeps each
+-- limit as it was prepared, with its memo of a claim, for the next call
+-- that sends the same four fields at the same place (L.f1 to L.f4).
+local limits, m = {}, 0
 
--- Each limit is read and checked once; one that is bad fails the requests
--- that name it.
 local function prepare(L, j)
   L.rate, L.period, L.burst = limit(ARGV, j + 1)
   if L.alg then
     L.alg.prepare(L)
   end
 end
-local limits = {}
-for l = 1, m do
+
+-- limitAt is the call's l-th limit. Each algorithm is defined when a
+-- limit first names it, into algorithms (see lua.go).
+local function limitAt(l)
   local j = 2 + 4 * (l - 1)
-  local A = algorithms[ARGV[j]]
-  if A == nil and loaders[ARGV[j]] then
-    A = loaders[ARGV[j]]()
-    algorithms[ARGV[j]] = A
+  local f1, f2, f3, f4 = ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3]
+  local L = limits[l]
+  if L and L.f1 == f1 and L.f2 == f2 and L.f3 == f3 and L.f4 == f4 then
+    return L
   end
-  local L = {alg = A}
+  local A = algorithms[f1]
+  if A == nil and loaders[f1] then
+    A = loaders[f1]()
+    algorithms[f1] = A
+  end
+  L = {alg = A, f1 = f1, f2 = f2, f3 = f3, f4 = f4}
   local ok, err = pcall(prepare, L, j)
   if not ok then
     L.err = err
   elseif not A then
-    L.err = {err = 'ERR sluice: unknown algorithm ' .. string.format('%q', ARGV[j])}
+    L.err = {err = 'ERR sluice: unknown algorithm ' .. string.format('%q', f1)}
   end
-  limits[l] = L
+  return L
 end
 
--- Each run is read and checked once too: its size, its limit, its cost.
-local sizes, runs, total = {}, {}, 0
-for k = 1, r do
-  local j = 3 + 4 * m + 4 * (k - 1)
-  local size = count(j, 'run size')
-  sizes[k], total = size, total + size
-  local ok, cost = pcall(param, ARGV[j + 2], 'cost')
-  local L = limits[tonumber(ARGV[j + 1])]
-  if not L then
-    runs[k] = {err = {err = 'ERR sluice: no limit ' .. string.format('%q', ARGV[j + 1])}}
-  elseif L.err then
-    runs[k] = {err = L.err}
-  elseif not ok then
-    runs[k] = {err = cost}
-  else
-    local mode = ARGV[j + 3]
-    runs[k] = {L = L, A = L.alg, cost = cost, peek = mode == '1', charge = mode == '2' and cost > 0}
-    if runs[k].charge and not (L.alg.force or L.alg.charge) then
-      runs[k] = {err = {err = 'ERR sluice: the sliding log takes no charge'}}
-    end
+-- limitOf is the limit a run names by its index, v: nil if it names none.
+local function limitOf(v)
+  local l = number(v)
+  if l and l >= 1 and l <= m and l % 1 == 0 then
+    return limits[l]
   end
 end
-local n = total
 
-local keyRuns, perKey, keys, held = {}, {}, 0, 0
-for k = 1, g do
-  local j = gj + 2 * (k - 1)
-  keyRuns[k], perKey[k] = count(j + 1, 'key run size'), count(j + 2, 'requests per key')
-  if perKey[k] < 1 then
-    fail('a key without requests')
+-- memoOf is limit L's memo of a claim at cost: a claim worked out for one
+-- empty key serves every empty key of the same limit and cost
+-- (bucket.lua), in this call and the next.
+local function memoOf(L, cost)
+  local memo = L.memo
+  if not memo or memo.cost ~= cost then
+    memo = {cost = cost}
+    L.memo = memo
   end
-  keys, held = keys + keyRuns[k], held + keyRuns[k] * perKey[k]
+  return memo
 end
-if keys + multiKeys ~= #KEYS or held ~= n then
-  fail('the runs hold ' .. n .. ' requests and the key runs ' .. held .. ' requests of ' .. keys .. ' keys, and the multi-limit requests ' .. multiKeys .. ' keys, for ' .. #KEYS .. ' keys')
-end
+
+-- The call's single-limit requests: n, in r runs; each run k, runs[k],
+-- has sizes[k] requests and says run.L, run.A, run.cost, run.memo, and
+-- whether they peek or charge, or run.err, why they all fail. The run
+-- tables are kept from call to call, each filled afresh. The keys come in
+-- g key runs, keyRuns[k] keys of perKey[k] requests each; keys is how many.
+local n, r, g, keys = 0, 0, 0, 0
+local sizes, runs, keyRuns, perKey = {}, {}, {}, {}
+
+-- The call's multi-limit requests: q, in runsOfMulti runs of runSize[k];
+-- request x has mN[x] limits, cost mCost[x], mode mMode[x], and the
+-- field of its first limit index, mAt[x], its run's: arrays, not a table
+-- per request, kept from call to call. multiKeys counts their keys.
+local q, runsOfMulti, multiKeys = 0, 0, 0
+local mN, mCost, mMode, mAt, runSize = {}, {}, {}, {}, {}
 
 -- charge takes cost on s whatever is left: a cost known only after the
 -- work (engine's charge, which this composes the same way). Whether it
@@ -241,12 +204,12 @@ local function charge(A, s, key, now, L, cost)
   return fitted, remaining, retry, reset, 0
 end
 
-local out, errors, seen = {started, 0}, {}, {}
--- out holds o values, the header first. p1 to p5 are the last reply, written there or
--- standing for the end of the run after it, not yet written: repeats
--- more replies, each the one before with d2 to d5 added.
-local o, repeats, p1, p2, p3, p4, p5 = 2, 0
-local d2, d3, d4, d5
+-- out is the reply: o values, the header first. p1 to p5 are the last
+-- reply, written there or standing for the end of the run after it, not
+-- yet written: repeats more replies, each the one before with d2 to d5
+-- added. errors are the messages, each once, at seen[message].
+local out, o, repeats, p1, p2, p3, p4, p5, d2, d3, d4, d5
+local errors, seen
 
 -- emit replies to the next request.
 local function emit(a, b, c, d, e)
@@ -265,6 +228,7 @@ local function emit(a, b, c, d, e)
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, b, c, d, e
   o, p1, p2, p3, p4, p5 = o + 5, a, b, c, d, e
 end
+
 -- emitRun emits replies to the next m requests: the first a to e, each
 -- next one with d2 to d5 added. Three are emitted one by one, which
 -- leaves them the run in progress, stepping by d2 to d5; the rest only
@@ -279,6 +243,7 @@ local function emitRun(m, a, b, c, d, e, x2, x3, x4, x5)
     p2, p3, p4, p5 = p2 + more * x2, p3 + more * x3, p4 + more * x4, p5 + more * x5
   end
 end
+
 -- errorIndex is the 1-based index of an error's message, each once.
 local function errorIndex(msg)
   -- redis.call and fail raise {err = message}; anything else a string.
@@ -286,6 +251,9 @@ local function errorIndex(msg)
     msg = msg.err
   end
   msg = tostring(msg)
+  if not errors then
+    errors, seen = {}, {}
+  end
   local e = seen[msg]
   if not e then
     e = #errors + 1
@@ -294,75 +262,81 @@ local function errorIndex(msg)
   return e
 end
 
--- A call defines only the functions of the kinds of request it has:
--- each is a closure of the call's state, which Redis builds anew on
--- every call. Defining the multi-limit ones cost a batch of 16
--- single-limit requests 6% more instructions a decision (scriptcost
--- -callgrind, policy1), and the single-limit ones a batch of
--- multi-limit requests 1%.
-if n > 0 then
-  -- i is the request being decided, in request run k, which has left
-  -- requests after it; it belongs to the key KEYS[ki], in key run kk, which
-  -- has keysLeft keys after this one, and the key has reqsLeft requests
-  -- after it. s is the key's state while it is read, under the limit L of
-  -- algorithm A. decided decides from i on until the end or a request's
-  -- error, so that the batch pays for one pcall, not one per request.
-  local i, k, left = 1, 0, 0
-  local ki, kk, keysLeft, reqsLeft = 0, 0, 0, 0
-  local s, A, L
+-- The single-limit requests. i is the request being decided, in request
+-- run k, which has left requests after it; it belongs to the key
+-- KEYS[ki], in key run kk, which has keysLeft keys after this one, and the
+-- key has reqsLeft requests after it. s is the key's state while it is
+-- read, under the limit L of algorithm A. decided decides from i on until
+-- the end or a request's error, so that the batch pays for one pcall, not
+-- one per request.
+local i, k, left, ki, kk, keysLeft, reqsLeft = 1, 0, 0, 0, 0, 0, 0
+local s, A, L
+-- pending is what a claim of KEYS[pendingAt] got back: the key was not
+-- empty, and read takes it from there without asking again.
+local pending, pendingAt
 
-  -- flush writes the key's state, if a step changed it, and lets it go.
-  local function flush()
-    local done = s
-    s = nil
-    if done.dirty then
-      A.write(KEYS[ki], now, done, L)
-    end
+-- flush writes the key's state, if a step changed it, and lets it go.
+local function flush()
+  local done = s
+  s = nil
+  if done.dirty then
+    A.write(KEYS[ki], now, done, L)
   end
+end
 
-  -- release lets the key's state go once its last request is decided,
-  -- writing it if a step changed it.
-  local function release()
+local function decided()
+  while i <= n do
+    while left == 0 do
+      k = k + 1
+      left = sizes[k]
+    end
     if reqsLeft == 0 then
-      if s.dirty then
-        flush()
-      else
-        s = nil
+      while keysLeft == 0 do
+        kk = kk + 1
+        keysLeft = keyRuns[kk]
       end
+      ki, keysLeft, reqsLeft = ki + 1, keysLeft - 1, perKey[kk]
     end
-  end
-
-  local function decided()
-    while i <= n do
-      while left == 0 do
-        k = k + 1
-        left = sizes[k]
+    left, reqsLeft = left - 1, reqsLeft - 1
+    local run = runs[k]
+    if run.err then
+      error(run.err, 0)
+    end
+    -- A key asked under another limit is written under the one before,
+    -- then read again under the new one.
+    if s and L ~= run.L then
+      flush()
+    end
+    local key = KEYS[ki]
+    -- A take of one request a key under a limit that claims (bucket.lua)
+    -- claims the empty keys of its run in a row, a command each.
+    local claimed = 0
+    if run.claimRun and not s and reqsLeft == 0 and pendingAt ~= ki then
+      local span = keysLeft
+      if left < span then
+        span = left
       end
-      if reqsLeft == 0 then
-        while keysLeft == 0 do
-          kk = kk + 1
-          keysLeft = keyRuns[kk]
-        end
-        ki, keysLeft, reqsLeft = ki + 1, keysLeft - 1, perKey[kk]
-      end
-      left, reqsLeft = left - 1, reqsLeft - 1
-      local run = runs[k]
-      if run.err then
-        error(run.err, 0)
-      end
-      -- A key asked under another limit is written under the one before,
-      -- then read again under the new one.
-      if s and L ~= run.L then
-        flush()
-      end
-      local key = KEYS[ki]
+      claimed, pending = run.claimRun(KEYS, ki, ki + span, now, run.L, run.cost, run.memo)
+      pendingAt = pending ~= nil and ki + claimed or nil
+    end
+    if claimed > 0 then
+      local c = run.memo.claim
+      emitRun(claimed, c[1] and 1 or 0, c[2], c[3], c[4], c[5], 0, 0, 0, 0)
+      claimed = claimed - 1 -- request i and its key were counted above
+      i, ki, left, keysLeft = i + 1 + claimed, ki + claimed, left - claimed, keysLeft - claimed
+    else
       local allowed, remaining, retry, reset, delay
       if not s then
         if pinned then
           forget(key, now)
         end
+        local got = pending
+        if pendingAt ~= ki then
+          got = nil
+        end
+        pending = nil
         -- A charge reads as a peek does: no claim, which would admit.
-        s, allowed, remaining, retry, reset, delay = run.A.read(key, now, run.L, run.cost, run.peek or run.charge, run)
+        s, allowed, remaining, retry, reset, delay = run.A.read(key, now, run.L, run.cost, run.look, run.memo, got)
         A, L = run.A, run.L
       end
       if allowed ~= nil then -- a claim decided it
@@ -371,25 +345,47 @@ if n > 0 then
       else
         allowed, remaining, retry, reset, delay = A.step(s, key, now, L, run.cost, run.peek)
       end
-      release()
+      -- The key's state goes once its last request is decided, written if
+      -- a step changed it.
+      if reqsLeft == 0 then
+        if s.dirty then
+          flush()
+        else
+          s = nil
+        end
+      end
       emit(allowed and 1 or 0, remaining, retry, reset, delay)
       i = i + 1
       -- The key's next requests in this run may step alike: an algorithm
       -- that can tell (A.many) decides them at once, in a time that does
       -- not grow with their number.
-      local more = min(left, reqsLeft)
-      if s and more >= 4 and A.many and not run.charge then
+      local more = reqsLeft
+      if left < more then
+        more = left
+      end
+      if more >= 4 and s and A.many and not run.charge then
         local replies = A.many(s, key, now, L, run.cost, run.peek, more)
         if replies then
           for _, x in ipairs(replies) do
             emitRun(x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9], x[10])
           end
           i, left, reqsLeft = i + more, left - more, reqsLeft - more
-          release()
+          if reqsLeft == 0 then
+            if s.dirty then
+              flush()
+            else
+              s = nil
+            end
+          end
         end
       end
     end
   end
+end
+
+-- single decides the single-limit requests.
+local function single()
+  i, k, left, ki, kk, keysLeft, reqsLeft, s, A, L, pending, pendingAt = 1, 0, 0, 0, 0, 0, 0, nil, nil, nil, nil, nil
   while i <= n do
     local ok, msg = pcall(decided)
     if not ok then
@@ -406,333 +402,330 @@ if n > 0 then
   end
 end
 
-if q > 0 then
-  -- The multi-limit requests. One pcall covers them all, as decided does
-  -- the single-limit ones: a request that fails raises, its limits reply
-  -- its error, and the loop goes on from the next. Nothing of a request is
-  -- written before every limit has looked.
-  --
-  -- pv holds the replies of the multi-limit run of the arguments being
-  -- decided, five values a limit, a request's after the one's before it:
-  -- request x's limit j's from pb + 5j - 4, pb being 5 nl times x's place
-  -- in its run (nl limits a request). One array kept from one run to the
-  -- next: no table per request or per limit. allowed is true or false, or
-  -- -k for a request that failed with the k-th message.
-  local pv, pb = {}, 0
-  -- Ls are the limits of the request being decided, lastAt the field of
-  -- the limit indexes they were resolved from and ownAlg whether each has
-  -- an algorithm of its own; states are their states. All are kept from
-  -- one request to the next: they are resolved at a multi-limit run's
-  -- first request (resolve), and a run whose limit indexes read as the
-  -- run before's (runs apart by cost or mode) takes them as they are; a
-  -- hot run's states are held in states (decideMulti), while a request
-  -- that does not continue a hot run comes after the one before wrote
-  -- them.
-  local Ls, states, lastAt, ownAlg = {}, {}, nil, true
-  -- limitsOf resolves request x's limits into Ls, and tells whether each
-  -- has an algorithm of its own.
-  local function limitsOf(x)
-    local at, nl = mAt[x], mN[x]
-    if lastAt and #Ls == nl then
-      local j = 0
-      while j < nl and ARGV[at + j] == ARGV[lastAt + j] do
-        j = j + 1
-      end
-      if j == nl then
-        return ownAlg
+-- The multi-limit requests. One pcall covers them all, as decided does
+-- the single-limit ones: a request that fails raises, its limits reply
+-- its error, and the loop goes on from the next. Nothing of a request is
+-- written before every limit has looked.
+--
+-- pv holds the replies of the multi-limit run of the arguments being
+-- decided, five values a limit, a request's after the one's before it:
+-- request x's limit j's from pb + 5j - 4, pb being 5 nl times x's place
+-- in its run (nl limits a request). One array kept from one run to the
+-- next: no table per request or per limit. allowed is true or false, or
+-- -k for a request that failed with the k-th message.
+local pv, pb = {}, 0
+-- Ls are the limits of the request being decided, lastAt the field of
+-- the limit indexes they were resolved from and ownAlg whether each has
+-- an algorithm of its own; states are their states. All are kept from
+-- one request to the next: they are resolved at a multi-limit run's
+-- first request (resolve), and a run whose limit indexes read as the
+-- run before's (runs apart by cost or mode) takes them as they are; a
+-- hot run's states are held in states (decideMulti), while a request
+-- that does not continue a hot run comes after the one before wrote
+-- them.
+local Ls, states, lastAt, ownAlg = {}, {}, nil, true
+
+-- limitsOf resolves request x's limits into Ls, and tells whether each
+-- has an algorithm of its own.
+local function limitsOf(x)
+  local at, nl = mAt[x], mN[x]
+  if lastAt and #Ls == nl then
+    local j = 0
+    while j < nl and ARGV[at + j] == ARGV[lastAt + j] do
+      j = j + 1
+    end
+    if j == nl then
+      return ownAlg
+    end
+  end
+  lastAt, ownAlg = nil, true
+  for j = 1, nl do
+    local L = limitOf(ARGV[at + j - 1])
+    if not L then
+      fail('no limit ' .. string.format('%q', ARGV[at + j - 1]))
+    elseif L.err then
+      error(L.err, 0)
+    end
+    for i = 1, j - 1 do
+      if Ls[i].alg == L.alg then
+        ownAlg = false
       end
     end
-    lastAt, ownAlg = nil, true
+    Ls[j] = L
+  end
+  for j = nl + 1, #Ls do
+    Ls[j] = nil
+  end
+  lastAt = at
+  return ownAlg
+end
+
+-- writeHeld writes the states that steps changed, of the limits Ls of
+-- the keys after KEYS[base].
+local function writeHeld(base)
+  for j = 1, #Ls do
+    local s, L = states[j], Ls[j]
+    if s.dirty then
+      L.alg.write(KEYS[base + j], now, s, L)
+    end
+  end
+end
+
+-- A multi-limit run's requests share their limits, cost and mode, so
+-- what follows from them is worked out once, at its first request
+-- (resolve): cost, or costErr, the error of a bad one; limitsErr, the
+-- error of a bad limit, else own, whether each limit has an algorithm
+-- of its own (Ls holds them); claimer, the limit whose look claims an
+-- empty key (see decideMulti), and memo, its memo of a claim at cost.
+local cost, costErr, limitsErr, own, claimer, memo
+
+-- decideMulti decides multi-limit request x, whose keys follow KEYS[base],
+-- into pv. held is true when x continues a hot run (see below): states
+-- hold the states its limits Ls were left in by the request before.
+-- goesOn tells whether the hot run goes on after x: then it returns true,
+-- to hold the states for the next request; otherwise it writes what the
+-- hot run changed, and returns false.
+local function decideMulti(x, base, held, goesOn)
+  if costErr then
+    error(costErr, 0)
+  end
+  local nl, mode = mN[x], mMode[x]
+  if mode == '2' and cost > 0 then
+    -- Taken by each limit, whatever the others (engine's charge): each is
+    -- read, charged and written in turn. A charge never joins a hot run.
+    limitsOf(x)
     for j = 1, nl do
-      local L = limits[tonumber(ARGV[at + j - 1])]
-      if not L then
-        fail('no limit ' .. string.format('%q', ARGV[at + j - 1]))
-      elseif L.err then
-        error(L.err, 0)
+      if not Ls[j].alg.force then
+        fail('the sliding log takes no charge')
       end
-      for i = 1, j - 1 do
-        if Ls[i].alg == L.alg then
-          ownAlg = false
-        end
+    end
+    for j = 1, nl do
+      local L, key = Ls[j], KEYS[base + j]
+      if pinned then
+        forget(key, now)
       end
-      Ls[j] = L
-    end
-    for j = nl + 1, #Ls do
-      Ls[j] = nil
-    end
-    lastAt = at
-    return ownAlg
-  end
-  -- writeHeld writes the states that steps changed, of the limits Ls of
-  -- the keys after KEYS[base].
-  local function writeHeld(base)
-    for j = 1, #Ls do
-      local s, L = states[j], Ls[j]
+      local s = L.alg.read(key, now, L, cost, true)
+      local v = pb + 5 * j
+      pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = charge(L.alg, s, key, now, L, cost)
       if s.dirty then
-        L.alg.write(KEYS[base + j], now, s, L)
+        L.alg.write(key, now, s, L)
       end
     end
+    return false
   end
-  -- memoOf is limit L's memo of a claim at cost: a claim worked out for one
-  -- empty key serves every empty key of the same limit and cost
-  -- (bucket.lua).
-  local function memoOf(L, cost)
-    local memo = L.multiMemo
-    if not memo or memo.cost ~= cost then
-      memo = {cost = cost}
-      L.multiMemo = memo
-    end
-    return memo
+  -- A hot run's limits are the same throughout, each its own algorithm.
+  if not held and limitsErr then
+    error(limitsErr, 0)
   end
-  -- A multi-limit run's requests share their limits, cost and mode, so
-  -- what follows from them is worked out once, at its first request
-  -- (resolve): cost, or costErr, the error of a bad one; limitsErr, the
-  -- error of a bad limit, else own, whether each limit has an algorithm
-  -- of its own (Ls holds them); claimer, the limit whose look claims an
-  -- empty key (see decideMulti), and memo, its memo of a claim at cost.
-  local cost, costErr, limitsErr, own, claimer, memo
-  -- decideMulti decides multi-limit request x, whose keys follow KEYS[base],
-  -- into pv. held is true when x continues a hot run (see below): states
-  -- hold the states its limits Ls were left in by the request before.
-  -- goesOn tells whether the hot run goes on after x: then it returns true,
-  -- to hold the states for the next request; otherwise it writes what the
-  -- hot run changed, and returns false.
-  local function decideMulti(x, base, held, goesOn)
-    if costErr then
-      error(costErr, 0)
-    end
-    local nl, mode = mN[x], mMode[x]
-    if mode == '2' and cost > 0 then
-      -- Taken by each limit, whatever the others (engine's charge): each is
-      -- read, charged and written in turn. A charge never joins a hot run.
-      limitsOf(x)
-      for j = 1, nl do
-        if not Ls[j].alg.force then
-          fail('the sliding log takes no charge')
-        end
-      end
-      for j = 1, nl do
-        local L, key = Ls[j], KEYS[base + j]
+  -- Each limit looks at the request's cost. An algorithm keeps one
+  -- state at a time, so when every limit has an algorithm of its own
+  -- (the usual policy: a burst and a quota) their states, all read, stay
+  -- valid, and the charge (or the look at cost 0 after a refusal) goes on
+  -- from them without reading again; otherwise each limit is read again.
+  -- One limit that can claim an empty key (bucket.lua) looks last: where
+  -- all the others admit, its look is a claim, one command that reads
+  -- the key and, if it was empty, takes the cost from it, not a read and
+  -- a write. A hot run writes its states once at its end: no claim there.
+  local claimer = claimer
+  if held or goesOn then
+    claimer = 0
+  end
+  local refused, claimed = false, false
+  for j = 1, nl do
+    if j ~= claimer then
+      local L, key, s = Ls[j], KEYS[base + j]
+      local A = L.alg
+      if held then
+        s = states[j]
+      else
         if pinned then
           forget(key, now)
         end
-        local s = L.alg.read(key, now, L, cost, true)
-        local v = pb + 5 * j
-        pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = charge(L.alg, s, key, now, L, cost)
-        if s.dirty then
-          L.alg.write(key, now, s, L)
-        end
+        s = A.read(key, now, L, cost, true)
+        states[j] = s
       end
-      return false
+      local v = pb + 5 * j
+      local allowed
+      allowed, pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(s, key, now, L, cost, true)
+      pv[v - 4] = allowed
+      refused = refused or not allowed
     end
-    -- A hot run's limits are the same throughout, each its own algorithm.
-    if not held and limitsErr then
-      error(limitsErr, 0)
+  end
+  if claimer > 0 then
+    local L, key = Ls[claimer], KEYS[base + claimer]
+    local A = L.alg
+    if pinned then
+      forget(key, now)
     end
-    -- Each limit looks at the request's cost. An algorithm keeps one
-    -- state at a time, so when every limit has an algorithm of its own
-    -- (the usual policy: a burst and a quota) their states, all read, stay
-    -- valid, and the charge (or the look at cost 0 after a refusal) goes on
-    -- from them without reading again; otherwise each limit is read again.
-    -- One limit that can claim an empty key (bucket.lua) looks last: where
-    -- all the others admit, its look is a claim, one command that reads
-    -- the key and, if it was empty, takes the cost from it, not a read and
-    -- a write. A hot run writes its states once at its end: no claim there.
-    local claimer = claimer
-    if held or goesOn then
-      claimer = 0
+    local v, s, allowed = pb + 5 * claimer
+    if refused then
+      s = A.read(key, now, L, cost, true)
+    else
+      s, allowed, pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.read(key, now, L, cost, false, memo)
     end
-    local refused, claimed = false, false
+    states[claimer] = s
+    if allowed ~= nil then
+      claimed = true -- taken and written
+    else
+      allowed, pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(s, key, now, L, cost, true)
+      refused = refused or not allowed
+    end
+    pv[v - 4] = allowed
+  end
+  if refused then
+    -- Each limit with room reports what it has: a look at cost 0.
     for j = 1, nl do
-      if j ~= claimer then
+      local v = pb + 5 * j
+      if pv[v - 4] then
         local L, key, s = Ls[j], KEYS[base + j]
-        local A = L.alg
-        if held then
+        if own then
           s = states[j]
         else
           if pinned then
             forget(key, now)
           end
-          s = A.read(key, now, L, cost, true)
-          states[j] = s
+          s = L.alg.read(key, now, L, 0, true)
         end
-        local v = pb + 5 * j
-        local allowed
-        allowed, pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(s, key, now, L, cost, true)
-        pv[v - 4] = allowed
-        refused = refused or not allowed
+        pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = L.alg.step(s, key, now, L, 0, true)
       end
     end
-    if claimer > 0 then
-      local L, key = Ls[claimer], KEYS[base + claimer]
-      local A = L.alg
-      if pinned then
-        forget(key, now)
-      end
-      local v, s, allowed = pb + 5 * claimer
-      if refused then
-        s = A.read(key, now, L, cost, true)
-      else
-        s, allowed, pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.read(key, now, L, cost, false, memo)
-      end
-      states[claimer] = s
-      if allowed ~= nil then
-        claimed = true -- taken and written
-      else
-        allowed, pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(s, key, now, L, cost, true)
-        refused = refused or not allowed
-      end
-      pv[v - 4] = allowed
-    end
-    if refused then
-      -- Each limit with room reports what it has: a look at cost 0.
-      for j = 1, nl do
-        local v = pb + 5 * j
-        if pv[v - 4] then
-          local L, key, s = Ls[j], KEYS[base + j]
-          if own then
-            s = states[j]
-          else
-            if pinned then
-              forget(key, now)
-            end
-            s = L.alg.read(key, now, L, 0, true)
-          end
-          pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = L.alg.step(s, key, now, L, 0, true)
-        end
-      end
-    elseif own and mode ~= '1' then
-      -- Each limit takes the cost its look admitted: an algorithm that can
-      -- (A.commit) stores what its look worked out, whose reply is the
-      -- take's; the others step again.
-      for j = 1, nl do
-        if not (claimed and j == claimer) then
-          local L, v = Ls[j], pb + 5 * j
-          local A = L.alg
-          if A.commit and cost > 0 then
-            A.commit(states[j])
-          else
-            pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(states[j], KEYS[base + j], now, L, cost, false)
-          end
-        end
-      end
-    end
-    if own then
-      if goesOn then
-        return true
-      end
-      writeHeld(base)
-      return false
-    end
-    if refused or mode == '1' then
-      return false
-    end
+  elseif own and mode ~= '1' then
+    -- Each limit takes the cost its look admitted: an algorithm that can
+    -- (A.commit) stores what its look worked out, whose reply is the
+    -- take's; the others step again.
     for j = 1, nl do
-      local L, key, v = Ls[j], KEYS[base + j], pb + 5 * j
-      local A = L.alg
-      local s, allowed, remaining, retry, reset, delay = A.read(key, now, L, cost, false, memoOf(L, cost))
-      if allowed == nil then
-        allowed, remaining, retry, reset, delay = A.step(s, key, now, L, cost, false)
+      if not (claimed and j == claimer) then
+        local L, v = Ls[j], pb + 5 * j
+        local A = L.alg
+        if A.commit and cost > 0 then
+          A.commit(states[j])
+        else
+          pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(states[j], KEYS[base + j], now, L, cost, false)
+        end
       end
-      if s.dirty then
-        A.write(key, now, s, L)
-      end
-      pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = allowed, remaining, retry, reset, delay
     end
+  end
+  if own then
+    if goesOn then
+      return true
+    end
+    writeHeld(base)
     return false
   end
+  if refused or mode == '1' then
+    return false
+  end
+  for j = 1, nl do
+    local L, key, v = Ls[j], KEYS[base + j], pb + 5 * j
+    local A = L.alg
+    local s, allowed, remaining, retry, reset, delay = A.read(key, now, L, cost, false, memoOf(L, cost))
+    if allowed == nil then
+      allowed, remaining, retry, reset, delay = A.step(s, key, now, L, cost, false)
+    end
+    if s.dirty then
+      A.write(key, now, s, L)
+    end
+    pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = allowed, remaining, retry, reset, delay
+  end
+  return false
+end
 
-  -- A hot run is multi-limit requests in a row on the same keys under the
-  -- same limits, each an algorithm of its own: a hot key under a policy,
-  -- whose requests the caller brings together. (A multi-limit run of the
-  -- arguments is requests that share limits, cost and mode, on any keys.)
-  -- The hot run's first request reads each limit's key; the others decide
-  -- against the states the one before left, and its last writes each key
-  -- once. A request that fails raises before it changes a state, so the
-  -- hot run goes on from the states before it; one that ends at a request
-  -- that failed writes those.
-  local function continues(x, base, y, pbase)
-    if mN[x] ~= mN[y] or mMode[x] == '2' or mMode[y] == '2' then
+-- A hot run is multi-limit requests in a row on the same keys under the
+-- same limits, each an algorithm of its own: a hot key under a policy,
+-- whose requests the caller brings together. (A multi-limit run of the
+-- arguments is requests that share limits, cost and mode, on any keys.)
+-- The hot run's first request reads each limit's key; the others decide
+-- against the states the one before left, and its last writes each key
+-- once. A request that fails raises before it changes a state, so the
+-- hot run goes on from the states before it; one that ends at a request
+-- that failed writes those.
+local function continues(x, base, y, pbase)
+  if mN[x] ~= mN[y] or mMode[x] == '2' or mMode[y] == '2' then
+    return false
+  end
+  for j = 0, mN[x] - 1 do
+    if KEYS[base + 1 + j] ~= KEYS[pbase + 1 + j] or ARGV[mAt[x] + j] ~= ARGV[mAt[y] + j] then
       return false
     end
-    for j = 0, mN[x] - 1 do
-      if KEYS[base + 1 + j] ~= KEYS[pbase + 1 + j] or ARGV[mAt[x] + j] ~= ARGV[mAt[y] + j] then
-        return false
-      end
-    end
-    return true
   end
-  -- x is the multi-limit request being decided, its keys after KEYS[base];
-  -- held and goesOn as decideMulti's. It is in the multi-limit run kr of
-  -- the arguments, of requests first to last.
-  local x, base, held, goesOn = 0, keys, false, false
-  local kr, first, last = 0, 1, 0
+  return true
+end
 
-  -- emitted replies to the run that x ends, from pv, a limit at a time:
-  -- its first limit's replies to each request in order, then its
-  -- second's. A limit's replies to a run's requests mostly step alike (a
-  -- burst limit on idle keys replies the same to each), so emit repeats
-  -- them, where a request's replies, one per limit, would not.
-  local function emitted()
-    local step = 5 * mN[x]
-    for v = 5, step, 5 do
-      for w = v, step * (x - first + 1), step do
-        local a = pv[w - 4]
-        emit(a == true and 1 or a or 0, pv[w - 3], pv[w - 2], pv[w - 1], pv[w])
-      end
-    end
-  end
+-- x is the multi-limit request being decided, its keys after KEYS[base];
+-- held and goesOn as decideMulti's. It is in the multi-limit run kr of
+-- the arguments, of requests first to last.
+local x, base, held, goesOn = 0, 0, false, false
+local kr, first, last = 0, 1, 0
 
-  -- resolve works out what x's run shares (see decideMulti), x its first.
-  local function resolve()
-    local ok, got = pcall(param, mCost[x], 'cost')
-    cost, costErr, limitsErr, claimer = got, nil, nil, 0
-    if not ok then
-      costErr = got
-      return
-    end
-    ok, got = pcall(limitsOf, x)
-    if not ok then
-      limitsErr = got
-      return
-    end
-    own = got
-    if own and mMode[x] ~= '1' and cost > 0 then
-      for j = mN[x], 1, -1 do
-        if Ls[j].alg.claims and cost <= Ls[j].capacity then
-          claimer, memo = j, memoOf(Ls[j], cost)
-          break
-        end
-      end
+-- emitted replies to the run that x ends, from pv, a limit at a time:
+-- its first limit's replies to each request in order, then its
+-- second's. A limit's replies to a run's requests mostly step alike (a
+-- burst limit on idle keys replies the same to each), so emit repeats
+-- them, where a request's replies, one per limit, would not.
+local function emitted()
+  local step = 5 * mN[x]
+  for v = 5, step, 5 do
+    for w = v, step * (x - first + 1), step do
+      local a = pv[w - 4]
+      emit(a == true and 1 or a or 0, pv[w - 3], pv[w - 2], pv[w - 1], pv[w])
     end
   end
+end
 
-  -- begun finds the run of x, which follows the one before (a run may
-  -- have no requests), and at its first request resolves it.
-  local function begun()
-    if x > last then
-      while x > last do
-        kr = kr + 1
-        first, last = last + 1, last + runSize[kr]
-      end
-      resolve()
-    end
-    pb = 5 * mN[x] * (x - first)
+-- resolve works out what x's run shares (see decideMulti), x its first.
+local function resolve()
+  local got, err = checked(mCost[x], 'cost')
+  cost, costErr, limitsErr, claimer = got, err, nil, 0
+  if err then
+    return
   end
+  local ok
+  ok, got = pcall(limitsOf, x)
+  if not ok then
+    limitsErr = got
+    return
+  end
+  own = got
+  if own and mMode[x] ~= '1' and cost > 0 then
+    for j = mN[x], 1, -1 do
+      if Ls[j].alg.claims and cost <= Ls[j].capacity then
+        claimer, memo = j, memoOf(Ls[j], cost)
+        break
+      end
+    end
+  end
+end
 
-  local function decidedMulti()
-    while x < q do
-      x = x + 1
-      begun()
-      local nl = mN[x]
-      goesOn = x < q and KEYS[base + nl + 1] == KEYS[base + 1] and continues(x + 1, base + nl, x, base)
-      held = decideMulti(x, base, held, goesOn)
-      base = base + nl
-      if x == last then
-        emitted()
-      end
+-- begun finds the run of x, which follows the one before (a run may
+-- have no requests), and at its first request resolves it.
+local function begun()
+  if x > last then
+    while x > last do
+      kr = kr + 1
+      first, last = last + 1, last + runSize[kr]
+    end
+    resolve()
+  end
+  pb = 5 * mN[x] * (x - first)
+end
+
+local function decidedMulti()
+  while x < q do
+    x = x + 1
+    begun()
+    local nl = mN[x]
+    goesOn = x < q and KEYS[base + nl + 1] == KEYS[base + 1] and continues(x + 1, base + nl, x, base)
+    held = decideMulti(x, base, held, goesOn)
+    base = base + nl
+    if x == last then
+      emitted()
     end
   end
+end
+
+-- multi decides the multi-limit requests.
+local function multi()
+  x, base, held, goesOn, kr, first, last, lastAt = 0, keys, false, false, 0, 1, 0, nil
   while x < q do
     local ok, msg = pcall(decidedMulti)
     if not ok then
@@ -752,11 +745,136 @@ if q > 0 then
   end
 end
 
-if repeats > 0 then
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = repeats + 1, d2, d3, d4, d5
-  o = o + 5
+-- parse reads the call's arguments into the locals above, failing the
+-- call on any that do not describe a batch.
+local function parse()
+  m = count(1, 'number of limits')
+  if #ARGV < 2 + 4 * m then
+    fail('want ' .. m .. ' limits of 4 arguments and a number of runs, got ' .. #ARGV .. ' arguments')
+  end
+  r = count(2 + 4 * m, 'number of runs')
+  local gj = 3 + 4 * m + 4 * r -- the number of key runs' field
+  if #ARGV < gj then
+    fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4 and a number of key runs, got ' .. #ARGV .. ' arguments')
+  end
+  g = count(gj, 'number of key runs')
+  local qj = gj + 2 * g + 1 -- the number of multi-limit runs' field
+  if #ARGV < qj then
+    fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4, ' .. g .. ' key runs of 2 and a number of multi-limit runs, got ' .. #ARGV .. ' arguments')
+  end
+  runsOfMulti = count(qj, 'number of multi-limit runs')
+  local mj
+  multiKeys, mj, q = 0, qj + 1, 0
+  for k = 1, runsOfMulti do
+    local c, nl = count(mj, 'multi-limit run size'), count(mj + 1, 'number of limits of a request')
+    if nl < 1 or #ARGV < mj + 3 + nl then
+      fail('multi-limit run ' .. k .. ' of ' .. nl .. ' limits cut short at argument ' .. #ARGV)
+    end
+    -- Checked before the loop: a run holds no more requests than keys.
+    if multiKeys + c * nl > #KEYS then
+      fail('multi-limit run ' .. k .. ' of ' .. c .. ' requests of ' .. nl .. ' limits past the ' .. #KEYS .. ' keys')
+    end
+    local cost, mode, at = ARGV[mj + 2], ARGV[mj + 3], mj + 4
+    runSize[k] = c
+    for x = q + 1, q + c do
+      mN[x], mCost[x], mMode[x], mAt[x] = nl, cost, mode, at
+    end
+    q, multiKeys, mj = q + c, multiKeys + c * nl, mj + 4 + nl
+  end
+  if #ARGV ~= mj and #ARGV ~= mj + 1 then
+    fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4, ' .. g .. ' key runs of 2, ' .. runsOfMulti .. ' multi-limit runs, an optional now and a deadline, got ' .. #ARGV .. ' arguments')
+  end
+  -- Each limit is read and checked once; one that is bad fails the
+  -- requests that name it.
+  for l = 1, m do
+    limits[l] = limitAt(l)
+  end
+  -- Each run is read and checked once too: its size, its limit, its cost.
+  n = 0
+  for k = 1, r do
+    local j = 3 + 4 * m + 4 * (k - 1)
+    local size = count(j, 'run size')
+    sizes[k], n = size, n + size
+    local run = runs[k]
+    if not run then
+      run = {}
+      runs[k] = run
+    end
+    local L = limitOf(ARGV[j + 1])
+    local cost, err = checked(ARGV[j + 2], 'cost')
+    local mode = ARGV[j + 3]
+    run.L, run.A, run.cost, run.memo = L, L and L.alg, cost, nil
+    run.peek, run.charge = mode == '1', mode == '2' and cost ~= nil and cost > 0
+    run.look = run.peek or run.charge -- a charge reads as a peek does: no claim, which would admit
+    if not L then
+      err = {err = 'ERR sluice: no limit ' .. string.format('%q', ARGV[j + 1])}
+    elseif L.err then
+      err = L.err
+    elseif not err and run.charge and not (L.alg.force or L.alg.charge) then
+      err = {err = 'ERR sluice: the sliding log takes no charge'}
+    end
+    run.err = err
+    run.claimRun = nil
+    if not err and not run.look then
+      run.memo = memoOf(L, cost)
+      if cost > 0 and cost <= L.capacity then
+        run.claimRun = L.alg.claimRun
+      end
+    end
+  end
+  keys = 0
+  local held = 0
+  for k = 1, g do
+    local j = gj + 2 * (k - 1)
+    keyRuns[k], perKey[k] = count(j + 1, 'key run size'), count(j + 2, 'requests per key')
+    if perKey[k] < 1 then
+      fail('a key without requests')
+    end
+    keys, held = keys + keyRuns[k], held + keyRuns[k] * perKey[k]
+  end
+  if keys + multiKeys ~= #KEYS or held ~= n then
+    fail('the runs hold ' .. n .. ' requests and the key runs ' .. held .. ' requests of ' .. keys .. ' keys, and the multi-limit requests ' .. multiKeys .. ' keys, for ' .. #KEYS .. ' keys')
+  end
+  return mj
 end
-for e = 1, #errors do
-  out[o + e] = errors[e]
+
+-- call decides the batch of keys and args (KEYS and ARGV).
+local function call(ks, args)
+  KEYS, ARGV = ks, args
+  begin()
+  if #KEYS == 0 and #ARGV > 0 then
+    local nk = number(ARGV[1]) or 0
+    local keys, args = {}, {}
+    for j = 1, nk do
+      keys[j] = ARGV[1 + j]
+    end
+    for j = nk + 2, #ARGV do
+      args[j - nk - 1] = ARGV[j]
+    end
+    KEYS, ARGV = keys, args
+  end
+  -- A late call stops here, before it reads or writes a key.
+  local started = redisTime()
+  if late(ARGV[#ARGV], started) then
+    return {started, 1}
+  end
+  local mj = parse()
+  now = clock(#ARGV == mj + 1 and ARGV[mj] or nil, started)
+  out, o, repeats, p1, errors, seen = {started, 0}, 2, 0, nil, nil, nil
+  if n > 0 then
+    single()
+  end
+  if q > 0 then
+    multi()
+  end
+  if repeats > 0 then
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = repeats + 1, d2, d3, d4, d5
+    o = o + 5
+  end
+  if errors then
+    for e = 1, #errors do
+      out[o + e] = errors[e]
+    end
+  end
+  return out
 end
-return out

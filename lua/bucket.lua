@@ -140,11 +140,37 @@ local function newBucket(extra, leaky, token)
   -- would be admitted on an empty key, SET NX GET stores its outcome if
   -- the key is empty and otherwise returns what it holds without writing:
   -- an idle key costs one command, not a GET and a SET. What a claim
-  -- stores and replies is the same for every empty key of a run (one
-  -- limit, cost and now), so it is worked out once, into memo: the
-  -- value and expiry as strings, which Redis takes as they are, and the
-  -- first request's decision, which read then returns after s.
-  local function read(key, now, L, cost, peek, memo)
+  -- stores and replies is the same for every empty key of a limit and
+  -- cost at one now, so it is worked out once, into memo (the caller's,
+  -- batch.lua's memoOf): the value and expiry as strings, which Redis
+  -- takes as they are, and the request's decision, c[1] to c[5].
+  local function claimOf(now, L, cost, memo)
+    local c = memo.claim
+    if not c or (c.made ~= now and (now <= 0 or c.made <= 0)) then
+      s.a, s.f = 0, 0
+      c = {step(s, nil, now, L, cost, false)}
+      c.made, c.da, c.f = now, s.a - now, s.f
+      memo.claim = c
+    end
+    -- An empty key's z, 0, lies before any now past the epoch, where its
+    -- claim is the same at every now but for z itself, now plus c.da,
+    -- and the value that stores it: kept from call to call (batch.lua),
+    -- and those two worked out again at each now. The expiry is a span
+    -- too, but on a pinned clock (prelude.lua).
+    if c.now ~= now then
+      c.now, c.a = now, now + c.da
+      c.value = c.f > 0 and stored(c.a, c.f, L.d) or num(c.a)
+      if pinned or c.opt ~= 'PX' then
+        c.opt, c.at = px(now, up(c.a, c.f))
+      end
+    end
+    return c
+  end
+
+  -- read reads key into s, claiming it when memo is given (and the cost
+  -- fits): then it returns the claim's decision after s. got, when not
+  -- nil, is what a claim of key just sent (claimRun) got back.
+  local function read(key, now, L, cost, peek, memo, got)
     s.dirty = false
     if peek or cost == 0 or cost > L.capacity then
       local v = redis.pcall('GET', key)
@@ -154,19 +180,11 @@ local function newBucket(extra, leaky, token)
       s.a, s.f = instant(v, key, L.d)
       return s
     end
-    local c = memo.claim
-    if not c then
-      s.a, s.f = 0, 0
-      c = {step(s, key, now, L, cost, false)}
-      c.a, c.f = s.a, s.f
-      c.value = num(s.a)
-      if s.f > 0 then
-        c.value = stored(s.a, s.f, L.d)
-      end
-      c.opt, c.at = px(now, up(s.a, s.f))
-      memo.claim = c
+    local c = claimOf(now, L, cost, memo)
+    local old = got
+    if old == nil then
+      old = redis.pcall('SET', key, c.value, 'NX', 'GET', c.opt, c.at)
     end
-    local old = redis.pcall('SET', key, c.value, 'NX', 'GET', c.opt, c.at)
     if type(old) == 'table' then
       old = again(old, key, now, L, 'SET', key, c.value, 'NX', 'GET', c.opt, c.at)
     end
@@ -177,6 +195,28 @@ local function newBucket(extra, leaky, token)
     end
     s.a, s.f = instant(old, key, L.d)
     return s
+  end
+
+  -- claimRun claims keys[from] to keys[to] in turn while they are empty,
+  -- each the one request of its key, all of one limit and cost that fits
+  -- it, taking: a batch's idle keys cost a command each and nothing more.
+  -- It returns how many it claimed, and what the first key it did not
+  -- claim holds (or the error it raised), which read then takes as got;
+  -- memo.claim is the decision of each key claimed.
+  local function claimRun(keys, from, to, now, L, cost, memo)
+    local c = claimOf(now, L, cost, memo)
+    local value, opt, at = c.value, c.opt, c.at
+    for j = from, to do
+      local key = keys[j]
+      if pinned then
+        forget(key, now)
+      end
+      local old = redis.pcall('SET', key, value, 'NX', 'GET', opt, at)
+      if old then
+        return j - from, old
+      end
+    end
+    return to - from + 1
   end
 
   -- force moves z c intervals past max(z, now), up to now + twice the
@@ -233,5 +273,5 @@ local function newBucket(extra, leaky, token)
   end
 
   -- claims: read may decide an empty key's request by claiming it.
-  return {prepare = prepare, read = read, step = step, commit = commit, write = write, many = many, force = force, claims = true}
+  return {prepare = prepare, read = read, step = step, commit = commit, write = write, many = many, force = force, claims = true, claimRun = claimRun}
 end

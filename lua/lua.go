@@ -119,7 +119,9 @@ func loader(name, src string) string {
 // algorithm is defined at a library's first call that names it, not at
 // every call (about 2 µs of Redis a call for GCRA). Its functions keep no
 // state from one key to the next (their scratch tables are read into
-// afresh for each key), so none from one call to the next either.
+// afresh for each key), so none from one call to the next either, but
+// for a claim's memo, which holds only what is the same at every now
+// (bucket.lua's claimOf).
 func loaders() string {
 	var code, names string
 	for _, a := range algorithms {
@@ -130,7 +132,9 @@ func loaders() string {
 }
 
 func init() {
-	Batch = newScript("batch", batchShebang+prelude+loaders()+"\n"+batchMain)
+	// batch.lua's call takes the keys and arguments: a script's are
+	// globals, which its own locals of the same names hide.
+	Batch = newScript("batch", batchShebang+"local scriptKeys, scriptArgs = KEYS, ARGV\n"+prelude+loaders()+"\n"+batchMain+"\nreturn call(scriptKeys, scriptArgs)\n")
 	BatchLibrary = newLibrary()
 	// The lease script needs the shared helpers, not the algorithms.
 	Lease = newScript("lease", shebang+preludeSrc+"\n"+leaseMain)
@@ -160,18 +164,18 @@ type Library struct {
 	Source string
 }
 
-// newLibrary wraps the batch script's body in the function that
-// register_function declares, with the flag allow-cross-slot-keys (see
-// batchShebang). Its KEYS and ARGV are the function's parameters; begin
-// (prelude.lua) resets the state a call must not inherit from the call
-// before it.
+// newLibrary defines batch.lua's functions once, and registers its call
+// as the function, with the flag allow-cross-slot-keys (see
+// batchShebang). call sets every local a call reads before reading it
+// (begin, in prelude.lua, the prelude's), so that no call inherits the
+// state of the call before it.
 //
 // Redis loads a library in a sandbox without math or string, so the
 // definitions run at the first FCALL rather than at FUNCTION LOAD, in
 // define, and once.
 func newLibrary() *Library {
 	code := "local batch\nlocal function define()\n" + prelude + loaders()
-	code += "\nbatch = function(KEYS, ARGV)\nbegin()\n" + batchMain + "\nend\nend\n"
+	code += "\n" + batchMain + "\nbatch = call\nend\n"
 	sum := sha1.Sum([]byte(code))
 	hash := hex.EncodeToString(sum[:8])
 	l := &Library{Name: "sluice_" + hash, Function: "sluice_batch_" + hash}

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/lua"
@@ -335,6 +336,19 @@ func TestIdleKeyTakesOneCommand(t *testing.T) {
 			if got := calls(); got != "cmdstat_set:calls=3" {
 				t.Errorf("then one on the busy key: %s; want two SETs more", got)
 			}
+			// In a run of keys, a busy key between idle ones takes its
+			// second command only: the claim that found it busy read it.
+			if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+				t.Fatal(err)
+			}
+			run := []string{"1", name, "1", "1000000", "5", "1", "3", "1", "1", "0", "1", "3", "1", "0"}
+			args = append([]string{"EVAL", lua.Batch.Source, "3", name + "-a", name + "-idle", name + "-b"}, noDeadline(run...)...)
+			if _, err := srv.Do(args...); err != nil {
+				t.Fatal(err)
+			}
+			if got := calls(); got != "cmdstat_set:calls=4" {
+				t.Errorf("idle, busy, idle: %s; want four SETs and no GET", got)
+			}
 		})
 	}
 }
@@ -398,6 +412,25 @@ func TestLibrary(t *testing.T) {
 	}
 	if n, _ := strconv.ParseInt(ttl, 10, 64); n < 1 || n > 2000 {
 		t.Errorf("the unpinned call's key has PTTL %s ms, want at most its period (1000 ms): the pinned call before it left its clock pinned", ttl)
+	}
+	// A claim worked out in one call serves the calls after it at their
+	// own time: the value an empty key gets moves on with Redis's clock.
+	claim := one("gcra", "1", "1000000", "4", "1", "0")
+	fcall("claim:1", claim...)
+	time.Sleep(20 * time.Millisecond)
+	fcall("claim:2", claim...)
+	var z [2]int64
+	for i, key := range []string{"claim:1", "claim:2"} {
+		v, err := srv.Do("GET", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if z[i], err = strconv.ParseInt(v, 10, 64); err != nil {
+			t.Fatalf("%s holds %q: %v", key, v, err)
+		}
+	}
+	if z[1]-z[0] < 20000 {
+		t.Errorf("two claims 20 ms apart stored %d and %d: want the second at least 20,000 µs later", z[0], z[1])
 	}
 	// Cross-slot keys are the flag's business on Cluster; here it must
 	// at least be declared.

@@ -11,6 +11,9 @@
 -- and the shortest form may have an exponent.
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 local two53 = 9007199254740992
+-- The globals the scripts use, as locals: a library's globals are an
+-- empty table whose metatable leads to Redis's, two lookups each time.
+local redis, string, type, tostring, tonumber, error, pcall, ipairs = redis, string, type, tostring, tonumber, error, pcall, ipairs
 
 --
 -- A call prints the same few numbers again and again (a window's end, a
@@ -121,11 +124,42 @@ local function late(deadline, started)
   return d ~= nil and d > 0 and started > d
 end
 
+-- numbers holds what tonumber made of the argument strings that number
+-- read (false: no number), for the calls after: a library keeps it, and
+-- a batch's counts, limits and costs repeat from call to call, where
+-- tonumber reads each with strtod, about a thousand instructions. Emptied
+-- when it reaches 4,096 strings.
+local numbers, numbered = {}, 0
+local function number(v)
+  if v == nil then
+    return nil
+  end
+  local n = numbers[v]
+  if n == nil then
+    n = tonumber(v) or false
+    if numbered == 4096 then
+      numbers, numbered = {}, 0
+    end
+    numbers[v], numbered = n, numbered + 1
+  end
+  return n or nil
+end
+
+-- checked reads a non-negative integer argument: it, or nil and the error
+-- param raises.
+local function checked(v, name)
+  local n = number(v)
+  if not n or n < 0 or n % 1 ~= 0 or n >= two53 then
+    return nil, {err = 'ERR sluice: invalid ' .. name .. ' ' .. string.format('%q', tostring(v)) .. ': want an integer in [0, 2^53)'}
+  end
+  return n
+end
+
 -- param reads a non-negative integer argument.
 local function param(v, name)
-  local n = tonumber(v)
-  if not n or n < 0 or n ~= floor(n) or n >= 9007199254740992 then
-    fail('invalid ' .. name .. ' ' .. string.format('%q', tostring(v)) .. ': want an integer in [0, 2^53)')
+  local n, err = checked(v, name)
+  if err then
+    error(err, 0)
   end
   return n
 end
@@ -249,15 +283,21 @@ end
 --   prepare(L)  checks the limit L = {rate, period, burst} and computes,
 --               once, what every decision under it shares (L.capacity is
 --               the limit a decision reports); raises on a bad limit
---   read(key, now, L, cost, peek, memo) -> s [, allowed, remaining,
+--   read(key, now, L, cost, peek, memo, got) -> s [, allowed, remaining,
 --               retry_after, reset_after, delay]
 --               reads key's state into s, the algorithm's one scratch
 --               table; cost and peek are the first request's, which a
 --               read may decide and store at once (a claim, bucket.lua):
 --               it then returns that decision after s, and s is the state
---               after it. memo is a table the caller keeps for a run of
---               requests of one limit, cost and peek at one now, where a
---               read keeps what it works out the same for every key
+--               after it. memo is a table the caller keeps for a limit and
+--               cost (batch.lua's memoOf), where a read keeps what it
+--               works out the same for every key; got, what claimRun
+--               found in key, if it just tried
+--   claimRun(keys, from, to, now, L, cost, memo) -> claimed, got
+--               optional: claims keys[from] to keys[to], each one take
+--               of cost, in turn while they are empty, and returns how
+--               many it claimed and what the next one held (memo.claim is
+--               each claim's decision)
 --   step(s, key, now, L, cost, peek) -> allowed, remaining, retry_after,
 --               reset_after, delay
 --               decides one request against s and changes s as storing

@@ -73,6 +73,7 @@ var (
 	functions = flag.Bool("functions", true, "call the batch library with FCALL, as the sidecar does once it has loaded it; false: EVALSHA of the batch script")
 	server    = flag.String("redis-server", "redis-server", "the redis-server binary")
 	cluster   = flag.Bool("cluster", false, "run the server in cluster mode, one node serving every slot: what Cluster's checks add per decision")
+	keepDumps = flag.String("keep", "", "with -callgrind: keep each measurement's callgrind dump in this folder (callgrind.out.<n>), for callgrind_annotate to say where the instructions go")
 	callgrind = flag.Bool("callgrind", false, "run the server under valgrind's callgrind and give, in place of CPU time, the thousands of instructions Redis runs per decision: a count that the machine's load does not move; about 50 times slower, so with -n 3200 or so")
 )
 
@@ -291,6 +292,9 @@ func (m *meter) counted() (int64, error) {
 				return 0, fmt.Errorf("%s: %w", name, err)
 			}
 			m.instructions += n
+			if *keepDumps != "" {
+				return m.instructions, os.Rename(name, fmt.Sprintf("%s/callgrind.out.%d", *keepDumps, m.dumps))
+			}
 			_ = os.Remove(name)
 			return m.instructions, nil
 		}
