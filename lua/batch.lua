@@ -176,12 +176,12 @@ end
 local n, r, g, keys = 0, 0, 0, 0
 local sizes, runs, keyRuns, perKey = {}, {}, {}, {}
 
--- The call's multi-limit requests: q, in runsOfMulti runs of runSize[k];
--- request x has mN[x] limits, cost mCost[x], mode mMode[x], and the
--- field of its first limit index, mAt[x], its run's: arrays, not a table
--- per request, kept from call to call. multiKeys counts their keys.
+-- The call's multi-limit requests: q, in runsOfMulti runs; run k has
+-- runSize[k] requests, of rN[k] limits each, cost rCost[k] and mode
+-- rMode[k], and rAt[k] is the field of its first limit index: arrays,
+-- kept from call to call. multiKeys counts their keys.
 local q, runsOfMulti, multiKeys = 0, 0, 0
-local mN, mCost, mMode, mAt, runSize = {}, {}, {}, {}, {}
+local runSize, rN, rCost, rMode, rAt = {}, {}, {}, {}, {}
 
 -- charge takes cost on s whatever is left: a cost known only after the
 -- work (engine's charge, which this composes the same way). Whether it
@@ -425,10 +425,16 @@ local pv, pb = {}, 0
 -- them.
 local Ls, states, lastAt, ownAlg = {}, {}, nil, true
 
--- limitsOf resolves request x's limits into Ls, and tells whether each
--- has an algorithm of its own.
-local function limitsOf(x)
-  local at, nl = mAt[x], mN[x]
+-- x is the multi-limit request being decided, its keys after KEYS[base];
+-- held and goesOn as decideMulti's. It is in the multi-limit run kr of
+-- the arguments, of requests first to last.
+local x, base, held, goesOn = 0, 0, false, false
+local kr, first, last = 0, 1, 0
+
+-- limitsOf resolves the limits of multi-limit run kr into Ls, and tells
+-- whether each has an algorithm of its own.
+local function limitsOf(kr)
+  local at, nl = rAt[kr], rN[kr]
   if lastAt and #Ls == nl then
     local j = 0
     while j < nl and ARGV[at + j] == ARGV[lastAt + j] do
@@ -485,15 +491,17 @@ local cost, costErr, limitsErr, own, claimer, memo
 -- goesOn tells whether the hot run goes on after x: then it returns true,
 -- to hold the states for the next request; otherwise it writes what the
 -- hot run changed, and returns false.
-local function decideMulti(x, base, held, goesOn)
+local function decideMulti(base, nl, held, goesOn)
   if costErr then
     error(costErr, 0)
   end
-  local nl, mode = mN[x], mMode[x]
+  -- The upvalues used most, as locals: an upvalue costs an instruction
+  -- each time it is read.
+  local pv, pb, Ls, states, KEYS, now, mode = pv, pb, Ls, states, KEYS, now, rMode[kr]
   if mode == '2' and cost > 0 then
     -- Taken by each limit, whatever the others (engine's charge): each is
     -- read, charged and written in turn. A charge never joins a hot run.
-    limitsOf(x)
+    limitsOf(kr)
     for j = 1, nl do
       if not Ls[j].alg.force then
         fail('the sliding log takes no charge')
@@ -592,24 +600,36 @@ local function decideMulti(x, base, held, goesOn)
   elseif own and mode ~= '1' then
     -- Each limit takes the cost its look admitted: an algorithm that can
     -- (A.commit) stores what its look worked out, whose reply is the
-    -- take's; the others step again.
+    -- take's; the others step again. Unless a hot run goes on, each
+    -- limit's state is written as soon as it is taken.
     for j = 1, nl do
+      local L, s = Ls[j], states[j]
+      local A = L.alg
       if not (claimed and j == claimer) then
-        local L, v = Ls[j], pb + 5 * j
-        local A = L.alg
         if A.commit and cost > 0 then
-          A.commit(states[j])
+          A.commit(s)
         else
-          pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(states[j], KEYS[base + j], now, L, cost, false)
+          local v = pb + 5 * j
+          pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(s, KEYS[base + j], now, L, cost, false)
         end
       end
+      if s.dirty and not goesOn then
+        A.write(KEYS[base + j], now, s, L)
+      end
     end
+    return goesOn
   end
   if own then
     if goesOn then
       return true
     end
-    writeHeld(base)
+    for j = 1, nl do
+      local s = states[j]
+      if s.dirty then
+        local L = Ls[j]
+        L.alg.write(KEYS[base + j], now, s, L)
+      end
+    end
     return false
   end
   if refused or mode == '1' then
@@ -639,23 +659,20 @@ end
 -- once. A request that fails raises before it changes a state, so the
 -- hot run goes on from the states before it; one that ends at a request
 -- that failed writes those.
-local function continues(x, base, y, pbase)
-  if mN[x] ~= mN[y] or mMode[x] == '2' or mMode[y] == '2' then
+-- continues tells whether a request of run kx, its keys after
+-- KEYS[base], continues the hot run of one of run ky, its keys after
+-- KEYS[pbase].
+local function continues(kx, base, ky, pbase)
+  if rN[kx] ~= rN[ky] or rMode[kx] == '2' or rMode[ky] == '2' then
     return false
   end
-  for j = 0, mN[x] - 1 do
-    if KEYS[base + 1 + j] ~= KEYS[pbase + 1 + j] or ARGV[mAt[x] + j] ~= ARGV[mAt[y] + j] then
+  for j = 0, rN[kx] - 1 do
+    if KEYS[base + 1 + j] ~= KEYS[pbase + 1 + j] or ARGV[rAt[kx] + j] ~= ARGV[rAt[ky] + j] then
       return false
     end
   end
   return true
 end
-
--- x is the multi-limit request being decided, its keys after KEYS[base];
--- held and goesOn as decideMulti's. It is in the multi-limit run kr of
--- the arguments, of requests first to last.
-local x, base, held, goesOn = 0, 0, false, false
-local kr, first, last = 0, 1, 0
 
 -- emitted replies to the run that x ends, from pv, a limit at a time:
 -- its first limit's replies to each request in order, then its
@@ -663,31 +680,49 @@ local kr, first, last = 0, 1, 0
 -- burst limit on idle keys replies the same to each), so emit repeats
 -- them, where a request's replies, one per limit, would not.
 local function emitted()
-  local step = 5 * mN[x]
+  local pv, step = pv, 5 * rN[kr]
+  local to = step * (x - first + 1)
   for v = 5, step, 5 do
-    for w = v, step * (x - first + 1), step do
-      local a = pv[w - 4]
-      emit(a == true and 1 or a or 0, pv[w - 3], pv[w - 2], pv[w - 1], pv[w])
+    local w = v
+    while w <= to do
+      local a, b, c, d, e = pv[w - 4], pv[w - 3], pv[w - 2], pv[w - 1], pv[w]
+      -- The next requests' replies that repeat this one (idle keys under
+      -- a limit) are counted here and emitted as one run.
+      local same = w + step
+      while same <= to and pv[same] == e and pv[same - 1] == d and pv[same - 2] == c and pv[same - 3] == b and pv[same - 4] == a do
+        same = same + step
+      end
+      a = a == true and 1 or a or 0
+      if same > w + step then
+        emitRun((same - w) / step, a, b, c, d, e, 0, 0, 0, 0)
+      elseif a == p1 and repeats > 0 and b - p2 == d2 and c - p3 == d3 and d - p4 == d4 and e - p5 == d5 then
+        -- emit's most usual case, a reply that lengthens the run of
+        -- replies in progress, here.
+        repeats, p2, p3, p4, p5 = repeats + 1, b, c, d, e
+      else
+        emit(a, b, c, d, e)
+      end
+      w = same
     end
   end
 end
 
--- resolve works out what x's run shares (see decideMulti), x its first.
+-- resolve works out what run kr shares (see decideMulti).
 local function resolve()
-  local got, err = checked(mCost[x], 'cost')
+  local got, err = checked(rCost[kr], 'cost')
   cost, costErr, limitsErr, claimer = got, err, nil, 0
   if err then
     return
   end
   local ok
-  ok, got = pcall(limitsOf, x)
+  ok, got = pcall(limitsOf, kr)
   if not ok then
     limitsErr = got
     return
   end
   own = got
-  if own and mMode[x] ~= '1' and cost > 0 then
-    for j = mN[x], 1, -1 do
+  if own and rMode[kr] ~= '1' and cost > 0 then
+    for j = rN[kr], 1, -1 do
       if Ls[j].alg.claims and cost <= Ls[j].capacity then
         claimer, memo = j, memoOf(Ls[j], cost)
         break
@@ -697,25 +732,37 @@ local function resolve()
 end
 
 -- begun finds the run of x, which follows the one before (a run may
--- have no requests), and at its first request resolves it.
+-- have no requests) and begins at x, and resolves it.
 local function begun()
-  if x > last then
-    while x > last do
-      kr = kr + 1
-      first, last = last + 1, last + runSize[kr]
-    end
-    resolve()
+  while x > last do
+    kr = kr + 1
+    first, last = last + 1, last + runSize[kr]
   end
-  pb = 5 * mN[x] * (x - first)
+  resolve()
+end
+
+-- runOf is the multi-limit run of request y, x < y <= q.
+local function runOf(y)
+  local k = kr
+  if y > last then
+    k = k + 1
+    while runSize[k] == 0 do
+      k = k + 1
+    end
+  end
+  return k
 end
 
 local function decidedMulti()
   while x < q do
     x = x + 1
-    begun()
-    local nl = mN[x]
-    goesOn = x < q and KEYS[base + nl + 1] == KEYS[base + 1] and continues(x + 1, base + nl, x, base)
-    held = decideMulti(x, base, held, goesOn)
+    if x > last then
+      begun()
+    end
+    local nl = rN[kr]
+    pb = 5 * nl * (x - first)
+    goesOn = x < q and KEYS[base + nl + 1] == KEYS[base + 1] and continues(runOf(x + 1), base + nl, kr, base)
+    held = decideMulti(base, nl, held, goesOn)
     base = base + nl
     if x == last then
       emitted()
@@ -730,14 +777,14 @@ local function multi()
     local ok, msg = pcall(decidedMulti)
     if not ok then
       local e = errorIndex(msg)
-      for v = pb + 5, pb + 5 * mN[x], 5 do
+      for v = pb + 5, pb + 5 * rN[kr], 5 do
         pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = -e, 0, 0, 0, 0
       end
       if held and not goesOn then
         pcall(writeHeld, base)
         held = false
       end
-      base = base + mN[x]
+      base = base + rN[kr]
       if x == last then
         emitted()
       end
@@ -774,11 +821,7 @@ local function parse()
     if multiKeys + c * nl > #KEYS then
       fail('multi-limit run ' .. k .. ' of ' .. c .. ' requests of ' .. nl .. ' limits past the ' .. #KEYS .. ' keys')
     end
-    local cost, mode, at = ARGV[mj + 2], ARGV[mj + 3], mj + 4
-    runSize[k] = c
-    for x = q + 1, q + c do
-      mN[x], mCost[x], mMode[x], mAt[x] = nl, cost, mode, at
-    end
+    runSize[k], rN[k], rCost[k], rMode[k], rAt[k] = c, nl, ARGV[mj + 2], ARGV[mj + 3], mj + 4
     q, multiKeys, mj = q + c, multiKeys + c * nl, mj + 4 + nl
   end
   if #ARGV ~= mj and #ARGV ~= mj + 1 then

@@ -180,7 +180,10 @@ local function newBucket(extra, leaky, token)
       s.a, s.f = instant(v, key, L.d)
       return s
     end
-    local c = claimOf(now, L, cost, memo)
+    local c = memo.claim
+    if not c or c.now ~= now then
+      c = claimOf(now, L, cost, memo)
+    end
     local old = got
     if old == nil then
       old = redis.pcall('SET', key, c.value, 'NX', 'GET', c.opt, c.at)

@@ -21,7 +21,7 @@ function fixed.step(s, key, now, L, cost, peek)
   local a = s.a
   -- fmod truncates like Go's %, also for a time before the epoch. A state
   -- from a later window (the clock stepped back) keeps its window.
-  local w = max(now - math.fmod(now, p), a)
+  local w = max(now - fmod(now, p), a)
   local n = 0
   if a == w then
     n = s.b
@@ -61,7 +61,7 @@ end
 -- limit; a count already past that (a lowered limit) stays as it is.
 function fixed.force(s, key, now, L, c)
   local p = L.period
-  local w = max(now - math.fmod(now, p), s.a)
+  local w = max(now - fmod(now, p), s.a)
   local n = 0
   if s.a == w then
     n = s.b
@@ -73,6 +73,7 @@ function fixed.force(s, key, now, L, c)
 end
 
 function fixed.write(key, now, s)
-  redis.call('HSET', key, 'w', s.a, 'n', s.b)
+  -- As strings: Redis would print each number with printf.
+  redis.call('HSET', key, 'w', num(s.a), 'n', num(s.b))
   expire(key, now, s.ends)
 end

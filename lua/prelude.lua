@@ -9,7 +9,7 @@
 -- wants an integer (PX) or a number goes into a string, num() prints it:
 -- tostring and '..' print "%.14g" and would round a time in microseconds,
 -- and the shortest form may have an exponent.
-local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
+local floor, ceil, max, min, fmod = math.floor, math.ceil, math.max, math.min, math.fmod
 local two53 = 9007199254740992
 -- The globals the scripts use, as locals: a library's globals are an
 -- empty table whose metatable leads to Redis's, two lookups each time.
@@ -34,12 +34,34 @@ local function fail(msg)
   error({err = 'ERR sluice: ' .. msg}, 0)
 end
 
+-- numbers holds what tonumber made of the strings that number read
+-- (false: no number), for the calls after: a library keeps it, and a
+-- batch's counts, limits and costs repeat from call to call, as a fixed
+-- window's start and counts do from key to key, where tonumber reads each
+-- with strtod, about a thousand instructions. Emptied when it reaches
+-- 4,096 strings.
+local numbers, numbered = {}, 0
+local function number(v)
+  if v == nil then
+    return nil
+  end
+  local n = numbers[v]
+  if n == nil then
+    n = tonumber(v) or false
+    if numbered == 4096 then
+      numbers, numbered = {}, 0
+    end
+    numbers[v], numbered = n, numbered + 1
+  end
+  return n or nil
+end
+
 -- int reads a stored integer: absent (false or nil) is 0.
 local function int(v, key)
   if not v then
     return 0
   end
-  local n = tonumber(v)
+  local n = number(v)
   if not n then
     fail('key ' .. key .. ' holds ' .. string.format('%q', v) .. ', not a number')
   end
@@ -122,27 +144,6 @@ end
 local function late(deadline, started)
   local d = tonumber(deadline)
   return d ~= nil and d > 0 and started > d
-end
-
--- numbers holds what tonumber made of the argument strings that number
--- read (false: no number), for the calls after: a library keeps it, and
--- a batch's counts, limits and costs repeat from call to call, where
--- tonumber reads each with strtod, about a thousand instructions. Emptied
--- when it reaches 4,096 strings.
-local numbers, numbered = {}, 0
-local function number(v)
-  if v == nil then
-    return nil
-  end
-  local n = numbers[v]
-  if n == nil then
-    n = tonumber(v) or false
-    if numbered == 4096 then
-      numbers, numbered = {}, 0
-    end
-    numbers[v], numbered = n, numbered + 1
-  end
-  return n or nil
 end
 
 -- checked reads a non-negative integer argument: it, or nil and the error

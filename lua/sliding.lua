@@ -60,7 +60,7 @@ local function window(s, key, now, L)
   local sw, stored, ring = s.sw, s.stored, s.ring
   -- fmod truncates like Go's %. A state from a later sub-window (the clock
   -- stepped back) keeps its sub-window.
-  local w = now - math.fmod(now, sz)
+  local w = now - fmod(now, sz)
   if stored then
     w = max(w, sw)
   end
