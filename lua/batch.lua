@@ -886,15 +886,21 @@ local function call(ks, args)
   KEYS, ARGV = ks, args
   begin()
   if #KEYS == 0 and #ARGV > 0 then
+    -- unpack copies in C, where a loop would run bytecodes per key; Lua
+    -- 5.1 unpacks at most a few thousand values at once.
     local nk = number(ARGV[1]) or 0
-    local keys, args = {}, {}
-    for j = 1, nk do
-      keys[j] = ARGV[1 + j]
+    if nk < 4000 and #ARGV < nk + 4000 then
+      KEYS, ARGV = {unpack(ARGV, 2, nk + 1)}, {unpack(ARGV, nk + 2)}
+    else
+      local keys, args = {}, {}
+      for j = 1, nk do
+        keys[j] = ARGV[1 + j]
+      end
+      for j = nk + 2, #ARGV do
+        args[j - nk - 1] = ARGV[j]
+      end
+      KEYS, ARGV = keys, args
     end
-    for j = nk + 2, #ARGV do
-      args[j - nk - 1] = ARGV[j]
-    end
-    KEYS, ARGV = keys, args
   end
   -- A late call stops here, before it reads or writes a key.
   local started = redisTime()

@@ -208,13 +208,13 @@ local function newBucket(extra, leaky, token)
   -- memo.claim is the decision of each key claimed.
   local function claimRun(keys, from, to, now, L, cost, memo)
     local c = claimOf(now, L, cost, memo)
-    local value, opt, at = c.value, c.opt, c.at
+    local value, opt, at, rpcall = c.value, c.opt, c.at, redis.pcall
     for j = from, to do
       local key = keys[j]
       if pinned then
         forget(key, now)
       end
-      local old = redis.pcall('SET', key, value, 'NX', 'GET', opt, at)
+      local old = rpcall('SET', key, value, 'NX', 'GET', opt, at)
       if old then
         return j - from, old
       end

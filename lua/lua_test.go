@@ -439,3 +439,35 @@ func TestLibrary(t *testing.T) {
 		t.Errorf("FUNCTION LIST: %q, %v: want the flag allow-cross-slot-keys", list, err)
 	}
 }
+
+// TestUndeclaredKeys: a call that declares no keys (a Cluster master's
+// part of a batch) and carries them in ARGV, after their number, answers
+// as one that declares them, with few keys and with more than Lua 5.1
+// unpacks at once.
+func TestUndeclaredKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, n := range []int{3, 9000} {
+		size := strconv.Itoa(n)
+		args := noDeadline("1", "gcra", "10", "1000000", "10", "1", size, "1", "1", "0", "1", size, "1", "0")
+		declared := []string{"EVAL", lua.Batch.Source, size}
+		undeclared := []string{"EVAL", lua.Batch.Source, "0", size}
+		for i := range n {
+			declared = append(declared, "d:"+size+":"+strconv.Itoa(i))
+			undeclared = append(undeclared, "u:"+size+":"+strconv.Itoa(i))
+		}
+		want, err := srv.Do(append(declared, args...)...)
+		if err != nil {
+			t.Fatalf("%d keys declared: %v", n, err)
+		}
+		got, err := srv.Do(append(undeclared, args...)...)
+		if err != nil {
+			t.Fatalf("%d keys in ARGV: %v", n, err)
+		}
+		if body(t, got) != body(t, want) {
+			t.Errorf("%d keys in ARGV: reply\n%s\nwant, as declared,\n%s", n, body(t, got), body(t, want))
+		}
+		if v, err := srv.Do("EXISTS", "u:"+size+":"+strconv.Itoa(n-1)); err != nil || v != "1" {
+			t.Errorf("%d keys in ARGV: the last key exists: %q, %v", n, v, err)
+		}
+	}
+}

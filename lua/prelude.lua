@@ -13,7 +13,7 @@ local floor, ceil, max, min, fmod = math.floor, math.ceil, math.max, math.min, m
 local two53 = 9007199254740992
 -- The globals the scripts use, as locals: a library's globals are an
 -- empty table whose metatable leads to Redis's, two lookups each time.
-local redis, string, type, tostring, tonumber, error, pcall, ipairs = redis, string, type, tostring, tonumber, error, pcall, ipairs
+local redis, string, type, tostring, tonumber, error, pcall, ipairs, unpack = redis, string, type, tostring, tonumber, error, pcall, ipairs, unpack
 
 --
 -- A call prints the same few numbers again and again (a window's end, a
