@@ -382,9 +382,6 @@ func (s *Sidecar) adminInfo() respserver.InfoSection {
 	}}
 }
 
-// Addr is the RESP listener's address.
-func (s *Sidecar) Addr() net.Addr { return s.ln.Addr() }
-
 // ReloadPolicies rereads the policies file and the rate limit service's
 // configuration now (SIGHUP), whatever their content; each failure is
 // logged by its watcher.

@@ -3,9 +3,9 @@ package lua
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
+	"github.com/sluice-rl/sluice/internal/resp"
 	"github.com/tidwall/redcon"
 )
 
@@ -117,7 +117,7 @@ func (c *BatchCall) Rows() int {
 // Append appends c's arguments to buf as RESP bulk strings, after a
 // command's name, script reference and keys.
 func (c *BatchCall) Append(buf []byte) []byte {
-	c.each(func(s string) { buf = redcon.AppendBulkString(buf, s) }, func(n int64) { buf = appendBulkInt(buf, n) })
+	c.each(func(s string) { buf = redcon.AppendBulkString(buf, s) }, func(n int64) { buf = resp.AppendBulkInt(buf, n) })
 	buf = append(buf, deadlineField...)
 	PutDeadline(buf, c.Deadline)
 	return buf
@@ -169,11 +169,6 @@ func (c *BatchCall) each(str func(string), num func(int64)) {
 	if c.Pinned {
 		num(c.Now)
 	}
-}
-
-func appendBulkInt(buf []byte, n int64) []byte {
-	var d [20]byte
-	return redcon.AppendBulk(buf, strconv.AppendInt(d[:0], n, 10))
 }
 
 // Decision is the batch script's reply to one request, or to one limit of

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rl/sluice/internal/resp"
 	"github.com/sluice-rl/sluice/lua"
 )
 
@@ -141,10 +142,10 @@ func (s *Store) reloadOn(p *pipe, deadline time.Time) {
 	if _, busy := s.reloading.LoadOrStore(p, struct{}{}); busy {
 		return
 	}
-	cmd := appendCommand(nil, "FUNCTION", "LOAD", "REPLACE", lua.BatchLibrary.Source)
+	cmd := resp.AppendCommand(nil, "FUNCTION", "LOAD", "REPLACE", lua.BatchLibrary.Source)
 	p.send(cmd, deadline, func(reply any, err error) {
 		s.reloading.Delete(p)
-		if v, ok := reply.(replyError); ok && err == nil {
+		if v, ok := reply.(resp.ReplyError); ok && err == nil {
 			s.refuseFunctions(v)
 		}
 	})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/internal/evloop"
+	"github.com/sluice-rl/sluice/internal/resp"
 )
 
 // Cluster by master. With many keys almost every hash slot of a batch
@@ -256,8 +257,8 @@ func (s *Store) appendUndeclared(buf []byte, name, body string, c *call) []byte 
 	buf = redcon.AppendArray(buf, 4+len(c.keys)+c.batch.Args())
 	buf = redcon.AppendBulkString(buf, name)
 	buf = redcon.AppendBulkString(buf, body)
-	buf = appendBulkInt(buf, 0)
-	buf = appendBulkInt(buf, int64(len(c.keys)))
+	buf = resp.AppendBulkInt(buf, 0)
+	buf = resp.AppendBulkInt(buf, int64(len(c.keys)))
 	for _, k := range c.keys {
 		buf = s.appendKey(buf, k)
 	}

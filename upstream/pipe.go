@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tidwall/redcon"
 
 	"github.com/sluice-rl/sluice/internal/evloop"
+	"github.com/sluice-rl/sluice/internal/resp"
 	"github.com/sluice-rl/sluice/lua"
 )
 
@@ -135,7 +135,7 @@ func (p *pipe) timeout() time.Duration {
 // reply, or with an error if none comes by deadline. got runs once: on
 // another goroutine, or before send returns when the pipe is closed or
 // the write fails (which fails every reply owed). A reply that is a Redis
-// error reaches got as a value of type replyError.
+// error reaches got as a value of type resp.ReplyError.
 func (p *pipe) send(cmd []byte, deadline time.Time, got func(reply any, err error)) {
 	p.sendStamped(cmd, deadline, got, false)
 }
@@ -388,7 +388,7 @@ func (p *pipe) hello(ctx context.Context, conn net.Conn) error {
 	}
 	var buf []byte
 	for _, c := range cmds {
-		buf = appendCommand(buf, c[0], c[1:]...)
+		buf = resp.AppendCommand(buf, c[0], c[1:]...)
 	}
 	if _, err := conn.Write(buf); err != nil {
 		return err
@@ -399,7 +399,7 @@ func (p *pipe) hello(ctx context.Context, conn net.Conn) error {
 		if err != nil {
 			return err
 		}
-		if rerr, ok := reply.(replyError); ok {
+		if rerr, ok := reply.(resp.ReplyError); ok {
 			return fmt.Errorf("%s: %w", c[0], rerr)
 		}
 	}
@@ -577,23 +577,4 @@ func (p *pipe) close() {
 	if conn != nil {
 		p.fail(conn, errPipeClosed)
 	}
-}
-
-var _ redis.Error = replyError("")
-
-// appendCommand appends a RESP command of bulk strings.
-func appendCommand(buf []byte, name string, args ...string) []byte {
-	buf = redcon.AppendArray(buf, 1+len(args))
-	buf = redcon.AppendBulkString(buf, name)
-	for _, a := range args {
-		buf = redcon.AppendBulkString(buf, a)
-	}
-	return buf
-}
-
-// appendBulkInt appends n as a bulk string, without the allocation
-// redcon.AppendBulkInt makes for its digits.
-func appendBulkInt(buf []byte, n int64) []byte {
-	var d [20]byte
-	return redcon.AppendBulk(buf, strconv.AppendInt(d[:0], n, 10))
 }

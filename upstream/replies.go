@@ -1,14 +1,12 @@
 package upstream
 
 import (
-	"bytes"
-	"errors"
-	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"syscall"
+
+	"github.com/sluice-rl/sluice/internal/resp"
 )
 
 // replies reads a connection's RESP2 replies into a buffer and cuts them
@@ -112,8 +110,8 @@ func (r *replies) room() []byte {
 // take cuts out the next reply if it is all buffered (ok), or reports the
 // buffer's start as no reply at all (err).
 func (r *replies) take() (v any, ok bool, err error) {
-	v, n, err := parseReply(r.buf[r.off:], 0)
-	if err == errIncomplete {
+	v, n, err := resp.ParseReply(r.buf[r.off:])
+	if err == resp.ErrIncomplete {
 		return nil, false, nil
 	}
 	if err != nil {
@@ -121,104 +119,4 @@ func (r *replies) take() (v any, ok bool, err error) {
 	}
 	r.off += n
 	return v, true, nil
-}
-
-// replyError is an error reply of Redis's. It is a redis.Error, so that
-// go-redis's redis.HasErrorPrefix reads it as it reads its own.
-type replyError string
-
-func (e replyError) Error() string { return string(e) }
-func (replyError) RedisError()     {}
-
-// maxReplyDepth bounds the nesting of arrays in a reply; the batch
-// script's reply is one flat array.
-const maxReplyDepth = 8
-
-// maxReplyLen bounds a bulk string's or an array's length in a reply, so
-// that a corrupt length cannot ask for gigabytes.
-const maxReplyLen = 512 << 20
-
-// maxReplyLine bounds a reply's line (a simple string, an error, a
-// length).
-const maxReplyLine = 64 << 10
-
-// errIncomplete: the bytes so far are the start of a reply.
-var errIncomplete = errors.New("incomplete reply")
-
-// parseReply parses one RESP2 reply at the start of b: an int64, a string
-// (simple or bulk), nil (a null), a []any, or a replyError; n is its
-// length in b. It returns errIncomplete when b is the start of one, and
-// another error when b cannot start one.
-func parseReply(b []byte, depth int) (v any, n int, err error) {
-	end := bytes.IndexByte(b, '\n')
-	if end < 0 {
-		if len(b) > maxReplyLine {
-			return nil, 0, errors.New("reply line too long")
-		}
-		return nil, 0, errIncomplete
-	}
-	if end < 1 || b[end-1] != '\r' {
-		return nil, 0, errors.New("reply line not ended by CRLF")
-	}
-	if end == 1 {
-		return nil, 0, errors.New("empty reply line")
-	}
-	body, n := b[1:end-1], end+1
-	switch b[0] {
-	case '+':
-		return string(body), n, nil
-	case '-':
-		return replyError(body), n, nil
-	case ':':
-		i, err := strconv.ParseInt(string(body), 10, 64)
-		if err != nil {
-			return nil, 0, fmt.Errorf("bad integer reply %q", body)
-		}
-		return i, n, nil
-	case '$':
-		size, err := replyLen(body)
-		if err != nil || size < 0 {
-			return nil, n, err
-		}
-		if len(b) < n+size+2 {
-			return nil, 0, errIncomplete
-		}
-		if b[n+size] != '\r' || b[n+size+1] != '\n' {
-			return nil, 0, errors.New("bulk string reply not ended by CRLF")
-		}
-		return string(b[n : n+size]), n + size + 2, nil
-	case '*':
-		size, err := replyLen(body)
-		if err != nil || size < 0 {
-			return nil, n, err
-		}
-		if depth >= maxReplyDepth {
-			return nil, 0, errors.New("reply nested too deep")
-		}
-		// Each element takes at least 3 bytes ("+\r\n"): an array that
-		// cannot be whole yet is not allocated.
-		if len(b)-n < 3*size {
-			return nil, 0, errIncomplete
-		}
-		a := make([]any, size)
-		for i := range a {
-			v, m, err := parseReply(b[n:], depth+1)
-			if err != nil {
-				return nil, 0, err
-			}
-			a[i] = v
-			n += m
-		}
-		return a, n, nil
-	}
-	return nil, 0, fmt.Errorf("unknown reply type %q", b[0])
-}
-
-// replyLen reads a bulk string's or an array's length: -1 is a null.
-func replyLen(b []byte) (int, error) {
-	n, err := strconv.Atoi(string(b))
-	if err != nil || n < -1 || n > maxReplyLen {
-		return 0, fmt.Errorf("bad reply length %q", b)
-	}
-	return n, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/internal/evloop"
+	"github.com/sluice-rl/sluice/internal/resp"
 )
 
 var _ engine.Store = (*Store)(nil)
@@ -108,7 +109,7 @@ func (s *Store) gotReply(b *buffers, reply any, err error) {
 		switch v := reply.(type) {
 		case []any:
 			list = v
-		case replyError:
+		case resp.ReplyError:
 			if isNoScript(v) && !x.evaled {
 				x.evaled = true
 				if isNoFunction(v) {
@@ -163,7 +164,7 @@ func (s *Store) appendScriptCall(buf []byte, name, body string, c *call) []byte 
 	buf = redcon.AppendArray(buf, 3+len(c.keys)+c.batch.Args())
 	buf = redcon.AppendBulkString(buf, name)
 	buf = redcon.AppendBulkString(buf, body)
-	buf = appendBulkInt(buf, int64(len(c.keys)))
+	buf = resp.AppendBulkInt(buf, int64(len(c.keys)))
 	for _, k := range c.keys {
 		buf = s.appendKey(buf, k)
 	}

@@ -1,8 +1,11 @@
 // Package resp is the Redis protocol as bytes: the parser of what a client
 // sends, the encoders RESP3 adds to redcon's, the quoting of a client's
 // values in error replies and MONITOR lines, and the argument helpers
-// that read numbers and words as Redis does. It holds no connection and
-// knows no command: the RESP door (respserver) owns those.
+// that read numbers and words as Redis does; and, for the upstream's
+// pipelined connection to Redis, the client's side: the commands it
+// writes and the parser of Redis's replies (reply.go). It holds no
+// connection and knows no command: the RESP door (respserver) and the
+// upstream own those.
 //
 // It is a package of its own because every byte a client sends passes
 // through it, so it is where the limits that keep a hostile client from

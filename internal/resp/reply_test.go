@@ -1,4 +1,4 @@
-package upstream
+package resp
 
 import (
 	"errors"
@@ -9,8 +9,8 @@ import (
 
 // FuzzParseReply: no input makes the reply parser panic; every prefix of
 // a reply is incomplete, never an error nor another reply, so that a
-// reply read in pieces parses as one read whole; and every command the
-// pipe writes parses back as the array of strings it was built from.
+// reply read in pieces parses as one read whole; and every command
+// AppendCommand writes parses back as the array of strings it was built from.
 func FuzzParseReply(f *testing.F) {
 	for _, seed := range []string{
 		"*2\r\n:1\r\n$3\r\nabc\r\n",
@@ -31,16 +31,16 @@ func FuzzParseReply(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if _, n, err := parseReply(data, 0); err == nil {
+		if _, n, err := ParseReply(data); err == nil {
 			for k := range n {
-				if v, _, err := parseReply(data[:k], 0); err != errIncomplete {
+				if v, _, err := ParseReply(data[:k]); err != ErrIncomplete {
 					t.Fatalf("the first %d bytes of a %d-byte reply parse as %#v, %v; want incomplete", k, n, v, err)
 				}
 			}
 		}
 		args := strings.Split(string(data), "\x00")
-		cmd := appendCommand(nil, args[0], args[1:]...)
-		got, n, err := parseReply(cmd, 0)
+		cmd := AppendCommand(nil, args[0], args[1:]...)
+		got, n, err := ParseReply(cmd)
 		if err != nil || n != len(cmd) {
 			t.Fatalf("parsing back %q: %d bytes of %d, %v", cmd, n, len(cmd), err)
 		}
@@ -67,9 +67,9 @@ func TestParseReplyKinds(t *testing.T) {
 		{in: ":-42\r\n", want: int64(-42)},
 		{in: "$3\r\nabc\r\n", want: "abc"},
 		{in: "$-1\r\n", want: nil},
-		{in: "-READONLY You can't write\r\n", want: replyError("READONLY You can't write")},
+		{in: "-READONLY You can't write\r\n", want: ReplyError("READONLY You can't write")},
 		{in: "*2\r\n:1\r\n*1\r\n+x\r\n", want: []any{int64(1), []any{"x"}}},
-		{in: "*2\r\n+\r\n-\r\n", want: []any{"", replyError("")}},
+		{in: "*2\r\n+\r\n-\r\n", want: []any{"", ReplyError("")}},
 		{in: "$3\r\nabcd\r\n", invalid: true},
 		{in: ":1\n", invalid: true},
 		{in: "*1\r\n", incomplete: true},
@@ -77,14 +77,14 @@ func TestParseReplyKinds(t *testing.T) {
 		{in: ":12", incomplete: true},
 		{in: strings.Repeat("*1\r\n", maxReplyDepth+1) + ":1\r\n", invalid: true},
 	} {
-		got, n, err := parseReply([]byte(c.in), 0)
+		got, n, err := ParseReply([]byte(c.in))
 		switch {
 		case c.incomplete:
-			if err != errIncomplete {
+			if err != ErrIncomplete {
 				t.Errorf("%q parsed as %#v, %v; want incomplete", c.in, got, err)
 			}
 		case c.invalid:
-			if err == nil || err == errIncomplete {
+			if err == nil || err == ErrIncomplete {
 				t.Errorf("%q parsed as %#v, %v; want an error", c.in, got, err)
 			}
 		case err != nil || n != len(c.in) || !reflect.DeepEqual(got, c.want):
@@ -92,7 +92,7 @@ func TestParseReplyKinds(t *testing.T) {
 		}
 	}
 	var rerr interface{ RedisError() }
-	if !errors.As(error(replyError("ERR x")), &rerr) {
+	if !errors.As(error(ReplyError("ERR x")), &rerr) {
 		t.Error("an error reply is not a redis.Error")
 	}
 }
