@@ -96,3 +96,18 @@ func TestParseReplyKinds(t *testing.T) {
 		t.Error("an error reply is not a redis.Error")
 	}
 }
+
+// An array whose announced length its bytes cannot hold yet is not
+// allocated: a corrupt or hostile length costs nothing until its
+// elements come.
+func TestParseReplyAllocatesNoUnfilledArray(t *testing.T) {
+	in := []byte("*100000\r\n:1\r\n:2\r\n")
+	allocs := testing.AllocsPerRun(10, func() {
+		if _, _, err := ParseReply(in); err != ErrIncomplete {
+			t.Fatalf("%q: %v; want incomplete", in, err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("an array of 100,000 announced, 2 sent: %v allocations; want none", allocs)
+	}
+}
