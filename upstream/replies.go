@@ -6,6 +6,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluice-rl/sluice/internal/resp"
 )
 
@@ -120,3 +121,8 @@ func (r *replies) take() (v any, ok bool, err error) {
 	r.off += n
 	return v, true, nil
 }
+
+// Redis's error replies, read by the pipe, are go-redis's errors too, so
+// that redis.HasErrorPrefix (NOSCRIPT, MOVED, …) reads them as it reads
+// its own.
+var _ redis.Error = resp.ReplyError("")
