@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/sluice-rl/sluice/internal/resp"
 	"github.com/tidwall/redcon"
+
+	"github.com/sluice-rl/sluice/internal/resp"
 )
 
 // This file is the batch script's wire format in Go: BatchCall is what one

@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/sluice-rl/sluice/internal/resp"
 )
 
