@@ -345,15 +345,6 @@ local function decided()
       else
         allowed, remaining, retry, reset, delay = A.step(s, key, now, L, run.cost, run.peek)
       end
-      -- The key's state goes once its last request is decided, written if
-      -- a step changed it.
-      if reqsLeft == 0 then
-        if s.dirty then
-          flush()
-        else
-          s = nil
-        end
-      end
       emit(allowed and 1 or 0, remaining, retry, reset, delay)
       i = i + 1
       -- The key's next requests in this run may step alike: an algorithm
@@ -363,20 +354,22 @@ local function decided()
       if left < more then
         more = left
       end
-      if more >= 4 and s and A.many and not run.charge then
+      if more >= 4 and A.many and not run.charge then
         local replies = A.many(s, key, now, L, run.cost, run.peek, more)
         if replies then
           for _, x in ipairs(replies) do
             emitRun(x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9], x[10])
           end
           i, left, reqsLeft = i + more, left - more, reqsLeft - more
-          if reqsLeft == 0 then
-            if s.dirty then
-              flush()
-            else
-              s = nil
-            end
-          end
+        end
+      end
+      -- The key's state goes once its last request is decided, written if
+      -- a step changed it.
+      if reqsLeft == 0 then
+        if s.dirty then
+          flush()
+        else
+          s = nil
         end
       end
     end

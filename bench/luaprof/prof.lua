@@ -71,21 +71,22 @@ local call = assert(loadstring(src, 'batch'))()
 -- (10 a second, burst 10), a fixed daily window (100,000), or a policy
 -- of both, as scriptcost's fresh, second and policy2.
 local serial = 0
+
+-- oneLimit is the scenario of a batch under the one limit alg, rate,
+-- period (µs), burst, on new keys named after prefix.
+local function oneLimit(prefix, alg, rate, period, burst)
+  return function(keys)
+    for i = 1, size do
+      serial = serial + 1
+      keys[i] = prefix .. serial
+    end
+    return {'1', alg, rate, period, burst, '1', tostring(size), '1', '1', '0', '1', tostring(size), '1', '0', '0'}
+  end
+end
+
 local batches = {
-  fresh = function(keys)
-    for i = 1, size do
-      serial = serial + 1
-      keys[i] = 'g' .. serial
-    end
-    return {'1', 'gcra', '10', '1000000', '10', '1', tostring(size), '1', '1', '0', '1', tostring(size), '1', '0', '0'}
-  end,
-  second = function(keys)
-    for i = 1, size do
-      serial = serial + 1
-      keys[i] = 'f' .. serial
-    end
-    return {'1', 'fixed', '100000', '86400000000', '0', '1', tostring(size), '1', '1', '0', '1', tostring(size), '1', '0', '0'}
-  end,
+  fresh = oneLimit('g', 'gcra', '10', '1000000', '10'),
+  second = oneLimit('f', 'fixed', '100000', '86400000000', '0'),
   policy2 = function(keys)
     for i = 1, size do
       serial = serial + 1
