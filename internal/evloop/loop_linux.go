@@ -99,12 +99,17 @@ func New() (*Loop, error) {
 // Run runs the loop on the caller's goroutine until Close, and returns
 // nil then, or the error that ended it (epoll failing). Before it returns
 // it runs what was posted and calls Ended for every descriptor still
-// watched.
+// watched. Run after Close returns nil at once: a program that fails to
+// start closes its loops, maybe before their goroutines called Run.
 func (l *Loop) Run() (err error) {
 	l.mu.Lock()
-	if l.running || l.ended {
+	if l.ended {
 		l.mu.Unlock()
-		return errors.New("evloop: Run called twice, or after Close")
+		return nil
+	}
+	if l.running {
+		l.mu.Unlock()
+		return errors.New("evloop: Run called twice")
 	}
 	l.running = true
 	l.mu.Unlock()

@@ -344,3 +344,24 @@ func TestWakeIsNeverLost(t *testing.T) {
 		}
 	}
 }
+
+// A loop closed before its goroutine called Run (a program that failed to
+// start) has nothing to run: Run returns nil, which its caller would
+// otherwise log as a failure; a second Run of a running loop is a mistake.
+func TestRunAfterClose(t *testing.T) {
+	l, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if err := l.Run(); err != nil {
+		t.Errorf("Run after Close: %v; want nil", err)
+	}
+	l = running(t)
+	done := make(chan struct{}) // Run has begun once a posted function ran
+	l.Post(func() { close(done) })
+	within(t, done, "a posted function")
+	if err := l.Run(); err == nil {
+		t.Error("Run of a running loop: nil; want an error")
+	}
+}
