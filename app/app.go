@@ -154,7 +154,7 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	}
 	s.tel.SetSources(s.sources())
 	if s.ln, err = listenRESP(cfg.Listen, cfg.ListenPerm); err != nil {
-		return err
+		return fmt.Errorf("RESP listener: %w", err)
 	}
 	log.Info("listening", "addr", s.ln.Addr().String(), "version", version.String(), "auth", cfg.RequirePass != "")
 	s.closers = append(s.closers, func() { s.ln.Close() }) // a no-op once Serve has closed it

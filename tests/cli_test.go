@@ -209,3 +209,27 @@ func TestPoliciesThatMeetRefused(t *testing.T) {
 		t.Errorf("exit %d, stderr:\n%s\nwant a failure naming both policies: %s", code, errs, want)
 	}
 }
+
+// TestCLIPortTaken: a port another process holds stops start-up with exit
+// status 1 and one error that names the listener, and nothing else logged
+// as failing (the event loops, closed before they ran, are not).
+func TestCLIPortTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--listen", addr, "--admin-listen", "off"}, "RESP listener: listen tcp " + addr + ": bind: address already in use"},
+		{[]string{"--listen", "127.0.0.1:0", "--admin-listen", addr}, "admin listener: listen tcp " + addr + ": bind: address already in use"},
+	} {
+		code, _, stderr := runCLI(t, nil, tc.args...)
+		if code != 1 || !strings.Contains(stderr, tc.want) || strings.Count(stderr, "level=ERROR") != 1 {
+			t.Errorf("sluice %s: exit %d, log:\n%s\nwant exit 1 and one error, %q", strings.Join(tc.args, " "), code, stderr, tc.want)
+		}
+	}
+}
