@@ -38,6 +38,7 @@ type Loop struct {
 	wakeAt  time.Time // guarded by mu: the earliest WakeAt not yet past; zero: none
 	running bool      // guarded by mu: Run has started
 	ended   bool      // guarded by mu: the loop has ended (or never ran and was closed)
+	endOnce sync.Once // ends a loop that never ran, however many Closes
 	// wmu guards the watchers; the loop's lookups share it.
 	wmu      sync.RWMutex
 	watchers map[int]*Watcher // guarded by wmu: by descriptor
@@ -103,13 +104,13 @@ func New() (*Loop, error) {
 // start closes its loops, maybe before their goroutines called Run.
 func (l *Loop) Run() (err error) {
 	l.mu.Lock()
-	if l.ended {
-		l.mu.Unlock()
-		return nil
-	}
 	if l.running {
 		l.mu.Unlock()
 		return errors.New("evloop: Run called twice")
+	}
+	if l.stop.Load() {
+		l.mu.Unlock()
+		return nil // closed: Close ends the loop itself
 	}
 	l.running = true
 	l.mu.Unlock()
@@ -140,18 +141,18 @@ func (l *Loop) Run() (err error) {
 // ran just releases its descriptors. It must not be called on the loop's
 // goroutine.
 func (l *Loop) Close() error {
-	l.stop.Store(true)
+	// stop is set under mu, where Run looks before it begins: either Run
+	// began, and ends the loop, or it never will, and Close ends it.
 	l.mu.Lock()
-	running, ended := l.running, l.ended
+	l.stop.Store(true)
+	running := l.running
 	l.mu.Unlock()
 	if running {
 		l.signal()
 		<-l.done
 		return nil
 	}
-	if !ended {
-		l.end()
-	}
+	l.endOnce.Do(l.end)
 	return nil
 }
 

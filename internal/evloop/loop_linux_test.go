@@ -2,6 +2,7 @@ package evloop
 
 import (
 	"os"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -363,5 +364,26 @@ func TestRunAfterClose(t *testing.T) {
 	within(t, done, "a posted function")
 	if err := l.Run(); err == nil {
 		t.Error("Run of a running loop: nil; want an error")
+	}
+}
+
+// Close racing a Run that has not begun (a sidecar failing to start) ends
+// the loop once: a second end would close descriptor numbers that the
+// next loop may have been given, and that loop's Run would then fail.
+func TestCloseRacingRun(t *testing.T) {
+	for i := range 300 {
+		l, err := New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := make(chan error, 1)
+		go func() { ran <- l.Run() }()
+		if i%2 == 0 {
+			runtime.Gosched()
+		}
+		l.Close()
+		if err := <-ran; err != nil {
+			t.Fatalf("round %d: Run: %v", i, err)
+		}
 	}
 }
