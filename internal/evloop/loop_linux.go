@@ -334,7 +334,13 @@ func (l *Loop) setOwersLocked(owers []*Watcher) { l.owers.Store(&owers) }
 // replies itself the yield finds little to run, but the moment it takes
 // gathers a little more for the next batch: without it, measured at -P 1,
 // batches were smaller and Redis spent about a tenth more per decision,
-// for no more throughput.
+// for no more throughput. The yield has a price: it wakes another thread,
+// which often takes the loop's goroutine while this one sleeps (half the
+// sidecar's context switches at -P 1, perf's sched_switch). Measured
+// without it anyway (four interleaved pairs of go run ./bench on one
+// Redis, TLS and Cluster, 2026-12-02), -P 16 was slower on all three
+// (medians 1.76 against 1.89 times direct, 1.98 against 2.13, 0.99
+// against 1.14) and -P 1 no faster beyond the noise: it stays.
 func (l *Loop) wait() (int, error) {
 	defer l.woken.Store(false)
 	n, err := unix.EpollWait(l.ep, l.events, 0)
