@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-rl/sluice/engine/chain"
 	"github.com/sluice-rl/sluice/engine/memstore"
 	"github.com/sluice-rl/sluice/httpcheck"
+	"github.com/sluice-rl/sluice/internal/accept"
 	"github.com/sluice-rl/sluice/internal/evloop"
 	"github.com/sluice-rl/sluice/internal/settings"
 	"github.com/sluice-rl/sluice/internal/tlsfiles"
@@ -355,10 +356,10 @@ func (s *Sidecar) listenAdmin() error {
 	if err != nil {
 		return fmt.Errorf("admin listener: %w", err)
 	}
-	s.adminLn = ln
+	s.adminLn = accept.Retrying(ln, s.log, "admin")
 	s.admin = &http.Server{Handler: s.tel.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
-		if err := s.admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.admin.Serve(s.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("admin server stopped", "err", err)
 		}
 	}()

@@ -9,6 +9,8 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/sluice-rl/sluice/internal/accept"
 )
 
 // maxJSONRequest bounds a /json body: a rate limit request is a domain and
@@ -30,6 +32,7 @@ func (s *Sidecar) listenRLSHTTP() (err error) {
 	if s.rlsHTLn, err = net.Listen("tcp", s.cfg.RLSHTTPListen); err != nil {
 		return fmt.Errorf("rls http listener: %w", err)
 	}
+	s.rlsHTLn = accept.Retrying(s.rlsHTLn, s.log, "rls http")
 	s.closers = append(s.closers, func() { s.rlsHTLn.Close() })
 	s.log.Info("serving envoyproxy/ratelimit's HTTP port", "addr", s.rlsHTLn.Addr().String(), "paths", "/healthcheck /json")
 	return nil

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/accept"
 	"github.com/sluice-rl/sluice/internal/ratefields"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -84,6 +85,7 @@ var ErrServerClosed = http.ErrServerClosed
 
 // Serve answers on ln until Shutdown; it then returns ErrServerClosed.
 func (s *Server) Serve(ln net.Listener) error {
+	ln = accept.Retrying(ln, s.log, "http check")
 	if s.tls != nil {
 		return s.http.ServeTLS(ln, "", "")
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/accept"
 	"github.com/sluice-rl/sluice/internal/evloop"
 	"github.com/sluice-rl/sluice/internal/monitor"
 	"github.com/sluice-rl/sluice/internal/redisadmin"
@@ -151,6 +152,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Unlock()
 		return errors.New("respserver: Serve called twice")
 	}
+	ln = accept.Retrying(ln, s.log, "resp")
 	s.listener = ln
 	loops, err := transport.Start(s.cfg.Service, s.log, s.cfg.Loops)
 	if err != nil {
@@ -172,12 +174,8 @@ func (s *Server) Serve(ln net.Listener) error {
 		if closing {
 			return ErrServerClosed
 		}
-		if errors.Is(err, net.ErrClosed) {
-			return err
-		}
-		// Out of file descriptors, say: retrying at once would spin.
-		s.log.Warn("accept failed; retrying in 10ms", "err", err)
-		time.Sleep(10 * time.Millisecond)
+		// The listener retries every failure but its closing.
+		return err
 	}
 }
 

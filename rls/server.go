@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/sluice-rl/sluice/internal/accept"
 	"github.com/sluice-rl/sluice/internal/grpcwire"
 	"github.com/sluice-rl/sluice/rlsconfig"
 	"github.com/sluice-rl/sluice/service"
@@ -246,7 +247,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		return ErrServerClosed
 	}
-	err := s.g.Serve(ln)
+	err := s.g.Serve(accept.Retrying(ln, s.log, "grpc"))
 	if err == nil || errors.Is(err, grpc.ErrServerStopped) || s.draining.Load() {
 		return ErrServerClosed
 	}

@@ -61,6 +61,7 @@ func TestDepsPointDown(t *testing.T) {
 		// admin replies' text and MONITOR's hub on the wire format alone.
 		"engine":              {""},
 		"internal/evloop":     {""},
+		"internal/accept":     {""},
 		"internal/resp":       {""},
 		"lua":                 allBut(t, "internal/resp"),
 		"internal/redisadmin": allBut(t, "internal/resp"),

@@ -100,13 +100,21 @@ func startSluiceUnix(t *testing.T, path string, args ...string) *sluice {
 // launch runs the binary serving RESP on addr of network net.
 func launch(t *testing.T, dir, network, addr string, port int, args ...string) *sluice {
 	t.Helper()
+	return launchUnder(t, nil, dir, network, addr, port, args...)
+}
+
+// launchUnder is launch with the binary run by the command prefix (a
+// prlimit, say); nil runs it directly.
+func launchUnder(t *testing.T, prefix []string, dir, network, addr string, port int, args ...string) *sluice {
+	t.Helper()
 	s := &sluice{Net: network, Addr: addr, Port: port, logs: &syncBuffer{}, done: make(chan error, 1)}
 	listen := addr
 	if network == "unix" {
 		listen = "unix:" + addr
 	}
 	s.Admin = fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
-	s.cmd = exec.Command(sluiceBin, append([]string{"--listen", listen, "--admin-listen", s.Admin, "--log-level", "debug"}, args...)...)
+	argv := append(append(prefix[:len(prefix):len(prefix)], sluiceBin, "--listen", listen, "--admin-listen", s.Admin, "--log-level", "debug"), args...)
+	s.cmd = exec.Command(argv[0], argv[1:]...)
 	s.cmd.Env = cleanEnv()
 	s.cmd.Dir = dir
 	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluice-rl/sluice/inject"
+	"github.com/sluice-rl/sluice/internal/accept"
 	"github.com/sluice-rl/sluice/internal/settings"
 )
 
@@ -128,12 +129,12 @@ func Serve(ctx context.Context, ln, adminLn net.Listener, cert *Certificate, s i
 		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cert.GetCertificate}}
 	servers := []*http.Server{srv}
 	errc := make(chan error, 2)
-	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	go func() { errc <- srv.ServeTLS(accept.Retrying(ln, log, "webhook"), "", "") }()
 	log.Info("sluice webhook: serving admission reviews", "addr", ln.Addr().String(), "path", "/inject")
 	if adminLn != nil {
 		admin := &http.Server{Handler: AdminMux(reg), ReadHeaderTimeout: 5 * time.Second}
 		servers = append(servers, admin)
-		go func() { errc <- admin.Serve(adminLn) }()
+		go func() { errc <- admin.Serve(accept.Retrying(adminLn, log, "webhook admin")) }()
 		log.Info("sluice webhook: admin endpoints", "addr", adminLn.Addr().String(), "paths", "/metrics /healthz")
 	}
 	select {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/sluice-rl/sluice/internal/accept"
 )
 
 // Config configures a Server. Zero values mean the documented defaults.
@@ -149,6 +151,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		ln.Close()
 		return ErrServerClosed
 	}
+	ln = accept.Retrying(ln, s.log, "grpc")
 	s.lns[ln] = struct{}{}
 	s.mu.Unlock()
 	defer func() {
@@ -165,10 +168,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			if draining {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
+			// The listener retries every failure but its closing.
 			return fmt.Errorf("grpcwire: accept: %w", err)
 		}
 		go s.serveConn(nc)
