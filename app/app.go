@@ -228,6 +228,10 @@ func (s *Sidecar) listenGRPC() (err error) {
 		s.closers = append(s.closers, s.runWatcher(s.rules.Run))
 	}
 	if cfg.GRPCListen == "" {
+		if cfg.RLSConfig != "" {
+			s.log.Warn("--rls-config is loaded but no door serves it: the rate limit service answers on --grpc-listen, which is off",
+				"rls_config", cfg.RLSConfig)
+		}
 		return nil
 	}
 	tlsCfg, err := tlsfiles.Server(cfg.GRPCTLSCert, cfg.GRPCTLSKey, cfg.GRPCTLSClientCA)
@@ -302,6 +306,7 @@ func (s *Sidecar) telemetry(ctx context.Context, getenv func(string) string) (tr
 		defer cancel()
 		_ = stopTraces(sctx)
 	})
+	telemetry.LogExportErrors(s.log)
 	var readers []sdkmetric.Reader
 	reader, err := telemetry.MetricReaderFromEnv(ctx, getenv)
 	if err != nil {
@@ -326,7 +331,7 @@ func (s *Sidecar) telemetry(ctx context.Context, getenv func(string) string) (tr
 // sources are what the metrics read when scraped.
 func (s *Sidecar) sources() telemetry.Sources {
 	src := telemetry.Sources{Decisions: s.svc.EachDecision, Errors: s.svc.EachError,
-		Clients: s.resp.Clients, Memory: s.mem.Len, Leases: s.svc.EachLeasePolicy}
+		Clients: s.resp.Clients, Memory: s.mem.Len, Leases: s.svc.EachLeasePolicy, Configs: s.configs}
 	if c := s.chain; c != nil {
 		src.DenyCache = func() chain.DenyCacheStats { return c.chain.Stats().DenyCache }
 		src.Guard = func() chain.GuardStats { return c.chain.Stats().Guard }
@@ -334,6 +339,21 @@ func (s *Sidecar) sources() telemetry.Sources {
 		src.LateCalls, src.OverdueCalls = c.up.LateCalls, c.up.OverdueCalls
 	}
 	return src
+}
+
+// configs are the watched configurations' load records, for the metrics.
+func (s *Sidecar) configs() []telemetry.ConfigStatus {
+	var cs []telemetry.ConfigStatus
+	add := func(name string, st watch.Status) {
+		cs = append(cs, telemetry.ConfigStatus{Name: name, Loaded: st.Loaded, Failures: st.Failures, Failing: st.Failing})
+	}
+	if s.policies != nil {
+		add("policies", s.policies.Status())
+	}
+	if s.rules != nil {
+		add("rls", s.rules.Status())
+	}
+	return cs
 }
 
 // listenAdmin starts the admin HTTP server, unless --admin-listen is off.

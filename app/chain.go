@@ -132,8 +132,15 @@ func (s *Sidecar) infoSections() []respserver.InfoSection {
 				return [][2]string{{"policies", "0"}, {"policies_file", ""}}
 			}
 			set := s.live.Current()
-			return [][2]string{{"policies", strconv.Itoa(set.Len())}, {"policies_file", cfg.Policies},
-				{"policy_names", strings.Join(set.Names(), ",")}}
+			return append([][2]string{{"policies", strconv.Itoa(set.Len())}, {"policies_file", cfg.Policies},
+				{"policy_names", strings.Join(set.Names(), ",")}}, s.policies.Info("policies_")...)
+		}},
+		{Name: "Rls", Fields: func() [][2]string {
+			if s.rules == nil {
+				return [][2]string{{"rls_config_dir", ""}}
+			}
+			return append([][2]string{{"rls_config_dir", cfg.RLSConfig},
+				{"rls_domains", strconv.Itoa(len(s.rules.Current().Domains()))}}, s.rules.Info()...)
 		}},
 	}
 	c := s.chain

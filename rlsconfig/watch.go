@@ -74,6 +74,13 @@ func NewWatcher(cfg WatchConfig) (*Watcher, error) {
 	return w, err
 }
 
+// Status is the directory's load record: when the configuration in use
+// was loaded, and whether the directory holds one that failed to load.
+func (w *Watcher) Status() watch.Status { return w.watch.Status() }
+
+// Info is INFO's fields for the directory's loads, named rls_config_*.
+func (w *Watcher) Info() [][2]string { return w.watch.Info("rls_config_") }
+
 // Current is the configuration in use.
 func (w *Watcher) Current() *Config { return w.cur.Load() }
 

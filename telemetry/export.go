@@ -3,7 +3,11 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"sync"
+	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -58,4 +62,36 @@ func MetricReaderFromEnv(ctx context.Context, getenv func(string) string) (sdkme
 func TraceParent(getenv func(string) string) context.Context {
 	carrier := propagation.MapCarrier{"traceparent": getenv("TRACEPARENT"), "tracestate": getenv("TRACESTATE")}
 	return propagation.TraceContext{}.Extract(context.Background(), carrier)
+}
+
+// exportErrorEvery paces the log of export errors: an endpoint that does
+// not answer fails every export (each minute for metrics, each batch of
+// spans), and one line a minute says so as well as a hundred.
+const exportErrorEvery = time.Minute
+
+// LogExportErrors sends the OpenTelemetry SDK's errors (an OTLP endpoint
+// that refuses, does not answer, or answers with an error) to log at warn,
+// the first at once and then at most one line a minute, with how many
+// came since the last line. Without it the SDK writes them through the
+// standard library's default logger, unlike every other line Sluice
+// writes, or not at all. It sets the process-wide handler: call it once.
+func LogExportErrors(log *slog.Logger) {
+	otel.SetErrorHandler(exportErrorLog(log, exportErrorEvery))
+}
+
+func exportErrorLog(log *slog.Logger, every time.Duration) otel.ErrorHandlerFunc {
+	var (
+		mu     sync.Mutex
+		last   time.Time // guarded by mu
+		missed int       // guarded by mu: errors since the last line
+	)
+	return func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		missed++
+		if now := time.Now(); last.IsZero() || now.Sub(last) >= every {
+			log.Warn("telemetry: OTLP export failed; check OTEL_EXPORTER_OTLP_* and the collector", "err", err, "errors", missed)
+			last, missed = now, 0
+		}
+	}
 }

@@ -49,6 +49,8 @@ type Sources struct {
 	// Leases walks the lease counts per policy
 	// (service.Service.EachLeasePolicy).
 	Leases func(func(policy string, st service.LeaseStats))
+	// Configs gives the watched configurations' load records.
+	Configs func() []ConfigStatus
 }
 
 // Config configures Telemetry.
@@ -99,7 +101,7 @@ func New(cfg Config) (*Telemetry, error) {
 	}
 	t.provider = sdkmetric.NewMeterProvider(opts...)
 	meter := t.provider.Meter("github.com/sluice-rl/sluice")
-	if err := errors.Join(t.instruments(meter), t.leaseInstruments(meter)); err != nil {
+	if err := errors.Join(t.instruments(meter), t.leaseInstruments(meter), t.configInstruments(meter)); err != nil {
 		return nil, fmt.Errorf("telemetry: instruments: %w", err)
 	}
 	t.okAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "ok")))

@@ -1,15 +1,19 @@
 package telemetry
 
 import (
+	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -203,4 +207,58 @@ func TestOTLPFromEnv(t *testing.T) {
 	if r, err := MetricReaderFromEnv(t.Context(), none); r != nil || err != nil {
 		t.Errorf("without an endpoint: reader %v, %v; want none", r, err)
 	}
+}
+
+// An OTLP endpoint that refuses every export is a warning in Sluice's own
+// log, not silence, and one line for many failures.
+func TestOTLPExportErrorsLogged(t *testing.T) {
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no such tenant", http.StatusBadRequest) // not retried by the exporter
+	}))
+	defer receiver.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.URL)
+	t.Setenv("OTEL_METRIC_EXPORT_INTERVAL", "20") // ms
+	var logs syncLog
+	LogExportErrors(slog.New(slog.NewTextHandler(&logs, nil)))
+	defer otel.SetErrorHandler(otel.ErrorHandlerFunc(func(error) {}))
+	reader, err := MetricReaderFromEnv(t.Context(), os.Getenv)
+	if err != nil || reader == nil {
+		t.Fatalf("MetricReaderFromEnv = %v, %v", reader, err)
+	}
+	tel, err := New(Config{Readers: []sdkmetric.Reader{reader}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	tel.ObserveBatch(time.Now(), 3, nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "OTLP export failed") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning for an endpoint refusing exports; log:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Exports every 20ms for a while more: still one line.
+	time.Sleep(300 * time.Millisecond)
+	if n := strings.Count(logs.String(), "OTLP export failed"); n != 1 {
+		t.Errorf("%d warnings within a minute; want 1:\n%s", n, logs.String())
+	}
+}
+
+// syncLog is a log sink safe for the SDK's goroutines.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rl/sluice/internal/metricstest"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/upstream"
 )
@@ -110,6 +111,26 @@ func TestPoliciesReload(t *testing.T) {
 	if v, err := rdb.Do(ctx, "RL.ALLOW", "fresh", "k", 0).Result(); err != nil || decision(t, 2, v)[1] != 7 {
 		t.Errorf("after a broken file: %v, %v", v, err)
 	}
+	// Not only a log line: INFO and the metrics say the file on disk is
+	// not what runs, until a good one loads.
+	info := func() string { return rdb.Info(ctx, "policies").Val() }
+	for _, want := range []string{"policies_reload_failing:1", "policies_reload_failures:1", "policies_last_error:"} {
+		if !strings.Contains(info(), want) {
+			t.Errorf("INFO policies after a broken file has no %q:\n%s", want, info())
+		}
+	}
+	config := func(name string) float64 {
+		t.Helper()
+		v, ok := metricstest.Sample(metricstest.Scrape(t, "http://"+s.Admin+"/metrics"), name, map[string]string{"config": "policies"})
+		if !ok {
+			t.Fatalf("/metrics has no %s{config=policies}", name)
+		}
+		return v
+	}
+	if f, n, at := config("sluice_config_reload_failing"), config("sluice_config_reload_failures_total"),
+		config("sluice_config_last_reload_success_timestamp_seconds"); f != 1 || n != 1 || at < float64(time.Now().Add(-time.Hour).Unix()) {
+		t.Errorf("/metrics after a broken file: failing %v, failures %v, last success %v; want 1, 1 and a recent time", f, n, at)
+	}
 	// SIGHUP reloads at once, even where polling would not notice.
 	write("policies:\n  fresh:\n    algorithm: fixed\n    limit: 9\n    period: 1h\n")
 	_ = s.cmd.Process.Signal(syscall.SIGHUP)
@@ -117,4 +138,8 @@ func TestPoliciesReload(t *testing.T) {
 		v, err := rdb.Do(ctx, "RL.ALLOW", "fresh", "k", 0).Result()
 		return err == nil && decision(t, 2, v)[1] == 9
 	})
+	waitFor("INFO clear again", func() bool { return strings.Contains(info(), "policies_reload_failing:0") })
+	if f := config("sluice_config_reload_failing"); f != 0 {
+		t.Error("/metrics still says the policies file is failing after a good reload")
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -67,6 +68,26 @@ type Watcher struct {
 	mu      sync.Mutex // serialises Apply
 	applied Sum        // guarded by mu: the content in use
 	refused Sum        // guarded by mu: the content last refused, logged once
+	status  Status     // guarded by mu
+}
+
+// Status is what a Watcher has put in use and what it has refused: what
+// an operator needs to see that the file on disk is not what runs, which
+// otherwise only a log line at the time of the reload would say.
+type Status struct {
+	// Loaded is when the content in use was applied (its start-up load,
+	// when the Watcher was given Applied); zero until one is.
+	Loaded time.Time
+	// Failures counts the applies that returned an error since start.
+	Failures uint64
+	// Failing is true while the path holds content that failed to apply:
+	// the configuration in use is an older one. A later success, or the
+	// path holding the content in use again, clears it.
+	Failing bool
+	// LastFailure and LastError are the last failed apply's time and
+	// error; zero and "" before the first.
+	LastFailure time.Time
+	LastError   string
 }
 
 // New is a Watcher of cfg.Path; Run starts watching.
@@ -82,6 +103,9 @@ func New(cfg Config) (*Watcher, error) {
 		cfg.Fallback = 2 * time.Second
 	}
 	w := &Watcher{cfg: cfg, log: cfg.Logger, applied: cfg.Applied}
+	if cfg.Applied != (Sum{}) {
+		w.status.Loaded = time.Now()
+	}
 	if w.log == nil {
 		w.log = slog.Default()
 	}
@@ -98,7 +122,12 @@ func (w *Watcher) check(forced bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	sum := Digest(w.cfg.Path)
-	if !forced && (sum == w.applied || sum == w.refused) {
+	if !forced && sum == w.applied {
+		// Put back as it was (a bad edit reverted): what runs is on disk.
+		w.refused, w.status.Failing = Sum{}, false
+		return nil
+	}
+	if !forced && sum == w.refused {
 		return nil
 	}
 	if err := w.cfg.Apply(); err != nil {
@@ -106,11 +135,57 @@ func (w *Watcher) check(forced bool) error {
 			w.log.Error(w.cfg.What+" not reloaded: keeping the one in use", "path", w.cfg.Path, "err", err)
 		}
 		w.refused = sum
+		w.status.Failures++
+		w.status.Failing = true
+		w.status.LastFailure, w.status.LastError = time.Now(), err.Error()
 		return err
 	}
 	w.applied, w.refused = sum, Sum{}
+	w.status.Loaded, w.status.Failing = time.Now(), false
 	return nil
 }
+
+// Status is the Watcher's record of its loads and failures.
+func (w *Watcher) Status() Status {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.status
+}
+
+// Digest is the digest of the content in use, in hex; "" until one is
+// applied (or given as Config.Applied).
+func (w *Watcher) Digest() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.applied == (Sum{}) {
+		return ""
+	}
+	return fmt.Sprintf("%x", w.applied[:8])
+}
+
+// Info is INFO's fields for the watched configuration, each name starting
+// with prefix: the digest and time of the content in use, and whether the path holds a content that failed to load, with
+// the last failure's time and error.
+func (w *Watcher) Info(prefix string) [][2]string {
+	st, digest := w.Status(), w.Digest()
+	failing := "0"
+	if st.Failing {
+		failing = "1"
+	}
+	unix := func(t time.Time) string {
+		if t.IsZero() {
+			return "0"
+		}
+		return strconv.FormatInt(t.Unix(), 10)
+	}
+	return [][2]string{{prefix + "digest", digest},
+		{prefix + "loaded_at", unix(st.Loaded)}, {prefix + "reload_failing", failing},
+		{prefix + "reload_failures", strconv.FormatUint(st.Failures, 10)},
+		{prefix + "last_failure_at", unix(st.LastFailure)}, {prefix + "last_error", oneLine(st.LastError)}}
+}
+
+// oneLine keeps an error's text on INFO's one line per field.
+func oneLine(s string) string { return strings.NewReplacer("\r", " ", "\n", " ").Replace(s) }
 
 // Digest is a digest of what path holds, through symlinks: a file's
 // content (its SHA-256), or a directory's files' names and contents, those

@@ -232,3 +232,71 @@ func TestRunPolls(t *testing.T) {
 	replaceSameSizeAndTime(t, target, "limit: 3")
 	eventually(t, "an apply from the poll", func() bool { return n.Load() == 1 })
 }
+
+// TestStatus: a content that fails to load is visible in Status and INFO
+// until the path holds a good one again, whether a new one or the one in
+// use put back; the failures are counted.
+func TestStatus(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "p.yaml")
+	write(t, file, "good: 1")
+	w, err := New(Config{Path: file, Applied: Digest(file), Logger: slog.New(slog.DiscardHandler),
+		Apply: func() error {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				return err
+			}
+			if strings.HasPrefix(string(data), "bad") {
+				return errors.New("line 1: not a policy\nline 2: neither")
+			}
+			return nil
+		}})
+	must(t, err)
+	field := func(name string) string {
+		for _, f := range w.Info("policies_") {
+			if f[0] == "policies_"+name {
+				return f[1]
+			}
+		}
+		t.Fatalf("no INFO field policies_%s in %v", name, w.Info("policies_"))
+		return ""
+	}
+	start := w.Status()
+	if start.Loaded.IsZero() || start.Failing || start.Failures != 0 || field("digest") == "" {
+		t.Fatalf("at start: %+v, digest %q", start, field("digest"))
+	}
+	inUse := field("digest")
+
+	steps := []struct {
+		name     string
+		content  string
+		failing  string
+		failures string
+		digest   string // "" for a new one
+	}{
+		{"a bad edit", "bad: 1", "1", "1", inUse},
+		{"the same bad content again is not a new failure", "bad: 1", "1", "1", inUse},
+		{"another bad edit", "bad: 2", "1", "2", inUse},
+		{"the content in use put back", "good: 1", "0", "2", inUse},
+		{"a bad edit once more", "bad: 3", "1", "3", inUse},
+		{"a good new content", "good: 2", "0", "3", ""},
+	}
+	for _, st := range steps {
+		write(t, file, st.content)
+		_ = w.check(false)
+		if got := field("reload_failing"); got != st.failing {
+			t.Errorf("%s: reload_failing %s; want %s", st.name, got, st.failing)
+		}
+		if got := field("reload_failures"); got != st.failures {
+			t.Errorf("%s: reload_failures %s; want %s", st.name, got, st.failures)
+		}
+		if d := field("digest"); (st.digest != "" && d != st.digest) || (st.digest == "" && d == inUse) {
+			t.Errorf("%s: digest %s; in use before %s", st.name, d, inUse)
+		}
+	}
+	if e := field("last_error"); e != "line 1: not a policy line 2: neither" {
+		t.Errorf("last_error %q: want the last failure's error on one line", e)
+	}
+	if w.Status().LastFailure.IsZero() || field("last_failure_at") == "0" {
+		t.Error("no time for the last failure")
+	}
+}
