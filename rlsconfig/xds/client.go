@@ -240,6 +240,7 @@ func (c *Client) apply(resp *discoveryv3.DiscoveryResponse) error {
 		close(c.first)
 	}
 	if old.Digest() != cfg.Digest() {
+		rlsconfig.WarnRemoved(c.log, old, cfg)
 		c.log.Info("rls config applied from xDS", "version", c.version, "domains", cfg.Domains())
 		for _, msg := range cfg.Warnings() {
 			c.log.Warn("rls config: accepted but ignored", "detail", msg)
