@@ -222,3 +222,22 @@ func expandGlob(v string, caps []string) string {
 	}
 	return b.String()
 }
+
+// DefaultYAML is the default mapper as a mapping file, a start for one
+// that renames; without seconds, the response time's scale is left out,
+// as Envoy Gateway's file leaves it (milliseconds).
+func DefaultYAML(seconds bool) []byte {
+	ms := defaultMappings()
+	if !seconds {
+		for i := range ms {
+			ms[i].Scale = nil
+		}
+	}
+	out, err := yaml.Marshal(struct {
+		Mappings []mapping `yaml:"mappings"`
+	}{ms})
+	if err != nil {
+		panic("peerstats: the default mapper does not marshal: " + err.Error()) // a programming error
+	}
+	return out
+}
