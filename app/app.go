@@ -32,6 +32,7 @@ import (
 	"github.com/sluice-rl/sluice/policy"
 	"github.com/sluice-rl/sluice/respserver"
 	"github.com/sluice-rl/sluice/rls"
+	"github.com/sluice-rl/sluice/rls/peerstats"
 	"github.com/sluice-rl/sluice/rlsconfig"
 	"github.com/sluice-rl/sluice/rlsconfig/xds"
 	"github.com/sluice-rl/sluice/service"
@@ -45,26 +46,28 @@ type Config = settings.Config
 
 // Sidecar is a built sidecar, listening once New returns.
 type Sidecar struct {
-	cfg     Config
-	log     *slog.Logger
-	mem     *memstore.Store
-	chain   *sharedStore // nil without an upstream
-	live    *policy.Live
-	svc     *service.Service
-	tel     *telemetry.Telemetry
-	resp    *respserver.Server
-	ln      net.Listener
-	admin   *http.Server
-	adminLn net.Listener
-	rules   *rlsconfig.Watcher // nil without --rls-config
-	xds     *xds.Client        // nil without --rls-xds-server
-	grpc    *rls.Server        // nil without --grpc-listen
-	grpcLn  net.Listener
-	check   *httpcheck.Server // nil without --http-listen
-	rlsHTTP *http.Server      // nil without --rls-http-listen
-	rlsHTLn net.Listener
-	checkLn net.Listener
-	closers []func() // run in reverse by close
+	cfg   Config
+	log   *slog.Logger
+	mem   *memstore.Store
+	chain *sharedStore // nil without an upstream
+	live  *policy.Live
+	svc   *service.Service
+	tel   *telemetry.Telemetry
+	// peerStats are envoyproxy/ratelimit's metrics (--rls-peer-metrics); nil: off.
+	peerStats *peerstats.Stats
+	resp      *respserver.Server
+	ln        net.Listener
+	admin     *http.Server
+	adminLn   net.Listener
+	rules     *rlsconfig.Watcher // nil without --rls-config
+	xds       *xds.Client        // nil without --rls-xds-server
+	grpc      *rls.Server        // nil without --grpc-listen
+	grpcLn    net.Listener
+	check     *httpcheck.Server // nil without --http-listen
+	rlsHTTP   *http.Server      // nil without --rls-http-listen
+	rlsHTLn   net.Listener
+	checkLn   net.Listener
+	closers   []func() // run in reverse by close
 
 	policies *watch.Watcher // nil without --policies
 }
@@ -221,9 +224,12 @@ func (s *Sidecar) startLoops(n int) ([]*evloop.Loop, error) {
 func (s *Sidecar) listenGRPC() (err error) {
 	cfg := s.cfg
 	if cfg.RLSConfig != "" {
-		if s.rules, err = rlsconfig.NewWatcher(rlsconfig.WatchConfig{Dir: cfg.RLSConfig, Logger: s.log, Poll: cfg.RLSConfigPoll}); err != nil {
+		if s.rules, err = rlsconfig.NewWatcher(rlsconfig.WatchConfig{Dir: cfg.RLSConfig, Logger: s.log, Poll: cfg.RLSConfigPoll,
+			OnReload: s.configLoaded}); err != nil {
 			return fmt.Errorf("invalid --rls-config: %w", err)
 		}
+		// The watcher's first read, when Run starts, counts as the peer's
+		// first config_load_success.
 		s.log.Info("rls config loaded", "dir", cfg.RLSConfig, "domains", s.rules.Current().Domains())
 		s.closers = append(s.closers, s.runWatcher(s.rules.Run))
 	}
@@ -243,7 +249,7 @@ func (s *Sidecar) listenGRPC() (err error) {
 		peerKeys = &rlsconfig.PeerKeys{Prefix: cfg.RLSPeerKeyPrefix, Jitter: cfg.RLSPeerKeyJitter}
 	}
 	if s.grpc, err = rls.New(rls.Config{Service: s.svc, Rules: s.rlsRules, StopWhenOverLimit: cfg.RLSStopOverLimit,
-		Shadow: cfg.RLSShadow, Headers: cfg.RLSHeaders, PeerKeys: peerKeys, MaxDescriptors: cfg.RLSMaxDescriptors, MaxEntries: cfg.RLSMaxEntries,
+		Shadow: cfg.RLSShadow, Headers: cfg.RLSHeaders, DynamicMetadata: cfg.RLSDynamicMetadata, PeerStats: s.peerStats, PeerKeys: peerKeys, MaxDescriptors: cfg.RLSMaxDescriptors, MaxEntries: cfg.RLSMaxEntries,
 		Ready: s.ready, TLS: tlsCfg, Transport: cfg.GRPCTransport, Logger: s.log}); err != nil {
 		return err
 	}
@@ -315,8 +321,12 @@ func (s *Sidecar) telemetry(ctx context.Context, getenv func(string) string) (tr
 	if reader != nil {
 		readers = append(readers, reader)
 	}
+	collectors, err := s.newPeerStats()
+	if err != nil {
+		return nil, err
+	}
 	s.tel, err = telemetry.New(telemetry.Config{Tracer: tracer, Upstream: upstream.Redact(s.cfg.Upstream),
-		Parent: telemetry.TraceParent(getenv), Readers: readers, Ready: s.ready})
+		Parent: telemetry.TraceParent(getenv), Readers: readers, Ready: s.ready, Collectors: collectors, MetricsPath: s.cfg.MetricsPath})
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,8 @@ func (s *Sidecar) rlsFromXDS(ctx context.Context) (err error) {
 		}
 	}
 	if s.xds, err = xds.New(xds.Config{Server: cfg.RLSXDSServer, NodeID: cfg.RLSXDSNodeID, NodeMetadata: cfg.RLSXDSNodeMetadata,
-		Headers: cfg.RLSXDSHeaders, TLS: tlsCfg, RetryInterval: cfg.RLSXDSRetry, MaxMessageSize: int(cfg.RLSXDSMaxMessage), Logger: s.log}); err != nil {
+		Headers: cfg.RLSXDSHeaders, TLS: tlsCfg, RetryInterval: cfg.RLSXDSRetry, MaxMessageSize: int(cfg.RLSXDSMaxMessage), Logger: s.log,
+		OnApply: func(err error) { s.configLoaded(nil, err) }}); err != nil {
 		return err
 	}
 	s.closers = append(s.closers, s.runWatcher(s.xds.Run))

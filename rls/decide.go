@@ -48,7 +48,8 @@ type call struct {
 	rep     *reply
 	matches []rlsconfig.Match
 	wc      *grpcwire.Call
-	landed  func() // s.landed(c), bound once
+	start   time.Time // when the call was read, with PeerStats
+	landed  func()    // s.landed(c), bound once
 }
 
 // What a descriptor gets when it does not go to the store.
@@ -77,7 +78,7 @@ func (c *call) reset() {
 	clear(c.ds)
 	c.ds, c.entries, c.over, c.hits, c.slot = c.ds[:0], c.entries[:0], c.over[:0], c.hits[:0], c.slot[:0]
 	c.peeked, c.domain, c.keys = false, "", c.keys[:0]
-	c.req, c.rep, c.matches, c.wc = nil, nil, nil, nil
+	c.req, c.rep, c.matches, c.wc, c.start = nil, nil, nil, nil, time.Time{}
 }
 
 func (c *call) clearParts() {
@@ -158,8 +159,8 @@ func (s *Server) decide(req *pb.RateLimitRequest, rep *reply) (*pb.RateLimitResp
 	return s.decideWait(c, req, matches, rep)
 }
 
-// prepare checks req and finds its rules, in a call from the pool.
-func (s *Server) prepare(req *pb.RateLimitRequest) (*call, []rlsconfig.Match, error) {
+// prepareCall checks req and finds its rules, in a call from the pool.
+func (s *Server) prepareCall(req *pb.RateLimitRequest) (*call, []rlsconfig.Match, error) {
 	if req.GetDomain() == "" {
 		return nil, nil, status.Error(codes.InvalidArgument, errEmptyDomain)
 	}
@@ -176,6 +177,16 @@ func (s *Server) prepare(req *pb.RateLimitRequest) (*call, []rlsconfig.Match, er
 		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return c, matches, nil
+}
+
+// prepare checks req and finds its rules, in a call from the pool; a
+// refusal counts as the peer's service_error.
+func (s *Server) prepare(req *pb.RateLimitRequest) (*call, []rlsconfig.Match, error) {
+	c, ms, err := s.prepareCall(req)
+	if err != nil && s.stats != nil {
+		s.stats.Error("service_error")
+	}
+	return c, ms, err
 }
 
 func (s *Server) putCall(c *call) {
@@ -322,6 +333,10 @@ func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match,
 	statuses, boxes := rep.sized(len(ms))
 	resp.Statuses = statuses
 	var h headerPick
+	var passed []bool // with DynamicMetadata: per descriptor, not over its limit
+	if s.metadata {
+		passed = make([]bool, len(ms))
+	}
 	failedRate, failedQuota, totalQuota := 0, 0, 0
 	for i := range ms {
 		m, box := &ms[i], &boxes[i]
@@ -333,6 +348,9 @@ func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match,
 			st.Code = pb.RateLimitResponse_OK
 			if m.Found && r.Unlimited {
 				st.LimitRemaining = math.MaxUint32
+			}
+			if passed != nil {
+				passed[i] = true
 			}
 			continue
 		}
@@ -347,6 +365,9 @@ func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match,
 			if err != nil {
 				if errors.Is(err, engine.ErrInvalid) {
 					return nil, status.Error(codes.InvalidArgument, err.Error())
+				}
+				if s.stats != nil {
+					s.stats.Error("redis_error")
 				}
 				return nil, status.Error(codes.Unavailable, "rate limit store: "+err.Error())
 			}
@@ -381,11 +402,19 @@ func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match,
 		if k == noneAllowed {
 			retry = reset
 		}
+		if s.stats != nil {
+			s.countHit(c, i, r, k)
+		}
 		// Shadow mode: over its limit, and answered OK with what an
 		// over-limit status carries, as the peer's.
 		st.Code = pb.RateLimitResponse_OK
 		if over && !r.Shadow && !s.shadow {
 			st.Code = pb.RateLimitResponse_OVER_LIMIT
+		}
+		if passed != nil {
+			// The peer's global shadow mode answers the call OK but
+			// leaves its descriptors over: they did not pass.
+			passed[i] = !over || r.Shadow
 		}
 		h.consider(i, st, r, retry, reset)
 		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
@@ -406,6 +435,9 @@ func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match,
 	}
 	if s.headers != HeadersOff && h.found {
 		resp.ResponseHeadersToAdd = s.responseHeaders(&h, resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT)
+	}
+	if passed != nil {
+		resp.DynamicMetadata = dynamicMetadata(req, ms, passed)
 	}
 	return resp, nil
 }
@@ -438,7 +470,7 @@ func (r *reply) release() {
 	}
 	clear(r.statuses)
 	clear(r.boxes)
-	r.resp.OverallCode, r.resp.Statuses, r.resp.ResponseHeadersToAdd = 0, nil, nil
+	r.resp.OverallCode, r.resp.Statuses, r.resp.ResponseHeadersToAdd, r.resp.DynamicMetadata = 0, nil, nil, nil
 	r.pool.Put(r)
 }
 

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"errors"
+	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
@@ -58,12 +59,19 @@ const shouldRateLimitPath = "/" + "envoy.service.ratelimit.v3.RateLimitService" 
 // more descriptors than one part) is decided on a goroutine of its own,
 // as on grpc-go.
 func (s *Server) serveCall(wc *grpcwire.Call) {
+	var start time.Time
+	if s.stats != nil {
+		start = time.Now()
+	}
 	req := s.requests.Get().(*request)
 	if !req.decode(wc.Message()) {
 		req.reset()
 		if err := proto.Unmarshal(wc.Message(), &req.msg); err != nil {
 			s.putRequest(req)
 			wc.Fail(codes.Internal, "grpc: failed to unmarshal the received message: "+err.Error())
+			if s.stats != nil {
+				s.called(start)
+			}
 			return
 		}
 	}
@@ -71,9 +79,12 @@ func (s *Server) serveCall(wc *grpcwire.Call) {
 	if err != nil {
 		s.putRequest(req)
 		fail(wc, err)
+		if s.stats != nil {
+			s.called(start)
+		}
 		return
 	}
-	c.req, c.rep, c.matches, c.wc = req, s.replies.Get().(*reply), matches, wc
+	c.req, c.rep, c.matches, c.wc, c.start = req, s.replies.Get().(*reply), matches, wc, start
 	switch {
 	case s.stop:
 		go func() {
@@ -119,6 +130,9 @@ func (s *Server) finish(c *call, resp *pb.RateLimitResponse, err error) {
 		}
 		rep.buf = b
 		wc.Reply(b)
+	}
+	if s.stats != nil {
+		s.called(c.start)
 	}
 	s.putRequest(c.req)
 	rep.release()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/accept"
 	"github.com/sluice-rl/sluice/internal/grpcwire"
+	"github.com/sluice-rl/sluice/rls/peerstats"
 	"github.com/sluice-rl/sluice/rlsconfig"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -78,6 +79,14 @@ type Config struct {
 	Shadow bool
 	// Headers picks the response headers; zero: none, as the peer.
 	Headers Headers
+	// DynamicMetadata returns, in each response's dynamic_metadata, the
+	// request's domain and descriptors and the metadata of the rules whose
+	// descriptors passed, as the peer's RESPONSE_DYNAMIC_METADATA does
+	// (see dynamicMetadata). False, the peer's default: none.
+	DynamicMetadata bool
+	// PeerStats, when set, counts each call and each descriptor's decision
+	// as the peer's statistics do, for its Prometheus metrics. Nil: none.
+	PeerStats *peerstats.Stats
 	// PeerKeys, when set, counts the rules without Sluice's own fields in
 	// envoyproxy/ratelimit's keys, as the peer counts them (see
 	// rlsconfig.PeerKeys). Nil: every rule in Sluice's keys.
@@ -105,13 +114,15 @@ type Config struct {
 // Server serves Envoy's rate limit service, the health service and server
 // reflection on one gRPC server.
 type Server struct {
-	svc     *service.Service
-	rules   func() *rlsconfig.Config
-	stop    bool
-	shadow  bool
-	headers Headers
-	peer    *rlsconfig.PeerKeys // nil: Sluice's keys
-	ready   func() error
+	svc      *service.Service
+	rules    func() *rlsconfig.Config
+	stop     bool
+	shadow   bool
+	headers  Headers
+	metadata bool                // Config.DynamicMetadata
+	stats    *peerstats.Stats    // nil: no peer statistics
+	peer     *rlsconfig.PeerKeys // nil: Sluice's keys
+	ready    func() error
 
 	maxDescriptors, maxEntries int
 	fallbacks                  fallbackLog
@@ -160,7 +171,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{svc: cfg.Service, rules: cfg.Rules, stop: cfg.StopWhenOverLimit, shadow: cfg.Shadow, headers: cfg.Headers, peer: cfg.PeerKeys,
+	s := &Server{svc: cfg.Service, rules: cfg.Rules, stop: cfg.StopWhenOverLimit, shadow: cfg.Shadow, headers: cfg.Headers, metadata: cfg.DynamicMetadata, stats: cfg.PeerStats, peer: cfg.PeerKeys,
 		ready: cfg.Ready, log: cfg.Logger, maxDescriptors: cfg.MaxDescriptors, maxEntries: cfg.MaxEntries,
 		fallbacks: fallbackLog{log: cfg.Logger, now: time.Now}}
 	s.calls.New = func() any {
@@ -216,6 +227,9 @@ var serviceDesc = grpc.ServiceDesc{
 // message. This server installs no interceptor, so none is called.
 func handleShouldRateLimit(srv any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
 	s := srv.(*Server)
+	if s.stats != nil {
+		defer s.called(time.Now())
+	}
 	req := s.requests.Get().(*request)
 	defer func() {
 		req.reset()

@@ -3,8 +3,10 @@ package rlsconfig
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -46,7 +48,16 @@ type Watcher struct {
 	log   *slog.Logger
 	cur   atomic.Pointer[Config]
 	watch *watch.Watcher
+	// startedEmpty: the first load had no domain, so a reload to none
+	// is what the operator set up, not a file emptied or truncated.
+	startedEmpty bool
 }
+
+// ErrNoDomains is the reload refused because the directory holds no domain
+// any more while the configuration in use has some: an emptied or
+// truncated file would otherwise lift every limit at once. A Watcher that
+// started with no domain accepts it.
+var ErrNoDomains = errors.New("rlsconfig: the configuration holds no domain now; the one in use is kept")
 
 // NewWatcher loads the directory once: a configuration that does not load
 // is an error here, as at start-up nothing older can stand in for it.
@@ -64,6 +75,7 @@ func NewWatcher(cfg WatchConfig) (*Watcher, error) {
 		return nil, err
 	}
 	w.cur.Store(c)
+	w.startedEmpty = len(c.domains) == 0
 	for _, msg := range c.Warnings() {
 		w.log.Warn("rls config: accepted but ignored", "detail", msg)
 	}
@@ -99,7 +111,11 @@ func (w *Watcher) Run(ctx context.Context) error { return w.watch.Run(ctx) }
 func (w *Watcher) apply() error {
 	old := w.cur.Load()
 	c, err := Load(w.cfg.Dir)
+	if err == nil && len(c.domains) == 0 && len(old.domains) > 0 && !w.startedEmpty {
+		err = fmt.Errorf("%w (%d domains: %s); restore the files, or restart Sluice to run without any", ErrNoDomains, len(old.domains), strings.Join(old.Domains(), ", "))
+	}
 	if err == nil && c.Digest() != old.Digest() {
+		WarnRemoved(w.log, old, c)
 		w.cur.Store(c)
 		w.log.Info("rls config reloaded", "dir", w.cfg.Dir, "domains", c.Domains(), "files", len(c.Files()))
 		for _, msg := range c.Warnings() {

@@ -69,6 +69,11 @@ type Config struct {
 	Parent context.Context
 	// Readers are extra metric readers, such as an OTLP exporter's.
 	Readers []sdkmetric.Reader
+	// Collectors are served on /metrics beside Sluice's own instruments
+	// (envoyproxy/ratelimit's metrics, when Sluice stands in for it).
+	Collectors []prometheus.Collector
+	// MetricsPath is where Handler serves the metrics; empty: /metrics.
+	MetricsPath string
 }
 
 // Telemetry holds the instruments and serves the admin endpoints.
@@ -87,6 +92,14 @@ type Telemetry struct {
 // New registers the instruments with a Prometheus registry of their own.
 func New(cfg Config) (*Telemetry, error) {
 	t := &Telemetry{cfg: cfg, registry: prometheus.NewRegistry()}
+	for _, c := range cfg.Collectors {
+		if err := t.registry.Register(c); err != nil {
+			return nil, fmt.Errorf("telemetry: collector: %w", err)
+		}
+	}
+	if t.cfg.MetricsPath == "" {
+		t.cfg.MetricsPath = "/metrics"
+	}
 	t.SetSources(cfg.Sources)
 	t.SetReady(cfg.Ready)
 	exporter, err := otelprom.New(otelprom.WithRegisterer(t.registry), otelprom.WithoutScopeInfo(),
@@ -245,11 +258,11 @@ func (t *Telemetry) ObserveBatch(start time.Time, size int, err error) {
 	span.End(trace.WithTimestamp(start.Add(elapsed)))
 }
 
-// Handler serves /metrics (Prometheus text), /healthz (the process serves)
+// Handler serves /metrics (Prometheus text; Config.MetricsPath), /healthz (the process serves)
 // and /readyz (it can decide).
 func (t *Telemetry) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET "+t.cfg.MetricsPath, promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})

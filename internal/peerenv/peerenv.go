@@ -41,6 +41,10 @@ type Note struct {
 	Var, Why string
 }
 
+// denyCacheEntryBytes is about what one remembered refusal costs
+// (--deny-cache-size's help says the same).
+const denyCacheEntryBytes = 350
+
 // respListen is where the RESP door listens in this mode: the peer has no
 // such door, so it is on loopback only, at a port the system picks, where
 // it neither collides with a port of the peer's nor reaches beyond the pod.
@@ -147,9 +151,18 @@ func (m *mapper) doors(cfg *settings.Config) {
 		// pod annotations name PROMETHEUS_ADDR): Sluice's admin
 		// endpoints, /metrics among them, are served there instead.
 		cfg.AdminListen = m.addr("PROMETHEUS_ADDR")
-		if p := m.str("PROMETHEUS_PATH"); p != "/metrics" {
-			m.fail("PROMETHEUS_PATH", "Sluice serves its metrics at /metrics: unset it")
+		cfg.MetricsPath = m.str("PROMETHEUS_PATH")
+		if !strings.HasPrefix(cfg.MetricsPath, "/") {
+			m.fail("PROMETHEUS_PATH", "must be a path such as /metrics")
 		}
+		// The peer's own metrics, for the dashboards written for it.
+		cfg.RLSPeerMetrics = true
+		cfg.RLSPeerMetricsMapper = m.env["PROMETHEUS_MAPPER_YAML"]
+	}
+	if r, err := strconv.ParseFloat(m.str("NEAR_LIMIT_RATIO"), 64); err != nil || r < 0 || r > 1 {
+		m.fail("NEAR_LIMIT_RATIO", "must be a number from 0 to 1")
+	} else {
+		cfg.RLSNearLimitRatio = r
 	}
 	// The platform protects these ports as it protects the peer's.
 	cfg.GRPCInsecure = true
@@ -272,6 +285,14 @@ func (m *mapper) rules(cfg *settings.Config) {
 	cfg.RLSStopOverLimit = m.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
 	cfg.RLSShadow = m.bool("SHADOW_MODE")
 	cfg.RLSReadyWithConfig = m.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
+	cfg.RLSDynamicMetadata = m.bool("RESPONSE_DYNAMIC_METADATA")
+	// The peer's over-limit cache is a freecache of this many bytes;
+	// Sluice's deny cache holds about denyCacheEntryBytes per refusal.
+	if n, err := strconv.ParseInt(m.str("LOCAL_CACHE_SIZE_IN_BYTES"), 10, 64); err != nil || n < 0 {
+		m.fail("LOCAL_CACHE_SIZE_IN_BYTES", "must be a whole number of bytes")
+	} else if n > 0 {
+		cfg.DenyCacheSize = int(max(1, min(n/denyCacheEntryBytes, 1<<30)))
+	}
 	if p := m.env["CACHE_KEY_PREFIX"]; p != "" {
 		cfg.KeyPrefix = p
 	}

@@ -1,6 +1,7 @@
 package peerenv
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"reflect"
@@ -75,6 +76,8 @@ func TestMapPlatforms(t *testing.T) {
 	want.RLSXDSServer, want.RLSXDSNodeID, want.RLSXDSRetry, want.RLSXDSStartWithoutConfig = "envoy-gateway:18001", "envoy-ratelimit", 3*time.Second, true
 	want.RLSXDSTLS, want.RLSXDSTLSCA, want.RLSXDSTLSCert, want.RLSXDSTLSKey = true, "/certs/ca.crt", "/certs/tls.crt", "/certs/tls.key"
 	want.RLSPeerKeys, want.RLSPeerKeyJitter = true, 300*time.Second
+	// USE_PROMETHEUS: the peer's metrics, renamed as its mapper file says.
+	want.RLSPeerMetrics, want.RLSPeerMetricsMapper = true, "/etc/statsd-exporter/conf.yaml"
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("Envoy Gateway:\n got %+v\nwant %+v", cfg, want)
 	}
@@ -82,7 +85,7 @@ func TestMapPlatforms(t *testing.T) {
 	for _, n := range notes {
 		named = append(named, n.Var)
 	}
-	if got := strings.Join(named, " "); got != "PROMETHEUS_MAPPER_YAML" {
+	if got := strings.Join(named, " "); got != "" {
 		t.Errorf("Envoy Gateway: notes %s", got)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -106,6 +109,23 @@ func TestMapSettings(t *testing.T) {
 			func(c settings.Config) any { return c.AdminListen }, "127.0.0.1:19001"},
 		{"prometheus address without use", with(istio, "PROMETHEUS_ADDR", ":19001"),
 			func(c settings.Config) any { return c.AdminListen }, "0.0.0.0:6070"},
+		{"prometheus path and mapper", with(istio, "USE_PROMETHEUS", "true", "PROMETHEUS_PATH", "/stats", "PROMETHEUS_MAPPER_YAML", "/m.yaml"),
+			func(c settings.Config) any {
+				return fmt.Sprint(c.MetricsPath, c.RLSPeerMetrics, c.RLSPeerMetricsMapper)
+			}, "/statstrue/m.yaml"},
+		{"prometheus path without use", with(istio, "PROMETHEUS_PATH", "/stats", "PROMETHEUS_MAPPER_YAML", "/m.yaml"),
+			func(c settings.Config) any {
+				return fmt.Sprint(c.MetricsPath, c.RLSPeerMetrics, c.RLSPeerMetricsMapper)
+			}, "/metricsfalse"},
+		{"near limit ratio", with(istio, "NEAR_LIMIT_RATIO", "0.5"),
+			func(c settings.Config) any { return c.RLSNearLimitRatio }, 0.5},
+		{"dynamic metadata", with(istio, "RESPONSE_DYNAMIC_METADATA", "true"),
+			func(c settings.Config) any { return c.RLSDynamicMetadata }, true},
+		// A refusal per 350 bytes: the peer's 1 MiB freecache is 2,995.
+		{"local cache", with(istio, "LOCAL_CACHE_SIZE_IN_BYTES", "1048576"),
+			func(c settings.Config) any { return c.DenyCacheSize }, 2995},
+		{"local cache off: Sluice's default", with(istio, "LOCAL_CACHE_SIZE_IN_BYTES", "0"),
+			func(c settings.Config) any { return c.DenyCacheSize }, settings.Default().DenyCacheSize},
 		{"client CA", with(istio, "GRPC_SERVER_USE_TLS", "true", "GRPC_SERVER_TLS_CERT", "c", "GRPC_SERVER_TLS_KEY", "k", "GRPC_CLIENT_TLS_CACERT", "ca"),
 			func(c settings.Config) any { return c.GRPCTLSCert + c.GRPCTLSKey + c.GRPCTLSClientCA }, "ckca"},
 		{"certificates without TLS are not read", with(istio, "GRPC_SERVER_TLS_CERT", "c", "GRPC_SERVER_TLS_KEY", "k"),
@@ -202,7 +222,10 @@ func TestMapRefuses(t *testing.T) {
 		{"per second redis", with(istio, "REDIS_PERSECOND", "true"), "REDIS_PERSECOND=true: Sluice keeps every limit in one Redis: unset it, or set false"},
 		{"merge domains", with(istio, "MERGE_DOMAIN_CONFIG", "true"), "MERGE_DOMAIN_CONFIG=true: Sluice takes one file per domain: unset it, or set false"},
 		{"quota mode", with(istio, "QUOTA_MODE", "true"), "QUOTA_MODE=true: "},
-		{"dynamic metadata", with(istio, "RESPONSE_DYNAMIC_METADATA", "yes"), "RESPONSE_DYNAMIC_METADATA=yes: "},
+		{"dynamic metadata", with(istio, "RESPONSE_DYNAMIC_METADATA", "yes"), "RESPONSE_DYNAMIC_METADATA=yes: must be true or false"},
+		{"near limit ratio", with(istio, "NEAR_LIMIT_RATIO", "1.5"), "NEAR_LIMIT_RATIO=1.5: must be a number from 0 to 1"},
+		{"local cache", with(istio, "LOCAL_CACHE_SIZE_IN_BYTES", "1mb"), "LOCAL_CACHE_SIZE_IN_BYTES=1mb: must be a whole number of bytes"},
+		{"response time in milliseconds", with(istio, "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "true"), "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS=true: Sluice reports"},
 		{"grpc uds", with(istio, "GRPC_UDS", "/tmp/rl.sock"), "GRPC_UDS=/tmp/rl.sock: Sluice serves gRPC on TCP only"},
 		{"unix redis by default", map[string]string{}, `REDIS_SOCKET_TYPE unset (the peer's default is "unix"): Sluice reaches Redis over TCP only: set REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port`},
 		{"memcache", with(istio, "BACKEND_TYPE", "memcache"), "BACKEND_TYPE=memcache: Sluice keeps its counts in Redis only"},
@@ -211,7 +234,7 @@ func TestMapRefuses(t *testing.T) {
 			`REDIS_URL unset (the peer's default is "/var/run/nutcracker/ratelimit.sock"): with REDIS_SOCKET_TYPE=tcp, write host:port`},
 		{"cluster node without port", with(istio, "REDIS_TYPE", "cluster", "REDIS_URL", "c1:7000,c2"), `REDIS_URL=c1:7000,c2: with REDIS_SOCKET_TYPE=tcp, write host:port ("c2" is not)`},
 		{"redis type", with(istio, "REDIS_TYPE", "twemproxy"), "REDIS_TYPE=twemproxy: must be single, sentinel or cluster"},
-		{"prometheus path", with(istio, "USE_PROMETHEUS", "true", "PROMETHEUS_PATH", "/stats"), "PROMETHEUS_PATH=/stats: Sluice serves its metrics at /metrics: unset it"},
+		{"prometheus path", with(istio, "USE_PROMETHEUS", "true", "PROMETHEUS_PATH", "stats"), "PROMETHEUS_PATH=stats: must be a path such as /metrics"},
 		{"prometheus address", with(istio, "USE_PROMETHEUS", "true", "PROMETHEUS_ADDR", "19001"), "PROMETHEUS_ADDR=19001: must be host:port or :port"},
 		{"sentinel url", with(istio, "REDIS_TYPE", "sentinel"), "REDIS_URL=redis:6379: with REDIS_TYPE=sentinel, write the master's name and the sentinels"},
 		{"sentinel auth", with(istio, "REDIS_TYPE", "sentinel", "REDIS_URL", "m,s:1", "REDIS_SENTINEL_AUTH", "x"), "REDIS_SENTINEL_AUTH=x: "},

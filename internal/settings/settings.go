@@ -74,6 +74,13 @@ type Config struct {
 	RLSMaxDescriptors  int           // most descriptors in one ShouldRateLimit call
 	RLSMaxEntries      int           // most entries in one descriptor
 
+	// The peer's answers and metrics beyond its decisions (peer.go).
+	RLSDynamicMetadata   bool    // return the peer's response dynamic metadata
+	RLSPeerMetrics       bool    // serve the peer's Prometheus metrics beside Sluice's
+	RLSPeerMetricsMapper string  // a statsd mapper file that renames the peer's metrics; empty: its default names
+	RLSNearLimitRatio    float64 // the peer's near-limit threshold, a share of the limit
+	MetricsPath          string  // the admin port's path of /metrics
+
 	// The rate limit service's configuration over xDS, instead of RLSConfig.
 	RLSXDSServer             string        // management server address; empty: none
 	RLSXDSNodeID             string        // the node's id; empty: "default", as the peer's
@@ -121,6 +128,8 @@ func Default() Config {
 
 		RLSMaxDescriptors: rls.DefaultMaxDescriptors,
 		RLSMaxEntries:     rls.DefaultMaxEntries,
+		RLSNearLimitRatio: 0.8,
+		MetricsPath:       "/metrics",
 		RLSXDSRetry:       3 * time.Second,
 		RLSXDSMaxMessage:  64 << 20,
 	}
@@ -213,6 +222,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.RLSMaxEntries, "rls-max-entries", c.RLSMaxEntries,
 		"most entries in one descriptor of a rate limit call (`n`); a descriptor with more is refused INVALID_ARGUMENT, naming the cap")
 	c.registerXDS(fs)
+	c.registerPeer(fs)
 
 	fs.Var((*offAddr)(&c.HTTPListen), "http-listen",
 		"`address` to serve the HTTP check (/v1/check) on for nginx auth_request, Traefik forwardAuth, Envoy ext_authz, or off. "+

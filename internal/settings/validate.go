@@ -24,6 +24,9 @@ func (c *Config) Validate() error {
 	if err := c.validateUpstream(); err != nil {
 		return err
 	}
+	if err := c.validatePeer(); err != nil {
+		return err
+	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("invalid %s %q: must be text or json", c.name("log-format"), c.LogFormat)
 	}

@@ -75,6 +75,9 @@ type Config struct {
 	// Logger receives a line per applied or refused version and per broken
 	// stream. Nil means slog.Default().
 	Logger *slog.Logger
+	// OnApply, if set, is called from Run's goroutine after each response
+	// is applied (nil) or refused (its error).
+	OnApply func(err error)
 }
 
 // Client holds the configuration received from the management server.
@@ -203,7 +206,11 @@ func (c *Client) stream(ctx context.Context) (got bool, err error) {
 		}
 		got = true
 		ack := &discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
-		if err := c.apply(resp); err != nil {
+		err = c.apply(resp)
+		if c.cfg.OnApply != nil {
+			c.cfg.OnApply(err)
+		}
+		if err != nil {
 			c.log.Error("rls config: xDS version refused; the configuration in use stays",
 				"version", resp.GetVersionInfo(), "in_use", c.version, "err", err)
 			ack.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
@@ -240,6 +247,7 @@ func (c *Client) apply(resp *discoveryv3.DiscoveryResponse) error {
 		close(c.first)
 	}
 	if old.Digest() != cfg.Digest() {
+		rlsconfig.WarnRemoved(c.log, old, cfg)
 		c.log.Info("rls config applied from xDS", "version", c.version, "domains", cfg.Domains())
 		for _, msg := range cfg.Warnings() {
 			c.log.Warn("rls config: accepted but ignored", "detail", msg)
