@@ -1,7 +1,6 @@
 package upstream_test
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -53,9 +52,7 @@ func decideOne(c engine.Store, key string, peek bool) engine.Result {
 func charged(t *testing.T, s *upstream.Store, key string) int64 {
 	t.Helper()
 	res := make([]engine.Result, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := s.Decide(ctx, []engine.Request{{Key: key, Limit: deadlineLimit, Cost: 1, Peek: true}}, res); err != nil || res[0].Err != nil {
+	if err := engine.Wait(s, []engine.Request{{Key: key, Limit: deadlineLimit, Cost: 1, Peek: true}}, res, time.Now().Add(5*time.Second)); err != nil || res[0].Err != nil {
 		t.Fatalf("peek %s: %v %v", key, err, res[0].Err)
 	}
 	// A peek replies what a take would: Remaining after one more.
