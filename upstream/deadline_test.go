@@ -127,7 +127,7 @@ func pauseAndCount(t *testing.T, top topology, mode engine.FailureMode, setup fu
 		t.Errorf("%d of %d requests during the pause were not answered by the failure mode %s", n, callers*each, mode)
 	}
 	// A call that Redis starts within the clock's margin after its
-	// deadline may still charge (see upstream/clock.go): the last
+	// deadline may still charge (see internal/redispipe/clock.go): the last
 	// answer must be further back than that when Redis resumes.
 	time.Sleep(50 * time.Millisecond)
 	signal(syscall.SIGCONT)

@@ -51,7 +51,7 @@ func (s *Store) Submit(reqs []engine.Request, res []engine.Result, deadline time
 
 // submit is the one path to Redis. It validates each request, the one
 // check on the way to Redis (a door's requests were checked by the
-// service already, but the store owes engine.Store's contract to every
+// service already, but the store keeps engine.Store's contract for every
 // caller), fails the invalid ones alone, plans the others (one call, or
 // one per slot when bySlot), and hands the batch to send.
 func (s *Store) submit(send sender, bySlot bool, reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {

@@ -94,7 +94,7 @@ func agree(a, b offsetSample) bool {
 }
 
 // bestLocked is the estimate at now: the better of this window's best
-// and, while it is recent, the one before's. c.mu is held.
+// and, while it is recent, the one before's. c.mu is locked.
 func (c *Clock) bestLocked(now time.Time) (offsetSample, bool) {
 	best := c.cur
 	if c.prev.err > 0 && now.Sub(c.prev.at) < 2*clockWindow && (best.err == 0 || c.prev.err < best.err) {

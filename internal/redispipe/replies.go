@@ -16,7 +16,7 @@ import (
 //
 // Only one goroutine at a time uses a replies.
 type replies struct {
-	// use is held while a reply is read, so that a connection given up
+	// use is locked while a reply is read, so that a connection given up
 	// and drained (Pipe.abandon) by a goroutine is read by one goroutine
 	// at a time.
 	use sync.Mutex

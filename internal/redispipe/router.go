@@ -43,8 +43,8 @@ type Router[T any] struct {
 	closed bool           // guarded by mu
 }
 
-// ErrNoPipe: a master's client is one a pipe cannot stand in for (New).
-var ErrNoPipe = errors.New("redispipe: no pipe for this master")
+// errNoPipe: a master's client is one a pipe cannot stand in for (New).
+var errNoPipe = errors.New("redispipe: no pipe for this master")
 
 // NewRouter returns the router of cc's masters, each pipe configured as
 // cfg says (its Options unused) and wrapped once by wrap, or nil when
@@ -126,7 +126,7 @@ func (r *Router[T]) of(ctx context.Context, key string) (m T, i int, err error) 
 	cfg.Options = opt
 	p := New(cfg)
 	if p == nil {
-		return m, 0, ErrNoPipe
+		return m, 0, errNoPipe
 	}
 	if r.loop != nil {
 		p.UseLoop(r.loop)
