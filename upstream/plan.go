@@ -102,11 +102,8 @@ type keyed struct {
 	group, req int
 }
 
-// batch returns a batch from the pool.
-func (s *Store) batch() *batch {
-	if b, ok := s.batches.Get().(*batch); ok {
-		return b
-	}
+// newBatch makes a batch for the pool (Store.batches' New).
+func (s *Store) newBatch() any {
 	b := &batch{slotGroup: map[uint16]int{}, limitIndex: map[engine.Limit]int64{}, keyGroup: map[keyRef]int{}, multiKey: map[string]int{}}
 	b.got = func(reply any, err error) { s.gotReply(b, reply, err) }
 	return b

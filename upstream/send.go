@@ -55,7 +55,7 @@ func (s *Store) Submit(reqs []engine.Request, res []engine.Result, deadline time
 // caller), fails the invalid ones alone, plans the others (one call, or
 // one per slot when bySlot), and hands the batch to send.
 func (s *Store) submit(send sender, bySlot bool, reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
-	b := s.batch()
+	b := s.batches.Get().(*batch)
 	for i := range reqs {
 		if err := reqs[i].Validate(); err != nil {
 			res[i] = engine.Result{Err: err}
@@ -213,7 +213,7 @@ func (s *Store) resend(reqs []engine.Request, res []engine.Result, idx []int, de
 	for k, i := range idx {
 		sub[k] = reqs[i] // a multi-limit request's Detail still points at the caller's
 	}
-	b := s.batch()
+	b := s.batches.Get().(*batch)
 	for k := range sub {
 		b.valid = append(b.valid, k)
 	}

@@ -114,6 +114,7 @@ func New(cfg Config) (*Store, error) {
 		cfg.Log = slog.Default()
 	}
 	s := &Store{client: cfg.Client, prefix: cfg.Prefix, now: cfg.Now, log: cfg.Log}
+	s.batches.New = s.newBatch
 	s.send = s.goRedis
 	pipes := redispipe.Config{Stamp: redispipe.Stamp{Put: lua.PutDeadline, Time: lua.ReplyTime}, Stray: s.strayReply}
 	switch c := cfg.Client.(type) {
