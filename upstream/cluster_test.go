@@ -60,7 +60,7 @@ func TestDecideWhileSlotMigrates(t *testing.T) {
 			reqs = append(reqs, engine.Request{Key: k, Limit: lim, Cost: 1})
 		}
 		res := make([]engine.Result, len(reqs))
-		if err := s.Decide(t.Context(), reqs, res); err != nil {
+		if err := engine.Wait(s, reqs, res, time.Time{}); err != nil {
 			t.Fatalf("%s: Decide: %v", step, err)
 		}
 		for i, r := range res {
@@ -210,7 +210,7 @@ func TestDecideMultiLimitWhileSlotMigrates(t *testing.T) {
 			reqs = append(reqs, engine.Request{Key: k, Limit: single, Cost: 1})
 		}
 		res := make([]engine.Result, len(reqs))
-		if err := s.Decide(t.Context(), reqs, res); err != nil {
+		if err := engine.Wait(s, reqs, res, time.Time{}); err != nil {
 			t.Fatalf("%s: Decide: %v", step, err)
 		}
 		if r := res[0]; r.Err != nil || !r.Decision.Allowed || detail[0].Remaining != 100-round || detail[1].Remaining != 200-round {

@@ -9,16 +9,17 @@ import (
 	"github.com/sluice-rl/sluice/lua"
 )
 
-// No charge after the deadline (see clock.go for the clock). A call on a
-// pipe gets its deadline filled in as the pipe writes it (pipe.sendCall);
-// a call through go-redis (Decide's slot path: the single-slot re-sends
-// on Cluster, and a store no pipe can serve) gets it from its context's
-// deadline, on the clock of the master that serves its keys. A call
+// No charge after the deadline (see redispipe's clock.go for the clock).
+// A call on a pipe gets its deadline filled in as the pipe writes it
+// (redispipe.Pipe.SendStamped); a call through go-redis (the single-slot
+// re-sends on Cluster, and a store no pipe can serve) gets it from its
+// batch's deadline, on the clock of the master that serves its keys. A call
 // Redis starts after it charges nothing and replies "late": if its
 // caller still waits (the reply beat the pipe's own timer), its batch
 // fails, and its requests get their failure mode's answer, as they would
 // have a moment later; most often the caller was answered long before,
-// and the reply comes on a connection given up and drained (pipe.abandon).
+// and the reply comes on a connection given up and drained (redispipe's
+// Config.Stray).
 // Either way it is counted (LateCalls). A call that Redis started in time
 // keeps its charges, even when its reply comes too late for its caller:
 // per pause, at most the calls Redis was running or started within the
@@ -58,7 +59,7 @@ func (s *Store) note() {
 }
 
 // strayReply takes a reply that came after its caller was answered
-// without it (pipe.stray): a batch call's says whether Redis skipped it
+// without it (redispipe.Config.Stray): a batch call's says whether Redis skipped it
 // (late) or ran it (overdue).
 func (s *Store) strayReply(reply any) {
 	list, ok := reply.([]any)
@@ -82,26 +83,24 @@ func (s *Store) stampCalls(ctx context.Context, calls []call, reqs []engine.Requ
 	}
 	for k := range calls {
 		c := &calls[k]
-		if clock := s.clockFor(ctx, s.keyOf(&reqs[c.reqs[0]])); clock != nil {
-			c.batch.Deadline = clock.deadline(deadline)
-		}
+		c.batch.Deadline = s.deadlineOn(ctx, s.keyOf(&reqs[c.reqs[0]]), deadline)
 	}
 }
 
-// clockFor is the clock of the Redis that serves key, or nil where
-// the store keeps none (a Cluster no pipe serves: go-redis does not say
-// which node answered).
-func (s *Store) clockFor(ctx context.Context, key string) *redisClock {
+// deadlineOn is local on the clock of the Redis that serves key, or 0
+// (none) where the store keeps no clock of it (a Cluster no pipe serves:
+// go-redis does not say which node answered).
+func (s *Store) deadlineOn(ctx context.Context, key string, local time.Time) int64 {
 	switch {
 	case s.pipe != nil:
-		return &s.pipe.clock
+		return s.pipe.Deadline(local)
 	case s.masters != nil:
-		if ms, err := s.masters.of(ctx, key); err == nil {
-			return &ms.p.clock
+		if _, p, err := s.masters.OfKey(ctx, key); err == nil {
+			return p.Deadline(local)
 		}
-		return nil
+		return 0
 	case s.cluster:
-		return nil
+		return 0
 	}
-	return &s.clock
+	return s.clock.Deadline(local)
 }

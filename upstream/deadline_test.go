@@ -1,7 +1,6 @@
 package upstream_test
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -53,9 +52,7 @@ func decideOne(c engine.Store, key string, peek bool) engine.Result {
 func charged(t *testing.T, s *upstream.Store, key string) int64 {
 	t.Helper()
 	res := make([]engine.Result, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := s.Decide(ctx, []engine.Request{{Key: key, Limit: deadlineLimit, Cost: 1, Peek: true}}, res); err != nil || res[0].Err != nil {
+	if err := engine.Wait(s, []engine.Request{{Key: key, Limit: deadlineLimit, Cost: 1, Peek: true}}, res, time.Now().Add(5*time.Second)); err != nil || res[0].Err != nil {
 		t.Fatalf("peek %s: %v %v", key, err, res[0].Err)
 	}
 	// A peek replies what a take would: Remaining after one more.
@@ -130,7 +127,7 @@ func pauseAndCount(t *testing.T, top topology, mode engine.FailureMode, setup fu
 		t.Errorf("%d of %d requests during the pause were not answered by the failure mode %s", n, callers*each, mode)
 	}
 	// A call that Redis starts within the clock's margin after its
-	// deadline may still charge (see upstream/clock.go): the last
+	// deadline may still charge (see internal/redispipe/clock.go): the last
 	// answer must be further back than that when Redis resumes.
 	time.Sleep(50 * time.Millisecond)
 	signal(syscall.SIGCONT)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rl/sluice/internal/redispipe"
 	"github.com/sluice-rl/sluice/internal/resp"
 	"github.com/sluice-rl/sluice/lua"
 )
@@ -138,12 +139,12 @@ func (s *Store) reload(ctx context.Context) {
 // reloadOn sends FUNCTION LOAD on p, ahead of a call sent again as EVAL
 // after p's master answered that the batch function is missing: the
 // calls after it find it again.
-func (s *Store) reloadOn(p *pipe, deadline time.Time) {
+func (s *Store) reloadOn(p *redispipe.Pipe, deadline time.Time) {
 	if _, busy := s.reloading.LoadOrStore(p, struct{}{}); busy {
 		return
 	}
 	cmd := resp.AppendCommand(nil, "FUNCTION", "LOAD", "REPLACE", lua.BatchLibrary.Source)
-	p.send(cmd, deadline, func(reply any, err error) {
+	p.Send(cmd, deadline, func(reply any, err error) {
 		s.reloading.Delete(p)
 		if v, ok := reply.(resp.ReplyError); ok && err == nil {
 			s.refuseFunctions(v)

@@ -32,9 +32,7 @@ func (s *Store) Acquire(ctx context.Context, r engine.LeaseRequest) (engine.Leas
 	}
 	var deadline int64
 	if d, ok := ctx.Deadline(); ok {
-		if clock := s.clockFor(ctx, s.LeaseKey(r.Key)); clock != nil {
-			deadline = clock.deadline(d)
-		}
+		deadline = s.deadlineOn(ctx, s.LeaseKey(r.Key), d)
 	}
 	args := []any{"acquire", r.Limit, r.TTL.Microseconds(), r.ID, deadline}
 	if s.now != nil {

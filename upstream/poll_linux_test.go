@@ -39,7 +39,7 @@ func startLoop(t *testing.T, s *upstream.Store) (l *evloop.Loop, end func()) {
 }
 
 // readsOnLoop tells whether s's replies are read on l: a batch sent while
-// l is busy (running a posted function) must not land until l is free.
+// l is busy (running a posted function) must not complete until l is free.
 func readsOnLoop(t *testing.T, s *upstream.Store, l *evloop.Loop) bool {
 	t.Helper()
 	busy, free := make(chan struct{}), make(chan struct{})
@@ -65,7 +65,7 @@ func readsOnLoop(t *testing.T, s *upstream.Store, l *evloop.Loop) bool {
 				t.Fatalf("the batch read on the loop: %v %+v", err, res[0])
 			}
 		case <-time.After(5 * time.Second):
-			t.Fatal("the batch sent while the loop was busy never landed once it was free")
+			t.Fatal("the batch sent while the loop was busy never completed once it was free")
 		}
 	}
 	return onLoop

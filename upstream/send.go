@@ -2,121 +2,170 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tidwall/redcon"
 
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/internal/evloop"
+	"github.com/sluice-rl/sluice/internal/redispipe"
 	"github.com/sluice-rl/sluice/internal/resp"
+	"github.com/sluice-rl/sluice/lua"
 )
+
+// The send path. Every batch goes one way: Submit validates it, plans it
+// (plan.go), hands it to a sender, and decodes the replies (collect).
+// Where it goes is the sender's business alone:
+//
+//   - a pipe (package redispipe): standalone and Sentinel Redis, and each
+//     Cluster master, whose batch is one call with its keys undeclared so
+//     that it may span every slot the master serves (lua/batch.lua);
+//   - go-redis (goredis.go), which blocks, so on a goroutine: a client no
+//     pipe can stand in for (a streaming credentials provider), and the
+//     requests a master's call found on a slot that moved, sent again one
+//     call per slot with declared keys so that Redis redirects them.
+
+// A sender sends a planned batch's calls by b.deadline and completes the
+// batch once (finish), with every call decoded, without waiting for
+// Redis on the caller's goroutine.
+type sender func(b *batch)
 
 var _ engine.Store = (*Store)(nil)
 
-// Submit implements engine.Store: it decides reqs into res as Decide does,
-// but returns once the batch is written, and calls done when the results
-// are in or by deadline (zero: the client's read timeout). On standalone
-// and Sentinel Redis the batch goes on the store's pipe, written by the
-// caller itself; on Cluster each master's part of it on that master's
-// pipe (masters.go). Only where no pipe can stand in for go-redis (a
-// streaming credentials provider) does Decide run on a goroutine of its
-// own.
+// Submit implements engine.Store. On standalone and Sentinel Redis the
+// batch goes on the store's pipe, written by the caller itself, and done
+// runs by deadline (zero: the client's read timeout). On Cluster each
+// master's part goes on that master's pipe (Shards), and a batcher with
+// Shards sends each master's batches to that master's store directly.
 func (s *Store) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
 	if s.masters != nil {
 		engine.SubmitSplit(s.shardOf, reqs, res, deadline, done)
 		return
 	}
-	if s.pipe == nil {
-		go func() {
-			ctx := context.Background()
-			if !deadline.IsZero() {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithDeadline(ctx, deadline)
-				defer cancel()
-			}
-			done(s.Decide(ctx, reqs, res))
-		}()
-		return
-	}
-	s.sendOn(s.pipe, false, reqs, res, deadline, done)
+	s.submit(s.send, s.cluster, reqs, res, deadline, done)
 }
 
-// sendOn sends the batch on pipe p as one call: with its keys declared
-// (one Redis), or undeclared (a Cluster master's part of a batch, which
-// may span every slot that master serves).
-func (s *Store) sendOn(p *pipe, undeclared bool, reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
-	if deadline.IsZero() {
-		deadline = time.Now().Add(p.timeout())
+// submit is the one path to Redis. It validates each request, the one
+// check on the way to Redis (a door's requests were checked by the
+// service already, but the store keeps engine.Store's contract for every
+// caller), fails the invalid ones alone, plans the others (one call, or
+// one per slot when bySlot), and hands the batch to send.
+func (s *Store) submit(send sender, bySlot bool, reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
+	b := s.batches.Get().(*batch)
+	for i := range reqs {
+		if err := reqs[i].Validate(); err != nil {
+			res[i] = engine.Result{Err: err}
+			continue
+		}
+		b.valid = append(b.valid, i)
 	}
-	b := s.buffers()
-	now, ok := s.prepareArgs(b, reqs, res)
-	if !ok {
+	if len(b.valid) == 0 {
 		s.release(b)
 		done(nil)
 		return
 	}
-	s.appendCall(b, reqs, b.valid, now)
-	b.sending = sending{pipe: p, undeclared: undeclared, reqs: reqs, res: res, done: done, deadline: deadline}
-	b.out = s.appendSent(b)
-	p.sendCall(b.out, deadline, b.got)
+	if s.now != nil {
+		b.now, b.pinned = s.now().UnixMicro(), true
+	}
+	b.send, b.reqs, b.res, b.deadline, b.done = send, reqs, res, deadline, done
+	if bySlot {
+		s.planBySlot(b, reqs)
+	} else {
+		b.appendCall(reqs, b.valid)
+	}
+	send(b)
 }
 
-// appendSent writes the batch's one call as sending says: the
-// function's or script's reference, or the script itself once Redis
-// answered NOSCRIPT (evaled).
-func (s *Store) appendSent(b *buffers) []byte {
-	c := &b.calls[0]
+// finish completes b with err and puts it back in the pool.
+func (s *Store) finish(b *batch, err error) {
+	done := b.done
+	s.release(b)
+	done(err)
+}
+
+// onPipe is the sender of pipe p: the batch's one call, its keys
+// declared, or undeclared for a Cluster master's.
+func (s *Store) onPipe(p *redispipe.Pipe, undeclared bool) sender {
+	return func(b *batch) {
+		if b.deadline.IsZero() {
+			b.deadline = time.Now().Add(p.Timeout())
+		}
+		b.pipe, b.undeclared = p, undeclared
+		b.out = s.encode(b.out[:0], &b.calls[0], undeclared, b.evaled)
+		p.SendStamped(b.out, b.deadline, b.got)
+	}
+}
+
+// encode appends call c as a RESP command: FCALL of the batch function,
+// or EVALSHA of its script, or EVAL of its source once Redis said it
+// lost it (evaled); then its keys, declared, or undeclared (no keys, and
+// ARGV the number of keys, the keys: see lua/batch.lua); then its
+// arguments. Each key is written from its parts, with no string made.
+func (s *Store) encode(buf []byte, c *call, undeclared, evaled bool) []byte {
 	name, ref := s.scriptRef(c.script)
-	if b.sending.evaled {
+	if evaled {
 		name, ref = "EVAL", c.script.Source
 	}
-	if b.sending.undeclared {
-		return s.appendUndeclared(b.out[:0], name, ref, c)
+	n := 3 + len(c.keys) + c.batch.Args()
+	if undeclared {
+		n++
 	}
-	return s.appendScriptCall(b.out[:0], name, ref, c)
-}
-
-// decideOnPipe is Decide off Cluster: Submit, and wait.
-func (s *Store) decideOnPipe(ctx context.Context, reqs []engine.Request, res []engine.Result) error {
-	if err := ctx.Err(); err != nil {
-		return err
+	buf = redcon.AppendArray(buf, n)
+	buf = redcon.AppendBulkString(buf, name)
+	buf = redcon.AppendBulkString(buf, ref)
+	if undeclared {
+		buf = resp.AppendBulkInt(buf, 0)
 	}
-	deadline, _ := ctx.Deadline()
-	return engine.Wait(s, reqs, res, deadline)
+	buf = resp.AppendBulkInt(buf, int64(len(c.keys)))
+	for _, k := range c.keys {
+		if k.alg == engine.PeerWindow {
+			buf = redcon.AppendBulkString(buf, k.key)
+			continue
+		}
+		short := k.alg.Short()
+		n := len(s.prefix) + len(k.key) + 3 + len(short)
+		if k.name != "" {
+			n += len(k.name) + 1
+		}
+		buf = append(buf, '$')
+		buf = strconv.AppendInt(buf, int64(n), 10)
+		buf = append(buf, "\r\n"...)
+		buf = append(buf, s.prefix...)
+		buf = append(buf, '{')
+		buf = append(buf, k.key...)
+		buf = append(buf, "}:"...)
+		if k.name != "" {
+			buf = append(buf, k.name...)
+			buf = append(buf, ':')
+		}
+		buf = append(buf, short...)
+		buf = append(buf, "\r\n"...)
+	}
+	return c.batch.Append(buf)
 }
 
-// sending is a batch on a pipe: what its reply completes.
-type sending struct {
-	pipe       *pipe
-	undeclared bool // a Cluster master's call (sendOn)
-	reqs       []engine.Request
-	res        []engine.Result
-	done       func(error)
-	deadline   time.Time
-	evaled     bool // sent again as EVAL after NOSCRIPT
-}
-
-// gotReply completes a batch sent on the pipe with its reply. A Redis that
+// gotReply completes a batch sent on a pipe with its reply. A Redis that
 // lost its scripts gets the call again as EVAL, which loads the script for
 // the next EVALSHA; one that lost the batch library gets FUNCTION LOAD
 // first, for the next FCALL.
-func (s *Store) gotReply(b *buffers, reply any, err error) {
-	x, c := &b.sending, &b.calls[0]
+func (s *Store) gotReply(b *batch, reply any, err error) {
+	c := &b.calls[0]
 	var list []any
 	if err == nil {
 		switch v := reply.(type) {
 		case []any:
 			list = v
 		case resp.ReplyError:
-			if isNoScript(v) && !x.evaled {
-				x.evaled = true
+			if isNoScript(v) && !b.evaled {
+				b.evaled = true
 				if isNoFunction(v) {
-					s.reloadOn(x.pipe, x.deadline)
+					s.reloadOn(b.pipe, b.deadline)
 				}
-				b.out = s.appendSent(b)
-				x.pipe.sendCall(b.out, x.deadline, b.got)
+				b.send(b)
 				return
 			}
 			err = v
@@ -124,78 +173,173 @@ func (s *Store) gotReply(b *buffers, reply any, err error) {
 			err = fmt.Errorf("the reply is a %T, not an array", reply)
 		}
 	}
-	err = s.collect(b, c, x.reqs, x.res, list, err)
+	err = s.collect(b, c, list, err)
 	if redis.HasErrorPrefix(err, "READONLY") || redis.HasErrorPrefix(err, "MASTERDOWN") {
 		// A failover (Sentinel's or Cluster's) made the master a replica:
 		// dial again, to the master the reloaded map names.
-		x.pipe.drop(err)
+		b.pipe.Drop(err)
+	}
+	if !b.undeclared {
+		s.finish(b, err)
+		return
 	}
 	var moved []int
-	if err == nil && x.undeclared {
+	if err == nil {
 		for _, i := range c.reqs {
-			if notHere(x.res[i].Err) {
+			if notHere(b.res[i].Err) {
 				moved = append(moved, i)
 			}
 		}
 	}
-	sent := *x
-	b.sending = sending{}
-	s.release(b)
-	if sent.undeclared && (err != nil || len(moved) > 0) {
+	if err != nil || len(moved) > 0 {
 		s.reloadSlots(context.Background())
 	}
 	if len(moved) == 0 {
-		sent.done(err)
+		s.finish(b, err)
 		return
 	}
-	// The slot path blocks on go-redis: off the caller's loop, which only
-	// a slot that moves ever brings here.
-	go func() {
-		ctx, cancel := context.WithDeadline(context.Background(), sent.deadline)
-		defer cancel()
-		sent.done(s.decideAgain(ctx, sent.reqs, sent.res, moved))
-	}()
+	reqs, res, deadline, done := b.reqs, b.res, b.deadline, b.done
+	s.release(b)
+	s.resend(reqs, res, moved, deadline, done)
 }
 
-// appendScriptCall appends call c as a RESP command: name (EVALSHA, FCALL
-// or EVAL), body (the script's SHA, the function's name or the script's
-// source), its keys, its arguments.
-func (s *Store) appendScriptCall(buf []byte, name, body string, c *call) []byte {
-	buf = redcon.AppendArray(buf, 3+len(c.keys)+c.batch.Args())
-	buf = redcon.AppendBulkString(buf, name)
-	buf = redcon.AppendBulkString(buf, body)
-	buf = resp.AppendBulkInt(buf, int64(len(c.keys)))
-	for _, k := range c.keys {
-		buf = s.appendKey(buf, k)
+// resend decides again the requests idx of reqs, which a master's call
+// found on a slot it no longer serves (masters.go): through go-redis, one
+// call per slot with declared keys, so that Redis redirects them and
+// go-redis follows. They were validated on their way to the master.
+func (s *Store) resend(reqs []engine.Request, res []engine.Result, idx []int, deadline time.Time, done func(error)) {
+	sub := make([]engine.Request, len(idx))
+	subRes := make([]engine.Result, len(idx))
+	for k, i := range idx {
+		sub[k] = reqs[i] // a multi-limit request's Detail still points at the caller's
 	}
-	return c.batch.Append(buf)
+	b := s.batches.Get().(*batch)
+	for k := range sub {
+		b.valid = append(b.valid, k)
+	}
+	if s.now != nil {
+		b.now, b.pinned = s.now().UnixMicro(), true
+	}
+	b.send, b.reqs, b.res, b.deadline = s.goRedis, sub, subRes, deadline
+	b.done = func(err error) {
+		if err == nil {
+			for k, i := range idx {
+				res[i] = subRes[k]
+			}
+		}
+		done(err)
+	}
+	s.planBySlot(b, sub)
+	s.goRedis(b)
 }
 
-// Close closes the store's own connection; the client is the caller's to
-// close.
-func (s *Store) Close() {
-	if s.pipe != nil {
-		s.pipe.close()
+// isNoScript says whether err is Redis's answer to a call of a script it
+// does not have: NOSCRIPT to EVALSHA, or an FCALL's missing function
+// (functions.go). EVAL runs the script either way.
+func isNoScript(err error) bool {
+	return err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || isNoFunction(err))
+}
+
+// unavailable lists the prefixes of Redis errors that mean the server
+// cannot serve at all now, rather than that a request met a problem of its
+// own: they fail the batch, so that the caller falls back as its policy
+// says. A MOVED or ASK left is one go-redis did not follow in time: the
+// script did not run. Nor did it after a protocol error (an
+// unauthenticated client's long command), after which Redis closes the
+// connection.
+var unavailable = []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "MASTERDOWN", "READONLY", "NOAUTH", "WRONGPASS", "NOPERM", "NOSCRIPT", "OOM", "Protocol error"}
+
+// collect decodes one call's reply, or the error it met, into its
+// requests' results: both senders' replies come here. It returns an
+// error only when the call failed as a whole in a way that fails the
+// batch.
+func (s *Store) collect(b *batch, c *call, reply []any, err error) error {
+	reqs, res := b.reqs, b.res
+	if err != nil {
+		var rerr redis.Error
+		if !errors.As(err, &rerr) {
+			return fmt.Errorf("upstream: eval %s: %w", c.script.Name, err)
+		}
+		for _, p := range unavailable {
+			if redis.HasErrorPrefix(err, p) {
+				return fmt.Errorf("upstream: eval %s: %w", c.script.Name, err)
+			}
+		}
+		// The server ran the script and it failed: every request of this
+		// call meets the error.
+		for _, i := range c.reqs {
+			res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.keyOf(&reqs[i]), err)}
+		}
+		return nil
 	}
-	if s.masters != nil {
-		s.masters.close()
+	return s.collectBatch(b, c, reply)
+}
+
+// collectBatch reads the batch script's reply (lua.BatchReply) into the
+// results of c's requests.
+func (s *Store) collectBatch(b *batch, c *call, reply []any) error {
+	reqs, res := b.reqs, b.res
+	if err := b.reply.Decode(reply, &c.batch); err != nil {
+		return fmt.Errorf("upstream: eval %s: %w", c.script.Name, err)
+	}
+	if b.reply.Late {
+		s.noteLate()
+		return fmt.Errorf("upstream: eval %s: %w", c.script.Name, errLate)
+	}
+	k := 0
+	for _, i := range c.reqs {
+		r := &reqs[i]
+		if !r.Multi() {
+			v := &b.reply.Decisions[k]
+			k++
+			if v.Allowed < 0 {
+				res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.Key(r.Key, r.Limit.Algorithm), b.reply.Err(*v))}
+				continue
+			}
+			res[i] = engine.Result{Decision: decision(v, r.Limit)}
+			continue
+		}
+		var parts [engine.MaxLimits]engine.Decision
+		n := len(r.Limits)
+		res[i] = engine.Result{}
+		for j := range n {
+			v := &b.reply.Decisions[k+j]
+			if v.Allowed < 0 {
+				res[i].Err = fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.LimitKey(r.Key, r.Limits[j]), b.reply.Err(*v))
+				break
+			}
+			parts[j] = decision(v, r.Limits[j].Limit)
+		}
+		k += n
+		if res[i].Err == nil {
+			copy(r.Detail, parts[:n])
+			res[i].Decision = engine.Combine(parts[:n])
+		}
+	}
+	return nil
+}
+
+// decision is one reply under limit l.
+func decision(v *lua.Decision, l engine.Limit) engine.Decision {
+	return engine.Decision{
+		Allowed:    v.Allowed == 1,
+		Limit:      l.Capacity(),
+		Remaining:  v.Remaining,
+		RetryAfter: engine.Micros(v.RetryAfter),
+		ResetAfter: engine.Micros(v.ResetAfter),
+		Delay:      engine.Micros(v.Delay),
 	}
 }
 
-// UseLoop has an event loop read the replies to batches from now on:
-// the store watches its connection's descriptor on l, and its replies are
-// read and their batches completed on l's goroutine. app hands it the
-// loop that serves the RESP door's first connections, so that a reply
-// reaches the loop that answers it with no thread woken in between; the
-// loop holds for a small batch's reply (evloop.Owing). On Cluster the
-// loop reads every master's pipe. On a connection with no descriptor
-// (TLS), a goroutine of the store's reads the replies as before, and so
-// it does again once l ends.
-func (s *Store) UseLoop(l *evloop.Loop) {
-	if s.pipe != nil {
-		s.pipe.useLoop(l)
+// notHere tells whether a request's error is a key its master does not
+// serve (now): what a script sees of MOVED and ASK, or a cluster down.
+// The request was not decided; declared, Redis redirects it, or says
+// CLUSTERDOWN, which fails its batch.
+func notHere(err error) bool {
+	if err == nil {
+		return false
 	}
-	if s.masters != nil {
-		s.masters.useLoop(l)
-	}
+	msg := err.Error()
+	return strings.Contains(msg, "Script attempted to access a non local key") ||
+		strings.Contains(msg, "Script attempted to execute a command while the cluster is down")
 }

@@ -55,7 +55,7 @@ func TestSendToAPausedRedis(t *testing.T) {
 	if _, err := send(t, s, start.Add(200*time.Millisecond), 5*time.Second, req); err == nil {
 		t.Fatal("a paused Redis decided")
 	}
-	// Past the clock's margin after the deadline (upstream/clock.go).
+	// Past the clock's margin after the deadline (internal/redispipe/clock.go).
 	time.Sleep(50 * time.Millisecond)
 	if err := srv.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)

@@ -264,7 +264,7 @@ func TestAtomicity(t *testing.T) {
 								reqs[i] = engine.Request{Key: key, Limit: l, Cost: 1}
 							}
 							res := make([]engine.Result, n)
-							if err := s.Decide(context.Background(), reqs, res); err != nil {
+							if err := engine.Wait(s, reqs, res, time.Time{}); err != nil {
 								failed.Add(1)
 								return
 							}
@@ -330,7 +330,7 @@ func TestAtomicityLeaky(t *testing.T) {
 			wg.Go(func() {
 				for range 2 {
 					res := make([]engine.Result, 1)
-					err := s.Decide(context.Background(), []engine.Request{{Key: "leaky", Limit: l, Cost: 1}}, res)
+					err := engine.Wait(s, []engine.Request{{Key: "leaky", Limit: l, Cost: 1}}, res, time.Time{})
 					if err != nil || res[0].Err != nil || !res[0].Decision.Allowed {
 						continue
 					}
@@ -520,19 +520,13 @@ func TestLargeLogCost(t *testing.T) {
 	noKeyWithoutTTL(t, client)
 }
 
-// TestBatchError: a canceled context or an unreachable Redis fails the
-// batch, with context.
+// TestBatchError: an unreachable Redis fails the batch, with context.
 func TestBatchError(t *testing.T) {
 	srv, client := standalone(t)
 	s := newStore(t, upstream.Config{Client: client})
 	reqs := []engine.Request{{Key: "k", Limit: limitOf(engine.GCRA, 1, time.Second), Cost: 1}}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := s.Decide(ctx, reqs, make([]engine.Result, 1)); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Decide with a canceled context: %v; want context.Canceled", err)
-	}
 	srv.Kill()
-	err := s.Decide(context.Background(), reqs, make([]engine.Result, 1))
+	err := engine.Wait(s, reqs, make([]engine.Result, 1), time.Time{})
 	if err == nil || !strings.HasPrefix(err.Error(), "upstream: eval batch: ") {
 		t.Fatalf("Decide on a dead Redis: %v; want an upstream: eval batch error", err)
 	}
@@ -582,7 +576,6 @@ func TestSlot(t *testing.T) {
 
 func BenchmarkDecide(b *testing.B) {
 	_, client := standalone(b)
-	ctx := context.Background()
 	s := newStore(b, upstream.Config{Client: client})
 	for _, n := range []int{1, 16, 128} {
 		b.Run(fmt.Sprintf("batch-of-%d", n), func(b *testing.B) {
@@ -597,7 +590,7 @@ func BenchmarkDecide(b *testing.B) {
 			res := make([]engine.Result, n)
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := s.Decide(ctx, reqs, res); err != nil {
+				if err := engine.Wait(s, reqs, res, time.Time{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -651,7 +644,7 @@ func TestSentinelFailover(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		res := make([]engine.Result, 1)
-		err := s.Decide(context.Background(), []engine.Request{req}, res)
+		err := engine.Wait(s, []engine.Request{req}, res, time.Time{})
 		if cur, _ := st.CurrentMaster(); err == nil && res[0].Err == nil && cur != old {
 			// A decision made before the client noticed the failover may
 			// have failed; the state from before it must have survived.
@@ -688,7 +681,7 @@ func TestServerCannotServe(t *testing.T) {
 			defer client.Close()
 			s := newStore(t, upstream.Config{Client: client})
 			req := engine.Request{Key: "k", Limit: limitOf(engine.GCRA, 1, time.Second), Cost: 1}
-			err := s.Decide(context.Background(), []engine.Request{req, req}, make([]engine.Result, 2))
+			err := engine.Wait(s, []engine.Request{req, req}, make([]engine.Result, 2), time.Time{})
 			if err == nil || !strings.HasPrefix(err.Error(), "upstream: eval ") || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("Decide: %v; want a batch error saying %s", err, c.want)
 			}

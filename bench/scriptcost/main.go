@@ -358,7 +358,7 @@ func (m *meter) batches(scenario string, a engine.Algorithm, n int) (float64, er
 			}
 			reqs[i] = engine.Request{Key: key, Limit: l, Cost: 1}
 		}
-		if err := m.store.Decide(m.ctx, reqs, res); err != nil {
+		if err := engine.Wait(m.store, reqs, res, time.Time{}); err != nil {
 			return 0, err
 		}
 		for i := range res {
@@ -415,7 +415,7 @@ func (m *meter) policy(n int, scenario string) (float64, error) {
 				reqs[i].Limit = policyLimits[0].Limit
 			}
 		}
-		if err := m.store.Decide(m.ctx, reqs, res); err != nil {
+		if err := engine.Wait(m.store, reqs, res, time.Time{}); err != nil {
 			return 0, err
 		}
 		for i := range res {

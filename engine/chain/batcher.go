@@ -19,7 +19,7 @@ type BatcherConfig struct {
 	// its callers' goroutines (an event loop's among them).
 	Store engine.Store
 	// Shard, if set, routes each request to the store that decides it
-	// (upstream.Store.Shard on Redis Cluster: the master of its key), and
+	// (upstream.Store.Shards on Redis Cluster: the master of its key), and
 	// each such store gets its own lane: queue, batches and MaxInFlight
 	// round trips. Nil: every batch goes to Store.
 	Shard engine.Shards

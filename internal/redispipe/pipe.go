@@ -1,4 +1,4 @@
-package upstream
+package redispipe
 
 import (
 	"context"
@@ -14,42 +14,33 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/evloop"
 	"github.com/sluice-rl/sluice/internal/resp"
-	"github.com/sluice-rl/sluice/lua"
 )
 
-// pipe is one connection to a standalone (or Sentinel's current master)
-// Redis on which batches go without their senders waiting: a sender
-// writes its command and goes on, and the pipe's reader goroutine reads
-// the replies, in order, and hands each to its sender's callback.
-//
-// It is there for the decision path. go-redis takes a pooled connection,
-// writes, and blocks its caller until the reply, so an event loop that
-// hands a batch over and goes on needed a goroutine to lead each round
-// trip: a goroutine start and a thread wake-up more on every round trip
-// than a write from the loop itself and one reader.
-//
-// An event loop can read the replies instead (useLoop): the pipe watches
-// its connection's descriptor on the loop, and pumps its replies from the
-// loop's callback when it is readable, so that a reply reaches the loop
-// that answers the client (the same loop, as app wires it) with no thread
-// woken in between.
+// Pipe is one connection to a standalone Redis (or Sentinel's current
+// master, or one Cluster master: Router) on which commands go without
+// their senders waiting: a sender writes its command and goes on, and
+// the replies are read, in order, and each handed to its sender's Done.
+// It is safe for concurrent use.
 //
 // It dials when first needed, with the client's own dialer (TLS and
-// Sentinel's master discovery included), and authenticates and selects the
-// database as the client's options say. A reply that does not come by its
-// deadline, a broken connection or a reply it cannot read fail every reply
-// owed, and the connection is closed: the next send dials again.
-type pipe struct {
-	opt *redis.Options
+// Sentinel's master discovery included), and authenticates and selects
+// the database as the client's options say. A reply that does not come
+// by its deadline, a broken connection or a reply it cannot read fail
+// every reply awaited, and the connection is closed (or drained, see
+// abandon): the next send dials again.
+type Pipe struct {
+	opt   *redis.Options
+	stamp Stamp
+	stray func(reply any)
 
-	// wmu orders the writes on the connection as owed is ordered; taken
-	// before mu. mu is never held across a write, so a reader can take
-	// its replies while a writer waits for room in the socket.
+	// wmu orders the writes on the connection as awaiting is ordered;
+	// taken before mu. mu is never locked across a write, so a reader
+	// can take its replies while a writer waits for room in the socket.
 	wmu sync.Mutex
 	// out is the command being written, copied from its sender's buffer
-	// under mu: once its reply is owed, a failure elsewhere can hand the
-	// sender its error, and its buffer back to its pool, while the write
-	// is still going. Guarded by wmu.
+	// under mu: once its reply is awaited, a failure elsewhere can hand
+	// the sender its error, and its buffer back to its pool, while the
+	// write is still going. Guarded by wmu.
 	out []byte
 
 	mu   sync.Mutex
@@ -57,38 +48,34 @@ type pipe struct {
 	rd   *replies // conn's replies; guarded by mu
 	// polled is rd's descriptor on the event loop that reads rd, nil
 	// while a goroutine reads it instead. Guarded by mu.
-	polled  *evloop.Watcher
-	dialing bool   // a goroutine is dialing; guarded by mu
-	queued  []byte // commands sent while dialing; guarded by mu
-	owed    []owed // the replies owed, oldest first; guarded by mu
-	closed  bool   // guarded by mu
-	// late fires at the oldest owed reply's deadline, or before it (it is
-	// not moved when a reply comes), and fails the connection if that
-	// reply is late. Guarded by mu.
+	polled   *evloop.Watcher
+	dialing  bool      // a goroutine is dialing; guarded by mu
+	queued   []byte    // commands sent while dialing; guarded by mu
+	awaiting []awaited // the replies awaited, oldest first; guarded by mu
+	closed   bool      // guarded by mu
+	// late fires at the oldest awaited reply's deadline, or before it
+	// (it is not moved when a reply comes), and fails the connection if
+	// that reply is late. Guarded by mu.
 	late *time.Timer
 	// loop, if set, is the event loop that reads the connections dialed
 	// from now on. Guarded by mu.
 	loop *evloop.Loop
 
-	// clock is the offset to this Redis's clock, from the batch calls'
-	// replies (clock.go).
-	clock redisClock
-	// stray, if set, gets each reply that comes after its sender was
-	// answered without it: the connection was given up on a late reply
-	// and drained (abandon).
-	stray func(reply any)
+	// clock is the offset to this Redis's clock, from the stamped
+	// commands' replies (clock.go).
+	clock Clock
 	// drains holds the connections being drained; guarded by mu.
 	drains map[*replies]struct{}
 }
 
-// owed is a reply a sender waits for.
-type owed struct {
+// awaited is a reply a sender waits for.
+type awaited struct {
 	deadline time.Time
-	got      func(reply any, err error)
-	// call is a batch call's (sendCall), whose reply carries Redis's
-	// time; sent is when it was written, for the clock.
-	call bool
-	sent time.Time
+	done     Done
+	// stamped is a stamped command's (SendStamped), whose reply carries
+	// Redis's time; sent is when it was written, for the clock.
+	stamped bool
+	sent    time.Time
 }
 
 // maxDraining bounds the given-up connections a pipe drains at once
@@ -99,79 +86,81 @@ const maxDraining = 8
 // paused longer has its late replies go unread, and uncounted.
 const drainFor = 10 * time.Second
 
-var errPipeClosed = errors.New("upstream: the store is closed")
+// ErrClosed fails every command sent after Close, and those awaited
+// when it was called.
+var ErrClosed = errors.New("redispipe: the pipe is closed")
 
-// newPipe returns a pipe for client, or nil when the client is not one a
-// pipe can stand in for: a Cluster client routes by slot (each master
-// gets a pipe of its own, masters.go), and a streaming credentials
-// provider re-authenticates connections go-redis owns.
-func newPipe(client redis.UniversalClient) *pipe {
-	c, ok := client.(*redis.Client)
-	if !ok {
+// New returns a pipe that dials as a client of cfg.Options would, or nil
+// when a pipe cannot stand in for that client: one with no dialer, or
+// whose streaming credentials provider re-authenticates connections
+// go-redis owns. A Cluster client's masters get their pipes from a
+// Router.
+func New(cfg Config) *Pipe {
+	opt := cfg.Options
+	if opt == nil || opt.StreamingCredentialsProvider != nil || opt.Dialer == nil {
 		return nil
 	}
-	return pipeOver(c.Options())
+	return &Pipe{opt: opt, stamp: cfg.Stamp, stray: cfg.Stray}
 }
 
-// pipeOver returns a pipe that dials as a client of options opt would, or
-// nil when it cannot stand in for that client (see newPipe).
-func pipeOver(opt *redis.Options) *pipe {
-	if opt.StreamingCredentialsProvider != nil || opt.Dialer == nil {
-		return nil
-	}
-	return &pipe{opt: opt}
-}
-
-// timeout is how long a reply may take when its sender set no deadline:
+// Timeout is how long a reply may take when its sender set no deadline:
 // the client's read timeout (go-redis's default is 3s).
-func (p *pipe) timeout() time.Duration {
+func (p *Pipe) Timeout() time.Duration {
 	if p.opt.ReadTimeout > 0 {
 		return p.opt.ReadTimeout
 	}
 	return 3 * time.Second
 }
 
-// send writes cmd, a whole RESP command, and has got called with its
-// reply, or with an error if none comes by deadline. got runs once: on
-// another goroutine, or before send returns when the pipe is closed or
-// the write fails (which fails every reply owed). A reply that is a Redis
-// error reaches got as a value of type resp.ReplyError.
-func (p *pipe) send(cmd []byte, deadline time.Time, got func(reply any, err error)) {
-	p.sendStamped(cmd, deadline, got, false)
+// Deadline is local on this Redis's clock, as a stamped command carries
+// it (Clock.Deadline): for a command that reaches the same Redis some
+// other way (go-redis).
+func (p *Pipe) Deadline(local time.Time) int64 { return p.clock.Deadline(local) }
+
+// Send writes cmd, a whole RESP command, and has done called with its
+// reply, or with an error if none comes by deadline (see Done). done
+// runs exactly once: on another goroutine (the pipe's reader, or the
+// event loop that reads it), or before Send returns when the pipe is
+// closed or the write fails (which fails every reply awaited). Send
+// copies cmd: the caller may reuse it once Send returns. A zero deadline
+// is the sender's to avoid: it fails the reply at once.
+func (p *Pipe) Send(cmd []byte, deadline time.Time, done Done) {
+	p.send(cmd, deadline, done, false)
 }
 
-// sendCall is send for a batch call that lua.BatchCall.Append ended: it
-// fills in the call's deadline on this Redis's clock, and reads Redis's
-// time from the reply. The deadline is the sooner of the call's and those
-// of the replies owed before it: the connection fails when the oldest
-// owed reply is late, and answers every call on it then.
-func (p *pipe) sendCall(cmd []byte, deadline time.Time, got func(reply any, err error)) {
-	p.sendStamped(cmd, deadline, got, true)
+// SendStamped is Send for a command that carries its deadline (Stamp):
+// the pipe writes the deadline in on this Redis's clock, and reads
+// Redis's time from the reply, for the clock. The deadline written is
+// the sooner of the command's and those of the replies awaited before it:
+// the connection fails when the oldest awaited reply is late, and answers
+// every command on it then.
+func (p *Pipe) SendStamped(cmd []byte, deadline time.Time, done Done) {
+	p.send(cmd, deadline, done, true)
 }
 
-func (p *pipe) sendStamped(cmd []byte, deadline time.Time, got func(reply any, err error), call bool) {
+func (p *Pipe) send(cmd []byte, deadline time.Time, done Done, stamped bool) {
 	p.wmu.Lock()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		p.wmu.Unlock()
-		got(nil, errPipeClosed)
+		done(nil, ErrClosed)
 		return
 	}
 	horizon := deadline
-	if call {
-		for _, o := range p.owed {
-			if o.deadline.Before(horizon) {
-				horizon = o.deadline
+	if stamped {
+		for _, a := range p.awaiting {
+			if a.deadline.Before(horizon) {
+				horizon = a.deadline
 			}
 		}
 	}
 	conn := p.conn
 	if conn == nil {
-		p.owed = append(p.owed, owed{deadline: deadline, got: got, call: call})
+		p.awaiting = append(p.awaiting, awaited{deadline: deadline, done: done, stamped: stamped})
 		p.queued = append(p.queued, cmd...)
-		if call {
-			lua.PutDeadline(p.queued, p.clock.deadline(horizon))
+		if stamped {
+			p.stamp.Put(p.queued, p.clock.Deadline(horizon))
 		}
 		if !p.dialing {
 			p.dialing = true
@@ -181,14 +170,14 @@ func (p *pipe) sendStamped(cmd []byte, deadline time.Time, got func(reply any, e
 		p.wmu.Unlock()
 		return
 	}
-	o := owed{deadline: deadline, got: got, call: call}
+	a := awaited{deadline: deadline, done: done, stamped: stamped}
 	p.out = append(p.out[:0], cmd...)
-	if call {
-		lua.PutDeadline(p.out, p.clock.deadline(horizon))
-		o.sent = time.Now()
+	if stamped {
+		p.stamp.Put(p.out, p.clock.Deadline(horizon))
+		a.sent = time.Now()
 	}
-	p.owed = append(p.owed, o)
-	if len(p.owed) == 1 {
+	p.awaiting = append(p.awaiting, a)
+	if len(p.awaiting) == 1 {
 		p.awaitLocked(deadline)
 	}
 	p.mu.Unlock()
@@ -199,9 +188,10 @@ func (p *pipe) sendStamped(cmd []byte, deadline time.Time, got func(reply any, e
 	}
 }
 
-// write writes cmd on conn, waiting for room until deadline. p.wmu is
-// held.
-func (p *pipe) write(conn net.Conn, cmd []byte, deadline time.Time) error {
+// write writes cmd on conn, waiting for room until deadline, with p.wmu
+// locked. Its errors, as the reader's, name the upstream Redis: they
+// reach the user as the reason a batch failed.
+func (p *Pipe) write(conn net.Conn, cmd []byte, deadline time.Time) error {
 	_ = conn.SetWriteDeadline(deadline)
 	if _, err := conn.Write(cmd); err != nil {
 		return fmt.Errorf("upstream: write to %s: %w", conn.RemoteAddr(), err)
@@ -209,9 +199,9 @@ func (p *pipe) write(conn net.Conn, cmd []byte, deadline time.Time) error {
 	return nil
 }
 
-// awaitLocked has the late timer fire at deadline, the oldest owed
-// reply's. p.mu is held.
-func (p *pipe) awaitLocked(deadline time.Time) {
+// awaitLocked has the late timer fire at deadline, the oldest awaited
+// reply's. p.mu is locked.
+func (p *Pipe) awaitLocked(deadline time.Time) {
 	if p.late == nil {
 		p.late = time.AfterFunc(time.Until(deadline), p.checkLate)
 		return
@@ -219,16 +209,16 @@ func (p *pipe) awaitLocked(deadline time.Time) {
 	p.late.Reset(time.Until(deadline))
 }
 
-// checkLate fails the connection if the oldest reply owed on it is past
+// checkLate fails the connection if the oldest reply awaited on it is past
 // its deadline, or waits for that deadline.
-func (p *pipe) checkLate() {
+func (p *Pipe) checkLate() {
 	p.mu.Lock()
 	conn := p.conn
-	if conn == nil || len(p.owed) == 0 {
+	if conn == nil || len(p.awaiting) == 0 {
 		p.mu.Unlock()
 		return
 	}
-	if wait := time.Until(p.owed[0].deadline); wait > 0 {
+	if wait := time.Until(p.awaiting[0].deadline); wait > 0 {
 		p.late.Reset(wait)
 		p.mu.Unlock()
 		return
@@ -238,12 +228,12 @@ func (p *pipe) checkLate() {
 }
 
 // abandon gives conn up, as fail does, on a reply that is late: every
-// reply owed fails with err, and the next send dials again. But Redis
-// (paused, busy) still has the calls written on conn, and runs them when
-// it can, so conn is not closed at once: a goroutine drains it, for
-// drainFor, and each reply that comes goes to p.stray (a late batch call
-// says so in its reply) and to the clock; then it is closed.
-func (p *pipe) abandon(conn net.Conn, err error) {
+// reply awaited fails with err, and the next send dials again. But Redis
+// (paused, busy) still has the commands written on conn, and runs them
+// when it can, so conn is not closed at once: a goroutine drains it, for
+// drainFor, and each reply that comes goes to p.stray (Config.Stray) and
+// to the clock; then it is closed.
+func (p *Pipe) abandon(conn net.Conn, err error) {
 	p.mu.Lock()
 	if p.conn != conn || len(p.drains) >= maxDraining || p.stray == nil {
 		p.mu.Unlock()
@@ -256,9 +246,9 @@ func (p *pipe) abandon(conn net.Conn, err error) {
 	}
 	p.drains[rd] = struct{}{}
 	p.conn, p.rd, p.polled = nil, nil, nil
-	owed := p.owed
-	p.owed = nil
-	rd.drained, rd.draining = owed, true
+	awaiting := p.awaiting
+	p.awaiting = nil
+	rd.drained, rd.draining = awaiting, true
 	p.mu.Unlock()
 	_ = conn.SetReadDeadline(time.Now().Add(drainFor))
 	if polled != nil {
@@ -267,14 +257,14 @@ func (p *pipe) abandon(conn net.Conn, err error) {
 		polled.Remove()
 		go p.read(rd)
 	}
-	for _, o := range owed {
-		o.got(nil, err)
+	for _, o := range awaiting {
+		o.done(nil, err)
 	}
 }
 
 // endDrain closes a connection given up (abandon) once it is drained,
 // or its time to drain is over.
-func (p *pipe) endDrain(r *replies) {
+func (p *Pipe) endDrain(r *replies) {
 	p.mu.Lock()
 	r.draining, r.drained = false, nil
 	delete(p.drains, r)
@@ -282,21 +272,21 @@ func (p *pipe) endDrain(r *replies) {
 	r.conn.Close()
 }
 
-// observe feeds the clock from the reply to a batch call.
-func (p *pipe) observe(o owed, reply any) {
-	if !o.call || o.sent.IsZero() {
+// observe feeds the clock from the reply to a stamped command.
+func (p *Pipe) observe(a awaited, reply any) {
+	if !a.stamped || a.sent.IsZero() {
 		return
 	}
-	if t, ok := lua.ReplyTime(reply); ok {
-		p.clock.observe(o.sent, time.Now(), t)
+	if t, ok := p.stamp.Time(reply); ok {
+		p.clock.Observe(a.sent, time.Now(), t)
 	}
 }
 
 // dial connects, writes what was sent meanwhile and starts the reader; on
-// failure it fails every reply owed. A dial is bounded by the first
+// failure it fails every reply awaited. A dial is bounded by the first
 // sender's deadline: a sender waits no longer for a connection than for a
 // reply.
-func (p *pipe) dial(deadline time.Time) {
+func (p *Pipe) dial(deadline time.Time) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	conn, err := p.opt.Dialer(ctx, p.opt.Network, p.opt.Addr)
 	if err == nil {
@@ -315,15 +305,15 @@ func (p *pipe) dial(deadline time.Time) {
 	p.dialing = false
 	if err == nil && p.closed {
 		conn.Close()
-		err = errPipeClosed
+		err = ErrClosed
 	}
 	if err != nil {
-		owed := p.owed
-		p.owed, p.queued = nil, p.queued[:0]
+		awaiting := p.awaiting
+		p.awaiting, p.queued = nil, p.queued[:0]
 		p.mu.Unlock()
 		p.wmu.Unlock()
-		for _, o := range owed {
-			o.got(nil, err)
+		for _, o := range awaiting {
+			o.done(nil, err)
 		}
 		return
 	}
@@ -339,14 +329,14 @@ func (p *pipe) dial(deadline time.Time) {
 	cmds := p.queued
 	p.queued = nil
 	write, now := time.Time{}, time.Now()
-	for k := range p.owed {
-		if p.owed[k].call {
-			p.owed[k].sent = now // a round trip for the clock from here
+	for k := range p.awaiting {
+		if p.awaiting[k].stamped {
+			p.awaiting[k].sent = now // a round trip for the clock from here
 		}
 	}
-	if len(p.owed) > 0 {
-		p.awaitLocked(p.owed[0].deadline)
-		write = p.owed[len(p.owed)-1].deadline
+	if len(p.awaiting) > 0 {
+		p.awaitLocked(p.awaiting[0].deadline)
+		write = p.awaiting[len(p.awaiting)-1].deadline
 	}
 	p.mu.Unlock()
 	err = p.write(conn, cmds, write)
@@ -358,7 +348,7 @@ func (p *pipe) dial(deadline time.Time) {
 
 // hello authenticates and selects the database, as go-redis would on a
 // connection of its own.
-func (p *pipe) hello(ctx context.Context, conn net.Conn) error {
+func (p *Pipe) hello(ctx context.Context, conn net.Conn) error {
 	user, pass := p.opt.Username, p.opt.Password
 	switch {
 	case p.opt.CredentialsProviderContext != nil:
@@ -410,8 +400,8 @@ func (p *pipe) hello(ctx context.Context, conn net.Conn) error {
 }
 
 // read reads replies until the connection fails, handing each to the
-// sender it is owed to.
-func (p *pipe) read(r *replies) {
+// sender that awaits it.
+func (p *Pipe) read(r *replies) {
 	for {
 		// A readiness the loop was dispatching as the connection was
 		// given up may still be reading r (abandon, polledConn.Ready).
@@ -429,11 +419,11 @@ func (p *pipe) read(r *replies) {
 	}
 }
 
-// deliver hands a reply read on r to the sender it is owed to, or, on a
-// connection given up and drained, to p.stray. A reply nothing is owed
-// for fails the connection; deliver then reports false, as it does
-// once a drained connection has given every reply owed on it.
-func (p *pipe) deliver(r *replies, reply any) bool {
+// deliver hands a reply read on r to the sender that awaits it, or, on a
+// connection given up and drained, to p.stray. A reply nothing awaits
+// fails the connection; deliver then reports false, as it does once a
+// drained connection has given every reply awaited on it.
+func (p *Pipe) deliver(r *replies, reply any) bool {
 	conn := r.conn
 	p.mu.Lock()
 	if p.rd != r && r.draining && len(r.drained) > 0 {
@@ -448,23 +438,23 @@ func (p *pipe) deliver(r *replies, reply any) bool {
 		}
 		return more
 	}
-	if p.rd != r || len(p.owed) == 0 {
+	if p.rd != r || len(p.awaiting) == 0 {
 		p.mu.Unlock()
 		p.fail(conn, fmt.Errorf("upstream: %s sent a reply nothing asked for", conn.RemoteAddr()))
 		return false
 	}
-	o := p.owed[0]
-	p.owed = p.owed[:copy(p.owed, p.owed[1:])]
+	o := p.awaiting[0]
+	p.awaiting = p.awaiting[:copy(p.awaiting, p.awaiting[1:])]
 	p.mu.Unlock()
 	p.observe(o, reply)
-	o.got(reply, nil)
+	o.done(reply, nil)
 	return true
 }
 
-// useLoop has an event loop read the replies of the connections dialed
+// UseLoop has an event loop read the replies of the connections dialed
 // from now on. A connection whose descriptor cannot be watched (TLS)
 // still has a reader goroutine, and so does the one open now, if any.
-func (p *pipe) useLoop(l *evloop.Loop) {
+func (p *Pipe) UseLoop(l *evloop.Loop) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.loop = l
@@ -473,7 +463,7 @@ func (p *pipe) useLoop(l *evloop.Loop) {
 // polledConn is a connection of the pipe's as the event loop that reads
 // it sees it: the handler of its descriptor.
 type polledConn struct {
-	p  *pipe
+	p  *Pipe
 	rd *replies
 }
 
@@ -509,13 +499,13 @@ func (pc *polledConn) Ready(evloop.Events) {
 	}
 }
 
-// Owing tells the event loop that replies are owed on the connection:
-// one it may hold for (evloop.Owing).
+// Owing tells the event loop that replies are awaited on the
+// connection, which the loop may wait for first (evloop.Owing).
 func (pc *polledConn) Owing() bool {
 	p := pc.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.rd == pc.rd && len(p.owed) > 0
+	return p.rd == pc.rd && len(p.awaiting) > 0
 }
 
 // Ended hands the connection to a reader goroutine: the event loop that
@@ -531,9 +521,9 @@ func (pc *polledConn) Ended() {
 	}
 }
 
-// fail closes conn, if it is still the pipe's, and fails every reply owed
-// on it with err.
-func (p *pipe) fail(conn net.Conn, err error) {
+// fail closes conn, if it is still the pipe's, and fails every reply
+// awaited on it with err.
+func (p *Pipe) fail(conn net.Conn, err error) {
 	p.mu.Lock()
 	if p.conn != conn {
 		p.mu.Unlock()
@@ -541,22 +531,22 @@ func (p *pipe) fail(conn net.Conn, err error) {
 	}
 	polled := p.polled
 	p.conn, p.rd, p.polled = nil, nil, nil
-	owed := p.owed
-	p.owed = nil
+	awaiting := p.awaiting
+	p.awaiting = nil
 	p.mu.Unlock()
 	if polled != nil {
 		polled.Remove() // before the descriptor's number can be reused
 	}
 	conn.Close()
-	for _, o := range owed {
-		o.got(nil, err)
+	for _, o := range awaiting {
+		o.done(nil, err)
 	}
 }
 
-// drop closes the connection, so that the next send dials again: Redis
+// Drop closes the connection, so that the next send dials again: Redis
 // said it cannot serve there (a Sentinel master that became a replica).
-// Replies still owed on it fail.
-func (p *pipe) drop(cause error) {
+// Replies still awaited on it fail with cause.
+func (p *Pipe) Drop(cause error) {
 	p.mu.Lock()
 	conn := p.conn
 	p.mu.Unlock()
@@ -565,8 +555,9 @@ func (p *pipe) drop(cause error) {
 	}
 }
 
-// close closes the connection and fails what is owed; later sends fail.
-func (p *pipe) close() {
+// Close closes the connection and fails every reply awaited; later
+// sends fail with ErrClosed.
+func (p *Pipe) Close() {
 	p.mu.Lock()
 	p.closed = true
 	conn := p.conn
@@ -575,6 +566,6 @@ func (p *pipe) close() {
 	}
 	p.mu.Unlock()
 	if conn != nil {
-		p.fail(conn, errPipeClosed)
+		p.fail(conn, ErrClosed)
 	}
 }

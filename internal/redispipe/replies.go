@@ -1,12 +1,10 @@
-package upstream
+package redispipe
 
 import (
 	"io"
 	"net"
 	"sync"
 	"syscall"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/internal/resp"
 )
@@ -18,14 +16,14 @@ import (
 //
 // Only one goroutine at a time uses a replies.
 type replies struct {
-	// use is held while a reply is read, so that a connection given up
-	// and drained (pipe.abandon) by a goroutine is read by one goroutine
+	// use is locked while a reply is read, so that a connection given up
+	// and drained (Pipe.abandon) by a goroutine is read by one goroutine
 	// at a time.
 	use sync.Mutex
-	// draining is set on a connection given up (pipe.abandon), and
-	// drained the replies still owed on it. Guarded by the pipe's mu.
+	// draining is set on a connection given up (Pipe.abandon), and
+	// drained the replies still awaited on it. Guarded by the pipe's mu.
 	draining bool
-	drained  []owed
+	drained  []awaited
 	conn     net.Conn
 	raw      syscall.RawConn // the descriptor's access; nil when conn has none (TLS)
 	buf      []byte          // read and not yet taken: buf[off:]
@@ -122,8 +120,3 @@ func (r *replies) take() (v any, ok bool, err error) {
 	r.off += n
 	return v, true, nil
 }
-
-// Redis's error replies, read by the pipe, are go-redis's errors too, so
-// that redis.HasErrorPrefix (NOSCRIPT, MOVED, …) reads them as it reads
-// its own.
-var _ redis.Error = resp.ReplyError("")

@@ -1,4 +1,4 @@
-package upstream
+package redispipe
 
 import (
 	"testing"
@@ -52,9 +52,9 @@ func TestRedisClock(t *testing.T) {
 		}, 101, -1_000_000, 201},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var c redisClock
+			var c Clock
 			for _, r := range tc.replies {
-				c.observe(at(r.sent), at(r.got), at(r.redisAt).UnixMicro()+r.offset)
+				c.Observe(at(r.sent), at(r.got), at(r.redisAt).UnixMicro()+r.offset)
 			}
 			local := at(tc.now + 100) // a caller's deadline 100ms ahead
 			got := c.deadlineAt(local, at(tc.now))
@@ -78,12 +78,12 @@ func TestRedisClock(t *testing.T) {
 			}
 		})
 	}
-	var c redisClock
+	var c Clock
 	if d := c.deadlineAt(time.Time{}, t0); d != 0 {
 		t.Errorf("no deadline: %d, want 0", d)
 	}
-	c.observe(time.Time{}, t0, 1) // a call queued while dialing: no sample
-	c.observe(t0, t0.Add(-time.Millisecond), 1)
+	c.Observe(time.Time{}, t0, 1) // a call queued while dialing: no sample
+	c.Observe(t0, t0.Add(-time.Millisecond), 1)
 	if d := c.deadlineAt(t0, t0); d != 0 {
 		t.Errorf("samples that are no round trip made an estimate: %d", d)
 	}

@@ -1,31 +1,29 @@
-package upstream
+package redispipe
 
 import (
 	"sync"
 	"time"
 )
 
-// The deadline on Redis's clock. Each batch call carries the time after
-// which its callers have been answered without it (lua.BatchCall's
-// Deadline), on the clock of the Redis that runs it, and the script
-// charges nothing when it starts later: a Redis that paused (a slow
-// command, a fork, a failover) runs the calls written before it stopped
-// when it resumes, long after their callers got their failure mode's
-// answer. Each reply carries Redis's TIME as the call read it, and each
-// connection keeps an offset estimate to its Redis's clock (redisClock).
+// The deadline on Redis's clock. A stamped command (Pipe.SendStamped)
+// carries the time after which its sender has been answered without it,
+// on the clock of the Redis that runs it, so that a Redis that paused (a
+// slow command, a fork, a failover) and runs it on resuming can tell it
+// is too late. Its reply carries Redis's time as the command read it, and
+// each pipe keeps an offset estimate to its Redis's clock (Clock).
 //
-// A reply that Redis sent at its time r for a call sent at s and read
+// A reply that Redis sent at its time r for a command sent at s and read
 // back at e (this process's clock) says the offset is r - (s+e)/2 within
 // (e-s)/2. The estimate is the sample with the smallest round trip over
 // the last clockWindow to 2*clockWindow, so its error is half the
 // smallest round trip seen lately (tens of µs on a LAN), plus what the
 // two clocks drift apart over that age (under 1 ms at 100 ppm). The
-// deadline sent is the caller's plus the offset, the error and
-// clockMargin: a call that Redis starts before its caller's deadline is
-// never late, whatever the estimate's error within its bound; a call that
-// starts up to twice the error plus clockMargin after it may still
-// charge. A sample that contradicts the estimate beyond both errors (a
-// clock stepped) replaces it.
+// deadline sent is the sender's plus the offset, the error and
+// clockMargin: a command that Redis starts before its sender's deadline
+// is never late, whatever the estimate's error within its bound; one that
+// starts up to twice the error plus clockMargin after it may still run.
+// A sample that contradicts the estimate beyond both errors (a clock
+// stepped) replaces it.
 
 // clockWindow is how long a best sample stands before a newer window's
 // best replaces it.
@@ -42,9 +40,11 @@ type offsetSample struct {
 	at          time.Time
 }
 
-// redisClock keeps an estimate of the offset to one Redis's clock. It is
-// safe for concurrent use; its zero value has no estimate.
-type redisClock struct {
+// Clock keeps an estimate of the offset to one Redis's clock: each pipe
+// has one, and a user that reaches a Redis some other way (go-redis) may
+// keep its own. It is safe for concurrent use; its zero value has no
+// estimate.
+type Clock struct {
 	mu        sync.Mutex
 	cur, prev offsetSample // the best of this window and the one before; err 0: none
 	since     time.Time    // this window's start
@@ -62,9 +62,9 @@ func sample(sent, got time.Time, redis int64) (offsetSample, bool) {
 	return offsetSample{offset: redis - mid, err: rtt/2 + 1, at: got}, true
 }
 
-// observe takes the sample of a call sent at sent whose reply, read at
-// got, says Redis's clock read redis (µs) when the call started.
-func (c *redisClock) observe(sent, got time.Time, redis int64) {
+// Observe takes the sample of a command sent at sent whose reply, read at
+// got, says Redis's clock read redis (µs) when the command started.
+func (c *Clock) Observe(sent, got time.Time, redis int64) {
 	s, ok := sample(sent, got, redis)
 	if !ok {
 		return
@@ -94,8 +94,8 @@ func agree(a, b offsetSample) bool {
 }
 
 // bestLocked is the estimate at now: the better of this window's best
-// and, while it is recent, the one before's. c.mu is held.
-func (c *redisClock) bestLocked(now time.Time) (offsetSample, bool) {
+// and, while it is recent, the one before's. c.mu is locked.
+func (c *Clock) bestLocked(now time.Time) (offsetSample, bool) {
 	best := c.cur
 	if c.prev.err > 0 && now.Sub(c.prev.at) < 2*clockWindow && (best.err == 0 || c.prev.err < best.err) {
 		best = c.prev
@@ -103,14 +103,14 @@ func (c *redisClock) bestLocked(now time.Time) (offsetSample, bool) {
 	return best, best.err > 0
 }
 
-// deadline is local, a time on this process's clock, on Redis's clock
+// Deadline is local, a time on this process's clock, on Redis's clock
 // (µs) and late enough that no error within the estimate's bound makes a
-// call that Redis starts before local late: 0 (none) while there is no
+// command that Redis starts before local late: 0 (none) while there is no
 // estimate, or when local is zero.
-func (c *redisClock) deadline(local time.Time) int64 { return c.deadlineAt(local, time.Now()) }
+func (c *Clock) Deadline(local time.Time) int64 { return c.deadlineAt(local, time.Now()) }
 
-// deadlineAt is deadline with the estimate as it stands at now.
-func (c *redisClock) deadlineAt(local, now time.Time) int64 {
+// deadlineAt is Deadline with the estimate as it stands at now.
+func (c *Clock) deadlineAt(local, now time.Time) int64 {
 	if local.IsZero() {
 		return 0
 	}

@@ -7,7 +7,105 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/lua"
 )
+
+// goRedis is the sender through go-redis, for a client no pipe can stand
+// in for (a streaming credentials provider) and for the requests a
+// master's call found on a slot that moved (resend): on Cluster one call
+// per hash slot, with declared keys, so that Redis redirects a call
+// whose slot moved and go-redis follows (see Resharding below), the
+// calls in one pipeline. It blocks on go-redis, so on a goroutine of its
+// own, bounded by the batch's deadline, or else by the client's
+// timeouts.
+func (s *Store) goRedis(b *batch) {
+	go func() {
+		ctx := context.Background()
+		if !b.deadline.IsZero() {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, b.deadline)
+			defer cancel()
+		}
+		s.stampCalls(ctx, b.calls, b.reqs)
+		sent := time.Now()
+		s.run(ctx, b.calls)
+		if s.cluster {
+			s.settle(ctx, b)
+		} else if len(b.calls) == 1 {
+			if t, ok := lua.ReplyTime(b.calls[0].cmd.Val()); ok {
+				s.clock.Observe(sent, time.Now(), t)
+			}
+		}
+		for k := range b.calls {
+			c := &b.calls[k]
+			reply, err := c.cmd.Slice()
+			if err := s.collect(b, c, reply, err); err != nil {
+				s.reloadSlots(ctx)
+				s.finish(b, err)
+				return
+			}
+		}
+		s.finish(b, nil)
+	}()
+}
+
+// run sends the calls in one round trip, then sends again as EVAL, in a
+// second one, those that met NOSCRIPT or a missing function. Errors stay
+// in each call's cmd; a missing function is loaded again first.
+func (s *Store) run(ctx context.Context, calls []call) {
+	s.issue(ctx, calls, func(p redis.Cmdable, c *call) *redis.Cmd {
+		name, ref := s.scriptRef(c.script)
+		return s.eval(ctx, p, name, ref, c)
+	})
+	if !hasNoScript(calls) {
+		return
+	}
+	// Send every call again that met NOSCRIPT, in order; EVAL loads its
+	// script into the node's cache for the next EVALSHA.
+	retry := make([]call, 0, len(calls))
+	noFunction := false
+	for _, c := range calls {
+		if isNoScript(c.cmd.Err()) {
+			retry = append(retry, c)
+			noFunction = noFunction || isNoFunction(c.cmd.Err())
+		}
+	}
+	if noFunction {
+		s.reload(ctx)
+	}
+	s.issue(ctx, retry, func(p redis.Cmdable, c *call) *redis.Cmd {
+		return s.eval(ctx, p, "EVAL", c.script.Source, c)
+	})
+	for k, j := 0, 0; k < len(calls); k++ {
+		if isNoScript(calls[k].cmd.Err()) {
+			calls[k].cmd = retry[j].cmd
+			j++
+		}
+	}
+}
+
+// issue issues one command per call: alone when there is one, else in one
+// pipeline. Errors stay in each call's cmd.
+func (s *Store) issue(ctx context.Context, calls []call, issue func(redis.Cmdable, *call) *redis.Cmd) {
+	if len(calls) == 1 {
+		calls[0].cmd = issue(s.client, &calls[0])
+		return
+	}
+	pipe := s.client.Pipeline()
+	for k := range calls {
+		calls[k].cmd = issue(pipe, &calls[k])
+	}
+	_, _ = pipe.Exec(ctx) // each command keeps its own error
+}
+
+func hasNoScript(calls []call) bool {
+	for _, c := range calls {
+		if isNoScript(c.cmd.Err()) {
+			return true
+		}
+	}
+	return false
+}
 
 // Resharding. While a hash slot moves from one master to another, its keys
 // move one MIGRATE at a time, and a key lives on exactly one of the two.
@@ -100,7 +198,8 @@ const maxSettleRounds = 8
 // on the source, which runs it, or not, and the target runs it after
 // ASK.) A split call is replaced in b.calls by its parts, so that collect
 // reads them instead.
-func (s *Store) settle(ctx context.Context, b *buffers, reqs []engine.Request, now *int64) {
+func (s *Store) settle(ctx context.Context, b *batch) {
+	reqs := b.reqs
 	for round := 0; round < maxSettleRounds && hasTryAgain(b.calls); round++ {
 		n := len(b.calls)
 		kept := make([]call, 0, n)
@@ -109,7 +208,7 @@ func (s *Store) settle(ctx context.Context, b *buffers, reqs []engine.Request, n
 			c := b.calls[k]
 			if !isTryAgain(c.cmd.Err()) {
 				kept = append(kept, c)
-			} else if !s.split(b, reqs, &c, now) {
+			} else if !s.split(b, reqs, &c) {
 				again = append(again, c)
 			}
 		}
@@ -132,7 +231,7 @@ func (s *Store) settle(ctx context.Context, b *buffers, reqs []engine.Request, n
 
 // split appends to b.calls one call per unit of c (see settle) and
 // reports whether c had more than one.
-func (s *Store) split(b *buffers, reqs []engine.Request, c *call, now *int64) bool {
+func (s *Store) split(b *batch, reqs []engine.Request, c *call) bool {
 	// c.reqs holds each key's single-limit requests together, then the
 	// multi-limit ones.
 	unitEnd := func(start int) int {
@@ -152,7 +251,7 @@ func (s *Store) split(b *buffers, reqs []engine.Request, c *call, now *int64) bo
 	}
 	for start := 0; start < len(c.reqs); {
 		end := unitEnd(start)
-		s.appendCall(b, reqs, c.reqs[start:end], now)
+		b.appendCall(reqs, c.reqs[start:end])
 		start = end
 	}
 	return true

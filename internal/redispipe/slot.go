@@ -1,4 +1,4 @@
-package upstream
+package redispipe
 
 import "strings"
 
@@ -11,11 +11,12 @@ func Slot(key string) uint16 {
 			key = key[i+1 : i+1+j]
 		}
 	}
-	return crcSlot(key)
+	return TagSlot(key)
 }
 
-// crcSlot is the slot of a hash tag (or of a key without one).
-func crcSlot(key string) uint16 {
+// TagSlot is the slot of a hash tag (or of a key without one): Slot of
+// a key whose tag is known without joining the key.
+func TagSlot(key string) uint16 {
 	var crc uint16
 	for k := 0; k < len(key); k++ {
 		crc = crc<<8 ^ crcTable[byte(crc>>8)^key[k]]
