@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-rl/sluice/engine/memstore"
 	"github.com/sluice-rl/sluice/httpcheck"
 	"github.com/sluice-rl/sluice/internal/evloop"
+	"github.com/sluice-rl/sluice/internal/redisurl"
 	"github.com/sluice-rl/sluice/internal/settings"
 	"github.com/sluice-rl/sluice/internal/tlsfiles"
 	"github.com/sluice-rl/sluice/internal/version"
@@ -35,7 +36,6 @@ import (
 	"github.com/sluice-rl/sluice/rlsconfig/xds"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/telemetry"
-	"github.com/sluice-rl/sluice/upstream"
 )
 
 // Config is the sidecar's settings; the table itself (flags, variables,
@@ -309,7 +309,7 @@ func (s *Sidecar) telemetry(ctx context.Context, getenv func(string) string) (tr
 	if reader != nil {
 		readers = append(readers, reader)
 	}
-	s.tel, err = telemetry.New(telemetry.Config{Tracer: tracer, Upstream: upstream.Redact(s.cfg.Upstream),
+	s.tel, err = telemetry.New(telemetry.Config{Tracer: tracer, Upstream: redisurl.Redact(s.cfg.Upstream),
 		Parent: telemetry.TraceParent(getenv), Readers: readers, Ready: s.ready})
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/engine/chain"
 	"github.com/sluice-rl/sluice/engine/memstore"
+	"github.com/sluice-rl/sluice/internal/redisurl"
 	"github.com/sluice-rl/sluice/internal/tlsfiles"
 	"github.com/sluice-rl/sluice/respserver"
 	"github.com/sluice-rl/sluice/service"
@@ -24,7 +25,7 @@ import (
 // (engine/chain: guard, deny cache, batcher, in the order chain.New
 // owns). Leases go from the guard straight to upstream.
 type sharedStore struct {
-	kind  upstream.Kind
+	kind  redisurl.Kind
 	up    *upstream.Store // its replies are read on the first event loop (app.go)
 	chain *chain.Chain
 	close func()
@@ -96,7 +97,7 @@ func newChain(cfg Config, mem *memstore.Store, tel *telemetry.Telemetry, log *sl
 		})
 	}()
 	closers = append(closers, func() { stopSub(); <-subDone })
-	log.Info("using the upstream Redis", "kind", string(kind), "addrs", upstream.Redact(cfg.Upstream),
+	log.Info("using the upstream Redis", "kind", string(kind), "addrs", redisurl.Redact(cfg.Upstream),
 		"key_prefix", cfg.KeyPrefix, "on_upstream_failure", cfg.OnFailure.String(),
 		"upstream_timeout", cfg.UpstreamTimeout, "batch_max", cfg.BatchMax, "batch_inflight", cfg.BatchInFlight,
 		"deny_cache_size", cfg.DenyCacheSize)
@@ -144,7 +145,7 @@ func (s *Sidecar) infoSections() []respserver.InfoSection {
 	}
 	return append(secs,
 		respserver.InfoSection{Name: "Upstream", Fields: func() [][2]string {
-			return append([][2]string{{"upstream", string(c.kind)}, {"upstream_addrs", upstream.Redact(cfg.Upstream)},
+			return append([][2]string{{"upstream", string(c.kind)}, {"upstream_addrs", redisurl.Redact(cfg.Upstream)},
 				{"upstream_scripts", c.up.Scripts()},
 				{"upstream_calls_late", strconv.FormatUint(c.up.LateCalls(), 10)}, {"upstream_calls_overdue", strconv.FormatUint(c.up.OverdueCalls(), 10)}},
 				c.chain.InfoUpstream()...)
