@@ -3,6 +3,11 @@
 // admin server, telemetry and the policies watcher. The binary's main and
 // the end-to-end tests both build the sidecar here, so that what is tested
 // is what runs; main only turns flags and signals into calls.
+//
+// It wires and does no more: each door serves its own protocol (the
+// peer's HTTP port is rls's), each part writes its own INFO fields and
+// the admin port is telemetry's; app creates them in order, hands each
+// what it needs of the others, and stops them in reverse.
 package app
 
 import (
@@ -13,7 +18,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"syscall"
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -53,8 +57,7 @@ type Sidecar struct {
 	tel     *telemetry.Telemetry
 	resp    *respserver.Server
 	ln      net.Listener
-	admin   *http.Server
-	adminLn net.Listener
+	admin   *telemetry.Admin
 	rules   *rlsconfig.Watcher // nil without --rls-config
 	xds     *xds.Client        // nil without --rls-xds-server
 	grpc    *rls.Server        // nil without --grpc-listen
@@ -148,7 +151,7 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 		log.Debug("the upstream's connection is read on the first event loop", "loop", 0, "io_loops", len(loops))
 	}
 	rcfg := respserver.Config{Service: s.svc, RequirePass: cfg.RequirePass, Logger: log,
-		MaxConns: cfg.MaxClients, MaxInputMemory: int64(cfg.MaxInputMemory), Info: append(s.infoSections(), s.adminInfo()), Keys: s.mem.Len, Loops: loops}
+		MaxConns: cfg.MaxClients, MaxInputMemory: int64(cfg.MaxInputMemory), Info: s.infoSections(), Keys: s.mem.Len, Loops: loops}
 	if s.resp, err = respserver.New(rcfg); err != nil {
 		return err
 	}
@@ -158,7 +161,7 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	}
 	log.Info("listening", "addr", s.ln.Addr().String(), "version", version.String(), "auth", cfg.RequirePass != "")
 	s.closers = append(s.closers, func() { s.ln.Close() }) // a no-op once Serve has closed it
-	if err := s.listenAdmin(); err != nil {
+	if s.admin, err = s.tel.ListenAdmin(cfg.AdminListen, cfg.AdminOptional, log); err != nil {
 		return err
 	}
 	if cfg.RLSXDSServer != "" {
@@ -265,6 +268,22 @@ func (s *Sidecar) rlsRules() *rlsconfig.Config {
 	return nil
 }
 
+// listenRLSHTTP serves envoyproxy/ratelimit's HTTP port (rls's
+// HTTPHandler: /healthcheck and /json) unless --rls-http-listen is off;
+// settings requires the gRPC door with it.
+func (s *Sidecar) listenRLSHTTP() (err error) {
+	if s.cfg.RLSHTTPListen == "" {
+		return nil
+	}
+	s.rlsHTTP = &http.Server{Handler: s.grpc.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second}
+	if s.rlsHTLn, err = net.Listen("tcp", s.cfg.RLSHTTPListen); err != nil {
+		return fmt.Errorf("rls http listener: %w", err)
+	}
+	s.closers = append(s.closers, func() { s.rlsHTLn.Close() })
+	s.log.Info("serving envoyproxy/ratelimit's HTTP port", "addr", s.rlsHTLn.Addr().String(), "paths", "/healthcheck /json")
+	return nil
+}
+
 // listenHTTPCheck listens for the HTTP check.
 func (s *Sidecar) listenHTTPCheck() (err error) {
 	cfg := s.cfg
@@ -333,53 +352,6 @@ func (s *Sidecar) sources() telemetry.Sources {
 		src.LateCalls, src.OverdueCalls = c.up.LateCalls, c.up.OverdueCalls
 	}
 	return src
-}
-
-// listenAdmin starts the admin HTTP server, unless --admin-listen is off.
-// An address left at its default that another process holds (a second
-// sidecar on this machine) turns the admin server off with a warning,
-// rather than stopping the sidecar; one asked for must be had.
-func (s *Sidecar) listenAdmin() error {
-	if s.cfg.AdminListen == "" {
-		return nil
-	}
-	// The admin port shows counts and health, never keys or decisions on
-	// demand, so unlike the RESP port it may listen beyond loopback (a
-	// Prometheus in another pod scrapes it) without a password.
-	ln, err := net.Listen("tcp", s.cfg.AdminListen)
-	if err != nil && s.cfg.AdminOptional && errors.Is(err, syscall.EADDRINUSE) {
-		s.log.Warn("admin endpoints off: /metrics, /healthz and /readyz are not served, as the default admin address is taken; "+
-			"set --admin-listen to another address, or off", "addr", s.cfg.AdminListen, "err", err)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("admin listener: %w", err)
-	}
-	s.adminLn = ln
-	s.admin = &http.Server{Handler: s.tel.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := s.admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("admin server stopped", "err", err)
-		}
-	}()
-	s.log.Info("admin endpoints", "addr", ln.Addr().String(), "paths", "/metrics /healthz /readyz")
-	return nil
-}
-
-// adminInfo is INFO's Admin section: where /metrics, /healthz and /readyz
-// are served, or that they are not (admin_serving:0), which a taken
-// default address leaves only a log line otherwise.
-func (s *Sidecar) adminInfo() respserver.InfoSection {
-	return respserver.InfoSection{Name: "Admin", Fields: func() [][2]string {
-		addr, serving := s.cfg.AdminListen, "0"
-		if s.adminLn != nil {
-			addr, serving = s.adminLn.Addr().String(), "1"
-		}
-		if addr == "" {
-			addr = "off"
-		}
-		return [][2]string{{"admin_listen", addr}, {"admin_serving", serving}}
-	}}
 }
 
 // ReloadPolicies rereads the policies file and the rate limit service's
