@@ -309,7 +309,7 @@ func (l *Loop) read(lc *loopConn) {
 	n, err := unix.Read(lc.fd, lc.c.Room())
 	if n > 0 {
 		l.touch(lc)
-		lc.c.Took(n)
+		lc.c.Filled(n)
 		return
 	}
 	if err == unix.EAGAIN || err == unix.EINTR {
@@ -346,7 +346,7 @@ func (l *Loop) turn() {
 		}
 		c := lc.c
 		l.write(lc)
-		c.Written()
+		c.Flushed()
 		switch {
 		case lc.fd < 0:
 		case c.Idle() && len(c.Out()) == 0 && (c.Done() || lc.eof || draining && l.drainAt.Load() <= time.Now().UnixNano()):
@@ -494,7 +494,7 @@ func (l *Loop) write(lc *loopConn) {
 			l.close(lc, err)
 			return
 		}
-		c.Wrote(n)
+		c.Sent(n)
 	}
 }
 
