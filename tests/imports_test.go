@@ -7,11 +7,12 @@ import (
 	"testing"
 )
 
-// The dependency arrows point one way (DESIGN.md): engine imports none of
-// the packages built on it; a front door (respserver) reaches the stores
-// only through the service, and never knows Redis or policies; the service
-// knows engine and its policies interface, never a door; only app composes
-// them, and cmd/sluice only calls app.
+// The dependency arrows point one way (README.md, "How it is built"):
+// engine imports none of the packages built on it; a front door
+// (respserver, rls, httpcheck) reaches the stores only through the
+// service, and never knows Redis or policies; the service knows engine
+// and its policies interface, never a door; only app composes them, and
+// cmd/sluice only calls app.
 func TestImportsPointDown(t *testing.T) {
 	doors := []string{"respserver", "rls", "httpcheck"}
 	// What no door may import: the store's client, the policies' loader,

@@ -57,7 +57,7 @@ type Store struct {
 	now     func() time.Time
 	seed    maphash.Seed
 	shards  [memoryShards]memoryShard
-	leases  memLeases // the concurrency limiter's (memlease.go)
+	leases  memLeases // the concurrency limiter's (lease.go)
 	maxKeys int       // Config.MaxKeys, for INFO
 }
 

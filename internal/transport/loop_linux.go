@@ -403,10 +403,9 @@ func (l *Loop) handOver() bool {
 // once (the service's InFlight), of about equal size,
 // whole connections each, which the store sends as round trips in flight
 // together: Redis then decides one part while the loop writes the
-// replies of another and reads what their clients send next. Handed over
-// whole, the round keeps the loop, Redis and the clients in lockstep,
-// each idle while another works (at -P 16 it measured 1.5 times direct
-// calls whole, and 1.8 in two parts).
+// replies of another and reads what their clients send next, where a
+// round handed over whole keeps the loop, Redis and the clients in
+// lockstep (docs/speed.md has the measurements).
 func (l *Loop) decide(r *round, bs []*service.Batch) {
 	l.sizes = l.sizes[:0]
 	for _, b := range bs {

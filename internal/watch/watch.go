@@ -38,7 +38,7 @@ type Config struct {
 	// keeps what is in use. It is called from Run's goroutine or from
 	// Reload's caller, never twice at once.
 	Apply func() error
-	// Applied is the digest (Digest) of the content in use when the
+	// Applied is the digest (digest) of the content in use when the
 	// Watcher starts, so that Run reloads only a change. Zero: unknown,
 	// and Run applies the content once when it starts.
 	Applied Sum
@@ -97,7 +97,7 @@ func (w *Watcher) Reload() error { return w.check(true) }
 func (w *Watcher) check(forced bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	sum := Digest(w.cfg.Path)
+	sum := digest(w.cfg.Path)
 	if !forced && (sum == w.applied || sum == w.refused) {
 		return nil
 	}
@@ -112,12 +112,12 @@ func (w *Watcher) check(forced bool) error {
 	return nil
 }
 
-// Digest is a digest of what path holds, through symlinks: a file's
+// digest is a digest of what path holds, through symlinks: a file's
 // content (its SHA-256), or a directory's files' names and contents, those
 // whose name starts with a dot left out (a ConfigMap's ..data, which the
 // other names lead through). A path that cannot be read has a digest of
 // its error, so that the same failure is told once.
-func Digest(path string) Sum {
+func digest(path string) Sum {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return sha256.Sum256([]byte("error: " + err.Error()))
