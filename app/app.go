@@ -3,6 +3,11 @@
 // admin server, telemetry and the policies watcher. The binary's main and
 // the end-to-end tests both build the sidecar here, so that what is tested
 // is what runs; main only turns flags and signals into calls.
+//
+// It wires and does no more: each door serves its own protocol (the
+// peer's HTTP port is rls's), each part writes its own INFO fields and
+// the admin port is telemetry's; app creates them in order, hands each
+// what it needs of the others, and stops them in reverse.
 package app
 
 import (
@@ -13,7 +18,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"syscall"
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -25,6 +29,7 @@ import (
 	"github.com/sluice-rl/sluice/httpcheck"
 	"github.com/sluice-rl/sluice/internal/accept"
 	"github.com/sluice-rl/sluice/internal/evloop"
+	"github.com/sluice-rl/sluice/internal/redisurl"
 	"github.com/sluice-rl/sluice/internal/settings"
 	"github.com/sluice-rl/sluice/internal/tlsfiles"
 	"github.com/sluice-rl/sluice/internal/version"
@@ -37,7 +42,6 @@ import (
 	"github.com/sluice-rl/sluice/rlsconfig/xds"
 	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/telemetry"
-	"github.com/sluice-rl/sluice/upstream"
 )
 
 // Config is the sidecar's settings; the table itself (flags, variables,
@@ -57,8 +61,7 @@ type Sidecar struct {
 	peerStats *peerstats.Stats
 	resp      *respserver.Server
 	ln        net.Listener
-	admin     *http.Server
-	adminLn   net.Listener
+	admin     *telemetry.Admin
 	rules     *rlsconfig.Watcher // nil without --rls-config
 	xds       *xds.Client        // nil without --rls-xds-server
 	grpc      *rls.Server        // nil without --grpc-listen
@@ -152,7 +155,7 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 		log.Debug("the upstream's connection is read on the first event loop", "loop", 0, "io_loops", len(loops))
 	}
 	rcfg := respserver.Config{Service: s.svc, RequirePass: cfg.RequirePass, Logger: log,
-		MaxConns: cfg.MaxClients, MaxInputMemory: int64(cfg.MaxInputMemory), Info: append(s.infoSections(), s.adminInfo()), Keys: s.mem.Len, Loops: loops}
+		MaxConns: cfg.MaxClients, MaxInputMemory: int64(cfg.MaxInputMemory), Info: s.infoSections(), Keys: s.mem.Len, Loops: loops}
 	if s.resp, err = respserver.New(rcfg); err != nil {
 		return err
 	}
@@ -162,7 +165,7 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	}
 	log.Info("listening", "addr", s.ln.Addr().String(), "version", version.String(), "auth", cfg.RequirePass != "")
 	s.closers = append(s.closers, func() { s.ln.Close() }) // a no-op once Serve has closed it
-	if err := s.listenAdmin(); err != nil {
+	if s.admin, err = s.tel.ListenAdmin(cfg.AdminListen, cfg.AdminOptional, log); err != nil {
 		return err
 	}
 	if cfg.RLSXDSServer != "" {
@@ -276,6 +279,23 @@ func (s *Sidecar) rlsRules() *rlsconfig.Config {
 	return nil
 }
 
+// listenRLSHTTP serves envoyproxy/ratelimit's HTTP port (rls's
+// HTTPHandler: /healthcheck and /json) unless --rls-http-listen is off;
+// settings requires the gRPC door with it.
+func (s *Sidecar) listenRLSHTTP() (err error) {
+	if s.cfg.RLSHTTPListen == "" {
+		return nil
+	}
+	s.rlsHTTP = &http.Server{Handler: s.grpc.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second}
+	if s.rlsHTLn, err = net.Listen("tcp", s.cfg.RLSHTTPListen); err != nil {
+		return fmt.Errorf("rls http listener: %w", err)
+	}
+	s.rlsHTLn = accept.Retrying(s.rlsHTLn, s.log, "rls http")
+	s.closers = append(s.closers, func() { s.rlsHTLn.Close() })
+	s.log.Info("serving envoyproxy/ratelimit's HTTP port", "addr", s.rlsHTLn.Addr().String(), "paths", "/healthcheck /json")
+	return nil
+}
+
 // listenHTTPCheck listens for the HTTP check.
 func (s *Sidecar) listenHTTPCheck() (err error) {
 	cfg := s.cfg
@@ -325,7 +345,7 @@ func (s *Sidecar) telemetry(ctx context.Context, getenv func(string) string) (tr
 	if err != nil {
 		return nil, err
 	}
-	s.tel, err = telemetry.New(telemetry.Config{Tracer: tracer, Upstream: upstream.Redact(s.cfg.Upstream),
+	s.tel, err = telemetry.New(telemetry.Config{Tracer: tracer, Upstream: redisurl.Redact(s.cfg.Upstream),
 		Parent: telemetry.TraceParent(getenv), Readers: readers, Ready: s.ready, Collectors: collectors, MetricsPath: s.cfg.MetricsPath})
 	if err != nil {
 		return nil, err
@@ -364,53 +384,6 @@ func (s *Sidecar) configs() []telemetry.ConfigStatus {
 		add("rls", s.rules.Status())
 	}
 	return cs
-}
-
-// listenAdmin starts the admin HTTP server, unless --admin-listen is off.
-// An address left at its default that another process holds (a second
-// sidecar on this machine) turns the admin server off with a warning,
-// rather than stopping the sidecar; one asked for must be had.
-func (s *Sidecar) listenAdmin() error {
-	if s.cfg.AdminListen == "" {
-		return nil
-	}
-	// The admin port shows counts and health, never keys or decisions on
-	// demand, so unlike the RESP port it may listen beyond loopback (a
-	// Prometheus in another pod scrapes it) without a password.
-	ln, err := net.Listen("tcp", s.cfg.AdminListen)
-	if err != nil && s.cfg.AdminOptional && errors.Is(err, syscall.EADDRINUSE) {
-		s.log.Warn("admin endpoints off: /metrics, /healthz and /readyz are not served, as the default admin address is taken; "+
-			"set --admin-listen to another address, or off", "addr", s.cfg.AdminListen, "err", err)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("admin listener: %w", err)
-	}
-	s.adminLn = accept.Retrying(ln, s.log, "admin")
-	s.admin = &http.Server{Handler: s.tel.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := s.admin.Serve(s.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("admin server stopped", "err", err)
-		}
-	}()
-	s.log.Info("admin endpoints", "addr", ln.Addr().String(), "paths", "/metrics /healthz /readyz")
-	return nil
-}
-
-// adminInfo is INFO's Admin section: where /metrics, /healthz and /readyz
-// are served, or that they are not (admin_serving:0), which a taken
-// default address leaves only a log line otherwise.
-func (s *Sidecar) adminInfo() respserver.InfoSection {
-	return respserver.InfoSection{Name: "Admin", Fields: func() [][2]string {
-		addr, serving := s.cfg.AdminListen, "0"
-		if s.adminLn != nil {
-			addr, serving = s.adminLn.Addr().String(), "1"
-		}
-		if addr == "" {
-			addr = "off"
-		}
-		return [][2]string{{"admin_listen", addr}, {"admin_serving", serving}}
-	}}
 }
 
 // ReloadPolicies rereads the policies file and the rate limit service's

@@ -6,16 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/engine/chain"
 	"github.com/sluice-rl/sluice/engine/memstore"
+	"github.com/sluice-rl/sluice/internal/redisurl"
 	"github.com/sluice-rl/sluice/internal/tlsfiles"
 	"github.com/sluice-rl/sluice/respserver"
-	"github.com/sluice-rl/sluice/service"
 	"github.com/sluice-rl/sluice/telemetry"
 	"github.com/sluice-rl/sluice/upstream"
 )
@@ -24,7 +23,7 @@ import (
 // (engine/chain: guard, deny cache, batcher, in the order chain.New
 // owns). Leases go from the guard straight to upstream.
 type sharedStore struct {
-	kind  upstream.Kind
+	kind  redisurl.Kind
 	up    *upstream.Store // its replies are read on the first event loop (app.go)
 	chain *chain.Chain
 	close func()
@@ -96,7 +95,7 @@ func newChain(cfg Config, mem *memstore.Store, tel *telemetry.Telemetry, log *sl
 		})
 	}()
 	closers = append(closers, func() { stopSub(); <-subDone })
-	log.Info("using the upstream Redis", "kind", string(kind), "addrs", upstream.Redact(cfg.Upstream),
+	log.Info("using the upstream Redis", "kind", string(kind), "addrs", redisurl.Redact(cfg.Upstream),
 		"key_prefix", cfg.KeyPrefix, "on_upstream_failure", cfg.OnFailure.String(),
 		"upstream_timeout", cfg.UpstreamTimeout, "batch_max", cfg.BatchMax, "batch_inflight", cfg.BatchInFlight,
 		"deny_cache_size", cfg.DenyCacheSize)
@@ -118,55 +117,38 @@ func (s *Sidecar) ready() error {
 	return errors.New("the upstream Redis cannot decide and --on-upstream-failure is deny")
 }
 
-// infoSections are INFO's Sluice sections, read from the parts that hold
-// their data; INFO sluice shows them all.
+// infoSections are INFO's Sluice sections, each written by the part
+// that holds its data; INFO sluice shows them all.
 func (s *Sidecar) infoSections() []respserver.InfoSection {
-	cfg := s.cfg
 	secs := []respserver.InfoSection{
-		{Name: "Memory", Fields: func() [][2]string {
-			return [][2]string{{"memory_store_keys", strconv.Itoa(s.mem.Len())}, {"memory_store_max_keys", strconv.Itoa(cfg.MaxKeys)}}
-		}},
-		{Name: "Leases", Fields: s.leaseInfo},
+		{Name: "Memory", Fields: s.mem.InfoMemory},
+		{Name: "Leases", Fields: func() [][2]string { return append(s.svc.InfoLeases(), s.mem.InfoLeases()...) }},
 		{Name: "Policies", Fields: func() [][2]string {
-			if s.live == nil {
-				return [][2]string{{"policies", "0"}, {"policies_file", ""}}
+			if s.policies == nil {
+				return s.live.Info(s.cfg.Policies)
 			}
-			set := s.live.Current()
-			return append([][2]string{{"policies", strconv.Itoa(set.Len())}, {"policies_file", cfg.Policies},
-				{"policy_names", strings.Join(set.Names(), ",")}}, s.policies.Info("policies_")...)
+			return append(s.live.Info(s.cfg.Policies), s.policies.Info("policies_")...)
 		}},
-		{Name: "Rls", Fields: func() [][2]string {
-			if s.rules == nil {
-				return [][2]string{{"rls_config_dir", ""}}
-			}
-			return append([][2]string{{"rls_config_dir", cfg.RLSConfig},
-				{"rls_domains", strconv.Itoa(len(s.rules.Current().Domains()))}}, s.rules.Info()...)
-		}},
+		{Name: "Rls", Fields: func() [][2]string { return s.rules.Info() }},
+		s.upstreamInfo(),
 	}
-	c := s.chain
-	if c == nil {
-		return append(secs, respserver.InfoSection{Name: "Upstream", Fields: func() [][2]string {
-			return [][2]string{{"upstream", "none"}}
-		}})
+	if c := s.chain; c != nil {
+		secs = append(secs, respserver.InfoSection{Name: "Batcher", Fields: c.chain.InfoBatcher},
+			respserver.InfoSection{Name: "Denycache", Fields: c.chain.InfoDenyCache})
 	}
-	return append(secs,
-		respserver.InfoSection{Name: "Upstream", Fields: func() [][2]string {
-			return append([][2]string{{"upstream", string(c.kind)}, {"upstream_addrs", upstream.Redact(cfg.Upstream)},
-				{"upstream_scripts", c.up.Scripts()},
-				{"upstream_calls_late", strconv.FormatUint(c.up.LateCalls(), 10)}, {"upstream_calls_overdue", strconv.FormatUint(c.up.OverdueCalls(), 10)}},
-				c.chain.InfoUpstream()...)
-		}},
-		respserver.InfoSection{Name: "Batcher", Fields: c.chain.InfoBatcher},
-		respserver.InfoSection{Name: "Denycache", Fields: c.chain.InfoDenyCache})
+	// The admin server starts after the RESP door is built (app.go).
+	return append(secs, respserver.InfoSection{Name: "Admin", Fields: func() [][2]string { return s.admin.Info() }})
 }
 
-// leaseInfo is INFO's Leases section: the concurrency limiter's counts,
-// summed over policies (the metrics have them per policy).
-func (s *Sidecar) leaseInfo() [][2]string {
-	t := s.svc.LeaseTotals()
-	f := [][2]string{{"leases_held", strconv.FormatInt(t.Held, 10)}}
-	for e, n := range t.Events {
-		f = append(f, [2]string{"leases_" + service.LeaseEvent(e).String(), strconv.FormatUint(n, 10)})
+// upstreamInfo is INFO's Upstream section: the address (its kind, its
+// hosts), then the store's fields and the chain's.
+func (s *Sidecar) upstreamInfo() respserver.InfoSection {
+	c := s.chain
+	if c == nil {
+		return respserver.InfoSection{Name: "Upstream", Fields: func() [][2]string { return [][2]string{{"upstream", "none"}} }}
 	}
-	return append(f, [2]string{"memory_store_leases", strconv.Itoa(s.mem.Leases())})
+	addr := [][2]string{{"upstream", string(c.kind)}, {"upstream_addrs", redisurl.Redact(s.cfg.Upstream)}}
+	return respserver.InfoSection{Name: "Upstream", Fields: func() [][2]string {
+		return slices.Concat(addr, c.up.Info(), c.chain.InfoUpstream())
+	}}
 }

@@ -19,8 +19,8 @@ const (
 	// MaxLeases is the largest Limit: each held lease is one entry of the
 	// key's state, in Redis and in memory.
 	MaxLeases = 100_000
-	// MaxLeaseIDLen bounds a lease id, in bytes.
-	MaxLeaseIDLen = 128
+	// maxLeaseIDLen bounds a lease id, in bytes.
+	maxLeaseIDLen = 128
 )
 
 // Concurrency is a concurrency policy's limit: at most Limit leases of a
@@ -59,14 +59,14 @@ func (r *LeaseRequest) Validate() error {
 	return ValidateLeaseID(r.ID)
 }
 
-// ValidateLeaseID checks a lease id: 1 to MaxLeaseIDLen bytes.
+// ValidateLeaseID checks a lease id: 1 to 128 bytes (maxLeaseIDLen).
 func ValidateLeaseID(id string) error {
 	if id == "" {
 		return &ParamError{Param: "lease_id", Value: `""`, Reason: "must not be empty"}
 	}
-	if len(id) > MaxLeaseIDLen {
+	if len(id) > maxLeaseIDLen {
 		return &ParamError{Param: "lease_id", Value: "of " + strconv.Itoa(len(id)) + " bytes",
-			Reason: "must be at most " + strconv.Itoa(MaxLeaseIDLen) + " bytes"}
+			Reason: "must be at most " + strconv.Itoa(maxLeaseIDLen) + " bytes"}
 	}
 	return nil
 }

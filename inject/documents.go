@@ -162,7 +162,7 @@ func (s Settings) object(j []byte, where string, warn func(string)) ([]byte, boo
 		// A template without metadata: the annotations' parent first.
 		res.Patch = append([]Operation{{"add", "/metadata", map[string]any{}}}, res.Patch...)
 	}
-	patched, err := Apply(j, Prefix(res.Patch, prefix))
+	patched, err := apply(j, Prefix(res.Patch, prefix))
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: %w", name, err)
 	}
@@ -203,8 +203,8 @@ func (s Settings) list(j []byte, items []json.RawMessage, name string, warn func
 	return out, true, err
 }
 
-// Apply applies patch to the JSON document doc.
-func Apply(doc []byte, patch []Operation) ([]byte, error) {
+// apply applies patch to the JSON document doc.
+func apply(doc []byte, patch []Operation) ([]byte, error) {
 	b, err := json.Marshal(patch)
 	if err != nil {
 		return nil, err

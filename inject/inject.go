@@ -17,9 +17,9 @@ import (
 // its container's memory limit, so that a sidecar given the defaults fits
 // the container it is given.
 
-// DefaultTokenSecretKey is the key of the HTTP check's token in
+// defaultTokenSecretKey is the key of the HTTP check's token in
 // --http-token-secret.
-const DefaultTokenSecretKey = "http-token"
+const defaultTokenSecretKey = "http-token"
 
 // registerSecrets adds the flags that name Secrets, beside
 // --upstream-secret.
@@ -32,7 +32,7 @@ func (s *Settings) registerSecrets(fs *flag.FlagSet) {
 // httpTokenRefused is why --http-token and sluice.io/http-token are
 // refused: the way out, in one line.
 const httpTokenRefused = "the token would be written into the pod spec: put it in a Secret and give --http-token-secret NAME " +
-	"(annotation sluice.io/http-token-secret; its key --http-token-secret-key, default " + DefaultTokenSecretKey + ")"
+	"(annotation sluice.io/http-token-secret; its key --http-token-secret-key, default " + defaultTokenSecretKey + ")"
 
 // checkDerived refuses secrets given as values and a memory limit too
 // small to size, and checks c, the sidecar's configuration, as it will
@@ -101,9 +101,9 @@ type Sizing struct {
 	MaxInputMemory int64 // bytes
 }
 
-// SizeFor derives the sidecar's memory settings from its container's
+// sizeFor derives the sidecar's memory settings from its container's
 // memory limit, in bytes.
-func SizeFor(limit int64) (Sizing, error) {
+func sizeFor(limit int64) (Sizing, error) {
 	if limit < minMemoryLimit {
 		return Sizing{}, fmt.Errorf("invalid --memory-limit: %d MiB is too small: the sidecar needs at least %d MiB", limit>>20, minMemoryLimit>>20)
 	}
@@ -152,7 +152,7 @@ func (s *Settings) sizing() (Sizing, bool, error) {
 	if err != nil {
 		return Sizing{}, false, fmt.Errorf("invalid --memory-limit %q: %v", s.MemoryLimit, err)
 	}
-	sz, err := SizeFor(q.Value())
+	sz, err := sizeFor(q.Value())
 	return sz, err == nil, err
 }
 

@@ -32,32 +32,32 @@ import (
 // it reads.
 const (
 	ContainerName    = "sluice"
-	PoliciesVolume   = "sluice-policies"
+	policiesVolume   = "sluice-policies"
 	SocketVolume     = "sluice-socket"
 	PoliciesDir      = "/etc/sluice/policies"
-	PoliciesKey      = "policies.yaml"
+	policiesKey      = "policies.yaml"
 	AdminPortName    = "sluice-admin"
-	AnnotationPrefix = "sluice.io/"
+	annotationPrefix = "sluice.io/"
 	// InjectKey is the label that opts a pod in ("true") and the label or
 	// annotation that opts it out ("false").
-	InjectKey = AnnotationPrefix + "inject"
+	InjectKey = annotationPrefix + "inject"
 	// StatusKey marks an injected pod, as Istio's sidecar.istio.io/status
 	// does: a pod that has it is never injected again.
-	StatusKey = AnnotationPrefix + "status"
+	StatusKey = annotationPrefix + "status"
 	// User is the image's numeric user and group.
 	User = 65532
-	// SocketPerm is a Unix socket's mode when the pod gives none: every
+	// socketPerm is a Unix socket's mode when the pod gives none: every
 	// container of the pod runs as a user of its own choosing, and none
 	// but the pod's containers mount the volume the socket is in.
-	SocketPerm = "666"
+	socketPerm = "666"
 )
 
 // DefaultImage is the image of this version of Sluice. A tag holds no '+',
 // which a development version has.
-var DefaultImage = "sluice-rl/sluice:" + ImageTag(version.String())
+var DefaultImage = "sluice-rl/sluice:" + imageTag(version.String())
 
-// ImageTag turns a version into a valid image tag.
-func ImageTag(v string) string {
+// imageTag turns a version into a valid image tag.
+func imageTag(v string) string {
 	return strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-' {
 			return r
@@ -97,7 +97,7 @@ func DefaultSettings() Settings {
 		Native:            true,
 		UpstreamSecret:    "sluice-upstream",
 		UpstreamSecretKey: "upstream",
-		TokenSecretKey:    DefaultTokenSecretKey,
+		TokenSecretKey:    defaultTokenSecretKey,
 		PoliciesConfigMap: "sluice-policies",
 		CPURequest:        "50m",
 		MemoryRequest:     "64Mi",
@@ -128,7 +128,7 @@ func (s *Settings) Register(fs *flag.FlagSet) {
 	fs.StringVar(&s.UpstreamSecretKey, "upstream-secret-key", s.UpstreamSecretKey, "`key` of the upstream address in --upstream-secret")
 	s.registerSecrets(fs)
 	fs.StringVar(&s.PoliciesConfigMap, "policies-configmap", s.PoliciesConfigMap,
-		"`name` of the ConfigMap whose key "+PoliciesKey+" is the policies file, mounted as a directory at "+PoliciesDir+"; empty: none")
+		"`name` of the ConfigMap whose key "+policiesKey+" is the policies file, mounted as a directory at "+PoliciesDir+"; empty: none")
 	fs.StringVar(&s.CPURequest, "cpu-request", s.CPURequest, "the sidecar's CPU request (`quantity`; empty: none)")
 	fs.StringVar(&s.MemoryRequest, "memory-request", s.MemoryRequest, "the sidecar's memory request (`quantity`; empty: none)")
 	fs.StringVar(&s.CPULimit, "cpu-limit", s.CPULimit, "the sidecar's CPU limit (`quantity`; empty: none)")
@@ -174,7 +174,7 @@ func (s Settings) ForPod(annotations map[string]string) (Settings, error) {
 	fs := flag.NewFlagSet("annotations", flag.ContinueOnError)
 	s.Register(fs)
 	for _, k := range sortedKeys(annotations) {
-		name, ok := strings.CutPrefix(k, AnnotationPrefix)
+		name, ok := strings.CutPrefix(k, annotationPrefix)
 		if !ok || k == InjectKey || k == StatusKey {
 			continue
 		}
@@ -257,7 +257,7 @@ func (s *Settings) sidecarConfig() settings.Config {
 	c := s.Sidecar
 	c.Policies = s.policiesFile()
 	if s.socketDir() != "" && c.ListenPerm == "" {
-		c.ListenPerm = SocketPerm
+		c.ListenPerm = socketPerm
 	}
 	_ = s.sizeMemory(&c) // an error is Validate's (checkDerived)
 	return c
@@ -282,7 +282,7 @@ func (s *Settings) policiesFile() string {
 	if s.PoliciesConfigMap == "" {
 		return s.Sidecar.Policies
 	}
-	return PoliciesDir + "/" + PoliciesKey
+	return PoliciesDir + "/" + policiesKey
 }
 
 // Args are the sidecar's command-line arguments: one for each setting
@@ -346,8 +346,8 @@ func (s *Settings) Container() (corev1.Container, []corev1.Volume) {
 		// A directory, not a subPath: the kubelet swaps the directory's
 		// symlink on a ConfigMap update, which the sidecar's watcher
 		// follows; a subPath mount would never change.
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: PoliciesVolume, MountPath: PoliciesDir, ReadOnly: true})
-		volumes = append(volumes, corev1.Volume{Name: PoliciesVolume, VolumeSource: corev1.VolumeSource{
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: policiesVolume, MountPath: PoliciesDir, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: policiesVolume, VolumeSource: corev1.VolumeSource{
 			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: s.PoliciesConfigMap}}}})
 	}
 	if m, ok := s.SocketMount(); ok {

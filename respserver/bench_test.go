@@ -87,6 +87,6 @@ func (c *client) settle() {
 
 // serveRead runs what a read of n bytes completed, and waits for it all.
 func (c *client) serveRead(n int) {
-	c.Took(n)
+	c.Filled(n)
 	c.settle()
 }

@@ -23,8 +23,9 @@ const maxQueued = 4096
 
 func (c *client) Room() []byte { return c.room() }
 
-// Took runs what a read of n bytes completed, short of handing it over.
-func (c *client) Took(n int) {
+// Filled runs what a read of n bytes into Room completed, short of
+// handing it over.
+func (c *client) Filled(n int) {
 	defer c.recoverPanic()
 	c.take(n)
 }
@@ -67,9 +68,9 @@ func (c *client) Landed(s transport.Segment, gone bool) {
 
 func (c *client) Out() []byte { return c.out }
 
-// Wrote drops the replies written, and a buffer a huge pipeline grew
-// once all are.
-func (c *client) Wrote(n int) {
+// Sent drops the first n bytes of Out, written, and a buffer a huge
+// pipeline grew once all are.
+func (c *client) Sent(n int) {
 	if n < len(c.out) {
 		c.out = c.out[:copy(c.out, c.out[n:])]
 		return
@@ -81,7 +82,8 @@ func (c *client) Wrote(n int) {
 	}
 }
 
-func (c *client) Written()   { c.compact() }
+// Flushed drops the input that the commands run came from.
+func (c *client) Flushed()   { c.compact() }
 func (c *client) Idle() bool { return c.idle() }
 func (c *client) Done() bool { return c.quit }
 func (c *client) Failed()    { c.internalError() }

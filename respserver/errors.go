@@ -75,9 +75,6 @@ const (
 // "Protocol error: …" texts), as Redis sends it before closing.
 func protocolError(msg string) string { return "ERR " + msg }
 
-// maxQuoted is how much of a client's value an error message repeats.
-const maxQuoted = 64
-
 // invalidArg is the reply to an argument that does not parse.
 func invalidArg(name string, v []byte, reason string) string {
 	return "ERR invalid " + name + " " + resp.Quote(v) + ": " + reason

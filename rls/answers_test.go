@@ -11,6 +11,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluice-rl/sluice/engine/memstore"
+	"github.com/sluice-rl/sluice/internal/rlsopts"
 	"github.com/sluice-rl/sluice/rlsconfig"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -182,16 +183,16 @@ func TestAnswers(t *testing.T) {
 // descriptor whatever is closer; reset times by the store's clock.
 func TestAnswerHeaders(t *testing.T) {
 	for _, tc := range []struct {
-		set     Headers
+		set     rlsopts.Headers
 		allowed string // the headers of user (10/h) and tenant (5/h), first call
 		refused string // tenant used up, with client_ip (2/h, closer to nothing) beside it
 	}{
-		{HeadersOff, "", ""},
-		{HeadersPeer, "RateLimit-Limit: 5|RateLimit-Remaining: 4|RateLimit-Reset: 3000",
+		{rlsopts.HeadersOff, "", ""},
+		{rlsopts.HeadersPeer, "RateLimit-Limit: 5|RateLimit-Remaining: 4|RateLimit-Reset: 3000",
 			"RateLimit-Limit: 5|RateLimit-Remaining: 0|RateLimit-Reset: 3000"},
-		{HeadersDraft, `RateLimit-Policy: "tenant";q=5;w=3600|RateLimit: "tenant";r=4;t=3000`,
+		{rlsopts.HeadersDraft, `RateLimit-Policy: "tenant";q=5;w=3600|RateLimit: "tenant";r=4;t=3000`,
 			`RateLimit-Policy: "tenant";q=5;w=3600|RateLimit: "tenant";r=0;t=3000|Retry-After: 3000`},
-		{HeadersBoth, `RateLimit-Limit: 5|RateLimit-Remaining: 4|RateLimit-Reset: 3000|RateLimit-Policy: "tenant";q=5;w=3600|RateLimit: "tenant";r=4;t=3000`,
+		{rlsopts.HeadersBoth, `RateLimit-Limit: 5|RateLimit-Remaining: 4|RateLimit-Reset: 3000|RateLimit-Policy: "tenant";q=5;w=3600|RateLimit: "tenant";r=4;t=3000`,
 			`RateLimit-Limit: 5|RateLimit-Remaining: 0|RateLimit-Reset: 3000|RateLimit-Policy: "tenant";q=5;w=3600|RateLimit: "tenant";r=0;t=3000|Retry-After: 3000`},
 	} {
 		t.Run(tc.set.String(), func(t *testing.T) {
@@ -219,12 +220,12 @@ func TestAnswerHeaders(t *testing.T) {
 // set is unchanged.
 func TestAnswerHeadersSluiceRules(t *testing.T) {
 	for _, tc := range []struct {
-		set        Headers
+		set        rlsopts.Headers
 		paced, bkt string
 	}{
-		{HeadersDraft, `RateLimit-Policy: "paced";q=100;w=60;sluice-burst=21|RateLimit: "paced";r=20;t=1`,
+		{rlsopts.HeadersDraft, `RateLimit-Policy: "paced";q=100;w=60;sluice-burst=21|RateLimit: "paced";r=20;t=1`,
 			`RateLimit-Policy: "bucket";q=10;w=1;sluice-burst=50|RateLimit: "bucket";r=49;t=1`},
-		{HeadersPeer, "RateLimit-Limit: 100|RateLimit-Remaining: 20|RateLimit-Reset: 1",
+		{rlsopts.HeadersPeer, "RateLimit-Limit: 100|RateLimit-Remaining: 20|RateLimit-Reset: 1",
 			"RateLimit-Limit: 10|RateLimit-Remaining: 49|RateLimit-Reset: 1"},
 	} {
 		t.Run(tc.set.String(), func(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-rl/sluice/engine/memstore"
+	"github.com/sluice-rl/sluice/internal/rlsopts"
 	"github.com/sluice-rl/sluice/rlsconfig"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -64,7 +65,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		cfg  Config
 	}{
 		{"plain", Config{}},
-		{"headers=both", Config{Headers: HeadersBoth}},
+		{"headers=both", Config{Headers: rlsopts.HeadersBoth}},
 		{"stop-when-over", Config{StopWhenOverLimit: true}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
@@ -93,7 +94,7 @@ func TestWindowLeft(t *testing.T) {
 
 // serveBench serves the benchmark's configuration on transport tr on a
 // loopback port until the benchmark ends, and returns the address.
-func serveBench(b *testing.B, tr Transport) string {
+func serveBench(b *testing.B, tr rlsopts.Transport) string {
 	s := newServer(b, benchYAML, Config{Transport: tr})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -115,12 +116,12 @@ func benchRequest() *pb.RateLimitRequest {
 // parallelism), on the in-memory store, on each transport. The client is
 // grpc-go's on both, so the difference between the two is the server's.
 func BenchmarkGRPC(b *testing.B) {
-	for _, tr := range []Transport{TransportOwn, TransportGRPCGo} {
+	for _, tr := range []rlsopts.Transport{rlsopts.TransportOwn, rlsopts.TransportGRPCGo} {
 		b.Run(tr.String(), func(b *testing.B) { benchmarkGRPC(b, tr) })
 	}
 }
 
-func benchmarkGRPC(b *testing.B, tr Transport) {
+func benchmarkGRPC(b *testing.B, tr rlsopts.Transport) {
 	addr := serveBench(b, tr)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -177,12 +178,12 @@ func BenchmarkHandler(b *testing.B) {
 // is warm, and one DATA frame each) and counts their trailers. Its
 // allocations per call are the server's: transport, door and decision.
 func BenchmarkServer(b *testing.B) {
-	for _, tr := range []Transport{TransportOwn, TransportGRPCGo} {
+	for _, tr := range []rlsopts.Transport{rlsopts.TransportOwn, rlsopts.TransportGRPCGo} {
 		b.Run(tr.String(), func(b *testing.B) { benchmarkServer(b, tr) })
 	}
 }
 
-func benchmarkServer(b *testing.B, tr Transport) {
+func benchmarkServer(b *testing.B, tr rlsopts.Transport) {
 	nc, err := net.Dial("tcp", serveBench(b, tr))
 	if err != nil {
 		b.Fatal(err)

@@ -13,16 +13,6 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 )
 
-// The caps' defaults. Envoy sends one descriptor per rate_limits action
-// list of a route, and each holds one entry per action: the gateways'
-// generated configurations (Envoy Gateway, Istio, Contour) use a handful
-// of each, so 64 leaves room without letting one call weigh on a round
-// trip that other callers share.
-const (
-	DefaultMaxDescriptors = 64
-	DefaultMaxEntries     = 64
-)
-
 // bounded refuses a call over the caps, naming the cap and the flag that
 // raises it, before anything of it is read into the call's scratch.
 func (s *Server) bounded(req *pb.RateLimitRequest) error {

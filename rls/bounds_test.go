@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/engine/chain"
 	"github.com/sluice-rl/sluice/engine/memstore"
+	"github.com/sluice-rl/sluice/internal/rlsopts"
 	"github.com/sluice-rl/sluice/rlsconfig"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -144,8 +145,8 @@ descriptors:
 			total := 0
 			for _, n := range w.sizes {
 				// The default cap, not partSize, so that a larger partSize fails.
-				if n > DefaultMaxDescriptors {
-					t.Errorf("a submission of %d requests; want at most %d", n, DefaultMaxDescriptors)
+				if n > rlsopts.DefaultMaxDescriptors {
+					t.Errorf("a submission of %d requests; want at most %d", n, rlsopts.DefaultMaxDescriptors)
 				}
 				total += n
 			}

@@ -19,6 +19,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-rl/sluice/internal/rlsopts"
 )
 
 // The codec writes every response byte for byte as protobuf's
@@ -153,10 +155,10 @@ func FuzzCodecRequest(f *testing.F) {
 // ShouldRateLimit called directly on a twin server; with
 // StopWhenOverLimit too, which the own transport decides on a goroutine.
 func TestOverGRPC(t *testing.T) {
-	for _, tr := range []Transport{TransportOwn, TransportGRPCGo} {
+	for _, tr := range []rlsopts.Transport{rlsopts.TransportOwn, rlsopts.TransportGRPCGo} {
 		for _, stop := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v/stop=%v", tr, stop), func(t *testing.T) {
-				testOverGRPC(t, Config{Headers: HeadersBoth, Transport: tr, StopWhenOverLimit: stop})
+				testOverGRPC(t, Config{Headers: rlsopts.HeadersBoth, Transport: tr, StopWhenOverLimit: stop})
 			})
 		}
 	}

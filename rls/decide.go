@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/internal/grpcwire"
 	"github.com/sluice-rl/sluice/internal/ratefields"
+	"github.com/sluice-rl/sluice/internal/rlsopts"
 	"github.com/sluice-rl/sluice/rlsconfig"
 	"github.com/sluice-rl/sluice/service"
 )
@@ -66,7 +67,7 @@ const (
 // makes a round trip overrun and push other callers' decisions into the
 // failure mode (issue 28: 10,000 descriptors in one round trip overran
 // the 100ms deadline on a loaded machine).
-const partSize = DefaultMaxDescriptors
+const partSize = rlsopts.DefaultMaxDescriptors
 
 func newCall(svc *service.Service) *call {
 	return &call{svc: svc, parts: []*service.Batch{svc.NewBatch()}}
@@ -433,7 +434,7 @@ func (s *Server) answer(c *call, req *pb.RateLimitRequest, ms []rlsconfig.Match,
 	if failedRate > 0 || totalQuota > 0 && totalQuota == failedQuota {
 		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
 	}
-	if s.headers != HeadersOff && h.found {
+	if s.headers != rlsopts.HeadersOff && h.found {
 		resp.ResponseHeadersToAdd = s.responseHeaders(&h, resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT)
 	}
 	if passed != nil {

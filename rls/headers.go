@@ -6,6 +6,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
 	"github.com/sluice-rl/sluice/internal/ratefields"
+	"github.com/sluice-rl/sluice/internal/rlsopts"
 	"github.com/sluice-rl/sluice/rlsconfig"
 )
 
@@ -27,13 +28,13 @@ func (s *Server) responseHeaders(h *headerPick, over bool) []*core.HeaderValue {
 	st, r := h.st, h.rule
 	reset := st.GetDurationUntilReset().GetSeconds()
 	var out []*core.HeaderValue
-	if s.headers == HeadersPeer || s.headers == HeadersBoth {
+	if s.headers == rlsopts.HeadersPeer || s.headers == rlsopts.HeadersBoth {
 		out = append(out,
 			&core.HeaderValue{Key: hdrLimit, Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
 			&core.HeaderValue{Key: hdrRemaining, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
 			&core.HeaderValue{Key: hdrReset, Value: strconv.FormatInt(reset, 10)})
 	}
-	if s.headers == HeadersDraft || s.headers == HeadersBoth {
+	if s.headers == rlsopts.HeadersDraft || s.headers == rlsopts.HeadersBoth {
 		name := policyName(r)
 		out = append(out,
 			// The sustained rate as q over w and a bucket's or GCRA's burst as

@@ -1,7 +1,6 @@
 package rls
 
 import (
-	"errors"
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -11,43 +10,6 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/grpcwire"
 )
-
-// Transport picks the gRPC server under the door.
-type Transport uint8
-
-// The transports. TransportOwn is the zero value and the default.
-const (
-	// TransportOwn is package grpcwire: ShouldRateLimit is decoded on the
-	// connection's reading goroutine, submitted without a goroutine of its
-	// own, and answered from the store's completion.
-	TransportOwn Transport = iota
-	// TransportGRPCGo is grpc-go's server, kept to compare with and to
-	// fall back on.
-	TransportGRPCGo
-)
-
-var transportNames = [...]string{TransportOwn: "own", TransportGRPCGo: "grpc-go"}
-
-func (t Transport) String() string {
-	if int(t) < len(transportNames) {
-		return transportNames[t]
-	}
-	return "transport(?)"
-}
-
-// MarshalText writes the transport as UnmarshalText reads it (a flag).
-func (t Transport) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
-
-// UnmarshalText reads own or grpc-go.
-func (t *Transport) UnmarshalText(b []byte) error {
-	for i, n := range transportNames {
-		if string(b) == n {
-			*t = Transport(i)
-			return nil
-		}
-	}
-	return errors.New("must be own or grpc-go")
-}
 
 // shouldRateLimitPath is the method's HTTP/2 path.
 const shouldRateLimitPath = "/" + "envoy.service.ratelimit.v3.RateLimitService" + "/ShouldRateLimit"

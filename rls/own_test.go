@@ -17,6 +17,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluice-rl/sluice/internal/rlsopts"
 )
 
 // serveOn serves s on loopback and returns a client connection to it.
@@ -47,7 +49,7 @@ func serveOn(t *testing.T, s *Server) *grpc.ClientConn {
 // TestTransportsAgree: the door's other services, its large calls and
 // its refusals answer the same on the own transport as on grpc-go's.
 func TestTransportsAgree(t *testing.T) {
-	for _, tr := range []Transport{TransportOwn, TransportGRPCGo} {
+	for _, tr := range []rlsopts.Transport{rlsopts.TransportOwn, rlsopts.TransportGRPCGo} {
 		t.Run(tr.String(), func(t *testing.T) {
 			s, _ := newAnswering(t, Config{Transport: tr})
 			conn := serveOn(t, s)
@@ -111,7 +113,7 @@ func TestTransportsAgree(t *testing.T) {
 			if s := status.Convert(err); s.Code() != codes.InvalidArgument || s.Message() != errEmptyDescriptors {
 				t.Fatalf("no descriptors: %v", err)
 			}
-			_, err = c.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "shop", Descriptors: descriptors(DefaultMaxDescriptors+1, 1)})
+			_, err = c.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "shop", Descriptors: descriptors(rlsopts.DefaultMaxDescriptors+1, 1)})
 			if status.Code(err) != codes.InvalidArgument {
 				t.Fatalf("over the cap: %v", err)
 			}

@@ -19,47 +19,11 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/accept"
 	"github.com/sluice-rl/sluice/internal/grpcwire"
+	"github.com/sluice-rl/sluice/internal/rlsopts"
 	"github.com/sluice-rl/sluice/rls/peerstats"
 	"github.com/sluice-rl/sluice/rlsconfig"
 	"github.com/sluice-rl/sluice/service"
 )
-
-// Headers says which response headers a call's answer asks Envoy to add
-// (response_headers_to_add). Envoy writes them on the response to the
-// client, allowed or refused.
-type Headers uint8
-
-// The header sets. HeadersOff is the zero value and the peer's default.
-const (
-	HeadersOff   Headers = iota
-	HeadersPeer          // RateLimit-Limit, -Remaining, -Reset: the peer's LIMIT_RESPONSE_HEADERS_ENABLED
-	HeadersDraft         // the IETF httpapi draft's RateLimit-Policy and RateLimit (-09 and later), Retry-After when over
-	HeadersBoth          // both sets
-)
-
-var headerNames = [...]string{HeadersOff: "off", HeadersPeer: "peer", HeadersDraft: "draft", HeadersBoth: "both"}
-
-func (h Headers) String() string {
-	if int(h) < len(headerNames) {
-		return headerNames[h]
-	}
-	return "headers(?)"
-}
-
-// MarshalText writes the set as UnmarshalText reads it, so a Headers is a
-// flag (flag.TextVar).
-func (h Headers) MarshalText() ([]byte, error) { return []byte(h.String()), nil }
-
-// UnmarshalText reads off, peer, draft or both.
-func (h *Headers) UnmarshalText(b []byte) error {
-	for i, n := range headerNames {
-		if string(b) == n {
-			*h = Headers(i)
-			return nil
-		}
-	}
-	return errors.New("must be off, peer, draft or both")
-}
 
 // Config configures a Server. Zero values mean the documented defaults.
 type Config struct {
@@ -78,7 +42,7 @@ type Config struct {
 	// (counted, reported, never refused): the peer's SHADOW_MODE.
 	Shadow bool
 	// Headers picks the response headers; zero: none, as the peer.
-	Headers Headers
+	Headers rlsopts.Headers
 	// DynamicMetadata returns, in each response's dynamic_metadata, the
 	// request's domain and descriptors and the metadata of the rules whose
 	// descriptors passed, as the peer's RESPONSE_DYNAMIC_METADATA does
@@ -94,7 +58,7 @@ type Config struct {
 	// MaxDescriptors is the most descriptors one call may carry, and
 	// MaxEntries the most entries one descriptor may; a call over either
 	// is refused INVALID_ARGUMENT, naming the cap. Zero:
-	// DefaultMaxDescriptors and DefaultMaxEntries. The peer has no such
+	// rlsopts.DefaultMaxDescriptors and rlsopts.DefaultMaxEntries. The peer has no such
 	// caps; see partSize for how a call of more than the default is
 	// decided.
 	MaxDescriptors, MaxEntries int
@@ -105,8 +69,8 @@ type Config struct {
 	// its ClientAuth's business).
 	TLS *tls.Config
 	// Transport picks the gRPC server: zero, the own (package grpcwire);
-	// TransportGRPCGo, grpc-go's.
-	Transport Transport
+	// rlsopts.TransportGRPCGo, grpc-go's.
+	Transport rlsopts.Transport
 	// Logger logs what goes wrong beyond one call. Nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -118,7 +82,7 @@ type Server struct {
 	rules    func() *rlsconfig.Config
 	stop     bool
 	shadow   bool
-	headers  Headers
+	headers  rlsopts.Headers
 	metadata bool                // Config.DynamicMetadata
 	stats    *peerstats.Stats    // nil: no peer statistics
 	peer     *rlsconfig.PeerKeys // nil: Sluice's keys
@@ -128,8 +92,8 @@ type Server struct {
 	fallbacks                  fallbackLog
 
 	log      *slog.Logger
-	g        *grpc.Server     // with TransportGRPCGo
-	w        *grpcwire.Server // with TransportOwn
+	g        *grpc.Server     // with rlsopts.TransportGRPCGo
+	w        *grpcwire.Server // with rlsopts.TransportOwn
 	draining atomic.Bool
 	calls    sync.Pool // *call
 	requests sync.Pool // *request
@@ -148,7 +112,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Rules == nil {
 		return nil, errors.New("rls: Config.Rules is required")
 	}
-	if cfg.Headers > HeadersBoth {
+	if cfg.Headers > rlsopts.HeadersBoth {
 		return nil, errors.New("rls: unknown Config.Headers")
 	}
 	if cfg.PeerKeys != nil {
@@ -160,10 +124,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("rls: negative Config.MaxDescriptors or MaxEntries")
 	}
 	if cfg.MaxDescriptors == 0 {
-		cfg.MaxDescriptors = DefaultMaxDescriptors
+		cfg.MaxDescriptors = rlsopts.DefaultMaxDescriptors
 	}
 	if cfg.MaxEntries == 0 {
-		cfg.MaxEntries = DefaultMaxEntries
+		cfg.MaxEntries = rlsopts.DefaultMaxEntries
 	}
 	if cfg.Ready == nil {
 		cfg.Ready = func() error { return nil }
@@ -181,10 +145,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.requests.New = func() any { return new(request) }
 	s.replies.New = func() any { return &reply{pool: &s.replies} }
-	if cfg.Transport > TransportGRPCGo {
+	if cfg.Transport > rlsopts.TransportGRPCGo {
 		return nil, errors.New("rls: unknown Config.Transport")
 	}
-	if cfg.Transport == TransportOwn {
+	if cfg.Transport == rlsopts.TransportOwn {
 		w, err := grpcwire.New(grpcwire.Config{TLS: cfg.TLS, Logger: cfg.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("rls: %w", err)

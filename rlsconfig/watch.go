@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -90,8 +91,15 @@ func NewWatcher(cfg WatchConfig) (*Watcher, error) {
 // was loaded, and whether the directory holds one that failed to load.
 func (w *Watcher) Status() watch.Status { return w.watch.Status() }
 
-// Info is INFO's fields for the directory's loads, named rls_config_*.
-func (w *Watcher) Info() [][2]string { return w.watch.Info("rls_config_") }
+// Info is INFO's Rls section: the directory, its domains, and its loads
+// (rls_config_*); a nil Watcher (no --rls-config) has no directory.
+func (w *Watcher) Info() [][2]string {
+	if w == nil {
+		return [][2]string{{"rls_config_dir", ""}}
+	}
+	return append([][2]string{{"rls_config_dir", w.cfg.Dir}, {"rls_domains", strconv.Itoa(len(w.Current().Domains()))}},
+		w.watch.Info("rls_config_")...)
+}
 
 // Current is the configuration in use.
 func (w *Watcher) Current() *Config { return w.cur.Load() }

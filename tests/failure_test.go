@@ -11,7 +11,7 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/metricstest"
 	"github.com/sluice-rl/sluice/internal/redistest"
-	"github.com/sluice-rl/sluice/upstream"
+	"github.com/sluice-rl/sluice/internal/redisurl"
 )
 
 // With the upstream Redis gone, each decision gets its failure mode's
@@ -55,7 +55,7 @@ func TestUpstreamFailure(t *testing.T) {
 			// deadline is answered by the failure mode although Redis ran
 			// it, so the first reply from Redis may be past its fresh
 			// bucket's first token.
-			key := upstream.DefaultPrefix + "{fail:k}:token"
+			key := redisurl.DefaultPrefix + "{fail:k}:token"
 			deadline := time.Now().Add(10 * time.Second)
 			for {
 				d, err := do()

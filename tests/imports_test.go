@@ -7,11 +7,12 @@ import (
 	"testing"
 )
 
-// The dependency arrows point one way (DESIGN.md): engine imports none of
-// the packages built on it; a front door (respserver) reaches the stores
-// only through the service, and never knows Redis or policies; the service
-// knows engine and its policies interface, never a door; only app composes
-// them, and cmd/sluice only calls app.
+// The dependency arrows point one way (README.md, "How it is built"):
+// engine imports none of the packages built on it; a front door
+// (respserver, rls, httpcheck) reaches the stores only through the
+// service, and never knows Redis or policies; the service knows engine
+// and its policies interface, never a door; only app composes them, and
+// cmd/sluice only calls app.
 func TestImportsPointDown(t *testing.T) {
 	doors := []string{"respserver", "rls", "httpcheck"}
 	// What no door may import: the store's client, the policies' loader,
@@ -75,6 +76,15 @@ func TestDepsPointDown(t *testing.T) {
 		"internal/transport": {"respserver", "rls", "httpcheck", "upstream", "lua", "engine/chain", "engine/memstore",
 			"policy", "telemetry", "app", "cmd/", "internal/resp", "internal/redisadmin", "internal/monitor"},
 	}
+	// The settings table and what renders it (the injector, its webhook,
+	// the peer's environment) read and write settings: they link no door,
+	// no store, no script and no Redis or gRPC client, so that a tool that
+	// edits YAML carries none of them.
+	leaf := []string{"respserver", "rls", "httpcheck", "upstream", "engine/", "service", "lua", "policy", "telemetry", "app", "cmd/",
+		"github.com/redis/go-redis/", "google.golang.org/grpc"}
+	for _, pkg := range []string{"internal/settings", "internal/peerenv", "inject", "webhook"} {
+		forbidden[pkg] = leaf
+	}
 	checkArrows(t, "{{.ImportPath}} {{join .Deps \" \"}}", forbidden)
 }
 
@@ -99,7 +109,8 @@ func allBut(t *testing.T, allowed ...string) []string {
 // checkArrows lists every package of the module with go list's format
 // (its path, then the packages it imports or depends on) and fails on
 // each that reaches a package its rules forbid (prefixes of the module's
-// paths; "" forbids them all), and when a package the rules name is not
+// paths, "" forbidding them all, or of another module's, which start with
+// a domain), and when a package the rules name is not
 // listed, so that a renamed package cannot slip out of its rules.
 func checkArrows(t *testing.T, format string, forbidden map[string][]string) {
 	t.Helper()
@@ -122,7 +133,10 @@ func checkArrows(t *testing.T, format string, forbidden map[string][]string) {
 		seen++
 		for _, dep := range fields[1:] {
 			for _, bad := range rules {
-				if strings.HasPrefix(dep, mod+bad) {
+				if host, _, _ := strings.Cut(bad, "/"); !strings.Contains(host, ".") {
+					bad = mod + bad
+				}
+				if strings.HasPrefix(dep, bad) {
 					t.Errorf("%s reaches %s", pkg, dep)
 				}
 			}

@@ -103,7 +103,8 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"# Upstream", "upstream:standalone", "breaker_open:0", "# Batcher", "# Denycache",
-		"deny_cache_hits:3", "# Policies", "policies:2", "# Memory"} {
+		"deny_cache_hits:3", "# Policies", "policies:2", "# Memory", "memory_store_max_keys:", "upstream_scripts:", "upstream_addrs:127.0.0.1:",
+		"# Leases", "leases_held:0", "memory_store_leases:0", "# Admin", "admin_serving:"} {
 		if !strings.Contains(info, want) {
 			t.Errorf("INFO sluice lacks %q:\n%s", want, info)
 		}

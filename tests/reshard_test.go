@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/internal/redisurl"
 	"github.com/sluice-rl/sluice/upstream"
 )
 
@@ -142,7 +143,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	everyOther := func(slot uint16, first int) []string {
 		var ks []string
 		for k := first; k < perSlot; k += 2 {
-			ks = append(ks, upstream.DefaultPrefix+"{"+keys[slot][k]+"}:fixed")
+			ks = append(ks, redisurl.DefaultPrefix+"{"+keys[slot][k]+"}:fixed")
 		}
 		return ks
 	}
@@ -351,7 +352,7 @@ func keysInSlots(slots []uint16, n int) map[uint16][]string {
 	left := len(slots)
 	for i := 0; left > 0; i++ {
 		k := "rs:" + strconv.Itoa(i)
-		s := upstream.Slot(upstream.DefaultPrefix + "{" + k + "}:fixed")
+		s := upstream.Slot(redisurl.DefaultPrefix + "{" + k + "}:fixed")
 		if ks, ok := want[s]; ok && len(ks) < n {
 			want[s] = append(ks, k)
 			if len(want[s]) == n {

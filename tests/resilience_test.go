@@ -22,8 +22,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/internal/redisurl"
 	"github.com/sluice-rl/sluice/internal/testca"
-	"github.com/sluice-rl/sluice/upstream"
 )
 
 // Failure tests: the real binary in front of real redis-server
@@ -550,11 +550,11 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	})
 	time.Sleep(300 * time.Millisecond)
 	// The victim: the master of key 0's slot.
-	victimKey := upstream.DefaultPrefix + "{" + key(0) + "}:token"
+	victimKey := redisurl.DefaultPrefix + "{" + key(0) + "}:token"
 	victim := cl.MasterOf(victimKey)
 	var moved []int // keys whose master dies
 	for i := range keys {
-		if cl.MasterOf(upstream.DefaultPrefix+"{"+key(i)+"}:token") == victim {
+		if cl.MasterOf(redisurl.DefaultPrefix+"{"+key(i)+"}:token") == victim {
 			moved = append(moved, i)
 		}
 	}
@@ -764,7 +764,7 @@ func TestStartWithRedisUnreachable(t *testing.T) {
 		return do()[0] == 1
 	})
 	t.Logf("decisions from Redis %v after it answered PING", took.Round(time.Millisecond))
-	if got, err := r.Do("EXISTS", upstream.DefaultPrefix+"{startup}:token"); err != nil || got != "1" {
+	if got, err := r.Do("EXISTS", redisurl.DefaultPrefix+"{startup}:token"); err != nil || got != "1" {
 		t.Errorf("the key is not in Redis: %q, %v", got, err)
 	}
 }
@@ -858,7 +858,7 @@ func TestUpstreamTLS(t *testing.T) {
 	rdb := client(t, s)
 	ctx := ctxT(t)
 	decidesFromStore(t, s, rdb, "tls")
-	if got, err := r.Do("EXISTS", upstream.DefaultPrefix+"{tls}:token"); err != nil || got != "1" {
+	if got, err := r.Do("EXISTS", redisurl.DefaultPrefix+"{tls}:token"); err != nil || got != "1" {
 		t.Errorf("the key is not in Redis: %q, %v", got, err)
 	}
 	// A CA for an upstream without TLS is a mistake, said at start-up.

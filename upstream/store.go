@@ -33,12 +33,9 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/internal/evloop"
 	"github.com/sluice-rl/sluice/internal/redispipe"
+	"github.com/sluice-rl/sluice/internal/redisurl"
 	"github.com/sluice-rl/sluice/lua"
 )
-
-// DefaultPrefix starts every Redis key the store writes when
-// Config.Prefix is empty.
-const DefaultPrefix = "sluice:"
 
 // Config configures a Store. Zero values mean the documented defaults.
 type Config struct {
@@ -47,7 +44,7 @@ type Config struct {
 	// is refused: it shards on the client, where one script call cannot
 	// follow.
 	Client redis.UniversalClient
-	// Prefix starts every key. Empty means DefaultPrefix. A request's state
+	// Prefix starts every key. Empty means redisurl.DefaultPrefix. A request's state
 	// lives at Prefix + "{" + key + "}:" + the algorithm's short name, and
 	// a multi-limit request's limit at Prefix + "{" + key + "}:" + the
 	// limit's name + ":" + the short name. The hash tag keeps all of a
@@ -108,7 +105,7 @@ func New(cfg Config) (*Store, error) {
 		return nil, errors.New("upstream: a *redis.Ring shards keys on the client, which one script call cannot follow; use a Redis Cluster")
 	}
 	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
+		cfg.Prefix = redisurl.DefaultPrefix
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()

@@ -54,10 +54,11 @@ const (
 // instead of following one another. Those reads are only a hint; the locked
 // lookup that follows decides.
 type Store struct {
-	now    func() time.Time
-	seed   maphash.Seed
-	shards [memoryShards]memoryShard
-	leases memLeases // the concurrency limiter's (memlease.go)
+	now     func() time.Time
+	seed    maphash.Seed
+	shards  [memoryShards]memoryShard
+	leases  memLeases // the concurrency limiter's (lease.go)
+	maxKeys int       // Config.MaxKeys, for INFO
 }
 
 type memoryShard struct {
@@ -167,7 +168,7 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	m := &Store{now: cfg.Now, seed: maphash.MakeSeed()}
+	m := &Store{now: cfg.Now, seed: maphash.MakeSeed(), maxKeys: cfg.MaxKeys}
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.cap = max(cfg.MaxKeys/memoryShards, 1)

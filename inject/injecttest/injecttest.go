@@ -66,15 +66,15 @@ type Object struct {
 // with a nil Obj.
 func DecodeStrict(tb testing.TB, stream []byte) []Object {
 	tb.Helper()
-	objs, err := Decode(stream)
+	objs, err := decode(stream)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return objs
 }
 
-// Decode is DecodeStrict returning its error.
-func Decode(stream []byte) ([]Object, error) { return DecodeWith(stream, types, false) }
+// decode is DecodeStrict returning its error.
+func decode(stream []byte) ([]Object, error) { return DecodeWith(stream, types, false) }
 
 // DecodeWith splits a stream of YAML documents and decodes each strictly,
 // as the API server would read it, into the Go type known gives its kind

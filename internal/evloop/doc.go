@@ -77,12 +77,11 @@ var ErrClosed = errors.New("evloop: loop closed")
 // Read at once, the requests that clients send during a round trip make
 // one small batch after another, each a wake-up of the loop; held, they
 // wait in their sockets until the reply is written, and are then read
-// together while the loop sleeps. Measured side by side in respserver's
-// loop (6 pairs at redis-benchmark -P 16, 8 at -P 1, over a million keys),
-// it took Sluice's CPU at -P 16 from 2.05 to 1.75 µs a request and the
-// p50 at -P 1 from 0.38 to 0.29 ms, throughput unchanged. A server that
-// misses maxMissed holds in a row is not held for during holdOffFor: what
-// waits in the sockets waits holdFor at most, now and then.
+// together while the loop sleeps, which costs less CPU a request and no
+// throughput (docs/speed.md, "Where the gain comes from", has the
+// measurements). A server that misses maxMissed holds in a row is not
+// held for during holdOffFor: what waits in the sockets waits holdFor at
+// most, now and then.
 const (
 	holdFor    = 300 * time.Microsecond
 	maxMissed  = 8

@@ -31,8 +31,8 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/rlsopts"
 	"github.com/sluice-rl/sluice/internal/settings"
-	"github.com/sluice-rl/sluice/rls"
 )
 
 // Note is a variable that was set and is accepted but not used, with what
@@ -307,7 +307,7 @@ func (m *mapper) rules(cfg *settings.Config) {
 		cfg.RLSPeerKeyJitter = time.Duration(min(j, int64(engine.MaxPeriod/time.Second))) * time.Second
 	}
 	if m.bool("LIMIT_RESPONSE_HEADERS_ENABLED") {
-		cfg.RLSHeaders = rls.HeadersPeer
+		cfg.RLSHeaders = rlsopts.HeadersPeer
 		for _, v := range []string{"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"} {
 			if !strings.EqualFold(m.str(v), peerDefault(v)) {
 				m.fail(v, "Sluice names this header %s, the peer's default: unset it", peerDefault(v))

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/rlsopts"
 	"github.com/sluice-rl/sluice/internal/settings"
-	"github.com/sluice-rl/sluice/rls"
 )
 
 // istio is the environment of Istio's sample (samples/ratelimit/
@@ -151,7 +151,7 @@ func TestMapSettings(t *testing.T) {
 		{"ready with config", with(istio, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true"), func(c settings.Config) any { return c.RLSReadyWithConfig }, true},
 		{"stop increment", with(istio, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"), func(c settings.Config) any { return c.RLSStopOverLimit }, true},
 		{"headers", with(istio, "LIMIT_RESPONSE_HEADERS_ENABLED", "true", "LIMIT_RESET_HEADER", "ratelimit-reset"),
-			func(c settings.Config) any { return c.RLSHeaders }, rls.HeadersPeer},
+			func(c settings.Config) any { return c.RLSHeaders }, rlsopts.HeadersPeer},
 		{"key prefix", with(istio, "CACHE_KEY_PREFIX", "rl_"), func(c settings.Config) any { return c.KeyPrefix }, "rl_"},
 		{"key prefix unset", istio, func(c settings.Config) any { return c.KeyPrefix }, settings.Default().KeyPrefix},
 		{"peer key prefix", with(istio, "CACHE_KEY_PREFIX", "rl_"), func(c settings.Config) any { return c.RLSPeerKeyPrefix }, "rl_"},

@@ -31,11 +31,11 @@ func Seconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// AppendPolicy appends the draft's RateLimit-Policy item,
+// appendPolicy appends the draft's RateLimit-Policy item,
 // `"name";q=quota;w=window`: right as it stands for a fixed window of
 // whole seconds, such as the peer's rules. AppendLimitPolicy derives the
 // item from any limit.
-func AppendPolicy(dst []byte, name string, quota, window int64) []byte {
+func appendPolicy(dst []byte, name string, quota, window int64) []byte {
 	dst = appendString(dst, name)
 	dst = append(dst, ";q="...)
 	dst = strconv.AppendInt(dst, quota, 10)
@@ -43,25 +43,25 @@ func AppendPolicy(dst []byte, name string, quota, window int64) []byte {
 	return strconv.AppendInt(dst, window, 10)
 }
 
-// BurstParam is the vendor parameter that carries what a bucket or GCRA
+// burstParam is the vendor parameter that carries what a bucket or GCRA
 // admits at once (engine.Limit.Capacity).
-const BurstParam = "sluice-burst"
+const burstParam = "sluice-burst"
 
 // AppendLimitPolicy appends l's RateLimit-Policy item: its sustained rate
-// as q over w (Sustained), and for the algorithms that admit a burst above
+// as q over w (sustained), and for the algorithms that admit a burst above
 // it, the burst as `;sluice-burst=N`.
 func AppendLimitPolicy(dst []byte, name string, l engine.Limit) []byte {
-	q, w := Sustained(l)
-	dst = AppendPolicy(dst, name, q, w)
+	q, w := sustained(l)
+	dst = appendPolicy(dst, name, q, w)
 	switch l.Algorithm {
 	case engine.TokenBucket, engine.LeakyBucket, engine.GCRA:
-		dst = append(dst, ";"+BurstParam+"="...)
+		dst = append(dst, ";"+burstParam+"="...)
 		dst = strconv.AppendInt(dst, l.Capacity(), 10)
 	}
 	return dst
 }
 
-// Sustained is l's sustained rate as the draft wants it: q units over w
+// sustained is l's sustained rate as the draft wants it: q units over w
 // whole seconds, at which a client pacing itself is never refused. A
 // period of whole seconds gives q = rate (one less for the sliding window
 // counter) and w = period.
@@ -69,7 +69,7 @@ func AppendLimitPolicy(dst []byte, name string, l engine.Limit) []byte {
 // up at which q, rounded down so that pacing at q/w is never faster than
 // the limit, keeps at least 90% of the rate (10 per 500ms: q=20;w=1; 1 per
 // 1.5s: q=1;w=2 would be 75%, so q=2;w=3).
-func Sustained(l engine.Limit) (q, w int64) {
+func sustained(l engine.Limit) (q, w int64) {
 	if l.Period <= 0 || l.Rate <= 0 {
 		return max(l.Rate, 0), max(Seconds(l.Period), 1)
 	}

@@ -9,9 +9,9 @@ import (
 
 func TestFields(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
-		{string(AppendPolicy(nil, "api", 100, 60)), `"api";q=100;w=60`},
+		{string(appendPolicy(nil, "api", 100, 60)), `"api";q=100;w=60`},
 		{string(AppendRateLimit(nil, "api", 50, 30)), `"api";r=50;t=30`},
-		{string(AppendPolicy(nil, `a"b\c`, 1, 1)), `"a\"b\\c";q=1;w=1`},
+		{string(appendPolicy(nil, `a"b\c`, 1, 1)), `"a\"b\\c";q=1;w=1`},
 		{string(AppendRateLimit(nil, "é\n", 0, 1)), `"___";r=0;t=1`},
 	} {
 		if tc.got != tc.want {
@@ -61,7 +61,7 @@ func TestLimitPolicy(t *testing.T) {
 			if got != tc.want {
 				t.Fatalf("got %s, want %s", got, tc.want)
 			}
-			q, w := Sustained(tc.l)
+			q, w := sustained(tc.l)
 			advertised := float64(q) / float64(w)
 			actual := float64(tc.l.Rate) / tc.l.Period.Seconds()
 			if advertised > actual*(1+1e-12) || advertised < 0.9*actual && tc.l.Rate >= 10 {

@@ -12,8 +12,8 @@ import (
 // it, naming the argument.
 
 const (
-	ReasonInteger = "must be an integer"
-	ReasonRange   = "must be an integer between -9223372036854775808 and 9223372036854775807"
+	reasonInteger = "must be an integer"
+	reasonRange   = "must be an integer between -9223372036854775808 and 9223372036854775807"
 )
 
 // ParseInt reads a base-10 64-bit integer exactly as Redis does
@@ -25,14 +25,14 @@ func ParseInt(b []byte) (int64, string) {
 		digits = digits[1:]
 	}
 	if len(digits) == 0 || digits[0] < '0' || digits[0] > '9' || (digits[0] == '0' && len(b) > 1) {
-		return 0, ReasonInteger
+		return 0, reasonInteger
 	}
 	n, err := atoi64(unsafe.String(unsafe.SliceData(b), len(b))) // not kept past the call
 	if err != nil {
 		if errors.Is(err, strconv.ErrRange) {
-			return 0, ReasonRange
+			return 0, reasonRange
 		}
-		return 0, ReasonInteger
+		return 0, reasonInteger
 	}
 	return n, ""
 }

@@ -136,11 +136,11 @@ func FuzzArgs(f *testing.F) {
 			if got := strconv.FormatInt(n, 10); got != s {
 				t.Errorf("ParseInt(%q) = %d, which prints as %q", s, n, got)
 			}
-		} else if why != ReasonInteger && why != ReasonRange {
+		} else if why != reasonInteger && why != reasonRange {
 			t.Errorf("ParseInt(%q): %q", s, why)
 		}
 		q := Quote(b)
-		if strings.ContainsAny(q, "\r\n") || len(q) > 4*MaxQuoted+40 {
+		if strings.ContainsAny(q, "\r\n") || len(q) > 4*maxQuoted+40 {
 			t.Errorf("Quote(%q) = %q", s, q)
 		}
 		line := append(AppendRepr([]byte("ECHO "), b), '\n')

@@ -5,18 +5,18 @@ import (
 	"strings"
 )
 
-// MaxQuoted is how much of a client's value Quote repeats: an error reply
+// maxQuoted is how much of a client's value Quote repeats: an error reply
 // is one line, and a 1 MB argument must not come back whole.
-const MaxQuoted = 64
+const maxQuoted = 64
 
 // Quote renders a client's value as 'value', for an error reply: at most
-// MaxQuoted bytes, with anything but printable ASCII escaped as \xNN, the
+// maxQuoted bytes, with anything but printable ASCII escaped as \xNN, the
 // quote and the backslash escaped too, and a note of the length when it
 // was cut.
 func Quote(v []byte) string {
 	var b strings.Builder
 	b.WriteByte('\'')
-	n := min(len(v), MaxQuoted)
+	n := min(len(v), maxQuoted)
 	Escape(&b, v[:n], true)
 	b.WriteByte('\'')
 	if n < len(v) {

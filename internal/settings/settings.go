@@ -3,7 +3,11 @@
 // command line with it, package app builds a sidecar from the Config it
 // fills, and the injector (package inject) renders a container's
 // arguments from it. It is a package of its own so that the injector
-// needs only the table, not the whole sidecar.
+// needs only the table, not the whole sidecar; and it is a leaf: what it
+// knows of the store and of the gRPC door (the upstream's address, the
+// door's choices and caps) comes from internal/redisurl and
+// internal/rlsopts, so that neither it nor the injector links a door, a
+// store or a Redis or gRPC client (tests/imports_test.go holds it so).
 //
 // A setting that can be switched off is switched off by the word "off"
 // (--admin-listen off, --grpc-listen off, --rls-response-headers off): an
@@ -20,8 +24,8 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/rls"
-	"github.com/sluice-rl/sluice/upstream"
+	"github.com/sluice-rl/sluice/internal/redisurl"
+	"github.com/sluice-rl/sluice/internal/rlsopts"
 )
 
 // Config is every setting of a sidecar. DefaultConfig gives the documented
@@ -55,24 +59,24 @@ type Config struct {
 	IOLoops        int      // event loops; 0: a goroutine per connection
 
 	// Envoy's rate limit service (gRPC).
-	GRPCListen         string        // address; empty: off (the flag's "off")
-	GRPCTLSCert        string        // PEM certificate chain; with GRPCTLSKey, serve TLS
-	GRPCTLSKey         string        // PEM private key
-	GRPCTLSClientCA    string        // PEM CA that client certificates must chain to; empty: none asked
-	GRPCInsecure       bool          // allow a non-loopback address without client certificates
-	GRPCTransport      rls.Transport // the gRPC server: Sluice's own, or grpc-go's
-	RLSConfig          string        // directory of envoyproxy/ratelimit YAML files
-	RLSConfigPoll      time.Duration // how often to re-read RLSConfig besides file events; 0: events only
-	RLSStopOverLimit   bool          // charge no descriptor of a call when any is over its limit
-	RLSHeaders         rls.Headers   // response headers Envoy is asked to add
-	RLSShadow          bool          // every rule in shadow mode: counted, never refused (the peer's SHADOW_MODE)
-	RLSPeerKeys        bool          // count rules without Sluice's own fields in envoyproxy/ratelimit's keys
-	RLSPeerKeyPrefix   string        // starts the peer's keys (its CACHE_KEY_PREFIX)
-	RLSPeerKeyJitter   time.Duration // most added to a peer key's TTL (its EXPIRATION_JITTER_MAX_SECONDS)
-	RLSReadyWithConfig bool          // not ready while no domain is configured (the peer's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED)
-	RLSHTTPListen      string        // address of the peer's HTTP port (/json, /healthcheck); empty: off
-	RLSMaxDescriptors  int           // most descriptors in one ShouldRateLimit call
-	RLSMaxEntries      int           // most entries in one descriptor
+	GRPCListen         string            // address; empty: off (the flag's "off")
+	GRPCTLSCert        string            // PEM certificate chain; with GRPCTLSKey, serve TLS
+	GRPCTLSKey         string            // PEM private key
+	GRPCTLSClientCA    string            // PEM CA that client certificates must chain to; empty: none asked
+	GRPCInsecure       bool              // allow a non-loopback address without client certificates
+	GRPCTransport      rlsopts.Transport // the gRPC server: Sluice's own, or grpc-go's
+	RLSConfig          string            // directory of envoyproxy/ratelimit YAML files
+	RLSConfigPoll      time.Duration     // how often to re-read RLSConfig besides file events; 0: events only
+	RLSStopOverLimit   bool              // charge no descriptor of a call when any is over its limit
+	RLSHeaders         rlsopts.Headers   // response headers Envoy is asked to add
+	RLSShadow          bool              // every rule in shadow mode: counted, never refused (the peer's SHADOW_MODE)
+	RLSPeerKeys        bool              // count rules without Sluice's own fields in envoyproxy/ratelimit's keys
+	RLSPeerKeyPrefix   string            // starts the peer's keys (its CACHE_KEY_PREFIX)
+	RLSPeerKeyJitter   time.Duration     // most added to a peer key's TTL (its EXPIRATION_JITTER_MAX_SECONDS)
+	RLSReadyWithConfig bool              // not ready while no domain is configured (the peer's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED)
+	RLSHTTPListen      string            // address of the peer's HTTP port (/json, /healthcheck); empty: off
+	RLSMaxDescriptors  int               // most descriptors in one ShouldRateLimit call
+	RLSMaxEntries      int               // most entries in one descriptor
 
 	// The peer's answers and metrics beyond its decisions (peer.go).
 	RLSDynamicMetadata   bool    // return the peer's response dynamic metadata
@@ -110,7 +114,7 @@ type Config struct {
 func Default() Config {
 	return Config{
 		Listen:          "127.0.0.1:6380",
-		KeyPrefix:       upstream.DefaultPrefix,
+		KeyPrefix:       redisurl.DefaultPrefix,
 		PoliciesPoll:    2 * time.Second,
 		LogFormat:       "text",
 		LogLevel:        slog.LevelInfo,
@@ -126,8 +130,8 @@ func Default() Config {
 		MaxInputMemory:  256 << 20,
 		IOLoops:         1,
 
-		RLSMaxDescriptors: rls.DefaultMaxDescriptors,
-		RLSMaxEntries:     rls.DefaultMaxEntries,
+		RLSMaxDescriptors: rlsopts.DefaultMaxDescriptors,
+		RLSMaxEntries:     rlsopts.DefaultMaxEntries,
 		RLSNearLimitRatio: 0.8,
 		MetricsPath:       "/metrics",
 		RLSXDSRetry:       3 * time.Second,

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/upstream"
+	"github.com/sluice-rl/sluice/internal/redisurl"
 )
 
 // Validate checks every setting before anything starts, naming the flag
@@ -121,8 +121,8 @@ func examplePort(name string) string {
 	return "6380"
 }
 
-// validateUpstream checks the upstream address with the parser the store
-// will use, so that a mistake is a setting's error (exit 2) and not a
+// validateUpstream checks the upstream address with the parser the
+// store's client is built from (internal/redisurl), so that a mistake is a setting's error (exit 2) and not a
 // failure to start; an address with no scheme gets the one it most likely
 // lacks.
 func (c *Config) validateUpstream() error {
@@ -138,30 +138,18 @@ func (c *Config) validateUpstream() error {
 		}
 		return fmt.Errorf("invalid %s %q: an address starts with its scheme: did you mean redis://%s%s?", c.name("upstream"), shown, user, shown)
 	}
-	client, _, err := upstream.NewClient(c.Upstream, nil)
+	a, err := redisurl.Parse(c.Upstream)
 	if err != nil {
-		return fmt.Errorf("invalid %s %q: %s", c.name("upstream"), upstream.Redact(c.Upstream), upstreamReason(err))
+		reason := err.Error()
+		if bad := (*redisurl.Error)(nil); errors.As(err, &bad) {
+			reason = bad.Reason // the setting's name replaces its head
+		}
+		return fmt.Errorf("invalid %s %q: %s", c.name("upstream"), redisurl.Redact(c.Upstream), reason)
 	}
-	client.Close() // a client dials only when used: this one never was
-	if c.UpstreamTLSCA != "" && !strings.HasPrefix(c.Upstream, "rediss") {
+	if c.UpstreamTLSCA != "" && !a.TLS {
 		return fmt.Errorf("invalid %s: the upstream address does not use TLS (rediss://)", c.name("upstream-tls-ca"))
 	}
 	return nil
-}
-
-// upstreamReason is the reason in upstream.NewClient's error, without its
-// own "invalid upstream ...:" head, which the setting's name replaces.
-func upstreamReason(err error) string {
-	msg := err.Error()
-	if rest, ok := strings.CutPrefix(msg, "invalid upstream: "); ok {
-		return rest
-	}
-	if strings.HasPrefix(msg, `invalid upstream "`) {
-		if i := strings.Index(msg, `": `); i >= 0 {
-			return msg[i+3:]
-		}
-	}
-	return msg
 }
 
 // validateGRPC is the gRPC door's protected mode. A password is not a gRPC

@@ -32,10 +32,10 @@ import (
 // event loop's), one at a time; those that run commands recover from a
 // panic themselves (an internal error reply, then Done).
 type Conn interface {
-	// Room is where the next read goes; Took runs the commands that a
+	// Room is where the next read goes; Filled runs the commands that a
 	// read of n bytes into it completed, queueing their decisions.
 	Room() []byte
-	Took(n int)
+	Filled(n int)
 	// Reading tells whether the connection takes more input now: not
 	// while a command waits for what is in flight, nor while it owes too
 	// many replies behind it.
@@ -48,13 +48,13 @@ type Conn interface {
 	// runs the commands that waited for it; of a closed connection
 	// (gone) it only drops the segment.
 	Landed(g Segment, gone bool)
-	// Out is the replies not yet written; Wrote says the first n of
-	// them were.
+	// Out is the replies not yet written; Sent says the first n bytes
+	// of it were.
 	Out() []byte
-	Wrote(n int)
-	// Written is called once a turn's writes are done: the input that
+	Sent(n int)
+	// Flushed is called once a turn's writes are done: the input that
 	// the run commands came from can go.
-	Written()
+	Flushed()
 	// Idle tells whether nothing is owed; Done whether the connection is
 	// to close once idle and written (QUIT, a protocol error).
 	Idle() bool

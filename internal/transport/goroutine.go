@@ -84,7 +84,7 @@ func (g *GoConn) Serve() {
 			}
 		}
 		if n > 0 {
-			c.Took(n)
+			c.Filled(n)
 			for s := c.Lift(); s != nil; s = c.Lift() {
 				g.svc.DecideWait(s.Batch())
 				c.Landed(s, false)
@@ -92,7 +92,7 @@ func (g *GoConn) Serve() {
 			if err = g.write(); err != nil {
 				return
 			}
-			c.Written()
+			c.Flushed()
 		}
 		if err != nil || c.Done() {
 			return
@@ -123,7 +123,7 @@ func (g *GoConn) woken() error {
 func (g *GoConn) write() error {
 	if out := g.c.Out(); len(out) > 0 {
 		n, err := g.nc.Write(out)
-		g.c.Wrote(n)
+		g.c.Sent(n)
 		return err
 	}
 	return nil

@@ -309,7 +309,7 @@ func (l *Loop) read(lc *loopConn) {
 	n, err := unix.Read(lc.fd, lc.c.Room())
 	if n > 0 {
 		l.touch(lc)
-		lc.c.Took(n)
+		lc.c.Filled(n)
 		return
 	}
 	if err == unix.EAGAIN || err == unix.EINTR {
@@ -346,7 +346,7 @@ func (l *Loop) turn() {
 		}
 		c := lc.c
 		l.write(lc)
-		c.Written()
+		c.Flushed()
 		switch {
 		case lc.fd < 0:
 		case c.Idle() && len(c.Out()) == 0 && (c.Done() || lc.eof || draining && l.drainAt.Load() <= time.Now().UnixNano()):
@@ -403,10 +403,9 @@ func (l *Loop) handOver() bool {
 // once (the service's InFlight), of about equal size,
 // whole connections each, which the store sends as round trips in flight
 // together: Redis then decides one part while the loop writes the
-// replies of another and reads what their clients send next. Handed over
-// whole, the round keeps the loop, Redis and the clients in lockstep,
-// each idle while another works (at -P 16 it measured 1.5 times direct
-// calls whole, and 1.8 in two parts).
+// replies of another and reads what their clients send next, where a
+// round handed over whole keeps the loop, Redis and the clients in
+// lockstep (docs/speed.md has the measurements).
 func (l *Loop) decide(r *round, bs []*service.Batch) {
 	l.sizes = l.sizes[:0]
 	for _, b := range bs {
@@ -494,7 +493,7 @@ func (l *Loop) write(lc *loopConn) {
 			l.close(lc, err)
 			return
 		}
-		c.Wrote(n)
+		c.Sent(n)
 	}
 }
 

@@ -39,7 +39,7 @@ type Config struct {
 	// keeps what is in use. It is called from Run's goroutine or from
 	// Reload's caller, never twice at once.
 	Apply func() error
-	// Applied is the digest (Digest) of the content in use when the
+	// Applied is the digest (digest) of the content in use when the
 	// Watcher starts, so that Run reloads only a change. Zero: unknown,
 	// and Run applies the content once when it starts.
 	Applied Sum
@@ -121,7 +121,7 @@ func (w *Watcher) Reload() error { return w.check(true) }
 func (w *Watcher) check(forced bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	sum := Digest(w.cfg.Path)
+	sum := digest(w.cfg.Path)
 	if !forced && sum == w.applied {
 		// Put back as it was (a bad edit reverted): what runs is on disk.
 		w.refused, w.status.Failing = Sum{}, false
@@ -167,7 +167,7 @@ func (w *Watcher) Digest() string {
 // with prefix: the digest and time of the content in use, and whether the path holds a content that failed to load, with
 // the last failure's time and error.
 func (w *Watcher) Info(prefix string) [][2]string {
-	st, digest := w.Status(), w.Digest()
+	st, inUse := w.Status(), w.Digest()
 	failing := "0"
 	if st.Failing {
 		failing = "1"
@@ -178,7 +178,7 @@ func (w *Watcher) Info(prefix string) [][2]string {
 		}
 		return strconv.FormatInt(t.Unix(), 10)
 	}
-	return [][2]string{{prefix + "digest", digest},
+	return [][2]string{{prefix + "digest", inUse},
 		{prefix + "loaded_at", unix(st.Loaded)}, {prefix + "reload_failing", failing},
 		{prefix + "reload_failures", strconv.FormatUint(st.Failures, 10)},
 		{prefix + "last_failure_at", unix(st.LastFailure)}, {prefix + "last_error", oneLine(st.LastError)}}
@@ -187,12 +187,12 @@ func (w *Watcher) Info(prefix string) [][2]string {
 // oneLine keeps an error's text on INFO's one line per field.
 func oneLine(s string) string { return strings.NewReplacer("\r", " ", "\n", " ").Replace(s) }
 
-// Digest is a digest of what path holds, through symlinks: a file's
+// digest is a digest of what path holds, through symlinks: a file's
 // content (its SHA-256), or a directory's files' names and contents, those
 // whose name starts with a dot left out (a ConfigMap's ..data, which the
 // other names lead through). A path that cannot be read has a digest of
 // its error, so that the same failure is told once.
-func Digest(path string) Sum {
+func digest(path string) Sum {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return sha256.Sum256([]byte("error: " + err.Error()))

@@ -64,35 +64,35 @@ func TestDigest(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "p.yaml")
 	write(t, file, "limit: 9")
-	nine := Digest(file)
+	nine := digest(file)
 	replaceSameSizeAndTime(t, file, "limit: 3")
-	if Digest(file) == nine {
+	if digest(file) == nine {
 		t.Error("a same-size, same-time replacement has the same digest")
 	}
 	write(t, file, "limit: 9")
-	if Digest(file) != nine {
+	if digest(file) != nine {
 		t.Error("the same content has another digest")
 	}
 
-	dirNine := Digest(dir)
+	dirNine := digest(dir)
 	write(t, filepath.Join(dir, ".hidden"), "x")
 	must(t, os.Mkdir(filepath.Join(dir, "sub"), 0o755))
-	if Digest(dir) != dirNine {
+	if digest(dir) != dirNine {
 		t.Error("a dot file or a subdirectory changed the directory's digest")
 	}
 	replaceSameSizeAndTime(t, file, "limit: 3")
-	if Digest(dir) == dirNine {
+	if digest(dir) == dirNine {
 		t.Error("a directory whose file changed has the same digest")
 	}
 
 	cm := t.TempDir()
 	configMap(t, cm, "1", "p.yaml", "limit: 9")
-	before, beforeDir := Digest(filepath.Join(cm, "p.yaml")), Digest(cm)
+	before, beforeDir := digest(filepath.Join(cm, "p.yaml")), digest(cm)
 	configMap(t, cm, "2", "p.yaml", "limit: 3")
-	if Digest(filepath.Join(cm, "p.yaml")) == before || Digest(cm) == beforeDir {
+	if digest(filepath.Join(cm, "p.yaml")) == before || digest(cm) == beforeDir {
 		t.Error("a ConfigMap's ..data swap left the digest as it was")
 	}
-	if missing := Digest(filepath.Join(dir, "nope")); missing == (Sum{}) || missing != Digest(filepath.Join(dir, "nope")) {
+	if missing := digest(filepath.Join(dir, "nope")); missing == (Sum{}) || missing != digest(filepath.Join(dir, "nope")) {
 		t.Error("a missing file's digest is zero or changes")
 	}
 }
@@ -118,7 +118,7 @@ func TestCheckAppliesChangesOnly(t *testing.T) {
 	write(t, path, "limit: 9")
 	var log bytes.Buffer
 	cfg, n, fail := counting(path, &log)
-	cfg.Applied = Digest(path)
+	cfg.Applied = digest(path)
 	w, err := New(cfg)
 	must(t, err)
 
@@ -225,7 +225,7 @@ func TestRunPolls(t *testing.T) {
 	must(t, os.Symlink(target, link))
 	var log bytes.Buffer
 	cfg, n, _ := counting(link, &log)
-	cfg.Applied, cfg.Poll = Digest(link), 5*time.Millisecond
+	cfg.Applied, cfg.Poll = digest(link), 5*time.Millisecond
 	w, err := New(cfg)
 	must(t, err)
 	run(t, w)
@@ -239,7 +239,7 @@ func TestRunPolls(t *testing.T) {
 func TestStatus(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "p.yaml")
 	write(t, file, "good: 1")
-	w, err := New(Config{Path: file, Applied: Digest(file), Logger: slog.New(slog.DiscardHandler),
+	w, err := New(Config{Path: file, Applied: digest(file), Logger: slog.New(slog.DiscardHandler),
 		Apply: func() error {
 			data, err := os.ReadFile(file)
 			if err != nil {

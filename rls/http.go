@@ -1,46 +1,32 @@
-package app
+package rls
 
 import (
-	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
-
-	"github.com/sluice-rl/sluice/internal/accept"
 )
 
 // maxJSONRequest bounds a /json body: a rate limit request is a domain and
 // a few descriptors, far below it.
 const maxJSONRequest = 1 << 20
 
-// listenRLSHTTP serves envoyproxy/ratelimit's HTTP port, which platforms
-// that deploy the peer probe (/healthcheck) and some clients call (/json),
-// unless --rls-http-listen is off. It answers through the gRPC door's own
-// ShouldRateLimit, so both ports decide alike.
-func (s *Sidecar) listenRLSHTTP() (err error) {
-	if s.cfg.RLSHTTPListen == "" {
-		return nil
-	}
+// HTTPHandler is envoyproxy/ratelimit's HTTP port, which platforms that
+// deploy the peer probe (/healthcheck) and some clients call (/json). It
+// answers through the server's own ShouldRateLimit, whichever transport
+// serves gRPC, so that both ports decide alike.
+func (s *Server) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthcheck", s.healthcheck)
-	mux.HandleFunc("POST /json", s.rlsJSON)
-	s.rlsHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	if s.rlsHTLn, err = net.Listen("tcp", s.cfg.RLSHTTPListen); err != nil {
-		return fmt.Errorf("rls http listener: %w", err)
-	}
-	s.rlsHTLn = accept.Retrying(s.rlsHTLn, s.log, "rls http")
-	s.closers = append(s.closers, func() { s.rlsHTLn.Close() })
-	s.log.Info("serving envoyproxy/ratelimit's HTTP port", "addr", s.rlsHTLn.Addr().String(), "paths", "/healthcheck /json")
-	return nil
+	mux.HandleFunc("POST /json", s.serveJSON)
+	return mux
 }
 
-// healthcheck answers as the peer's: 200 OK while the sidecar can decide,
-// 500 otherwise, so that a readiness probe written for the peer holds.
-func (s *Sidecar) healthcheck(w http.ResponseWriter, _ *http.Request) {
+// healthcheck answers as the peer's: 200 OK while the sidecar can decide
+// (Config.Ready), 500 otherwise, so that a readiness probe written for
+// the peer holds.
+func (s *Server) healthcheck(w http.ResponseWriter, _ *http.Request) {
 	if err := s.ready(); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
@@ -48,10 +34,10 @@ func (s *Sidecar) healthcheck(w http.ResponseWriter, _ *http.Request) {
 	_, _ = io.WriteString(w, "OK")
 }
 
-// rlsJSON is the peer's /json: a RateLimitRequest in protobuf's JSON
+// serveJSON is the peer's /json: a RateLimitRequest in protobuf's JSON
 // mapping, answered with the RateLimitResponse in the same mapping, 429
 // when it is over the limit, as the peer's HTTP/1 bridge does.
-func (s *Sidecar) rlsJSON(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONRequest))
 	if err != nil {
 		http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
@@ -62,7 +48,7 @@ func (s *Sidecar) rlsJSON(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not a RateLimitRequest in JSON: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	resp, err := s.grpc.ShouldRateLimit(r.Context(), &req)
+	resp, err := s.ShouldRateLimit(r.Context(), &req)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
