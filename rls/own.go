@@ -58,14 +58,10 @@ const shouldRateLimitPath = "/" + "envoy.service.ratelimit.v3.RateLimitService" 
 // more descriptors than one part) is decided on a goroutine of its own,
 // as on grpc-go.
 func (s *Server) serveCall(wc *grpcwire.Call) {
-	req := s.requests.Get().(*request)
-	if !req.decode(wc.Message()) {
-		req.reset()
-		if err := proto.Unmarshal(wc.Message(), &req.msg); err != nil {
-			s.putRequest(req)
-			wc.Fail(codes.Internal, "grpc: failed to unmarshal the received message: "+err.Error())
-			return
-		}
+	req, err := s.readRequest(wc.Message())
+	if err != nil {
+		fail(wc, err)
+		return
 	}
 	c, matches, err := s.prepare(&req.msg)
 	if err != nil {
@@ -92,6 +88,21 @@ func (s *Server) serveCall(wc *grpcwire.Call) {
 	default:
 		s.svc.Decide(c.parts[:1], c.landed)
 	}
+}
+
+// readRequest reads b into a pooled request; a call over the caps is
+// refused before anything is made for it (overCaps), and a message
+// protobuf cannot read is refused with grpc-go's error.
+func (s *Server) readRequest(b []byte) (*request, error) {
+	if err := s.overCaps(b); err != nil {
+		return nil, err
+	}
+	req := s.requests.Get().(*request)
+	if err := req.read(b); err != nil {
+		s.putRequest(req)
+		return nil, status.Error(codes.Internal, "grpc: failed to unmarshal the received message: "+err.Error())
+	}
+	return req, nil
 }
 
 // landed answers a fast call once its batch is decided: on the goroutine

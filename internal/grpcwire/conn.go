@@ -116,6 +116,7 @@ type conn struct {
 	// the capacities of its calls' buffers, pooled ones too, and that of
 	// the buffer its flush is writing.
 	bodyCap, outCap, flying int
+	hcap                    int                        // cap(hblock), which the reading goroutine owns
 	holder                  *membudget.Holder          // nil without a budget
 	closed                  [recentClosed]closedStream // the streams closed last, a ring
 	closedAt                int                        // the ring's next slot
@@ -378,6 +379,11 @@ func (c *conn) onHeaders(id uint32, frag []byte, ended, endStream bool) error {
 		return connError{http2.ErrCodeProtocol, "header list too large"}
 	}
 	c.hblock = append(c.hblock, frag...)
+	if n := cap(c.hblock); n != c.hcap {
+		c.mu.Lock()
+		c.hcap = n
+		c.mu.Unlock()
+	}
 	if !ended {
 		return nil
 	}
@@ -592,7 +598,7 @@ func (c *conn) waitFlushed() {
 // accountLocked sets what the connection holds in the budget.
 func (c *conn) accountLocked() {
 	if c.holder != nil {
-		c.holder.Set(int64(connBase + c.bodyCap + c.outCap + cap(c.out.b) + c.flying + cap(c.hblock)))
+		c.holder.Set(int64(connBase + c.bodyCap + c.outCap + cap(c.out.b) + c.flying + c.hcap))
 	}
 }
 
