@@ -253,6 +253,15 @@ func (c *conn) newStreamLocked(id uint32) *Call {
 func (st *Call) receive(data []byte) bool {
 	c := st.c
 	was := cap(st.body)
+	if n, ok := announced(st.body, data); ok && n <= c.s.maxRecv && 5+n > cap(st.body) && 5+n >= len(st.body)+len(data) {
+		// The message's array is made once, at the length its prefix
+		// announces, and counted in the budget at that size from its
+		// first frame: doubling up to it would leave each smaller array
+		// behind as garbage, uncounted.
+		grown := make([]byte, len(st.body), 5+n)
+		copy(grown, st.body)
+		st.body = grown
+	}
 	st.body = append(st.body, data...)
 	c.bodyCap += cap(st.body) - was
 	c.held += len(data)
@@ -272,6 +281,17 @@ func (st *Call) receive(data []byte) bool {
 		return false
 	}
 	return true
+}
+
+// announced is the length of the message that body starts, once its
+// prefix has come, in body and data together.
+func announced(body, data []byte) (int, bool) {
+	if len(body)+len(data) < 5 {
+		return 0, false
+	}
+	var p [5]byte
+	copy(p[copy(p[:], body):], data)
+	return int(binary.BigEndian.Uint32(p[1:])), true
 }
 
 // remoteDoneLocked takes the client's END_STREAM on st.
