@@ -27,7 +27,13 @@ import (
 // serveOn serves s on loopback and returns a client connection to it.
 func serveOn(t *testing.T, s *Server) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpc.NewClient(serveAt(t, s), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return serveOnAddr(t, serveAt(t, s))
+}
+
+// serveOnAddr is a client connection to addr, closed when the test ends.
+func serveOnAddr(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,6 +219,55 @@ func TestDeadlineOverNotCharged(t *testing.T) {
 			}
 			// Ten an hour: the first call that counts leaves nine.
 			check(t, s, ok, []want{{rpu: 10, remaining: 9}}, entry("user", "late"))
+		})
+	}
+}
+
+// On either transport, a connection past MaxConns is closed; one that
+// leaves makes room.
+func TestMaxConns(t *testing.T) {
+	for _, tr := range []Transport{TransportOwn, TransportGRPCGo} {
+		t.Run(tr.String(), func(t *testing.T) {
+			s, _ := newAnswering(t, Config{Transport: tr, MaxConns: 1})
+			addr := serveAt(t, s)
+			first, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Served: the server's SETTINGS come once the preface is sent.
+			first.Write([]byte(http2.ClientPreface))
+			first.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := http2.NewFramer(nil, first).ReadFrame(); err != nil {
+				t.Fatalf("the first connection: %v", err)
+			}
+			second, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer second.Close()
+			second.Write([]byte(http2.ClientPreface))
+			second.SetReadDeadline(time.Now().Add(5 * time.Second))
+			fr := http2.NewFramer(nil, second)
+			for {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					if ne, ok := err.(net.Error); ok && ne.Timeout() {
+						t.Fatal("the connection past the cap was served")
+					}
+					break // closed
+				}
+				if _, ok := f.(*http2.GoAwayFrame); ok {
+					break
+				}
+			}
+			first.Close()
+			// Once the first is counted out, a client is served.
+			conn := serveOnAddr(t, addr)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
+				t.Fatalf("after the first left: %v", err)
+			}
 		})
 	}
 }
