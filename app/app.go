@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-rl/sluice/httpcheck"
 	"github.com/sluice-rl/sluice/internal/accept"
 	"github.com/sluice-rl/sluice/internal/evloop"
+	"github.com/sluice-rl/sluice/internal/membudget"
 	"github.com/sluice-rl/sluice/internal/redisurl"
 	"github.com/sluice-rl/sluice/internal/settings"
 	"github.com/sluice-rl/sluice/internal/tlsfiles"
@@ -61,6 +62,7 @@ type Sidecar struct {
 	peerStats *peerstats.Stats
 	resp      *respserver.Server
 	ln        net.Listener
+	budget    *membudget.Budget // --max-input-memory, shared by the RESP and gRPC doors
 	admin     *telemetry.Admin
 	rules     *rlsconfig.Watcher // nil without --rls-config
 	xds       *xds.Client        // nil without --rls-xds-server
@@ -154,7 +156,10 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 		s.chain.up.UseLoop(loops[0])
 		log.Debug("the upstream's connection is read on the first event loop", "loop", 0, "io_loops", len(loops))
 	}
-	rcfg := respserver.Config{Service: s.svc, RequirePass: cfg.RequirePass, Logger: log,
+	if s.budget, err = membudget.New(int64(cfg.MaxInputMemory)); err != nil {
+		return fmt.Errorf("invalid --max-input-memory: %w", err)
+	}
+	rcfg := respserver.Config{Service: s.svc, RequirePass: cfg.RequirePass, Logger: log, Budget: s.budget,
 		MaxConns: cfg.MaxClients, MaxInputMemory: int64(cfg.MaxInputMemory), Info: s.infoSections(), Keys: s.mem.Len, Loops: loops}
 	if s.resp, err = respserver.New(rcfg); err != nil {
 		return err
@@ -253,7 +258,8 @@ func (s *Sidecar) listenGRPC() (err error) {
 	}
 	if s.grpc, err = rls.New(rls.Config{Service: s.svc, Rules: s.rlsRules, StopWhenOverLimit: cfg.RLSStopOverLimit,
 		Shadow: cfg.RLSShadow, Headers: cfg.RLSHeaders, DynamicMetadata: cfg.RLSDynamicMetadata, PeerStats: s.peerStats, PeerKeys: peerKeys, MaxDescriptors: cfg.RLSMaxDescriptors, MaxEntries: cfg.RLSMaxEntries,
-		Ready: s.ready, TLS: tlsCfg, Transport: cfg.GRPCTransport, Logger: s.log}); err != nil {
+		Ready: s.ready, TLS: tlsCfg, Transport: cfg.GRPCTransport, Logger: s.log,
+		MaxConns: cfg.GRPCMaxConns, IdleTimeout: cfg.GRPCIdleTimeout, Budget: s.budget}); err != nil {
 		return err
 	}
 	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
@@ -263,7 +269,7 @@ func (s *Sidecar) listenGRPC() (err error) {
 	s.log.Info("serving Envoy's rate limit service (gRPC)", "addr", s.grpcLn.Addr().String(), "tls", tlsCfg != nil,
 		"transport", cfg.GRPCTransport.String(), "client_certs", cfg.GRPCTLSClientCA != "", "headers", cfg.RLSHeaders.String(), "stop_charging_when_over_limit", cfg.RLSStopOverLimit,
 		"peer_keys", cfg.RLSPeerKeys,
-		"max_descriptors", cfg.RLSMaxDescriptors, "max_entries", cfg.RLSMaxEntries)
+		"max_descriptors", cfg.RLSMaxDescriptors, "max_entries", cfg.RLSMaxEntries, "max_conns", cfg.GRPCMaxConns, "idle_timeout", cfg.GRPCIdleTimeout)
 	return nil
 }
 

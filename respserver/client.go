@@ -11,6 +11,7 @@ import (
 	"github.com/tidwall/redcon"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-rl/sluice/internal/membudget"
 	"github.com/sluice-rl/sluice/internal/monitor"
 	"github.com/sluice-rl/sluice/internal/resp"
 	"github.com/sluice-rl/sluice/internal/transport"
@@ -37,12 +38,10 @@ type client struct {
 	// only.
 	conn transport.Transport
 
-	in        input
-	inputHeld atomic.Int64 // bytes of in.buf counted in the server's input total; written by its own goroutine
-
-	// evict is set when the input budget closes this connection; the
-	// goroutine serving it answers with an error and closes it.
-	evict atomic.Bool
+	in input
+	// budget is its share of the input budget (budget.go): what it holds,
+	// set by its own goroutine, and whether the budget closes it.
+	budget *membudget.Holder
 
 	// What other connections read of this one, for CLIENT LIST and
 	// CLIENT KILL (clientlist.go): set before it is shared, or atomic.
@@ -144,6 +143,7 @@ func newClient(s *Server, addr string) *client {
 	c.active.Store(c.created.UnixNano())
 	c.cur = c.newSegment()
 	c.in.p = resp.NewParser(s.cfg.MaxArgs, s.cfg.MaxRequestBytes)
+	s.joinBudget(c)
 	return c
 }
 

@@ -260,7 +260,7 @@ func (s *Server) appendClientInfo(dst []byte, c *client) []byte {
 	info.Name, info.LibName, info.LibVer, info.Resp = c.name, c.libName, c.libVer, c.proto
 	c.infoMu.Unlock()
 	info.OMem, info.Monitor = s.monitors.Backlog(c)
-	queued, held := c.queued.Load(), c.inputHeld.Load()
+	queued, held := c.queued.Load(), c.inputBytes()
 	info.QBuf, info.QBufFree, info.TotMem = queued, max(held-queued, 0), held+info.OMem
 	if p := c.lastCmd.Load(); p != nil {
 		info.Cmd = *p

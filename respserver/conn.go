@@ -96,7 +96,7 @@ func (c *client) Closed(err error) { c.s.closed(c, err) }
 // as feed closes one whose backlog grows past it.
 func (c *client) Woken() transport.Wakeup {
 	switch {
-	case c.evict.Load():
+	case c.evicted():
 		c.out = redcon.AppendError(c.out, errInputBudget)
 		return transport.Evict
 	case c.killed.Load():

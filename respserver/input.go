@@ -63,7 +63,7 @@ func (c *client) grow() {
 	}
 	size = min(size, c.s.cfg.MaxRequestBytes+readSize)
 	c.account(size + c.footprint() - cap(in.buf))
-	if c.evict.Load() {
+	if c.evicted() {
 		size = min(size, kept+readSize)
 	}
 	grown := make([]byte, kept, size)
@@ -144,7 +144,7 @@ func (c *client) compact() {
 	in.p.Shift(in.parsed)
 	in.buf, in.parsed = in.buf[:n], 0
 	if n == 0 && cap(in.buf) > keepInput {
-		c.s.released(cap(in.buf))
+		c.s.budget.Released(cap(in.buf))
 		in.buf = nil
 	}
 }
@@ -156,16 +156,7 @@ func (c *client) footprint() int {
 	return cap(c.in.buf) + cap(c.out) + c.in.p.Footprint() + cap(c.in.args)*int(unsafe.Sizeof([]byte(nil)))
 }
 
-// account sets the bytes this connection holds in the server's total
-// (its input buffer's capacity and its unsent replies'), and asks for
-// evictions when the total is over the budget.
-func (c *client) account(held int) {
-	d := int64(held) - c.inputHeld.Load()
-	if d == 0 {
-		return
-	}
-	c.inputHeld.Store(int64(held))
-	if total := c.s.stats.input.Add(d); d > 0 && total > c.s.cfg.MaxInputMemory {
-		c.s.overBudget()
-	}
-}
+// account sets the bytes this connection holds in the budget's total
+// (its input buffer's capacity and its unsent replies'); a total over the
+// budget closes the largest holders.
+func (c *client) account(held int) { c.budget.Set(int64(held)) }

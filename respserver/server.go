@@ -3,6 +3,7 @@ package respserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/accept"
 	"github.com/sluice-rl/sluice/internal/evloop"
+	"github.com/sluice-rl/sluice/internal/membudget"
 	"github.com/sluice-rl/sluice/internal/monitor"
 	"github.com/sluice-rl/sluice/internal/redisadmin"
 	"github.com/sluice-rl/sluice/internal/transport"
@@ -54,8 +56,12 @@ type Config struct {
 	// announced length charged as it starts) and their replies not yet
 	// sent. Past it, the connection holding the most is closed with an
 	// error, and the next, until the total is back under. Zero means 256
-	// MiB.
+	// MiB. Ignored when Budget is set.
 	MaxInputMemory int64
+	// Budget, when set, is the input budget this server's connections
+	// count in, shared with the process's other doors; nil: a budget of
+	// MaxInputMemory of this server's own.
+	Budget *membudget.Budget
 	// Info adds sections to INFO after the server's own; INFO sluice shows
 	// them all. A section named as one of the server's own (Memory) adds
 	// its fields to it.
@@ -84,10 +90,8 @@ type Server struct {
 	log     *slog.Logger
 	started time.Time
 	nextID  atomic.Int64
-	// returning is set while a return of memory to the system is scheduled
-	// (budget.go).
-	returning atomic.Bool
-	stats     stats
+	budget  *membudget.Budget // Config.Budget, or one of its own
+	stats   stats
 
 	mu       sync.Mutex
 	conns    map[*client]struct{} // guarded by mu
@@ -105,7 +109,6 @@ type stats struct {
 	connsTotal   atomic.Int64
 	commands     atomic.Int64
 	rejectedConn atomic.Int64
-	input        atomic.Int64 // bytes of input buffers held by all connections
 	evicted      atomic.Int64 // connections closed for the input budget
 }
 
@@ -132,10 +135,18 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxInputMemory == 0 {
 		cfg.MaxInputMemory = 256 << 20
 	}
+	budget := cfg.Budget
+	if budget == nil {
+		var err error
+		if budget, err = membudget.New(cfg.MaxInputMemory); err != nil {
+			return nil, fmt.Errorf("respserver: %w", err)
+		}
+	}
 	return &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		started: time.Now(),
+		budget:  budget,
 		conns:   make(map[*client]struct{}),
 	}, nil
 }
@@ -318,7 +329,8 @@ func (s *Server) Addr() net.Addr {
 // closed counts a connection out.
 func (s *Server) closed(c *client, err error) {
 	c.account(0)
-	s.released(max(cap(c.in.buf), cap(c.out)))
+	c.budget.Leave()
+	s.budget.Released(max(cap(c.in.buf), cap(c.out)))
 	c.unmonitor()
 	s.mu.Lock()
 	delete(s.conns, c)

@@ -152,7 +152,7 @@ func BenchmarkHandler(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := newCodec()
+	c := newCodec(noCaps)
 	// Made once, so that the allocations counted are the door's alone
 	// (grpc hands the codec a BufferSlice it has already made).
 	data := mem.BufferSlice{mem.SliceBuffer(in)}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +15,10 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/engine/chain"
@@ -218,5 +222,126 @@ func TestFallbackLogged(t *testing.T) {
 	call(4)
 	if l := lines(); len(l) != 2 || !strings.Contains(l[1], "decisions=7 calls=3 largest_call_descriptors=4") {
 		t.Fatalf("past fallbackLogEvery: %q; want a second line for the 7 decisions of 3 calls since", l)
+	}
+}
+
+func noCaps([]byte) error { return nil }
+
+// emptyDescriptors is a request of n empty descriptors in domain, with
+// tail after them: two bytes a descriptor, the cheapest call that costs
+// a decoder the most.
+func emptyDescriptors(domain string, n int, tail ...byte) []byte {
+	b := protowire.AppendString(protowire.AppendTag(nil, reqDomain, protowire.BytesType), domain)
+	for range n {
+		b = append(b, byte(reqDescriptors<<3|protowire.BytesType), 0)
+	}
+	return append(b, tail...)
+}
+
+// A call over the caps is refused before anything is made for it, on
+// the own transport's path (readRequest) and on grpc-go's (the codec),
+// and when protobuf would read it (an unknown field sends it there): it
+// allocates at most a few times its own size, where decoding it allocated
+// a hundred times. A refused call leaves nothing in the pooled request.
+func TestRefusedCallCostsLittle(t *testing.T) {
+	s := newServer(t, benchYAML, Config{})
+	unknown := protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 1)
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"descriptors", emptyDescriptors("b", 100_000), "rate limit request has 100000 descriptors, more than the cap of 64 (--rls-max-descriptors)"},
+		{"descriptors, for protobuf", emptyDescriptors("b", 100_000, unknown...), "rate limit request has 100000 descriptors, more than the cap of 64 (--rls-max-descriptors)"},
+		{"descriptors, truncated after", append(emptyDescriptors("b", 100_000), byte(reqDescriptors<<3|protowire.BytesType), 9), "rate limit request has 100000 descriptors, more than the cap of 64 (--rls-max-descriptors)"},
+		{"no domain", emptyDescriptors("", 100_000), errEmptyDomain},
+		{"entries", protowire.AppendBytes(protowire.AppendTag(protowire.AppendString(protowire.AppendTag(nil, reqDomain, protowire.BytesType), "b"),
+			reqDescriptors, protowire.BytesType), bytes.Repeat([]byte{byte(descEntries<<3 | protowire.BytesType), 0}, 50_000)),
+			"rate limit descriptor 0 has 50000 entries, more than the cap of 64 (--rls-max-entries)"},
+	} {
+		for _, path := range []struct {
+			name string
+			read func(b []byte) error
+		}{
+			{"own", func(b []byte) error {
+				req, err := s.readRequest(b)
+				if err == nil {
+					s.putRequest(req)
+				}
+				return err
+			}},
+			{"grpc-go", func(b []byte) error {
+				req := s.requests.Get().(*request)
+				defer s.putRequest(req)
+				if err := newCodec(s.overCaps).Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, req); err != nil {
+					return err
+				}
+				if cap(req.ds) > rlsopts.DefaultMaxDescriptors || cap(req.es) > rlsopts.DefaultMaxEntries {
+					t.Errorf("the pooled request grew to %d descriptors and %d entries", cap(req.ds), cap(req.es))
+				}
+				return req.refused
+			}},
+		} {
+			t.Run(tc.name+"/"+path.name, func(t *testing.T) {
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				err := path.read(tc.b)
+				runtime.ReadMemStats(&after)
+				if st, _ := status.FromError(err); st.Code() != codes.InvalidArgument || st.Message() != tc.want {
+					t.Fatalf("%v; want InvalidArgument %q", err, tc.want)
+				}
+				if spent := after.TotalAlloc - before.TotalAlloc; spent > uint64(4*len(tc.b)) {
+					t.Fatalf("refusing a call of %d bytes allocated %d bytes; want at most 4 times its size", len(tc.b), spent)
+				}
+			})
+		}
+	}
+}
+
+// overCaps answers a call as the decoders, prepare and bounded answer it
+// once decoded, for every call protobuf reads: refused over a cap,
+// else left to them.
+func checkOverCaps(t *testing.T, s *Server, b []byte) {
+	got := s.overCaps(b)
+	var m pb.RateLimitRequest
+	if proto.Unmarshal(b, &m) != nil {
+		return // malformed: overCaps only bounds what the decoders make of it
+	}
+	var want error
+	if err := s.bounded(&m); err != nil {
+		want = err
+		if m.Domain == "" {
+			want = status.Error(codes.InvalidArgument, errEmptyDomain)
+		}
+	}
+	if status.Convert(got).Message() != status.Convert(want).Message() || status.Code(got) != status.Code(want) {
+		t.Fatalf("%x: overCaps says %v; decoded, %v", b, got, want)
+	}
+}
+
+func FuzzOverCaps(f *testing.F) {
+	for _, b := range requestCases(f) {
+		f.Add(b)
+	}
+	f.Add(emptyDescriptors("b", 4))
+	f.Add(emptyDescriptors("", 3))
+	s := newServer(f, benchYAML, Config{MaxDescriptors: 3, MaxEntries: 2})
+	f.Fuzz(func(t *testing.T, b []byte) { checkOverCaps(t, s, b) })
+}
+
+func TestOverCapsAgrees(t *testing.T) {
+	s := newServer(t, benchYAML, Config{MaxDescriptors: 3, MaxEntries: 2})
+	cases := requestCases(t)
+	for i := range 6 {
+		for _, domain := range []string{"", "b"} {
+			b, err := proto.Marshal(&pb.RateLimitRequest{Domain: domain, Descriptors: descriptors(i, 4-i%4)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cases[fmt.Sprintf("%d descriptors, domain %q", i, domain)] = b
+		}
+	}
+	for name, b := range cases {
+		t.Run(name, func(t *testing.T) { checkOverCaps(t, s, b) })
 	}
 }

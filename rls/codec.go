@@ -11,9 +11,14 @@ import (
 // functions, and everything else (health, reflection, and any message
 // those functions leave to protobuf) with grpc's own proto codec. It is
 // this server's codec only (grpc.ForceServerCodecV2), not the process's.
-type codec struct{ proto encoding.CodecV2 }
+type codec struct {
+	proto encoding.CodecV2
+	caps  func([]byte) error // Server.overCaps
+}
 
-func newCodec() *codec { return &codec{proto: encoding.GetCodecV2("proto")} }
+func newCodec(caps func([]byte) error) *codec {
+	return &codec{proto: encoding.GetCodecV2("proto"), caps: caps}
+}
 
 func (c *codec) Name() string { return "proto" }
 
@@ -54,18 +59,24 @@ const poolingMin = 1<<10 + 1
 
 // Unmarshal reads a request into a pooled request (the handler's) or a
 // RateLimitRequest, and anything else, or a request wire.go leaves to
-// protobuf, with protobuf.
+// protobuf, with protobuf. A request over the caps is not read: the
+// pooled one says why in refused, for the handler to answer with (an
+// error from here would reach the client as INTERNAL).
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch t := v.(type) {
 	case *request:
-		if t.decode(bytesOf(data)) {
+		b := bytesOf(data)
+		if t.refused = c.caps(b); t.refused != nil {
 			return nil
 		}
-		t.reset()
-		return c.proto.Unmarshal(data, &t.msg)
+		return t.read(b)
 	case *pb.RateLimitRequest:
+		b := bytesOf(data)
+		if err := c.caps(b); err != nil {
+			return err
+		}
 		var r request
-		if !r.decode(bytesOf(data)) {
+		if !r.decode(b) {
 			return c.proto.Unmarshal(data, t)
 		}
 		t.Reset()

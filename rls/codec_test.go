@@ -63,7 +63,7 @@ func TestCodecResponse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := newCodec().Marshal(tc.m)
+			got, err := newCodec(noCaps).Marshal(tc.m)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,7 +119,7 @@ func requestCases(t testing.TB) map[string][]byte {
 func decodeBoth(t *testing.T, b []byte, r *request) {
 	want := &pb.RateLimitRequest{}
 	wantErr := proto.Unmarshal(b, want)
-	c := newCodec()
+	c := newCodec(noCaps)
 	r.reset()
 	errPooled := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, r)
 	got := &pb.RateLimitRequest{Domain: "stale", HitsAddend: 9}

@@ -25,17 +25,13 @@ func (s *Server) serveCall(wc *grpcwire.Call) {
 	if s.stats != nil {
 		start = time.Now()
 	}
-	req := s.requests.Get().(*request)
-	if !req.decode(wc.Message()) {
-		req.reset()
-		if err := proto.Unmarshal(wc.Message(), &req.msg); err != nil {
-			s.putRequest(req)
-			wc.Fail(codes.Internal, "grpc: failed to unmarshal the received message: "+err.Error())
-			if s.stats != nil {
-				s.called(start)
-			}
-			return
+	req, err := s.readRequest(wc.Message())
+	if err != nil {
+		fail(wc, err)
+		if s.stats != nil {
+			s.called(start)
 		}
+		return
 	}
 	c, matches, err := s.prepare(&req.msg)
 	if err != nil {
@@ -65,6 +61,21 @@ func (s *Server) serveCall(wc *grpcwire.Call) {
 	default:
 		s.svc.Decide(c.parts[:1], c.landed)
 	}
+}
+
+// readRequest reads b into a pooled request; a call over the caps is
+// refused before anything is made for it (overCaps), and a message
+// protobuf cannot read is refused with grpc-go's error.
+func (s *Server) readRequest(b []byte) (*request, error) {
+	if err := s.overCaps(b); err != nil {
+		return nil, err
+	}
+	req := s.requests.Get().(*request)
+	if err := req.read(b); err != nil {
+		s.putRequest(req)
+		return nil, status.Error(codes.Internal, "grpc: failed to unmarshal the received message: "+err.Error())
+	}
+	return req, nil
 }
 
 // landed answers a fast call once its batch is decided: on the goroutine

@@ -15,10 +15,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluice-rl/sluice/internal/accept"
 	"github.com/sluice-rl/sluice/internal/grpcwire"
+	"github.com/sluice-rl/sluice/internal/membudget"
 	"github.com/sluice-rl/sluice/internal/rlsopts"
 	"github.com/sluice-rl/sluice/rls/peerstats"
 	"github.com/sluice-rl/sluice/rlsconfig"
@@ -71,6 +74,18 @@ type Config struct {
 	// Transport picks the gRPC server: zero, the own (package grpcwire);
 	// rlsopts.TransportGRPCGo, grpc-go's.
 	Transport rlsopts.Transport
+	// MaxConns bounds the connections served at once: on the own
+	// transport one more is sent GOAWAY and closed, on grpc-go's closed.
+	// Zero: DefaultMaxConns.
+	MaxConns int
+	// IdleTimeout, when positive, sends GOAWAY to a connection that has
+	// had no call open for that long (grpc-go's MaxConnectionIdle).
+	// Zero: never.
+	IdleTimeout time.Duration
+	// Budget, when set, counts what the own transport's connections hold
+	// in the process's input budget (grpcwire.Config.Budget). grpc-go's
+	// buffers are its own, outside it.
+	Budget *membudget.Budget
 	// Logger logs what goes wrong beyond one call. Nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -89,6 +104,7 @@ type Server struct {
 	ready    func() error
 
 	maxDescriptors, maxEntries int
+	maxConns                   int // grpc-go's connections (capped by Serve's listener); the own transport caps its own
 	fallbacks                  fallbackLog
 
 	log      *slog.Logger
@@ -148,8 +164,16 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Transport > rlsopts.TransportGRPCGo {
 		return nil, errors.New("rls: unknown Config.Transport")
 	}
+	if cfg.MaxConns < 0 || cfg.IdleTimeout < 0 {
+		return nil, errors.New("rls: negative Config.MaxConns or IdleTimeout")
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	s.maxConns = cfg.MaxConns
 	if cfg.Transport == rlsopts.TransportOwn {
-		w, err := grpcwire.New(grpcwire.Config{TLS: cfg.TLS, Logger: cfg.Logger})
+		w, err := grpcwire.New(grpcwire.Config{TLS: cfg.TLS, Logger: cfg.Logger, MaxConns: cfg.MaxConns,
+			IdleTimeout: cfg.IdleTimeout, Budget: cfg.Budget})
 		if err != nil {
 			return nil, fmt.Errorf("rls: %w", err)
 		}
@@ -164,7 +188,10 @@ func New(cfg Config) (*Server, error) {
 	// A call waits for its batch's round trip to Redis in its handler, so
 	// a worker per call in flight: calls then reuse goroutines whose stacks
 	// have grown, instead of a new goroutine growing its stack each time.
-	opts := []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(newCodec())}
+	opts := []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers), grpc.ForceServerCodecV2(newCodec(s.overCaps))}
+	if cfg.IdleTimeout > 0 {
+		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}))
+	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
@@ -188,8 +215,14 @@ var serviceDesc = grpc.ServiceDesc{
 }
 
 // handleShouldRateLimit is the generated handler's work without its new
-// message. This server installs no interceptor, so none is called.
-func handleShouldRateLimit(srv any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+// message. This server installs no interceptor, so none is called. A
+// call whose deadline is over before it starts (grpc-timeout 0) is
+// answered DEADLINE_EXCEEDED, never decided nor charged, as on the own
+// transport.
+func handleShouldRateLimit(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
 	s := srv.(*Server)
 	if s.stats != nil {
 		defer s.called(time.Now())
@@ -201,6 +234,9 @@ func handleShouldRateLimit(srv any, _ context.Context, dec func(any) error, _ gr
 	}()
 	if err := dec(req); err != nil {
 		return nil, err
+	}
+	if req.refused != nil {
+		return nil, req.refused
 	}
 	rep := s.replies.Get().(*reply)
 	if _, err := s.decide(&req.msg, rep); err != nil {
@@ -225,7 +261,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		return ErrServerClosed
 	}
-	err := s.g.Serve(accept.Retrying(ln, s.log, "grpc"))
+	err := s.g.Serve(capListener(accept.Retrying(ln, s.log, "grpc"), s.maxConns))
 	if err == nil || errors.Is(err, grpc.ErrServerStopped) || s.draining.Load() {
 		return ErrServerClosed
 	}

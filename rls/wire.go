@@ -8,7 +8,10 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-rl/sluice/internal/rlsopts"
 )
 
 // This file reads RateLimitRequest and writes RateLimitResponse without
@@ -35,13 +38,26 @@ type request struct {
 	ep   []*rlv3.RateLimitDescriptor_Entry
 	over []rlv3.RateLimitDescriptor_RateLimitOverride
 	hits []wrapperspb.UInt64Value
+	// refused is why the call is refused before it was decoded (over the
+	// caps): the codec's answer to grpc-go's handler.
+	refused error
 }
 
-// reset drops the last request's strings and pointers, keeping the arrays;
-// the message is reset whole, since protobuf may have read the last one
-// (and kept fields unknown to it).
+// The most descriptors and entries a pooled request keeps arrays for: a
+// call larger (under caps raised by the flags) gets arrays of its own,
+// dropped after it, so that a few large calls do not leave every pooled
+// request holding their size.
+const (
+	keptDescriptors = rlsopts.DefaultMaxDescriptors
+	keptEntries     = 4 * rlsopts.DefaultMaxDescriptors
+)
+
+// reset drops the last request's strings and pointers, keeping the arrays
+// up to the kept sizes; the message is reset whole, since protobuf may
+// have read the last one (and kept fields unknown to it).
 func (r *request) reset() {
 	r.msg.Reset()
+	r.refused = nil
 	clear(r.ds)
 	clear(r.dp)
 	clear(r.es)
@@ -49,6 +65,22 @@ func (r *request) reset() {
 	clear(r.over)
 	clear(r.hits)
 	r.ds, r.dp, r.es, r.ep, r.over, r.hits = r.ds[:0], r.dp[:0], r.es[:0], r.ep[:0], r.over[:0], r.hits[:0]
+	if cap(r.ds) > keptDescriptors {
+		r.ds, r.dp, r.over, r.hits = nil, nil, nil, nil
+	}
+	if cap(r.es) > keptEntries {
+		r.es, r.ep = nil, nil
+	}
+}
+
+// read reads b into r.msg, with decode or else protobuf; its caller has
+// checked the caps (overCaps).
+func (r *request) read(b []byte) error {
+	if r.decode(b) {
+		return nil
+	}
+	r.reset()
+	return proto.Unmarshal(b, &r.msg)
 }
 
 // Field numbers, from envoy/service/ratelimit/v3/rls.proto and

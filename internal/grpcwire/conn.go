@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/sluice-rl/sluice/internal/membudget"
 )
 
 // Flow control and frame sizes this side offers.
@@ -35,6 +37,35 @@ const (
 	// readBuffer is the reading goroutine's buffer: many small frames per
 	// read system call.
 	readBuffer = 32 << 10
+	// connBase is what a connection costs before it holds any call, as
+	// counted in the budget: its read buffer and its two hpack tables.
+	connBase = readBuffer + 2*headerTable
+)
+
+// PING and control frames are policed as grpc-go's server polices them
+// (its keepalive.EnforcementPolicy defaults and its control buffer's
+// limit), so that a client that floods them is turned away as grpc-go
+// would turn it away.
+const (
+	// pingMinTime is the least time between two PINGs while a call is
+	// open, and pingIdleMinTime while none is (grpc-go: MinTime 5 min,
+	// PermitWithoutStream false, which takes a PING without a call as
+	// wrong unless 2 h have passed). A PING sooner is a strike, unless
+	// this side has sent HEADERS or DATA since the last one.
+	pingMinTime     = 5 * time.Minute
+	pingIdleMinTime = 2 * time.Hour
+	// maxPingStrikes is how many strikes are forgiven; one more ends the
+	// connection with GOAWAY ENHANCE_YOUR_CALM "too_many_pings".
+	maxPingStrikes = 2
+	// maxControl is how many answers to the client's control frames
+	// (SETTINGS and PING acks, resets) may wait to be written before
+	// the reading goroutine stops reading, grpc-go's
+	// maxQueuedControlBufferItems.
+	maxControl = 100
+	// recentClosed is how many closed streams a connection remembers, to
+	// tell a frame on a stream it closed from one on a stream never
+	// opened (RFC 9113, 5.1 and 5.1.1).
+	recentClosed = 256
 )
 
 // conn is one HTTP/2 connection: the reading goroutine (serve) and the
@@ -56,6 +87,8 @@ type conn struct {
 	recvWin  int64      // what the client may still send on the connection
 	recvDone int64      // received since the last connection WINDOW_UPDATE
 	settings bool       // the client's first SETTINGS has come
+	strikes  int        // PINGs sooner than the policy allows
+	lastPing time.Time  // when the last PING came
 
 	mu   sync.Mutex
 	cond *sync.Cond // on mu: windows opened, a stream's data arrived or drained, the connection ended
@@ -77,9 +110,29 @@ type conn struct {
 	flushing  bool    // a flush is asked for and not yet taken
 	closing   bool    // close once out is flushed
 	closeErr  error
+	control   int  // answers to control frames in out, not yet taken by flush
+	pingReset bool // HEADERS or DATA sent since the client's last PING: its next one is no strike
+	// What the connection holds, counted in the budget (accountLocked):
+	// the capacities of its calls' buffers, pooled ones too, and that of
+	// the buffer its flush is writing.
+	bodyCap, outCap, flying int
+	hcap                    int                        // cap(hblock), which the reading goroutine owns
+	holder                  *membudget.Holder          // nil without a budget
+	closed                  [recentClosed]closedStream // the streams closed last, a ring
+	closedAt                int                        // the ring's next slot
+	idleSince               time.Time                  // when the last stream ended; zero while one is open
+	idleTimer               *time.Timer                // with Server.idleTimeout
 
 	wake chan struct{} // flush: there is something to write
 	done chan struct{} // closed when the connection closes
+}
+
+// closedStream is a stream this connection closed, remembered for a
+// while: reset (by either side: frames the client had in flight are still
+// to come) or ended by both.
+type closedStream struct {
+	id    uint32
+	reset bool
 }
 
 // outBuf is the framer's writer: frames accumulate until flushed.
@@ -127,8 +180,23 @@ func (c *conn) serve() {
 		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: maxHeaderList},
 	)
 	c.fr.WriteWindowUpdate(0, connWindow-65535)
+	if b := c.s.budget; b != nil {
+		c.holder = b.Join(c.overBudget)
+	}
+	if c.s.idleTimeout > 0 {
+		c.idleSince = time.Now()
+		c.idleTimer = time.AfterFunc(c.s.idleTimeout, c.idleCheck)
+	}
 	c.notifyLocked()
 	c.mu.Unlock()
+	defer func() {
+		if c.idleTimer != nil {
+			c.idleTimer.Stop()
+		}
+		if c.holder != nil {
+			c.holder.Leave()
+		}
+	}()
 
 	err := c.readPreface()
 	for err == nil {
@@ -214,16 +282,14 @@ func (c *conn) readFrame() error {
 		if f.IsAck() {
 			return nil
 		}
-		c.mu.Lock()
-		c.fr.WritePing(true, f.Data)
-		c.notifyLocked()
-		c.mu.Unlock()
+		return c.onPing(f)
 	case *http2.RSTStreamFrame:
 		if f.StreamID > c.maxID {
 			return protocolError("RST_STREAM on idle stream %d", f.StreamID)
 		}
 		c.mu.Lock()
 		if st := c.streams[f.StreamID]; st != nil {
+			st.reset = true
 			c.endLocked(st)
 		}
 		c.mu.Unlock()
@@ -269,6 +335,7 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 		return err
 	}
 	c.fr.WriteSettingsAck()
+	c.control++
 	c.pumpLocked()
 	c.notifyLocked()
 	return nil
@@ -312,6 +379,11 @@ func (c *conn) onHeaders(id uint32, frag []byte, ended, endStream bool) error {
 		return connError{http2.ErrCodeProtocol, "header list too large"}
 	}
 	c.hblock = append(c.hblock, frag...)
+	if n := cap(c.hblock); n != c.hcap {
+		c.mu.Lock()
+		c.hcap = n
+		c.mu.Unlock()
+	}
 	if !ended {
 		return nil
 	}
@@ -333,23 +405,94 @@ func (c *conn) onHeaders(id uint32, frag []byte, ended, endStream bool) error {
 	return c.open(id, endStream)
 }
 
-// onTrailers takes a header block on a stream already open: the client's
-// trailers, which must end it.
+// onTrailers takes a header block on a stream opened before: the client's
+// trailers, which must end an open stream and hold no pseudo-field
+// (RFC 9113, 8.1 and 8.3). A stream closed is told STREAM_CLOSED, on the
+// stream when it was reset (the client may have sent before it knew),
+// on the connection when both sides had ended it (5.1); an id never
+// opened is below one that was, a connection error (5.1.1).
 func (c *conn) onTrailers(id uint32, endStream bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.streams[id]
 	if st == nil {
-		// Closed by this side already: HTTP/2 says STREAM_CLOSED.
-		c.fr.WriteRSTStream(id, http2.ErrCodeStreamClosed)
-		c.notifyLocked()
+		reset, ok := c.closedLocked(id)
+		switch {
+		case !ok:
+			return protocolError("stream %d at or below the last one opened (%d)", id, c.maxID)
+		case !reset:
+			return connError{http2.ErrCodeStreamClosed, fmt.Sprintf("headers on closed stream %d", id)}
+		case !endStream:
+			c.writeRSTLocked(id, http2.ErrCodeProtocol)
+		default:
+			c.writeRSTLocked(id, http2.ErrCodeStreamClosed)
+		}
 		return nil
 	}
-	if !endStream || st.remoteDone {
-		return protocolError("headers on open stream %d without END_STREAM", id)
+	switch {
+	case st.remoteDone:
+		c.rstLocked(st, http2.ErrCodeStreamClosed)
+	case !endStream || c.fields.pseudo != 0 || c.fields.bad != "":
+		// Malformed: a stream error.
+		c.rstLocked(st, http2.ErrCodeProtocol)
+	default:
+		c.remoteDoneLocked(st)
 	}
-	c.remoteDoneLocked(st)
 	return nil
+}
+
+// onPing answers a PING, and ends the connection when PINGs come faster
+// than grpc-go's server allows them (the constants above).
+func (c *conn) onPing(f *http2.PingFrame) error {
+	c.mu.Lock()
+	c.fr.WritePing(true, f.Data)
+	c.control++
+	c.notifyLocked()
+	reset, open := c.pingReset, len(c.streams) > 0
+	c.pingReset = false
+	c.mu.Unlock()
+	now := time.Now()
+	last := c.lastPing
+	c.lastPing = now
+	if reset {
+		c.strikes = 0
+		return nil
+	}
+	least := pingIdleMinTime
+	if open {
+		least = pingMinTime
+	}
+	if !last.IsZero() && now.Sub(last) < least {
+		c.strikes++
+	}
+	if c.strikes > maxPingStrikes {
+		return connError{http2.ErrCodeEnhanceYourCalm, "too_many_pings"}
+	}
+	return nil
+}
+
+// writeRSTLocked resets a stream that has no Call: one refused or closed.
+func (c *conn) writeRSTLocked(id uint32, code http2.ErrCode) {
+	c.fr.WriteRSTStream(id, code)
+	c.control++
+	c.notifyLocked()
+}
+
+// closedLocked reports whether stream id is among those closed lately,
+// and whether it was reset.
+func (c *conn) closedLocked(id uint32) (reset, ok bool) {
+	for _, cs := range c.closed {
+		if cs.id == id {
+			return cs.reset, true
+		}
+	}
+	return false, false
+}
+
+// rememberLocked notes that stream id has closed.
+func (c *conn) rememberLocked(id uint32, reset bool) {
+	c.closed[c.closedAt] = closedStream{id: id, reset: reset}
+	c.closedAt = (c.closedAt + 1) % recentClosed
 }
 
 // onData takes a DATA frame: counted against the windows (padding too),
@@ -376,6 +519,10 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	if st == nil {
 		// Closed: this side answered, or reset it, while the client was
 		// still sending; what was in flight is ignored (RFC 9113, 5.1).
+		// On a stream both sides had ended, DATA is a connection error.
+		if reset, ok := c.closedLocked(id); ok && !reset {
+			return connError{http2.ErrCodeStreamClosed, fmt.Sprintf("DATA on closed stream %d", id)}
+		}
 		return nil
 	}
 	if st.remoteDone {
@@ -398,7 +545,9 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		// request is not read.
 		return nil
 	}
-	if !st.receive(f.Data()) {
+	ok := st.receive(f.Data())
+	c.accountLocked()
+	if !ok {
 		return nil
 	}
 	// The window goes back as data is received, not as it is read: a
@@ -426,8 +575,7 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 		c.rstLocked(st, code)
 		return
 	}
-	c.fr.WriteRSTStream(id, code)
-	c.notifyLocked()
+	c.writeRSTLocked(id, code)
 }
 
 // maxUnflushed is how much the connection may have waiting to be
@@ -438,17 +586,66 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 const maxUnflushed = 4 << 20
 
 // waitFlushed waits until what is waiting to be written is under
-// maxUnflushed.
+// maxUnflushed, and the answers to control frames under maxControl.
 func (c *conn) waitFlushed() {
 	c.mu.Lock()
-	for len(c.out.b) > c.s.maxUnflushed && !c.dead {
+	for (len(c.out.b) > c.s.maxUnflushed || c.control >= maxControl) && !c.dead {
 		c.cond.Wait()
 	}
 	c.mu.Unlock()
 }
 
+// accountLocked sets what the connection holds in the budget.
+func (c *conn) accountLocked() {
+	if c.holder != nil {
+		c.holder.Set(int64(connBase + c.bodyCap + c.outCap + cap(c.out.b) + c.flying + c.hcap))
+	}
+}
+
+// overBudget is the budget's eviction: the budget's lock is held, and
+// perhaps this connection's, so the work is another goroutine's.
+func (c *conn) overBudget(held int64) {
+	go func() {
+		c.s.log.Warn("closing a gRPC connection over the input budget", "remote", c.nc.RemoteAddr().String(),
+			"held", held, "max_input_memory", c.s.budget.Limit())
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.dead {
+			return
+		}
+		c.goingAway = true
+		c.fr.WriteGoAway(c.maxID, http2.ErrCodeEnhanceYourCalm, []byte("over the input memory budget"))
+		// A client that does not read has a second to take the GOAWAY;
+		// then the write fails, and the connection closes with it.
+		c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+		c.closeAfterFlushLocked(errors.New("over the input memory budget"))
+	}()
+}
+
+// idleCheck is the idle timer's: GOAWAY once no stream has been open for
+// IdleTimeout, else a look again when it could be.
+func (c *conn) idleCheck() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead || c.goingAway {
+		return
+	}
+	next := c.s.idleTimeout
+	if c.idleSince.IsZero() {
+		c.idleTimer.Reset(next)
+		return
+	}
+	if left := next - time.Since(c.idleSince); left > 0 {
+		c.idleTimer.Reset(left)
+		return
+	}
+	c.s.log.Debug("grpcwire: closing an idle connection", "remote", c.nc.RemoteAddr().String(), "idle_timeout", c.s.idleTimeout)
+	c.goAwayLocked()
+}
+
 // notifyLocked asks the writing goroutine to flush.
 func (c *conn) notifyLocked() {
+	c.accountLocked()
 	if c.flushing || c.dead {
 		return
 	}
@@ -473,6 +670,9 @@ func (c *conn) flush() {
 		b := c.out.b
 		c.out.b = spare[:0]
 		c.flushing = false
+		c.control = 0
+		c.flying = cap(b)
+		c.accountLocked()
 		c.mu.Unlock()
 		if len(b) > 0 {
 			if _, err := c.nc.Write(b); err != nil {
@@ -481,7 +681,13 @@ func (c *conn) flush() {
 			}
 		}
 		spare = b
+		if cap(spare) > maxSpare {
+			// A burst's buffer goes with it.
+			spare = nil
+		}
 		c.mu.Lock()
+		c.flying = cap(spare)
+		c.accountLocked()
 		c.cond.Broadcast() // waitFlushed
 		if c.closing && len(c.out.b) == 0 {
 			err := c.closeErr
@@ -521,11 +727,19 @@ func (c *conn) close(err error) {
 	close(c.done)
 }
 
+// maxSpare is the largest buffer the writing goroutine keeps between
+// flushes.
+const maxSpare = 64 << 10
+
 // goAway starts the drain: GOAWAY naming the last stream taken; new
 // streams are refused, and the connection closes once its streams end.
 func (c *conn) goAway() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.goAwayLocked()
+}
+
+func (c *conn) goAwayLocked() {
 	if c.goingAway || c.dead {
 		return
 	}

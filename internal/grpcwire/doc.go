@@ -28,11 +28,25 @@
 // respected when writing: what does not fit waits for its WINDOW_UPDATE),
 // PING, RST_STREAM, CONTINUATION, padding, a cap on concurrent streams,
 // GOAWAY and a graceful drain. gRPC's rules on top: grpc-timeout is the
-// call's deadline, a grpc-encoding other than identity is refused
-// UNIMPLEMENTED, an unknown method UNIMPLEMENTED, a message over the cap
-// RESOURCE_EXHAUSTED. Malformed input ends the connection with GOAWAY
-// (or the stream with RST_STREAM, where HTTP/2 says so); nothing panics on
-// input (a fuzz target feeds raw frames).
+// call's deadline (one already over, grpc-timeout 0, is answered
+// DEADLINE_EXCEEDED before any handler sees it), a grpc-encoding other
+// than identity is refused UNIMPLEMENTED, an unknown method
+// UNIMPLEMENTED, a message over the cap RESOURCE_EXHAUSTED. Malformed
+// input ends the connection with GOAWAY (or the stream with RST_STREAM,
+// where HTTP/2 says so): RFC 9113's request checks (lowercase names, each
+// pseudo-header once and only in the request's header block) and stream
+// states (a stream id at or below the last opened, HEADERS on a closed
+// stream, a second HEADERS without END_STREAM), so that it fails no
+// h2spec case grpc-go's server passes; nothing panics on input (a fuzz
+// target feeds raw frames).
+//
+// A hostile client is bounded as grpc-go bounds it, or more: PINGs past
+// grpc-go's keepalive enforcement policy end the connection with GOAWAY
+// ENHANCE_YOUR_CALM "too_many_pings"; reading stops while 100 answers to
+// control frames wait to be written; connections are capped (MaxConns),
+// an idle one may be sent GOAWAY (IdleTimeout), and what each holds is
+// counted in the process's input budget (package membudget), which
+// closes the largest holders past it.
 //
 // What it does not do: compression, server push, HTTP/1 (gRPC needs
 // HTTP/2), and per-stream prioritisation (answers are small and leave in

@@ -19,11 +19,21 @@ type headerScan struct {
 	path        string
 	contentType string
 	encoding    string
-	timeout     time.Duration
+	timeout     time.Duration // with timeoutSet: the call's grpc-timeout (0: already over)
+	timeoutSet  bool
 	timeoutBad  bool
 	bad         string // why the block is malformed; "" when it is not
 	regular     bool   // a regular field was seen: pseudo-fields may not follow
+	pseudo      uint8  // the pseudo-fields seen (pseudoMethod…), each at most once
 }
+
+// The request's pseudo-fields, as bits of headerScan.pseudo.
+const (
+	pseudoMethod = 1 << iota
+	pseudoScheme
+	pseudoPath
+	pseudoAuthority
+)
 
 func (h *headerScan) reset(s *Server) { *h = headerScan{s: s} }
 
@@ -36,27 +46,42 @@ func (h *headerScan) emit(f hpack.HeaderField) {
 			h.bad = "pseudo-header after a regular one"
 			return
 		}
+		var bit uint8
 		switch f.Name {
 		case ":method":
-			h.method = f.Value
+			bit, h.method = pseudoMethod, f.Value
 		case ":path":
-			h.path = f.Value
-		case ":scheme", ":authority":
+			bit, h.path = pseudoPath, f.Value
+		case ":scheme":
+			bit = pseudoScheme
+		case ":authority":
+			bit = pseudoAuthority
 		default:
 			h.bad = "unknown pseudo-header " + f.Name
+			return
 		}
+		// Each once (RFC 9113, 8.3).
+		if h.pseudo&bit != 0 {
+			h.bad = "duplicated pseudo-header " + f.Name
+		}
+		h.pseudo |= bit
 		return
 	}
 	h.regular = true
+	if !lowercase(f.Name) {
+		// Field names are lowercase in HTTP/2 (RFC 9113, 8.2.1).
+		h.bad = "uppercase in header name"
+		return
+	}
 	switch f.Name {
 	case "content-type":
 		h.contentType = f.Value
 	case "grpc-encoding":
 		h.encoding = f.Value
 	case "grpc-timeout":
-		var ok bool
-		h.timeout, ok = parseTimeout(f.Value)
+		d, ok := parseTimeout(f.Value)
 		h.timeoutBad = !ok
+		h.timeout, h.timeoutSet = d, ok && d >= 0
 	case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
 		// Connection-specific fields are malformed in HTTP/2 (RFC 9113,
 		// 8.2.2).
@@ -68,8 +93,35 @@ func (h *headerScan) emit(f hpack.HeaderField) {
 	}
 }
 
+// requestBad is why a request's header block, read whole, is malformed
+// (RFC 9113, 8.3.1): "" when it is not.
+func (h *headerScan) requestBad() string {
+	switch {
+	case h.bad != "":
+		return h.bad
+	case h.pseudo&pseudoMethod == 0:
+		return "no :method"
+	case h.pseudo&pseudoScheme == 0:
+		return "no :scheme"
+	case h.path == "":
+		return "no :path"
+	}
+	return ""
+}
+
+// lowercase reports whether a field name has no uppercase letter.
+func lowercase(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; 'A' <= c && c <= 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
 // parseTimeout reads grpc-timeout: at most 8 digits and a unit (H, M, S,
-// m, u, n).
+// m, u, n). A zero timeout is a deadline already over; a negative one
+// (8 digits of hours overflow a Duration) is none.
 func parseTimeout(v string) (time.Duration, bool) {
 	if len(v) < 2 || len(v) > 9 {
 		return 0, false
@@ -98,11 +150,8 @@ func parseTimeout(v string) (time.Duration, bool) {
 	default:
 		return 0, false
 	}
-	switch {
-	case n == 0:
-		return time.Nanosecond, true // already past
-	case n > math.MaxInt64/int64(unit):
-		return 0, true // 8 digits of hours overflow a Duration: no deadline
+	if n > math.MaxInt64/int64(unit) {
+		return -1, true
 	}
 	return time.Duration(n) * unit, true
 }

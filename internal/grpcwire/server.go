@@ -11,9 +11,11 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 
 	"github.com/sluice-rl/sluice/internal/accept"
+	"github.com/sluice-rl/sluice/internal/membudget"
 )
 
 // Config configures a Server. Zero values mean the documented defaults.
@@ -28,6 +30,21 @@ type Config struct {
 	// open; the client is told in SETTINGS, and a stream over it refused.
 	// Zero: 1000.
 	MaxConcurrentStreams uint32
+	// MaxConns bounds the connections served at once, those still in
+	// their TLS handshake or preface among them; one more is sent GOAWAY
+	// (ENHANCE_YOUR_CALM) and closed. Zero: 10,000.
+	MaxConns int
+	// IdleTimeout, when positive, ends a connection that has had no call
+	// open for that long with GOAWAY, as grpc-go's MaxConnectionIdle; the
+	// client reconnects for its next call. Zero: never, grpc-go's default.
+	IdleTimeout time.Duration
+	// Budget, when set, counts what each connection holds in the
+	// process's input budget: its read buffer, the requests it has read
+	// and not yet handed over, the answers it has not yet written. Past
+	// the budget, the largest holders (of any door) are closed, a gRPC
+	// connection with GOAWAY ENHANCE_YOUR_CALM. Nil: none; each
+	// connection is still bounded on its own (maxHeld, maxUnflushed).
+	Budget *membudget.Budget
 	// Logger logs connections that end in error. Nil: slog.Default().
 	Logger *slog.Logger
 }
@@ -38,6 +55,10 @@ type Config struct {
 // goroutine, with c.Reply or c.Fail. Until then c is the handler's; after
 // it, c must not be touched.
 type Unary func(c *Call)
+
+// DefaultMaxConns is Config.MaxConns's default: --max-clients's, the RESP
+// door's.
+const DefaultMaxConns = 10_000
 
 // setupTimeout is how long a new connection has for its TLS handshake
 // and HTTP/2 preface; grpc-go's ConnectionTimeout is 120 s.
@@ -54,6 +75,9 @@ type Server struct {
 	maxHeld      int           // the most bytes a connection's streams may hold unread
 	maxUnflushed int           // the most bytes a connection may have waiting to be written (conn.waitFlushed)
 	setupTimeout time.Duration // for a connection's TLS handshake and preface
+	maxConns     int
+	idleTimeout  time.Duration     // 0: none
+	budget       *membudget.Budget // nil: none
 	log          *slog.Logger
 
 	// Set before Serve, read-only after.
@@ -64,6 +88,7 @@ type Server struct {
 	mu       sync.Mutex
 	lns      map[net.Listener]struct{} // guarded by mu
 	conns    map[*conn]struct{}        // guarded by mu
+	open     int                       // guarded by mu: connections in serveConn, set up or not
 	draining bool                      // guarded by mu: Shutdown or Close was called
 	idle     chan struct{}             // guarded by mu: closed when draining and conns is empty
 }
@@ -87,10 +112,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxConcurrentStreams == 0 {
 		cfg.MaxConcurrentStreams = 1000
 	}
+	if cfg.MaxConns < 0 || cfg.IdleTimeout < 0 {
+		return nil, errors.New("grpcwire: negative Config.MaxConns or IdleTimeout")
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{maxRecv: cfg.MaxRecvMsgSize, maxStreams: cfg.MaxConcurrentStreams, log: cfg.Logger,
+		maxConns: cfg.MaxConns, idleTimeout: cfg.IdleTimeout, budget: cfg.Budget,
 		unary: map[string]Unary{}, methods: map[string]*method{}, info: map[string]grpc.ServiceInfo{},
 		lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}, idle: make(chan struct{})}
 	// Far more than calls in flight hold (a thousand calls of a few
@@ -178,6 +210,21 @@ func (s *Server) Serve(ln net.Listener) error {
 // serveConn runs one connection: the TLS handshake if any, then the
 // reading loop on this goroutine.
 func (s *Server) serveConn(nc net.Conn) {
+	s.mu.Lock()
+	full := s.open >= s.maxConns
+	if !full {
+		s.open++
+	}
+	s.mu.Unlock()
+	if full {
+		s.refuse(nc)
+		return
+	}
+	defer func() {
+		s.mu.Lock()
+		s.open--
+		s.mu.Unlock()
+	}()
 	// A connection that never completes its handshake and preface holds
 	// a goroutine: it has setupTimeout to do so (cleared by conn.serve
 	// once the preface is read).
@@ -212,6 +259,30 @@ func (s *Server) serveConn(nc net.Conn) {
 		closeOnce(s.idle)
 	}
 	s.mu.Unlock()
+}
+
+// refuse turns away a connection over MaxConns: in plain text, with
+// SETTINGS and GOAWAY (ENHANCE_YOUR_CALM, which grpc-go's clients and
+// Envoy take as "try later or elsewhere"), over TLS by closing it, since
+// answering would cost a handshake.
+func (s *Server) refuse(nc net.Conn) {
+	s.log.Debug("grpcwire: refusing a connection over the cap", "remote", nc.RemoteAddr().String(), "max_conns", s.maxConns)
+	if s.tlsCfg == nil {
+		var b outBuf
+		fr := http2.NewFramer(&b, nil)
+		fr.WriteSettings()
+		fr.WriteGoAway(0, http2.ErrCodeEnhanceYourCalm, []byte("max number of connections reached"))
+		nc.SetWriteDeadline(time.Now().Add(time.Second))
+		nc.Write(b.b)
+	}
+	nc.Close()
+}
+
+// released notes a large buffer dropped (membudget.Budget.Released).
+func (s *Server) released(n int) {
+	if s.budget != nil {
+		s.budget.Released(n)
+	}
 }
 
 func closeOnce(ch chan struct{}) {

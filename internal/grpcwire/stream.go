@@ -37,6 +37,8 @@ type Call struct {
 	ended      bool // the status is decided (written or waiting behind out); nothing more is taken
 	headers    bool // response headers written
 	trailer    bool // trailers wait behind out
+	plain      bool // an HTTP answer, not gRPC's: it ends with DATA's END_STREAM, not trailers
+	reset      bool // closed by RST_STREAM, from either side
 	code       codes.Code
 	status     string // grpc-message
 
@@ -96,12 +98,17 @@ func (c *conn) recycleLocked(st *Call) {
 	st.body, st.out, st.off = st.body[:0], st.out[:0], 0
 	// A large call's buffers go with it, so that a few large calls do
 	// not leave every pooled stream holding megabytes.
-	if cap(st.body) > keptBuffer {
+	if n := cap(st.body); n > keptBuffer {
 		st.body = nil
+		c.bodyCap -= n
+		c.s.released(n)
 	}
-	if cap(st.out) > keptBuffer {
+	if n := cap(st.out); n > keptBuffer {
 		st.out = nil
+		c.outCap -= n
+		c.s.released(n)
 	}
+	c.accountLocked()
 	st.deadline = time.Time{}
 	st.ctx, st.cancel, st.headerMD, st.trailerMD = nil, nil, nil, nil
 	if len(c.free) < 256 {
@@ -117,42 +124,49 @@ func (c *conn) open(id uint32, endStream bool) error {
 	c.maxID = id
 	switch {
 	case c.goingAway || c.dead:
-		c.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream)
-		c.notifyLocked()
+		c.refuseLocked(id, http2.ErrCodeRefusedStream)
 		return nil
-	case h.bad != "":
+	case h.requestBad() != "":
 		// A malformed request is a stream error (RFC 9113, 8.1.1).
-		c.fr.WriteRSTStream(id, http2.ErrCodeProtocol)
-		c.notifyLocked()
+		c.refuseLocked(id, http2.ErrCodeProtocol)
 		return nil
 	case c.live >= int(c.s.maxStreams):
 		// Counted are the streams open and those the client reset whose
 		// handlers have not answered yet: resetting streams as fast as
 		// they open (CVE-2023-44487) starts no more work than the cap.
-		c.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream)
-		c.notifyLocked()
-		return nil
-	case h.method != "POST" || !grpcContentType(h.contentType):
-		// Not gRPC: HTTP's answer, as grpc-go gives it.
-		c.hbuf.Reset()
-		c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: "415"})
-		c.henc.WriteField(hpack.HeaderField{Name: "content-type", Value: "text/plain; charset=utf-8"})
-		c.writeBlockLocked(id, true)
-		if !endStream {
-			c.fr.WriteRSTStream(id, http2.ErrCodeNo)
-		}
-		c.notifyLocked()
+		c.refuseLocked(id, http2.ErrCodeRefusedStream)
 		return nil
 	}
 	st := c.newStreamLocked(id)
 	if endStream {
 		st.remoteDone = true
 	}
+	if h.method != "POST" || !grpcContentType(h.contentType) {
+		// Not gRPC: HTTP's answer, as grpc-go gives it, with a line of
+		// text as net/http would give: the stream is open until the
+		// client's window has taken it.
+		st.plain, st.trailer, st.ended = true, true, true
+		st.headers = true
+		c.hbuf.Reset()
+		c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: "415"})
+		c.henc.WriteField(hpack.HeaderField{Name: "content-type", Value: "text/plain; charset=utf-8"})
+		c.writeBlockLocked(id, false)
+		st.out = append(st.out, notGRPC...)
+		c.pumpStreamLocked(st)
+		c.notifyLocked()
+		return nil
+	}
 	if h.timeoutBad {
 		c.finishLocked(st, codes.Internal, "transport: malformed grpc-timeout")
 		return nil
 	}
-	if h.timeout > 0 {
+	if h.timeoutSet {
+		if h.timeout <= 0 {
+			// Over before it starts (grpc-timeout 0): answered, never
+			// handed to its handler, as grpc-go answers it.
+			c.finishLocked(st, codes.DeadlineExceeded, "context deadline exceeded")
+			return nil
+		}
 		st.deadline = time.Now().Add(h.timeout)
 		if st.timer == nil {
 			st.timer = time.AfterFunc(h.timeout, st.expire)
@@ -188,6 +202,15 @@ func (c *conn) open(id uint32, endStream bool) error {
 	return nil
 }
 
+// notGRPC is the body of the answer to a request that is not gRPC.
+const notGRPC = "this is a gRPC server: it takes POST with content-type application/grpc\n"
+
+// refuseLocked resets stream id before it starts.
+func (c *conn) refuseLocked(id uint32, code http2.ErrCode) {
+	c.writeRSTLocked(id, code)
+	c.rememberLocked(id, true)
+}
+
 // unknownMethod is grpc-go's text for a path it does not serve.
 func unknownMethod(path string) string {
 	if len(path) > 1 && path[0] == '/' {
@@ -216,8 +239,10 @@ func (c *conn) newStreamLocked(id uint32) *Call {
 		st = &Call{c: c}
 	}
 	c.live++
+	c.idleSince = time.Time{}
 	st.id, st.inMap, st.owned = id, true, false
 	st.remoteDone, st.ended, st.headers, st.trailer, st.blocked = false, false, false, false, false
+	st.plain, st.reset = false, false
 	st.recvWin, st.recvDone, st.sendWin = initialWindow, 0, c.peerInit
 	c.streams[id] = st
 	return st
@@ -227,7 +252,18 @@ func (c *conn) newStreamLocked(id uint32) *Call {
 // over the cap as soon as its prefix says so; false when st ended here.
 func (st *Call) receive(data []byte) bool {
 	c := st.c
+	was := cap(st.body)
+	if n, ok := announced(st.body, data); ok && n <= c.s.maxRecv && 5+n > cap(st.body) && 5+n >= len(st.body)+len(data) {
+		// The message's array is made once, at the length its prefix
+		// announces, and counted in the budget at that size from its
+		// first frame: doubling up to it would leave each smaller array
+		// behind as garbage, uncounted.
+		grown := make([]byte, len(st.body), 5+n)
+		copy(grown, st.body)
+		st.body = grown
+	}
 	st.body = append(st.body, data...)
+	c.bodyCap += cap(st.body) - was
 	c.held += len(data)
 	if len(st.body) >= 5 {
 		if n := binary.BigEndian.Uint32(st.body[1:5]); int64(n) > int64(c.s.maxRecv) {
@@ -245,6 +281,17 @@ func (st *Call) receive(data []byte) bool {
 		return false
 	}
 	return true
+}
+
+// announced is the length of the message that body starts, once its
+// prefix has come, in body and data together.
+func announced(body, data []byte) (int, bool) {
+	if len(body)+len(data) < 5 {
+		return 0, false
+	}
+	var p [5]byte
+	copy(p[copy(p[:], body):], data)
+	return int(binary.BigEndian.Uint32(p[1:])), true
 }
 
 // remoteDoneLocked takes the client's END_STREAM on st.
@@ -276,6 +323,11 @@ func (c *conn) unaryReadyLocked(st *Call) {
 	case int(binary.BigEndian.Uint32(b[1:5])) != len(b)-5:
 		c.finishLocked(st, codes.Internal, "grpc: a unary call's body is not one whole message")
 		return
+	case !st.deadline.IsZero() && !time.Now().Before(st.deadline):
+		// Over before its handler could start: never decided. Its
+		// timer's answer may not have run yet.
+		c.finishLocked(st, codes.DeadlineExceeded, "context deadline exceeded")
+		return
 	}
 	st.msg = b[5:]
 	st.owned = true
@@ -301,7 +353,9 @@ func (c *conn) writeMsgLocked(st *Call, msg []byte) {
 	c.writeHeadersLocked(st)
 	var p [5]byte
 	binary.BigEndian.PutUint32(p[1:], uint32(len(msg)))
+	was := cap(st.out)
 	st.out = append(append(st.out, p[:]...), msg...)
+	c.outCap += cap(st.out) - was
 	c.pumpStreamLocked(st)
 	c.notifyLocked()
 }
@@ -317,6 +371,7 @@ func (c *conn) writeHeadersLocked(st *Call) {
 	c.henc.WriteField(hpack.HeaderField{Name: "content-type", Value: "application/grpc"})
 	c.writeMDLocked(st.headerMD)
 	c.writeBlockLocked(st.id, false)
+	c.pingReset = true
 }
 
 // finishLocked decides st's status: the trailers go once what st has
@@ -357,16 +412,22 @@ func (c *conn) pumpStreamLocked(st *Call) {
 		st.off += int(n)
 		c.sendWin -= n
 		st.sendWin -= n
+		c.pingReset = true
 	}
 	st.out, st.off = st.out[:0], 0
 	c.cond.Broadcast()
 	if st.trailer {
 		st.trailer = false
-		c.writeTrailersLocked(st)
+		if st.plain {
+			c.fr.WriteData(st.id, true, nil)
+		} else {
+			c.writeTrailersLocked(st)
+		}
 		if !st.remoteDone {
 			// The client may still be sending: it needs telling to stop
 			// (RFC 9113, 8.1).
 			c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
+			st.reset = true
 		}
 		c.removeLocked(st)
 	}
@@ -410,6 +471,7 @@ func (c *conn) writeTrailersLocked(st *Call) {
 	if int(st.code) < len(statusText) {
 		code = statusText[st.code]
 	}
+	c.pingReset = true
 	c.henc.WriteField(hpack.HeaderField{Name: "grpc-status", Value: code})
 	if st.status != "" {
 		c.henc.WriteField(hpack.HeaderField{Name: "grpc-message", Value: encodeGRPCMessage(st.status)})
@@ -450,7 +512,9 @@ func (c *conn) writeBlockLocked(id uint32, endStream bool) {
 // rstLocked resets st with code and ends it.
 func (c *conn) rstLocked(st *Call, code http2.ErrCode) {
 	c.fr.WriteRSTStream(st.id, code)
+	c.control++
 	c.notifyLocked()
+	st.reset = true
 	c.endLocked(st)
 }
 
@@ -478,6 +542,10 @@ func (c *conn) removeLocked(st *Call) {
 	}
 	delete(c.streams, st.id)
 	st.inMap = false
+	c.rememberLocked(st.id, st.reset || !st.remoteDone)
+	if c.idleTimer != nil && len(c.streams) == 0 {
+		c.idleSince = time.Now()
+	}
 	if !st.owned {
 		c.recycleLocked(st)
 	}

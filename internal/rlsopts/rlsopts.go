@@ -87,3 +87,7 @@ const (
 	DefaultMaxDescriptors = 64
 	DefaultMaxEntries     = 64
 )
+
+// DefaultMaxConns is --grpc-max-conns's default: --max-clients's, the RESP
+// door's, so that neither door holds more connections than the other.
+const DefaultMaxConns = 10_000

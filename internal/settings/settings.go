@@ -65,6 +65,8 @@ type Config struct {
 	GRPCTLSClientCA    string            // PEM CA that client certificates must chain to; empty: none asked
 	GRPCInsecure       bool              // allow a non-loopback address without client certificates
 	GRPCTransport      rlsopts.Transport // the gRPC server: Sluice's own, or grpc-go's
+	GRPCMaxConns       int               // most gRPC connections at once
+	GRPCIdleTimeout    time.Duration     // GOAWAY to a gRPC connection with no call open this long; 0: never
 	RLSConfig          string            // directory of envoyproxy/ratelimit YAML files
 	RLSConfigPoll      time.Duration     // how often to re-read RLSConfig besides file events; 0: events only
 	RLSStopOverLimit   bool              // charge no descriptor of a call when any is over its limit
@@ -130,6 +132,7 @@ func Default() Config {
 		MaxInputMemory:  256 << 20,
 		IOLoops:         1,
 
+		GRPCMaxConns:      rlsopts.DefaultMaxConns,
 		RLSMaxDescriptors: rlsopts.DefaultMaxDescriptors,
 		RLSMaxEntries:     rlsopts.DefaultMaxEntries,
 		RLSNearLimitRatio: 0.8,
@@ -196,6 +199,10 @@ func (c *Config) Register(fs *flag.FlagSet) {
 		"allow --grpc-listen on a non-loopback address without client certificates (a pod-local listener)")
 	fs.TextVar(&c.GRPCTransport, "grpc-transport", c.GRPCTransport,
 		"the gRPC door's server (`name`): own (Sluice's HTTP/2 transport, the default: about half grpc-go's CPU per call) or grpc-go")
+	fs.IntVar(&c.GRPCMaxConns, "grpc-max-conns", c.GRPCMaxConns,
+		"most gRPC connections at once (`n`); one more is sent GOAWAY and closed")
+	fs.DurationVar(&c.GRPCIdleTimeout, "grpc-idle-timeout", c.GRPCIdleTimeout,
+		"send GOAWAY to a gRPC connection that has had no call open this long (`duration`), as grpc-go's MaxConnectionIdle; 0: never")
 	fs.StringVar(&c.RLSConfig, "rls-config", c.RLSConfig,
 		"`directory` of envoyproxy/ratelimit's YAML configuration (every *.yaml, one domain each), watched and reloaded")
 	fs.DurationVar(&c.RLSConfigPoll, "rls-config-poll", c.RLSConfigPoll,

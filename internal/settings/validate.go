@@ -43,6 +43,7 @@ func (c *Config) Validate() error {
 		{"shutdown-timeout", c.ShutdownTimeout, true},
 		{"shutdown-delay", c.ShutdownDelay, true},
 		{"upstream-timeout", c.UpstreamTimeout, false},
+		{"grpc-idle-timeout", c.GRPCIdleTimeout, true},
 	}
 	for _, d := range durations {
 		if d.d < 0 || d.d == 0 && !d.zeroOK {
@@ -59,6 +60,7 @@ func (c *Config) Validate() error {
 		{"max-keys", c.MaxKeys, false},
 		{"deny-cache-size", c.DenyCacheSize, false},
 		{"max-clients", c.MaxClients, false},
+		{"grpc-max-conns", c.GRPCMaxConns, false},
 		{"io-loops", c.IOLoops, true},
 		{"rls-max-descriptors", c.RLSMaxDescriptors, false},
 		{"rls-max-entries", c.RLSMaxEntries, false},

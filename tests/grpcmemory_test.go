@@ -1,0 +1,71 @@
+package tests
+
+import (
+	"fmt"
+	"os/exec"
+	"testing"
+)
+
+// The gRPC door is inside the input budget (issue 44 item 2): clients that
+// write PINGs and never read hold nothing (they were 398 MiB at the
+// default budget, 134 MiB at 16mb), and streams of large messages never
+// finished are closed once what they hold passes --max-input-memory (329
+// MiB at 16mb, where Go's memory limit is 108 MiB). The shapes are
+// bench/grpcflood's, run against the built binary for a few seconds each,
+// their clients reconnecting when closed, as a hostile client would; the
+// door must answer after each. docs/operating.md ("The gRPC door's
+// memory") has the measured figures.
+func TestGRPCInputMemoryBounded(t *testing.T) {
+	if raceBuild {
+		t.Skip("a race-enabled binary's memory is not the binary's: scripts/test runs this without -race")
+	}
+	tool := t.TempDir() + "/grpcflood"
+	if out, err := exec.Command("go", "build", "-o", tool, "../bench/grpcflood").CombinedOutput(); err != nil {
+		t.Fatalf("building bench/grpcflood: %v\n%s", err, out)
+	}
+	for _, sh := range []struct {
+		shape string
+		bound func(idle int) int // MiB
+	}{
+		// Nothing to hold: the acks wait in the client's socket, and the
+		// PINGs past grpc-go's policy end the connection.
+		{"pings", func(idle int) int { return idle + 64 }},
+		// Go's memory limit at --max-input-memory 16mb (108 MiB, the
+		// store's and the deny cache's allowances most of it) and 64 MiB.
+		{"streams", func(int) int { return 172 }},
+	} {
+		t.Run(sh.shape, func(t *testing.T) {
+			out, err := exec.Command(tool, "-bin", sluiceBin, "-rls-config", "../examples/ratelimit", "-shape", sh.shape, "-d", "6s",
+				"--", "--max-input-memory", "16mb").Output()
+			if err != nil {
+				t.Fatalf("grpcflood: %v\n%s", err, out)
+			}
+			var idle, peak int
+			var answers bool
+			if _, err := fmt.Sscanf(lastLine(out), "shape="+sh.shape+" args=[\"--max-input-memory\" \"16mb\"] idle_rss=%dMiB peak_rss=%dMiB answers_after=%t",
+				&idle, &peak, &answers); err != nil {
+				t.Fatalf("grpcflood said %q: %v", out, err)
+			}
+			t.Logf("idle %d MiB, peak %d MiB", idle, peak)
+			if bound := sh.bound(idle); peak > bound {
+				t.Errorf("peak RSS %d MiB; want at most %d MiB", peak, bound)
+			}
+			if !answers {
+				t.Error("the door did not answer after the shape")
+			}
+		})
+	}
+}
+
+func lastLine(b []byte) string {
+	s := string(b)
+	for len(s) > 0 && s[len(s)-1] == '\n' {
+		s = s[:len(s)-1]
+	}
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '\n' {
+			return s[i+1:]
+		}
+	}
+	return s
+}
