@@ -108,6 +108,12 @@ var noParts [engine.MaxLimits]engine.Decision
 // NewBatch returns an empty batch for s.
 func (s *Service) NewBatch() *Batch { return &Batch{s: s} }
 
+// From sets the batch's Door and returns it: s.NewBatch().From("resp").
+func (b *Batch) From(door string) *Batch {
+	b.Door = door
+	return b
+}
+
 // Add resolves r and queues it, returning its index for Result. A request
 // that cannot be decided is not queued: its error is returned for the door
 // to answer in its place (ErrNoPolicies, *UnknownPolicyError, a

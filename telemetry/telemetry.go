@@ -27,6 +27,7 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/engine/chain"
+	"github.com/sluice-rl/sluice/record"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -49,6 +50,9 @@ type Sources struct {
 	// Leases walks the lease counts per policy
 	// (service.Service.EachLeasePolicy).
 	Leases func(func(policy string, st service.LeaseStats))
+	// Recording reads the recording's counts (record.Writer.Stats); nil
+	// without --record.
+	Recording func() record.Stats
 }
 
 // Config configures Telemetry.
@@ -99,7 +103,7 @@ func New(cfg Config) (*Telemetry, error) {
 	}
 	t.provider = sdkmetric.NewMeterProvider(opts...)
 	meter := t.provider.Meter("github.com/sluice-rl/sluice")
-	if err := errors.Join(t.instruments(meter), t.leaseInstruments(meter)); err != nil {
+	if err := errors.Join(t.instruments(meter), t.leaseInstruments(meter), t.recordInstruments(meter)); err != nil {
 		return nil, fmt.Errorf("telemetry: instruments: %w", err)
 	}
 	t.okAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "ok")))
