@@ -21,27 +21,27 @@ func (r *Report) Table(out io.Writer) error {
 	}
 	fmt.Fprintf(w, "decisions that differ: %d; admitted before, refused now: %d\n\n", r.Changed, r.NewlyRefused)
 
-	fmt.Fprintln(w, "POLICY\tREQUESTS\tOLD ADMITTED\tOLD REFUSED\tNEW ADMITTED\tNEW REFUSED\tCHANGED\tFIRST NEWLY REFUSED\t")
+	fmt.Fprintln(w, "POLICY\tREQUESTS\tOLD ADMITTED\tOLD REFUSED\tNEW ADMITTED\tNEW REFUSED\tCHANGED\tFIRST NEWLY REFUSED")
 	for _, p := range r.Policies {
-		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t%s\t%d\t%s\t\n", p.Name, p.New.Requests, p.Old.Admitted, refusals(p.Old),
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%d\t%s\t%d\t%s\n", p.Name, p.New.Requests, p.Old.Admitted, refusals(p.Old),
 			p.New.Admitted, refusals(p.New), p.Changed, stampOr(p.FirstNewlyRefused))
 	}
-	fmt.Fprintf(w, "all\t%d\t%d\t%s\t%d\t%s\t%d\t\t\n", r.New.Requests, r.Old.Admitted, refusals(r.Old), r.New.Admitted, refusals(r.New), r.Changed)
+	fmt.Fprintf(w, "all\t%d\t%d\t%s\t%d\t%s\t%d\n", r.New.Requests, r.Old.Admitted, refusals(r.Old), r.New.Admitted, refusals(r.New), r.Changed)
 	for _, p := range r.Policies {
 		if p.Error != "" {
 			fmt.Fprintf(w, "\n%s: %s\n", p.Name, p.Error)
 		}
 	}
 	if len(r.Keys) > 0 {
-		fmt.Fprintln(w, "\nKEYS THAT CHANGE MOST\tREQUESTS\tOLD REFUSED\tNEW REFUSED\tFIRST NEWLY REFUSED\t")
+		fmt.Fprintln(w, "\nKEYS THAT CHANGE MOST\tREQUESTS\tOLD REFUSED\tNEW REFUSED\tFIRST NEWLY REFUSED")
 		for _, k := range r.Keys {
-			fmt.Fprintf(w, "%s %s\t%d\t%d\t%d\t%s\t\n", k.Policy, k.Key, k.Requests, k.OldRefused, k.NewRefused, stampOr(k.FirstNewlyRefused))
+			fmt.Fprintf(w, "%s %s\t%d\t%d\t%d\t%s\n", k.Policy, k.Key, k.Requests, k.OldRefused, k.NewRefused, stampOr(k.FirstNewlyRefused))
 		}
 	}
 	if len(r.Differences) > 0 {
-		fmt.Fprintf(w, "\nFIRST %d DECISIONS THAT DIFFER\tPOLICY\tKEY\tCOST\tOLD\tNEW\t\n", len(r.Differences))
+		fmt.Fprintf(w, "\nFIRST %d DECISIONS THAT DIFFER\tPOLICY\tKEY\tCOST\tOLD\tNEW\n", len(r.Differences))
 		for _, d := range r.Differences {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t\n", stamp(d.Time), d.Policy, d.Key, d.Cost, d.Old, d.New)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", stamp(d.Time), d.Policy, d.Key, d.Cost, d.Old, d.New)
 		}
 	}
 	return w.Flush()
