@@ -9,14 +9,18 @@ import (
 	"os"
 	"strings"
 
+	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/policy"
 	"github.com/sluice-rl/sluice/record"
+	"github.com/sluice-rl/sluice/rlsconfig"
 )
 
 const usage = `Usage: sluice simulate --policies FILE [flags] RECORDING...
+       sluice simulate --rls-config DIR [flags] RECORDING...
 
-Replays a recording made with --record against a proposed policies file,
-on the in-memory store with the recording's clock, and reports per policy
+Replays a recording made with --record against a proposed policies file
+and/or gateway configuration (requests under a gateway's rule are met by
+the rule's label), on the in-memory store with the recording's clock, and reports per policy
 the requests admitted and refused under the recorded configuration and
 the proposed one, the keys that change most, when each is first refused
 where it was admitted, and the decisions that differ. Give a rotated
@@ -47,7 +51,8 @@ func (c *conditions) Set(s string) error {
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sluice simulate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	policies := fs.String("policies", "", "the proposed policies `file` (YAML, as --policies); required")
+	policies := fs.String("policies", "", "the proposed policies `file` (YAML, as sluice --policies)")
+	rules := fs.String("rls-config", "", "the proposed gateway configuration: a `directory` of envoyproxy/ratelimit YAML files, as sluice --rls-config")
 	asJSON := fs.Bool("json", false, "write the report as JSON, for CI, instead of a table")
 	keys := fs.Int("keys", 10, "list this many of the keys that change most (`n`)")
 	diffs := fs.Int("differences", 20, "list this many of the decisions that differ (`n`); all are counted")
@@ -65,8 +70,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch {
-	case *policies == "":
-		fmt.Fprintln(stderr, "sluice simulate: --policies FILE is required: the configuration to replay the recording against")
+	case *policies == "" && *rules == "":
+		fmt.Fprintln(stderr, "sluice simulate: --policies FILE or --rls-config DIR is required: the configuration to replay the recording against")
 		return 2
 	case fs.NArg() == 0:
 		fmt.Fprintln(stderr, "sluice simulate: no recording: name the file(s) --record wrote, oldest first")
@@ -75,10 +80,25 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice simulate: --keys and --differences must be 1 or more")
 		return 2
 	}
-	set, err := policy.Load(*policies)
-	if err != nil {
-		fmt.Fprintf(stderr, "sluice simulate: the proposed configuration is not valid, nothing was replayed: %v\n", err)
-		return 2
+	var cfg Config
+	if *policies != "" {
+		set, err := policy.Load(*policies)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice simulate: the proposed configuration is not valid, nothing was replayed: %v\n", err)
+			return 2
+		}
+		cfg.Policies = set
+	}
+	if *rules != "" {
+		rc, err := rlsconfig.Load(*rules)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice simulate: the proposed configuration is not valid, nothing was replayed: %v\n", err)
+			return 2
+		}
+		cfg.Rules = map[string]Rule{}
+		rc.EachRule(func(label string, limit engine.Limit, unlimited, refusesAll, shadow bool) {
+			cfg.Rules[label] = Rule{Limit: limit, Unlimited: unlimited, RefusesAll: refusesAll, Shadow: shadow}
+		})
 	}
 	var entries []record.Entry
 	sample := 1
@@ -90,7 +110,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		entries, sample = append(entries, es...), max(sample, n)
 	}
-	rep, err := Run(Config{Policies: set, Keys: *keys, Differences: *diffs}, entries, sample)
+	cfg.Keys, cfg.Differences = *keys, *diffs
+	rep, err := Run(cfg, entries, sample)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice simulate: %v\n", err)
 		return 2

@@ -36,16 +36,33 @@ import (
 
 // Config configures a replay. Zero values mean the documented defaults.
 type Config struct {
-	// Policies is the proposed configuration: each recorded policy's
-	// requests are decided by its policy of the same name. Required.
-	// Inline requests (no policy) keep their recorded limits.
+	// Policies is the proposed policies: each recorded policy's requests
+	// are decided by its policy of the same name. Nil keeps the recorded
+	// policies' limits.
 	Policies engine.Policies
+	// Rules is the proposed gateway configuration, by rule label (the
+	// descriptor's path, rlsconfig's Rule.Label): a request recorded
+	// under a rule is decided by the rule of the same label; one whose
+	// label the configuration lacks is admitted without a limit, as the
+	// gateway door answers a descriptor no rule matches. Nil keeps the
+	// recorded rules' limits; so does a limit Envoy sent with the request
+	// (its label ends in .envoy_limit). At least one of Policies and
+	// Rules is required.
+	Rules map[string]Rule
 	// Keys is how many of the keys that change most are listed. Zero
 	// means 10.
 	Keys int
 	// Differences is how many differing decisions are listed (all are
 	// counted). Zero means 20.
 	Differences int
+}
+
+// Rule is one rule of a proposed gateway configuration.
+type Rule struct {
+	Limit      engine.Limit
+	Unlimited  bool // every request admitted, none counted
+	RefusesAll bool // requests_per_unit 0: every request refused, none counted
+	Shadow     bool
 }
 
 // Counts are the decisions of one configuration.
@@ -202,8 +219,8 @@ func (r *replayer) decide(t int64, req engine.Request) (engine.Decision, error) 
 // Run replays entries (Read's, in recorded order) against cfg.Policies.
 // It changes nothing outside itself.
 func Run(cfg Config, entries []record.Entry, sample int) (*Report, error) {
-	if cfg.Policies == nil {
-		return nil, errors.New("simulate: Config.Policies is required")
+	if cfg.Policies == nil && cfg.Rules == nil {
+		return nil, errors.New("simulate: Config.Policies or Config.Rules is required")
 	}
 	cfg.Keys = cmp.Or(cfg.Keys, 10)
 	cfg.Differences = cmp.Or(cfg.Differences, 20)
@@ -243,7 +260,7 @@ func Run(cfg Config, entries []record.Entry, sample int) (*Report, error) {
 			byPolicy[name] = p
 		}
 		o := rep.replayOld(old, e)
-		nw, why := decideNew(nu, cfg.Policies, e)
+		nw, why := decideNew(nu, &cfg, e)
 		if why != "" && p.Error == "" {
 			p.Error = why
 		}
@@ -328,12 +345,13 @@ func (rep *Report) replayOld(r *replayer, e *record.Entry) outcome {
 	return decided(d, e.Shadow)
 }
 
-// decideNew decides e under the proposed policies; why says what the new
-// configuration cannot decide.
-func decideNew(r *replayer, ps engine.Policies, e *record.Entry) (outcome, string) {
+// decideNew decides e under the proposed configuration; why says what
+// the new configuration cannot decide.
+func decideNew(r *replayer, cfg *Config, e *record.Entry) (outcome, string) {
 	lim, lims, shadow := e.Limit, e.Limits, e.Shadow
-	if e.Policy != "" {
-		p, ok := ps.Lookup(e.Policy)
+	switch {
+	case e.Policy != "" && cfg.Policies != nil:
+		p, ok := cfg.Policies.Lookup(e.Policy)
 		switch {
 		case !ok:
 			return failed, "no policy " + e.Policy + " in the proposed configuration"
@@ -341,6 +359,18 @@ func decideNew(r *replayer, ps engine.Policies, e *record.Entry) (outcome, strin
 			return failed, "policy " + e.Policy + " is a concurrency policy in the proposed configuration"
 		}
 		lim, lims, shadow = p.Limit, p.Limits, p.Shadow
+	case e.Policy == "" && e.Rule != "" && cfg.Rules != nil && !strings.HasSuffix(e.Rule, envoyLimit):
+		rule, ok := cfg.Rules[e.Rule]
+		switch {
+		case !ok || rule.Unlimited:
+			return admitted, ""
+		case rule.RefusesAll:
+			return decided(engine.Decision{}, rule.Shadow), ""
+		}
+		lim, lims, shadow = rule.Limit, nil, rule.Shadow
+	}
+	if lim.Algorithm == 0 && len(lims) == 0 {
+		return failed, "no limit recorded for " + cmp.Or(e.Policy, e.Rule, "an inline request")
 	}
 	d, err := r.decide(e.Time, request(e, lim, lims))
 	if err != nil {
@@ -348,6 +378,10 @@ func decideNew(r *replayer, ps engine.Policies, e *record.Entry) (outcome, strin
 	}
 	return decided(d, shadow), ""
 }
+
+// envoyLimit ends the label of a limit Envoy sent with its request
+// (rlsconfig.OverrideLabel): it is in no configuration.
+const envoyLimit = ".envoy_limit"
 
 // request is e's request under lim (or lims). A policy's requests are
 // kept apart from another's, and from the inline ones, as the sidecar's

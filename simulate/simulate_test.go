@@ -241,6 +241,35 @@ func TestReplayMissingPolicy(t *testing.T) {
 	}
 }
 
+// A gateway's requests meet the proposed configuration's rules by label:
+// a rule that is there decides by its new limit, one that is gone admits,
+// and a limit Envoy sent keeps its recorded one.
+func TestReplayRules(t *testing.T) {
+	hour := engine.Limit{Algorithm: engine.FixedWindow, Rate: 5, Period: time.Hour}
+	var es []record.Entry
+	for i := range 8 {
+		for _, label := range []string{"shop.client_ip", "shop.gone", "shop.envoy_limit"} {
+			es = append(es, record.Entry{Time: 1_800_000_000_000_000 + int64(i), Door: "grpc", Rule: label, Key: label + "|k", Cost: 1, Charge: true,
+				Limit: hour, Allowed: i < 5, Remaining: 4 - int64(i)})
+		}
+	}
+	rep, err := Run(Config{Rules: map[string]Rule{"shop.client_ip": {Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 2, Period: time.Hour}}}}, es, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Reproduced != len(es) {
+		t.Errorf("%d of %d reproduced", rep.Reproduced, len(es))
+	}
+	for _, tc := range []struct {
+		label          string
+		refused, newly int
+	}{{"shop.client_ip", 6, 3}, {"shop.gone", 0, 0}, {"shop.envoy_limit", 3, 0}} {
+		if p := policyOf(t, rep, tc.label); p.New.Refused != tc.refused || p.NewlyRefused != tc.newly || p.Old.Refused != 3 {
+			t.Errorf("%s: %+v; want %d refused, %d newly", tc.label, p, tc.refused, tc.newly)
+		}
+	}
+}
+
 func TestParseCondition(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
@@ -304,7 +333,7 @@ func TestMain(t *testing.T) {
 		{"json", []string{"--policies", tight, "--json", path}, 0, `"newly_refused":`, "", false},
 		{"broken configuration", []string{"--policies", broken, path}, 2, "", "the proposed configuration is not valid, nothing was replayed: ", true},
 		{"broken recording", []string{"--policies", same, badRec}, 2, "", `nothing was replayed: ` + badRec + `: recording line 2: no "key" or "key_hash"`, true},
-		{"no policies", []string{path}, 2, "", "--policies FILE is required", true},
+		{"no configuration", []string{path}, 2, "", "--policies FILE or --rls-config DIR is required", true},
 		{"bad fail-if", []string{"--policies", same, "--fail-if", "refused", path}, 2, "", `"refused": want METRIC>N`, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

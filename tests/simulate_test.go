@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -56,8 +57,9 @@ descriptors:
 // replayed by `sluice simulate`: against the configuration it was made
 // under, every decision is reproduced; against a tighter one, each policy
 // refuses what a second binary running the tighter configuration refuses
-// when asked the same requests; against a broken one, nothing is
-// replayed.
+// when asked the same requests, and a tighter gateway rule (--rls-config)
+// refuses what a second binary with that rule refuses; against a broken
+// configuration, nothing is replayed.
 func TestSimulateRecording(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) string {
@@ -201,7 +203,38 @@ func TestSimulateRecording(t *testing.T) {
 		}
 	}
 
-	code, out, errOut := runCLI(t, nil, "simulate", "--policies", broken, rec)
+	// A tighter gateway rule, met by its label: the same against a second
+	// binary with the tighter rule, asked the same gRPC requests.
+	tightRules := writeRLS(t, map[string]string{"shop.yaml": strings.Replace(simShop, "requests_per_unit: 5", "requests_per_unit: 2", 1)})
+	lg := startDoors(t, tightRules)
+	lc, _ := rlsClient(t, lg.GRPC)
+	over := 0
+	for w := range workers {
+		for i := range each {
+			d := desc("client_ip", fmt.Sprintf("grpc-%d-%d", w, i%3))
+			if ask(t, lc, "shop", 0, d).OverallCode == pb.RateLimitResponse_OVER_LIMIT {
+				over++
+			}
+		}
+	}
+	code, out, errOut := runCLI(t, nil, "simulate", "--json", "--rls-config", tightRules, rec)
+	var rr simulate.Report
+	if err := json.Unmarshal([]byte(out), &rr); code != 0 || err != nil {
+		t.Fatalf("simulate --rls-config: exit %d, %v\n%s", code, err, errOut)
+	}
+	for _, p := range rr.Policies {
+		switch {
+		case p.Name == "shop.client_ip" && (p.New.Refused != over || p.NewlyRefused == 0):
+			t.Errorf("%s: the replay refuses %d (%d newly), the tighter rule live %d", p.Name, p.New.Refused, p.NewlyRefused, over)
+		case p.Name != "shop.client_ip" && p.Changed != 0:
+			t.Errorf("%s: no policy changed, yet %d decisions differ", p.Name, p.Changed)
+		}
+	}
+	if !slices.ContainsFunc(rr.Policies, func(p simulate.Policy) bool { return p.Name == "shop.client_ip" }) {
+		t.Errorf("no rule shop.client_ip in the report: %+v", rr.Policies)
+	}
+
+	code, out, errOut = runCLI(t, nil, "simulate", "--policies", broken, rec)
 	if code != 2 || out != "" || !strings.Contains(errOut, "the proposed configuration is not valid, nothing was replayed") {
 		t.Errorf("a broken configuration: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
