@@ -31,10 +31,11 @@
 // Unknown fields are ignored, so that a later version may add some and a
 // user's own log converter may keep its own.
 //
-// Writing is off the decision path: Record copies an entry into one of a
-// fixed number of slots and hands it to the writer's goroutine through a
-// buffered channel; when every slot is taken the entry is dropped and
-// counted, never waited for. The file is bounded: past MaxSize it is
+// Writing is off the decision path: Record copies an entry into a page
+// under a short lock and hands full pages to the writer's goroutine
+// through a buffered channel; when every page waits for the file the
+// entry is dropped and counted, never waited for. Lines are in the order
+// entries were recorded. The file is bounded: past MaxSize it is
 // rotated (FILE.1, FILE.2, … up to Keep). Keys are hashed with a salt
 // unless asked for in the clear.
 package record

@@ -240,3 +240,28 @@ func TestReadMinimal(t *testing.T) {
 		t.Errorf("entry %+v", e)
 	}
 }
+
+// The file keeps the order entries were recorded in, across the pages
+// they were handed over in, whatever the writer's goroutine was doing.
+func TestOrder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rec.jsonl")
+	w, err := New(Config{Path: path, Slots: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20_000 {
+		w.Record(&Entry{Time: int64(i + 1), Policy: "p", Key: "k", Cost: 1, Allowed: true})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	es, _ := readAll(t, path)
+	if st := w.Stats(); uint64(len(es)) != st.Recorded || st.Recorded+st.Dropped != 20_000 {
+		t.Fatalf("%d read, stats %+v", len(es), st)
+	}
+	for i := 1; i < len(es); i++ {
+		if es[i].Time <= es[i-1].Time {
+			t.Fatalf("entry %d recorded after entry %d is before it in the file", es[i-1].Time, es[i].Time)
+		}
+	}
+}

@@ -194,15 +194,15 @@ func (w *Writer) Record(e *Entry) {
 	p.ends = append(p.ends, len(p.keys))
 	p.es[len(p.es)-1].Key = ""
 	n := len(p.es)
-	full := n == cap(p.es)
-	if full {
+	if n == cap(p.es) {
+		// Handed over under the lock, so that every page older than the
+		// one being filled is in full before it: the file keeps the
+		// order entries were recorded in.
 		w.cur = nil
+		w.full <- p // never waits: full has room for every page
 	}
 	w.mu.Unlock()
-	switch {
-	case full:
-		w.full <- p // never waits: full has room for every page
-	case n == 1:
+	if n == 1 {
 		select {
 		case w.wake <- struct{}{}:
 		default:
@@ -210,13 +210,18 @@ func (w *Writer) Record(e *Entry) {
 	}
 }
 
-// take takes the page being filled, if any.
-func (w *Writer) take() *page {
+// next is the oldest page waiting: a full one, else the one being
+// filled (nil when none is); stop is Close's nil, met among the full.
+func (w *Writer) next() (p *page, stop bool) {
 	w.mu.Lock()
-	p := w.cur
-	w.cur = nil
-	w.mu.Unlock()
-	return p
+	defer w.mu.Unlock()
+	select {
+	case p = <-w.full:
+		return p, p == nil
+	default:
+	}
+	p, w.cur = w.cur, nil
+	return p, false
 }
 
 // Close writes what is queued, closes the file and returns its error.
@@ -248,32 +253,54 @@ func (w *Writer) Stats() Stats {
 // decision without a write per entry.
 func (w *Writer) run() {
 	defer close(w.done)
+	defer w.finish()
 	for {
 		var p *page
 		select {
 		case p = <-w.full:
 			if p == nil {
-				if p := w.take(); p != nil {
-					w.write(p)
-				}
-				w.flush()
-				if w.f != nil {
-					if err := w.f.Close(); err != nil {
-						w.fail(fmt.Errorf("record: close %s: %w", w.cfg.Path, err))
-					}
-				}
 				return
 			}
+			w.put(p)
 		case <-w.wake:
-			if p = w.take(); p == nil {
-				continue
+			for {
+				p, stop := w.next()
+				if stop {
+					return
+				}
+				if p == nil {
+					break
+				}
+				w.put(p)
 			}
 		}
-		w.write(p)
-		p.reset()
-		w.free <- p
 		if len(w.full) == 0 {
 			w.flush()
+		}
+	}
+}
+
+// put writes p and frees it.
+func (w *Writer) put(p *page) {
+	w.write(p)
+	p.reset()
+	w.free <- p
+}
+
+// finish writes the page being filled when Close came, and closes the
+// file.
+func (w *Writer) finish() {
+	w.mu.Lock()
+	p := w.cur
+	w.cur = nil
+	w.mu.Unlock()
+	if p != nil {
+		w.write(p)
+	}
+	w.flush()
+	if w.f != nil {
+		if err := w.f.Close(); err != nil {
+			w.fail(fmt.Errorf("record: close %s: %w", w.cfg.Path, err))
 		}
 	}
 }
