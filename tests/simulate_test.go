@@ -17,6 +17,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rl/sluice/internal/metricstest"
 	"github.com/sluice-rl/sluice/simulate"
 )
 
@@ -126,6 +127,28 @@ func TestSimulateRecording(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+	// Every decision reaches the file (none dropped at this load), as
+	// the metrics and INFO say.
+	total := float64(3 * workers * each)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		fams := metricstest.Scrape(t, "http://"+s.Admin+"/metrics")
+		got, _ := metricstest.Sample(fams, "sluice_recording_entries_total", map[string]string{"outcome": "recorded"})
+		dropped, _ := metricstest.Sample(fams, "sluice_recording_entries_total", map[string]string{"outcome": "dropped"})
+		if got+dropped == total {
+			if dropped != 0 {
+				t.Errorf("%v of %v decisions dropped from the recording", dropped, total)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sluice_recording_entries_total: %v recorded, %v dropped, of %v decisions", got, dropped, total)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if info, err := rdb.Info(ctx, "recording").Result(); err != nil || !strings.Contains(info, fmt.Sprintf("recorded_decisions:%d\r\n", int(total))) {
+		t.Errorf("INFO recording: %v\n%s", err, info)
 	}
 	s.stop(t) // the recording is whole once the sidecar has stopped
 
