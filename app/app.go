@@ -36,6 +36,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/version"
 	"github.com/sluice-rl/sluice/internal/watch"
 	"github.com/sluice-rl/sluice/policy"
+	"github.com/sluice-rl/sluice/record"
 	"github.com/sluice-rl/sluice/respserver"
 	"github.com/sluice-rl/sluice/rls"
 	"github.com/sluice-rl/sluice/rls/peerstats"
@@ -72,7 +73,8 @@ type Sidecar struct {
 	rlsHTTP   *http.Server      // nil without --rls-http-listen
 	rlsHTLn   net.Listener
 	checkLn   net.Listener
-	closers   []func() // run in reverse by close
+	closers   []func()       // run in reverse by close
+	rec       *record.Writer // nil without --record
 
 	policies *watch.Watcher // nil without --policies
 }
@@ -136,7 +138,10 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	if cfg.Upstream != "" {
 		storeName = "redis"
 	}
-	scfg := service.Config{Store: store, Policies: policies, Tracer: tracer, StoreName: storeName}
+	if err := s.startRecording(); err != nil {
+		return err
+	}
+	scfg := service.Config{Store: store, Policies: policies, Tracer: tracer, StoreName: storeName, Recorder: s.rec}
 	if s.chain != nil {
 		// The RESP door cuts a large round into as many parts as the
 		// batcher sends round trips at once.
@@ -368,6 +373,9 @@ func (s *Sidecar) telemetry(ctx context.Context, getenv func(string) string) (tr
 func (s *Sidecar) sources() telemetry.Sources {
 	src := telemetry.Sources{Decisions: s.svc.EachDecision, Errors: s.svc.EachError,
 		Clients: s.resp.Clients, Memory: s.mem.Len, Leases: s.svc.EachLeasePolicy, Configs: s.configs}
+	if s.rec != nil {
+		src.Recording = s.rec.Stats
+	}
 	if c := s.chain; c != nil {
 		src.DenyCache = func() chain.DenyCacheStats { return c.chain.Stats().DenyCache }
 		src.Guard = func() chain.GuardStats { return c.chain.Stats().Guard }

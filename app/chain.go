@@ -130,6 +130,7 @@ func (s *Sidecar) infoSections() []respserver.InfoSection {
 			return append(s.live.Info(s.cfg.Policies), s.policies.Info("policies_")...)
 		}},
 		{Name: "Rls", Fields: func() [][2]string { return s.rules.Info() }},
+		{Name: "Recording", Fields: func() [][2]string { return s.rec.Info() }},
 		s.upstreamInfo(),
 	}
 	if c := s.chain; c != nil {

@@ -391,6 +391,11 @@ type Result struct {
 	Err      error
 	// Path says what decided: the store, the deny cache, or a fallback.
 	Path Path
+	// At is the time the store decided at, in µs since the epoch, when
+	// the store knows it without asking (the in-memory store's clock);
+	// zero otherwise. A recording keeps it, so that a replay decides at
+	// the very time the store did (package record).
+	At int64
 }
 
 // Path is what decided a request, for INFO and metrics.

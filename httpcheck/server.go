@@ -74,7 +74,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Token != "" {
 		s.token = []byte(cfg.Token)
 	}
-	s.checks.New = func() any { return &check{b: s.svc.NewBatch()} }
+	s.checks.New = func() any { return &check{b: s.svc.NewBatch().From("http")} }
 	s.http = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
 		TLSConfig: cfg.TLS, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	return s, nil

@@ -152,7 +152,7 @@ func (c *client) newSegment() *segment {
 		c.spare = nil
 		return g
 	}
-	return &segment{c: c, batch: c.s.cfg.Service.NewBatch()}
+	return &segment{c: c, batch: c.s.cfg.Service.NewBatch().From("resp")}
 }
 
 // empty tells whether the segment owes nothing.

@@ -70,7 +70,7 @@ const (
 const partSize = rlsopts.DefaultMaxDescriptors
 
 func newCall(svc *service.Service) *call {
-	return &call{svc: svc, parts: []*service.Batch{svc.NewBatch()}}
+	return &call{svc: svc, parts: []*service.Batch{svc.NewBatch().From("grpc")}}
 }
 
 func (c *call) reset() {
@@ -93,7 +93,7 @@ func (c *call) clearParts() {
 func (c *call) add(r service.Request) (int, error) {
 	if c.used == 0 || c.parts[c.used-1].Len() == partSize {
 		if c.used == len(c.parts) {
-			c.parts = append(c.parts, c.svc.NewBatch())
+			c.parts = append(c.parts, c.svc.NewBatch().From("grpc"))
 		}
 		c.used++
 	}

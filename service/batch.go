@@ -70,6 +70,9 @@ type Batch struct {
 	s *Service
 	// Trace, when valid, makes each decision a span under it.
 	Trace trace.SpanContext
+	// Door names the door the batch's requests came through (resp, http,
+	// grpc), for a recording. Set once, by the door that made the batch.
+	Door string
 
 	reqs []engine.Request
 	res  []engine.Result
@@ -95,6 +98,8 @@ type meta struct {
 	shadow   bool
 	shadowed bool // refused by the store, answered as allowed (shadow mode)
 	detail   bool // the door asked for each limit's decision
+	byPolicy bool // decided by the policy named policy; else inline, policy its label
+	prefix   int  // the length of the policy's prefix before the client's key
 }
 
 // noParts is zero decisions, to append without allocating.
@@ -102,6 +107,12 @@ var noParts [engine.MaxLimits]engine.Decision
 
 // NewBatch returns an empty batch for s.
 func (s *Service) NewBatch() *Batch { return &Batch{s: s} }
+
+// From sets the batch's Door and returns it: s.NewBatch().From("resp").
+func (b *Batch) From(door string) *Batch {
+	b.Door = door
+	return b
+}
 
 // Add resolves r and queues it, returning its index for Result. A request
 // that cannot be decided is not queued: its error is returned for the door
@@ -130,7 +141,7 @@ func (b *Batch) Add(r Request) (int, error) {
 			return -1, engine.ValidateKey("")
 		}
 		req.Key, req.Limit, req.OnFailure = b.prefixed(p.Prefix, r.Key), p.Limit, p.OnFailure
-		m = meta{policy: p.Name, shadow: p.Shadow, detail: r.Detail}
+		m = meta{policy: p.Name, shadow: p.Shadow, detail: r.Detail, byPolicy: true, prefix: len(p.Prefix)}
 		if len(p.Limits) > 0 {
 			// Each limit's decision is kept even when the door did not
 			// ask: it says which limit bound (Limit).

@@ -28,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/record"
 )
 
 // Config configures a Service. Zero values mean the documented defaults.
@@ -54,6 +55,10 @@ type Config struct {
 	// means 2s. Decisions get no
 	// deadline here: the store bounds its own waits (engine.Store).
 	ResetTimeout time.Duration
+	// Recorder, when set, is given the inputs and outcome of one decision
+	// in its sample (record.Writer.Sample), every door's alike, off the
+	// decision path. Nil records nothing.
+	Recorder *record.Writer
 	// InFlight is how many round trips the store has in flight at once
 	// (the batcher's limit): a door that hands over a large round of
 	// decisions cuts it into as many parts, so that the store decides one
@@ -70,6 +75,7 @@ type Service struct {
 	resetTimeout time.Duration
 	storeName    string
 	inFlight     int
+	recorder     *record.Writer
 
 	leaser engine.Leaser
 
@@ -91,7 +97,8 @@ func New(cfg Config) (*Service, error) {
 		cfg.ResetTimeout = 2 * time.Second
 	}
 	s := &Service{store: cfg.Store, policies: cfg.Policies, tracer: cfg.Tracer, resetTimeout: cfg.ResetTimeout,
-		leaser: cfg.Leaser, storeName: cmp.Or(cfg.StoreName, engine.PathStore.String()), inFlight: cfg.InFlight}
+		leaser: cfg.Leaser, storeName: cmp.Or(cfg.StoreName, engine.PathStore.String()), inFlight: cfg.InFlight,
+		recorder: cfg.Recorder}
 	if s.leaser == nil {
 		s.leaser, _ = cfg.Store.(engine.Leaser)
 	}
@@ -212,6 +219,7 @@ func (f *flight) land(err error) {
 // settle applies shadow mode to a decided batch and counts its outcomes.
 func (s *Service) settle(b *Batch) {
 	var t tally
+	var now int64 // for the recorder, read once for the batch if needed
 	for i := range b.reqs {
 		r, m := &b.res[i], &b.meta[i]
 		switch {
@@ -227,6 +235,9 @@ func (s *Service) settle(b *Batch) {
 			continue
 		}
 		d := &r.Decision
+		if s.recorder != nil && s.recorder.Sample() {
+			now = s.record(b, i, now)
+		}
 		outcome := Allowed
 		if !d.Allowed {
 			outcome = Refused

@@ -264,34 +264,6 @@ func TestReset(t *testing.T) {
 	}
 }
 
-// BenchmarkBatch is the service's own share of a decision: resolving,
-// prefixing, counting, on the memory store. It allocates nothing.
-func BenchmarkBatch(b *testing.B) {
-	mem, err := memstore.New(memstore.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	svc, err := service.New(service.Config{Store: mem, Policies: policies{
-		"api": {Name: "api", Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1_000_000, Period: time.Second, Burst: 1_000_000}, Prefix: "api:"}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	batch := svc.NewBatch()
-	bs := []*service.Batch{batch}
-	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
-	done := func() {}
-	b.ReportAllocs()
-	for b.Loop() {
-		for i := range 100 {
-			if _, err := batch.Add(service.Request{ByPolicy: true, Policy: "api", Key: keys[i%len(keys)], Cost: 1}); err != nil {
-				b.Fatal(err)
-			}
-		}
-		svc.Decide(bs, done)
-		batch.Clear()
-	}
-}
-
 // later is a store that answers on a goroutine of its own once released,
 // as Redis's round trips complete.
 type later struct {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/engine/chain"
+	"github.com/sluice-rl/sluice/record"
 	"github.com/sluice-rl/sluice/service"
 )
 
@@ -51,6 +52,9 @@ type Sources struct {
 	Leases func(func(policy string, st service.LeaseStats))
 	// Configs gives the watched configurations' load records.
 	Configs func() []ConfigStatus
+	// Recording reads the recording's counts (record.Writer.Stats); nil
+	// without --record.
+	Recording func() record.Stats
 }
 
 // Config configures Telemetry.
@@ -114,7 +118,7 @@ func New(cfg Config) (*Telemetry, error) {
 	}
 	t.provider = sdkmetric.NewMeterProvider(opts...)
 	meter := t.provider.Meter("github.com/sluice-rl/sluice")
-	if err := errors.Join(t.instruments(meter), t.leaseInstruments(meter), t.configInstruments(meter)); err != nil {
+	if err := errors.Join(t.instruments(meter), t.leaseInstruments(meter), t.configInstruments(meter), t.recordInstruments(meter)); err != nil {
 		return nil, fmt.Errorf("telemetry: instruments: %w", err)
 	}
 	t.okAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "ok")))

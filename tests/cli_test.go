@@ -97,7 +97,7 @@ func TestHelpListsCommands(t *testing.T) {
 			}
 		}
 	}
-	if code, _, errs := runCLI(t, nil, "help", "nosuch"); code != 2 || !strings.Contains(errs, "the commands are envoy-ratelimit, inject and webhook") {
+	if code, _, errs := runCLI(t, nil, "help", "nosuch"); code != 2 || !strings.Contains(errs, "the commands are envoy-ratelimit, inject, simulate and webhook") {
 		t.Errorf("sluice help nosuch: exit %d, %q; want 2 and the commands", code, errs)
 	}
 	code, out, errs := runCLI(t, nil, "webhook", "--help")

@@ -5,7 +5,8 @@
 // This is the composition root and nothing more: flags and SLUICE_*
 // variables become a settings.Config, signals become a draining shutdown and
 // policy reloads. package app builds the sidecar. The subcommands
-// `sluice inject` and `sluice webhook` are packages inject and webhook.
+// `sluice inject`, `sluice webhook` and `sluice simulate` are packages
+// inject, webhook and simulate.
 package main
 
 import (
@@ -29,6 +30,7 @@ import (
 	"github.com/sluice-rl/sluice/inject"
 	"github.com/sluice-rl/sluice/internal/settings"
 	"github.com/sluice-rl/sluice/internal/version"
+	"github.com/sluice-rl/sluice/simulate"
 	"github.com/sluice-rl/sluice/webhook"
 )
 
@@ -47,6 +49,8 @@ func main() {
 			os.Exit(inject.Main(args[1:], os.Stdin, os.Stdout, os.Stderr))
 		case "webhook":
 			os.Exit(webhook.Main(context.Background(), args[1:], os.Stdout, os.Stderr))
+		case "simulate":
+			os.Exit(simulate.Main(args[1:], os.Stdin, os.Stdout, os.Stderr))
 		case "help":
 			os.Exit(help(args[1:], os.Stdout, os.Stderr))
 		}
@@ -197,7 +201,7 @@ func parseFlags(args []string, getenv func(string) string, usageOut io.Writer) (
 		return cfg, errVersion
 	}
 	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected argument %q: sluice takes only flags, or a command (envoy-ratelimit, inject, webhook, help)", fs.Arg(0))
+		return cfg, fmt.Errorf("unexpected argument %q: sluice takes only flags, or a command (envoy-ratelimit, inject, simulate, webhook, help)", fs.Arg(0))
 	}
 	return cfg, cfg.Finish(fs, getenv)
 }
@@ -214,8 +218,10 @@ func help(args []string, stdout, stderr io.Writer) int {
 		return webhook.Main(context.Background(), []string{"--help"}, stdout, stderr)
 	case "envoy-ratelimit":
 		return runPeer(context.Background(), []string{"--help"}, nil, nil, stdout, stderr)
+	case "simulate":
+		return simulate.Main([]string{"--help"}, nil, stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "sluice help: no command %q: the commands are envoy-ratelimit, inject and webhook\n", args[0])
+	fmt.Fprintf(stderr, "sluice help: no command %q: the commands are envoy-ratelimit, inject, simulate and webhook\n", args[0])
 	return 2
 }
 
@@ -234,6 +240,7 @@ Commands:
               environment variables (as does this binary named ratelimit)
   inject      add the Sluice sidecar to the pods in Kubernetes YAML files
   webhook     serve a Kubernetes admission webhook that adds the sidecar
+  simulate    replay a --record recording against a proposed policies file
   help        this text; sluice help <command> (or sluice <command> --help)
               for a command's flags
 

@@ -230,6 +230,9 @@ func (m *Store) decideBatch(reqs []engine.Request, res []engine.Result) {
 			m.decide(now, reqs[i:j], res[i:j], hs[i])
 			i = j
 		}
+		for i := range res[:n] {
+			res[i].At = now
+		}
 		reqs, res = reqs[n:], res[n:]
 	}
 }

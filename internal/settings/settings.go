@@ -109,6 +109,8 @@ type Config struct {
 	HTTPTLSKey    string // PEM private key
 	HTTPInsecure  bool   // allow a non-loopback address without TLS or a token
 
+	Record Recording // decision inputs recorded for sluice simulate
+
 	env map[string]bool // the flags Finish set from their SLUICE_* variables, named so in errors
 }
 
@@ -139,6 +141,8 @@ func Default() Config {
 		MetricsPath:       "/metrics",
 		RLSXDSRetry:       3 * time.Second,
 		RLSXDSMaxMessage:  64 << 20,
+
+		Record: Recording{Sample: 1, MaxSize: 64 << 20, Keep: 2, Keys: "hashed"},
 	}
 }
 
@@ -245,6 +249,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.HTTPTLSKey, "http-tls-key", c.HTTPTLSKey, "PEM `file` of the HTTP check's private key")
 	fs.BoolVar(&c.HTTPInsecure, "http-insecure", c.HTTPInsecure,
 		"allow --http-listen on a non-loopback address without TLS or a token (a pod-local listener)")
+	c.registerRecord(fs)
 }
 
 // NewLogger is the logger the settings ask for, writing to w. Durations

@@ -84,6 +84,9 @@ func (c *Config) Validate() error {
 	if err := c.validateXDS(); err != nil {
 		return err
 	}
+	if err := c.validateRecord(); err != nil {
+		return err
+	}
 	if err := c.validateGRPC(); err != nil {
 		return err
 	}

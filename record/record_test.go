@@ -1,0 +1,292 @@
+package record
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
+)
+
+var (
+	token = engine.Limit{Algorithm: engine.TokenBucket, Rate: 10, Period: time.Second, Burst: 20}
+	multi = []engine.NamedLimit{
+		{Name: "second", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 5, Period: time.Second}},
+		{Name: "day", Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 1000, Period: 24 * time.Hour, Precision: 24}},
+	}
+)
+
+func readAll(t *testing.T, path string) ([]Entry, Header) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r := NewReader(f)
+	var es []Entry
+	for {
+		e, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return es, r.Header()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		es = append(es, e)
+	}
+}
+
+// Entries read back as they were recorded, whatever their fields.
+func TestRoundTrip(t *testing.T) {
+	entries := []Entry{
+		{Time: 1_700_000_000_000_001, Door: "resp", Policy: "api", Key: "user:1", Cost: 1, Limit: token, Allowed: true, Remaining: 19, Path: "memory"},
+		{Time: 1_700_000_000_000_002, Door: "grpc", Rule: "per_ip", Key: "10.0.0.1", Cost: 3, Shadow: true, OnFailure: engine.FailOpen,
+			Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 5, Period: time.Minute, Burst: 2}, Remaining: 0, RetryAfter: 12_000_000, Path: "redis"},
+		{Time: 1_700_000_000_000_003, Door: "http", Policy: "plan", Key: "tenant \"q\"\n\x00é\xff", Cost: 0, Peek: true, Limits: multi, Allowed: true, Remaining: 4, Path: "deny_cache"},
+		{Time: 1_700_000_000_000_004, Policy: "llm", Key: "k", Cost: 700, Charge: true, Limit: token, Remaining: -680, Path: "fail_closed"},
+	}
+	path := filepath.Join(t.TempDir(), "rec.jsonl")
+	w, err := New(Config{Path: path, ClearKeys: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range entries {
+		if !w.Sample() {
+			t.Fatal("Sample 1 skipped a decision")
+		}
+		w.Record(&entries[i])
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, h := readAll(t, path)
+	if h.Version != Version || h.Keys != "clear" || h.Sample != 1 {
+		t.Errorf("header %+v", h)
+	}
+	if len(got) != len(entries) {
+		t.Fatalf("read %d entries, want %d", len(got), len(entries))
+	}
+	entries[2].Key = "tenant \"q\"\n\x00é\uFFFD" // an invalid byte reads back as U+FFFD
+	for i := range entries {
+		want, g := entries[i], got[i]
+		if g.Time != want.Time || g.Door != want.Door || g.Policy != want.Policy || g.Rule != want.Rule || g.Key != want.Key ||
+			g.Cost != want.Cost || g.Peek != want.Peek || g.Charge != want.Charge || g.Shadow != want.Shadow || g.OnFailure != want.OnFailure ||
+			g.Limit != want.Limit || !engine.SameLimits(g.Limits, want.Limits) || len(g.Limits) != len(want.Limits) ||
+			g.Allowed != want.Allowed || g.Remaining != want.Remaining || g.RetryAfter != want.RetryAfter || g.Path != want.Path {
+			t.Errorf("entry %d:\n got %+v\nwant %+v", i, g, want)
+		}
+	}
+	if st := w.Stats(); st.Recorded != uint64(len(entries)) || st.Dropped != 0 || st.Bytes == 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// By default a key is written only as its salted hash: one key, one hash;
+// two keys, two hashes; and the hash is KeyHash's.
+func TestKeysHashed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rec.jsonl")
+	salt := []byte("pepper")
+	w, err := New(Config{Path: path, Salt: salt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"secret-a", "secret-b", "secret-a"} {
+		w.Record(&Entry{Time: 1, Policy: "api", Key: k, Cost: 1, Allowed: true})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(path)
+	if strings.Contains(string(raw), "secret") {
+		t.Fatalf("a key in the clear:\n%s", raw)
+	}
+	got, h := readAll(t, path)
+	if h.Keys != "hashed" {
+		t.Errorf("header keys %q", h.Keys)
+	}
+	if got[0].Key != "" || got[0].KeyHash != KeyHash(salt, "secret-a") || got[0].KeyHash != got[2].KeyHash || got[0].KeyHash == got[1].KeyHash {
+		t.Errorf("hashes %q %q %q", got[0].KeyHash, got[1].KeyHash, got[2].KeyHash)
+	}
+	if KeyHash([]byte("other"), "secret-a") == got[0].KeyHash {
+		t.Error("the salt does not change the hash")
+	}
+}
+
+// One decision in Sample is recorded.
+func TestSample(t *testing.T) {
+	w, err := New(Config{Path: filepath.Join(t.TempDir(), "rec"), Sample: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	n := 0
+	for range 100 {
+		if w.Sample() {
+			n++
+		}
+	}
+	if n != 25 {
+		t.Errorf("sampled %d of 100 at 1 in 4", n)
+	}
+}
+
+// Past MaxSize the file rotates, Keep files are kept, none is larger than
+// MaxSize, and every file starts with a header.
+func TestRotate(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rec.jsonl")
+	// 200 entries fit the default slots: none is dropped.
+	w, err := New(Config{Path: path, MaxSize: 1000, Keep: 2, ClearKeys: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		w.Record(&Entry{Time: int64(i + 1), Policy: "api", Key: "k", Cost: 1, Limit: token, Allowed: true})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	names, _ := filepath.Glob(path + "*")
+	if len(names) != 3 {
+		t.Fatalf("files %v, want rec.jsonl and two rotated", names)
+	}
+	if w.Stats().Rotations < 3 {
+		t.Errorf("rotations %d", w.Stats().Rotations)
+	}
+	var last int64
+	for _, name := range []string{path + ".2", path + ".1", path} {
+		fi, _ := os.Stat(name)
+		if fi.Size() > 1000 {
+			t.Errorf("%s: %d bytes, over 1000", name, fi.Size())
+		}
+		es, h := readAll(t, name)
+		if h.Version != Version || len(es) == 0 {
+			t.Errorf("%s: header %+v, %d entries", name, h, len(es))
+		}
+		for _, e := range es {
+			if e.Time <= last {
+				t.Errorf("%s: entry at %d after %d: rotated files out of order", name, e.Time, last)
+			}
+			last = e.Time
+		}
+	}
+	if last != 200 {
+		t.Errorf("newest entry %d, want 200", last)
+	}
+}
+
+// With every slot waiting for the file, Record drops and counts rather
+// than wait.
+func TestDropWhenFull(t *testing.T) {
+	w, err := New(Config{Path: filepath.Join(t.TempDir(), "rec"), Slots: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Take the one page, as a writer stuck on a slow disk would hold it.
+	held := <-w.free
+	w.Record(&Entry{Time: 1, Policy: "p", Key: "k", Allowed: true})
+	w.Record(&Entry{Time: 2, Policy: "p", Key: "k", Allowed: true})
+	if st := w.Stats(); st.Dropped != 2 || st.Recorded != 0 {
+		t.Errorf("stats %+v, want 2 dropped", st)
+	}
+	w.free <- held
+	w.Record(&Entry{Time: 3, Policy: "p", Key: "k", Allowed: true})
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := w.Stats(); st.Recorded != 1 {
+		t.Errorf("stats %+v, want 1 recorded once a slot is free", st)
+	}
+}
+
+// A bad line is an error that names the line and what is wrong.
+func TestReadErrors(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"version", `{"sluice_recording":2}`, "line 1: format version 2: this sluice reads version 1"},
+		{"not json", "{\"sluice_recording\":1}\nnope", "line 2: not a JSON object"},
+		{"no time", `{"policy":"p","key":"k","allowed":true}`, `no "t"`},
+		{"bad time", `{"time":"yesterday","policy":"p","key":"k","allowed":true}`, `invalid "time"`},
+		{"no key", `{"t":1,"policy":"p","allowed":true}`, `no "key" or "key_hash"`},
+		{"no rule", `{"t":1,"key":"k","allowed":true}`, `no "policy" and no "limit"`},
+		{"no decision", `{"t":1,"policy":"p","key":"k"}`, `no "allowed"`},
+		{"negative cost", `{"t":1,"policy":"p","key":"k","cost":-1,"allowed":true}`, `invalid "cost" -1`},
+		{"bad limit", `{"t":1,"key":"k","limit":{"algorithm":"token_bucket","rate":0,"period_us":1000000,"burst":1},"allowed":true}`, "invalid rate 0"},
+		{"bad algorithm", `{"t":1,"key":"k","limit":{"algorithm":"magic","rate":1,"period_us":1000000},"allowed":true}`, `invalid algorithm "magic"`},
+		{"bad name", `{"t":1,"key":"k","limits":[{"name":"a:b","algorithm":"gcra","rate":1,"period_us":1000000}],"allowed":true}`, "invalid limit name"},
+		{"bad mode", `{"t":1,"policy":"p","key":"k","on_failure":"maybe","allowed":true}`, "invalid on_failure"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewReader(strings.NewReader(tc.in)).Next()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want it to say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// A user's own line needs only the required fields: cost defaults to 1,
+// and time may be written as RFC 3339.
+func TestReadMinimal(t *testing.T) {
+	e, err := NewReader(strings.NewReader(`{"time":"2026-01-02T03:04:05.000006Z","policy":"api","key":"alice","allowed":false,"extra":[1]}`)).Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Time != time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC).UnixMicro() || e.Cost != 1 || e.Policy != "api" || e.ID() != "alice" || e.Allowed {
+		t.Errorf("entry %+v", e)
+	}
+}
+
+// The file keeps the order entries were recorded in, across the pages
+// they were handed over in, whatever the writer's goroutine was doing.
+func TestOrder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rec.jsonl")
+	w, err := New(Config{Path: path, Slots: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20_000 {
+		w.Record(&Entry{Time: int64(i + 1), Policy: "p", Key: "k", Cost: 1, Allowed: true})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	es, _ := readAll(t, path)
+	if st := w.Stats(); uint64(len(es)) != st.Recorded || st.Recorded+st.Dropped != 20_000 {
+		t.Fatalf("%d read, stats %+v", len(es), st)
+	}
+	for i := 1; i < len(es); i++ {
+		if es[i].Time <= es[i-1].Time {
+			t.Fatalf("entry %d recorded after entry %d is before it in the file", es[i-1].Time, es[i].Time)
+		}
+	}
+}
+
+// BenchmarkRecord is what a decision pays to be recorded, from every
+// CPU at once: the lock, and the copy into a page (or, with no page free,
+// the drop and its count), a channel operation a page. The loop records
+// far faster than the writer's goroutine writes: dropped/op says which
+// share of the ops were drops.
+func BenchmarkRecord(b *testing.B) {
+	w, err := New(Config{Path: filepath.Join(b.TempDir(), "rec.jsonl"), MaxSize: 16 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := Entry{Time: 1_800_000_000_000_000, Door: "resp", Policy: "api", Key: "tenant:42", Cost: 1, Limit: token, Allowed: true, Remaining: 7, Path: "memory"}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		e := e
+		for pb.Next() {
+			if w.Sample() {
+				w.Record(&e)
+			}
+		}
+	})
+	st := w.Stats()
+	w.Close()
+	b.ReportMetric(float64(st.Dropped)/float64(b.N), "dropped/op")
+}

@@ -1,0 +1,413 @@
+package record
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config configures a Writer. Zero values mean the documented defaults.
+type Config struct {
+	// Path is the file written; rotated files are Path.1, Path.2, …
+	// (the lower, the newer). Required.
+	Path string
+	// Sample records one decision in Sample. Zero means 1: every one.
+	Sample int
+	// MaxSize bounds one file, in bytes: the line that would pass it
+	// starts a new file. Zero means 64 MiB.
+	MaxSize int64
+	// Keep is how many rotated files are kept beside Path; the oldest
+	// is removed. Zero keeps none: Path starts again empty.
+	Keep int
+	// ClearKeys writes keys as they are. By default each is hashed
+	// (KeyHash), so that a recording tells keys apart without holding
+	// them.
+	ClearKeys bool
+	// Salt is the keys' hash salt. Nil means a random one, so that a
+	// recording's hashes cannot be matched against guessed keys, nor
+	// against another process's recording.
+	Salt []byte
+	// Slots is how many entries may wait for the file at once, in pages
+	// of 256; past it Record drops and counts. Zero means 8192.
+	Slots int
+	// Now is the clock of the header lines. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Stats are a Writer's counts, for INFO and metrics.
+type Stats struct {
+	Path      string
+	Sample    int
+	Recorded  uint64 // entries written to the file
+	Dropped   uint64 // entries dropped: every slot taken
+	Failed    uint64 // entries lost to a failed write
+	Bytes     uint64 // bytes written, across every file
+	Rotations uint64
+	LastError string // the last write or rotation error; empty if none
+}
+
+// Writer writes entries to a file off the decision path. Sample and Record
+// are safe for concurrent use and never wait for the file; Close is
+// called once.
+//
+// Entries go into pages: Record appends to the page being filled under a
+// short lock (a copy, no allocation once warm), and hands the page to the
+// writer's goroutine when it is full; the goroutine, once idle, takes the
+// page being filled too, so that a quiet sidecar's entries reach the file
+// within a moment. Under load a channel operation is paid once a page,
+// not once an entry. With no page free, entries are dropped and counted.
+type Writer struct {
+	cfg     Config
+	sampled atomic.Uint64 // decisions Sample saw, when Sample > 1
+
+	mu  sync.Mutex
+	cur *page // the page being filled; nil when none is; guarded by mu
+
+	free chan *page    // empty pages
+	full chan *page    // pages to write, then nil to stop; one more room than pages
+	wake chan struct{} // an entry went into an empty page
+	done chan struct{}
+	stop sync.Once
+
+	closed                             atomic.Bool
+	recorded, dropped, failed, written atomic.Uint64
+	rotations                          atomic.Uint64
+	lastErr                            atomic.Pointer[string]
+
+	// The writer's goroutine's alone.
+	f    *os.File
+	bw   *bufio.Writer
+	size int64
+	line []byte
+	hash *hasher
+}
+
+// pageLen is how many entries a page holds: enough that a channel
+// operation per page is nothing beside the entries' copies.
+const pageLen = 256
+
+// page is entries waiting for the file, their keys copied into one
+// buffer (ends[i] is where entry i's key ends in it).
+type page struct {
+	es   []Entry
+	ends []int
+	keys []byte
+}
+
+func (p *page) key(i int) []byte {
+	start := 0
+	if i > 0 {
+		start = p.ends[i-1]
+	}
+	return p.keys[start:p.ends[i]]
+}
+
+func (p *page) reset() {
+	clear(p.es) // the policies' limits, not ours to keep alive
+	p.es, p.ends, p.keys = p.es[:0], p.ends[:0], p.keys[:0]
+}
+
+// New opens cfg.Path for appending (a header line first) and starts the
+// writer's goroutine.
+func New(cfg Config) (*Writer, error) {
+	switch {
+	case cfg.Path == "":
+		return nil, errors.New("record: Config.Path is required")
+	case cfg.Sample < 0:
+		return nil, fmt.Errorf("record: invalid sample %d: must be 1 or more", cfg.Sample)
+	case cfg.MaxSize < 0:
+		return nil, fmt.Errorf("record: invalid max size %d: must be positive", cfg.MaxSize)
+	case cfg.Keep < 0:
+		return nil, fmt.Errorf("record: invalid keep %d: must not be negative", cfg.Keep)
+	case cfg.Slots < 0:
+		return nil, fmt.Errorf("record: invalid slots %d: must not be negative", cfg.Slots)
+	}
+	cfg.Sample = max(cfg.Sample, 1)
+	if cfg.MaxSize == 0 {
+		cfg.MaxSize = 64 << 20
+	}
+	if cfg.Slots == 0 {
+		cfg.Slots = 8192
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	pages := max(cfg.Slots/pageLen, 1)
+	w := &Writer{cfg: cfg, free: make(chan *page, pages), full: make(chan *page, pages+1),
+		wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if !cfg.ClearKeys {
+		salt := cfg.Salt
+		if salt == nil {
+			salt = make([]byte, 32)
+			rand.Read(salt)
+		}
+		w.hash = newHasher(salt)
+	}
+	if err := w.open(); err != nil {
+		return nil, err
+	}
+	per := min(cfg.Slots, pageLen)
+	for range pages {
+		w.free <- &page{es: make([]Entry, 0, per), ends: make([]int, 0, per)}
+	}
+	go w.run()
+	return w, nil
+}
+
+// Sample reports whether the next decision is to be recorded: one in
+// Config.Sample. The caller builds an Entry only when it is.
+func (w *Writer) Sample() bool {
+	if w.cfg.Sample == 1 {
+		return true
+	}
+	return w.sampled.Add(1)%uint64(w.cfg.Sample) == 0
+}
+
+// Record queues e for the file and returns at once: e and its key are
+// copied, and may be reused when it returns. When no page is free (the
+// file is slower than the decisions), e is dropped and counted.
+func (w *Writer) Record(e *Entry) {
+	if w.closed.Load() {
+		return
+	}
+	w.mu.Lock()
+	p := w.cur
+	if p == nil {
+		select {
+		case p = <-w.free:
+			w.cur = p
+		default:
+			w.mu.Unlock()
+			w.dropped.Add(1)
+			return
+		}
+	}
+	p.es = append(p.es, *e)
+	p.keys = append(p.keys, e.Key...)
+	p.ends = append(p.ends, len(p.keys))
+	p.es[len(p.es)-1].Key = ""
+	n := len(p.es)
+	if n == cap(p.es) {
+		// Handed over under the lock, so that every page older than the
+		// one being filled is in full before it: the file keeps the
+		// order entries were recorded in.
+		w.cur = nil
+		w.full <- p // never waits: full has room for every page
+	}
+	w.mu.Unlock()
+	if n == 1 {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// next is the oldest page waiting: a full one, else the one being
+// filled (nil when none is); stop is Close's nil, met among the full.
+func (w *Writer) next() (p *page, stop bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case p = <-w.full:
+		return p, p == nil
+	default:
+	}
+	p, w.cur = w.cur, nil
+	return p, false
+}
+
+// Close writes what is queued, closes the file and returns its error.
+// Entries recorded after it are dropped silently.
+func (w *Writer) Close() error {
+	w.stop.Do(func() {
+		w.closed.Store(true)
+		w.full <- nil
+	})
+	<-w.done
+	if p := w.lastErr.Load(); p != nil {
+		return errors.New(*p)
+	}
+	return nil
+}
+
+// Stats reads the counts.
+func (w *Writer) Stats() Stats {
+	st := Stats{Path: w.cfg.Path, Sample: w.cfg.Sample, Recorded: w.recorded.Load(), Dropped: w.dropped.Load(),
+		Failed: w.failed.Load(), Bytes: w.written.Load(), Rotations: w.rotations.Load()}
+	if p := w.lastErr.Load(); p != nil {
+		st.LastError = *p
+	}
+	return st
+}
+
+// run writes pages until the nil that Close sends, flushing whenever
+// nothing more waits, so that the file is current within a moment of a
+// decision without a write per entry.
+func (w *Writer) run() {
+	defer close(w.done)
+	defer w.finish()
+	for {
+		var p *page
+		select {
+		case p = <-w.full:
+			if p == nil {
+				return
+			}
+			w.put(p)
+		case <-w.wake:
+			for {
+				p, stop := w.next()
+				if stop {
+					return
+				}
+				if p == nil {
+					break
+				}
+				w.put(p)
+			}
+		}
+		if len(w.full) == 0 {
+			w.flush()
+		}
+	}
+}
+
+// put writes p and frees it.
+func (w *Writer) put(p *page) {
+	w.write(p)
+	p.reset()
+	w.free <- p
+}
+
+// finish writes the page being filled when Close came, and closes the
+// file.
+func (w *Writer) finish() {
+	w.mu.Lock()
+	p := w.cur
+	w.cur = nil
+	w.mu.Unlock()
+	if p != nil {
+		w.write(p)
+	}
+	w.flush()
+	if w.f != nil {
+		if err := w.f.Close(); err != nil {
+			w.fail(fmt.Errorf("record: close %s: %w", w.cfg.Path, err))
+		}
+	}
+}
+
+func (w *Writer) write(p *page) {
+	for i := range p.es {
+		w.writeEntry(&p.es[i], p.key(i))
+	}
+}
+
+func (w *Writer) writeEntry(e *Entry, key []byte) {
+	w.line = appendEntry(w.line[:0], e, key, w.hash)
+	if w.size+int64(len(w.line)) > w.cfg.MaxSize && w.size > 0 {
+		if err := w.rotate(); err != nil {
+			w.fail(err)
+		}
+	}
+	if w.f == nil {
+		// The last rotation could not open a new file: try again, once
+		// per entry, until it can.
+		if err := w.open(); err != nil {
+			w.failed.Add(1)
+			w.fail(err)
+			return
+		}
+	}
+	n, err := w.bw.Write(w.line)
+	w.size += int64(n)
+	w.written.Add(uint64(n))
+	if err != nil {
+		w.failed.Add(1)
+		w.fail(fmt.Errorf("record: write %s: %w", w.cfg.Path, err))
+		return
+	}
+	w.recorded.Add(1)
+}
+
+func (w *Writer) flush() {
+	if w.bw == nil {
+		return
+	}
+	if err := w.bw.Flush(); err != nil {
+		w.fail(fmt.Errorf("record: write %s: %w", w.cfg.Path, err))
+		w.bw.Reset(w.f) // what it held is lost; later writes may succeed
+	}
+}
+
+func (w *Writer) fail(err error) {
+	s := err.Error()
+	w.lastErr.Store(&s)
+}
+
+// open opens Path for appending and writes a header.
+func (w *Writer) open() error {
+	// 0600: a recording holds what clients asked, keys in the clear if so
+	// configured.
+	f, err := os.OpenFile(w.cfg.Path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("record: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("record: %w", err)
+	}
+	w.f, w.size = f, fi.Size()
+	if w.bw == nil {
+		w.bw = bufio.NewWriterSize(f, 64<<10)
+	} else {
+		w.bw.Reset(f)
+	}
+	keys := "hashed"
+	if w.cfg.ClearKeys {
+		keys = "clear"
+	}
+	h, _ := json.Marshal(Header{Version: Version, Started: w.cfg.Now().UnixMicro(), Sample: w.cfg.Sample, Keys: keys})
+	h = append(h, '\n')
+	n, err := w.bw.Write(h)
+	w.size += int64(n)
+	w.written.Add(uint64(n))
+	return err
+}
+
+// rotate closes Path and moves it to Path.1, each Path.k to Path.k+1, the
+// one past Keep removed, then opens Path anew.
+func (w *Writer) rotate() error {
+	w.flush()
+	err := w.f.Close()
+	w.f = nil
+	if err != nil {
+		return fmt.Errorf("record: close %s: %w", w.cfg.Path, err)
+	}
+	name := func(k int) string { return w.cfg.Path + "." + strconv.Itoa(k) }
+	if w.cfg.Keep == 0 {
+		err = os.Remove(w.cfg.Path)
+	} else {
+		_ = os.Remove(name(w.cfg.Keep))
+		for k := w.cfg.Keep - 1; k >= 1; k-- {
+			if err := os.Rename(name(k), name(k+1)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("record: rotate: %w", err)
+			}
+		}
+		err = os.Rename(w.cfg.Path, name(1))
+	}
+	if err != nil {
+		return fmt.Errorf("record: rotate: %w", err)
+	}
+	w.rotations.Add(1)
+	return w.open()
+}
