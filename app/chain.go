@@ -136,11 +136,15 @@ func (s *Sidecar) infoSections() []respserver.InfoSection {
 				{"policy_names", strings.Join(set.Names(), ",")}}, s.policies.Info("policies_")...)
 		}},
 		{Name: "Rls", Fields: func() [][2]string {
-			if s.rules == nil {
-				return [][2]string{{"rls_config_dir", ""}}
+			f := [][2]string{{"rls_config_dir", ""}}
+			if s.rules != nil {
+				f = append([][2]string{{"rls_config_dir", cfg.RLSConfig},
+					{"rls_domains", strconv.Itoa(len(s.rules.Current().Domains()))}}, s.rules.Info()...)
 			}
-			return append([][2]string{{"rls_config_dir", cfg.RLSConfig},
-				{"rls_domains", strconv.Itoa(len(s.rules.Current().Domains()))}}, s.rules.Info()...)
+			if ov := s.overlay.Load(); ov != nil {
+				f = append(f, ov.Info()...)
+			}
+			return f
 		}},
 	}
 	c := s.chain
