@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/metricstest"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/rlsconfig"
 	"github.com/sluice-rl/sluice/rlsconfig/xds/xdstest"
 )
 
@@ -263,5 +264,37 @@ func replaceFile(t *testing.T, path, body string) {
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDocsOverlays: every overlay docs/gateways.md shows, alone or as a
+// ConfigMap's overlay.yaml, parses.
+func TestDocsOverlays(t *testing.T) {
+	page, err := os.ReadFile("../docs/gateways.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := 0
+	for _, block := range fences(string(page), "yaml") {
+		if _, inMap, ok := strings.Cut(block, "  overlay.yaml: |\n"); ok {
+			var lines []string
+			for _, l := range strings.Split(inMap, "\n") {
+				if !strings.HasPrefix(l, "    ") {
+					break
+				}
+				lines = append(lines, l[4:])
+			}
+			block = strings.Join(lines, "\n")
+		}
+		if !strings.HasPrefix(block, "rules:") {
+			continue
+		}
+		shown++
+		if _, err := rlsconfig.ParseOverlay("docs/gateways.md", []byte(block)); err != nil {
+			t.Errorf("an overlay of docs/gateways.md does not parse: %v\n%s", err, block)
+		}
+	}
+	if shown < 3 {
+		t.Errorf("docs/gateways.md shows %d overlays; want its three", shown)
 	}
 }
