@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -75,6 +76,10 @@ type Sidecar struct {
 	checkLn   net.Listener
 	closers   []func()       // run in reverse by close
 	rec       *record.Writer // nil without --record
+	// overlay is --rls-overlay's watcher, nil without it; set after the
+	// configuration's watcher or stream has started, whose reload hook
+	// (configLoaded) reads it.
+	overlay atomic.Pointer[rlsconfig.OverlayWatcher]
 
 	policies *watch.Watcher // nil without --policies
 }
@@ -246,6 +251,15 @@ func (s *Sidecar) listenGRPC() (err error) {
 		s.log.Info("rls config loaded", "dir", cfg.RLSConfig, "domains", s.rules.Current().Domains())
 		s.closers = append(s.closers, s.runWatcher(s.rules.Run))
 	}
+	if cfg.RLSOverlay != "" {
+		ov, err := rlsconfig.NewOverlayWatcher(rlsconfig.OverlayWatchConfig{Path: cfg.RLSOverlay, Base: s.baseRules,
+			Logger: s.log, Poll: cfg.RLSConfigPoll})
+		if err != nil {
+			return fmt.Errorf("invalid --rls-overlay: %w", err)
+		}
+		s.overlay.Store(ov)
+		s.closers = append(s.closers, s.runWatcher(ov.Run))
+	}
 	if cfg.GRPCListen == "" {
 		if cfg.RLSConfig != "" {
 			s.log.Warn("--rls-config is loaded but no door serves it: the rate limit service answers on --grpc-listen, which is off",
@@ -279,8 +293,16 @@ func (s *Sidecar) listenGRPC() (err error) {
 }
 
 // rlsRules is the rate limit service's configuration in use, from files
-// or xDS; nil (no domain) before the first.
+// or xDS, with --rls-overlay laid on it; nil (no domain) before the first.
 func (s *Sidecar) rlsRules() *rlsconfig.Config {
+	if ov := s.overlay.Load(); ov != nil {
+		return ov.Current()
+	}
+	return s.baseRules()
+}
+
+// baseRules is the configuration from files or xDS, as they give it.
+func (s *Sidecar) baseRules() *rlsconfig.Config {
 	if s.xds != nil {
 		return s.xds.Current()
 	}
@@ -397,6 +419,9 @@ func (s *Sidecar) configs() []telemetry.ConfigStatus {
 	if s.rules != nil {
 		add("rls", s.rules.Status())
 	}
+	if ov := s.overlay.Load(); ov != nil {
+		add("rls_overlay", ov.Status())
+	}
 	return cs
 }
 
@@ -409,6 +434,9 @@ func (s *Sidecar) ReloadPolicies() {
 	}
 	if s.rules != nil {
 		go func() { _ = s.rules.Reload() }()
+	}
+	if ov := s.overlay.Load(); ov != nil {
+		go func() { _ = ov.Reload() }()
 	}
 }
 

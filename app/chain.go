@@ -129,7 +129,12 @@ func (s *Sidecar) infoSections() []respserver.InfoSection {
 			}
 			return append(s.live.Info(s.cfg.Policies), s.policies.Info("policies_")...)
 		}},
-		{Name: "Rls", Fields: func() [][2]string { return s.rules.Info() }},
+		{Name: "Rls", Fields: func() [][2]string {
+			if ov := s.overlay.Load(); ov != nil {
+				return append(s.rules.Info(), ov.Info()...)
+			}
+			return s.rules.Info()
+		}},
 		{Name: "Recording", Fields: func() [][2]string { return s.rec.Info() }},
 		s.upstreamInfo(),
 	}

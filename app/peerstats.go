@@ -45,4 +45,9 @@ func (s *Sidecar) configLoaded(_ *rlsconfig.Config, err error) {
 	if s.peerStats != nil {
 		s.peerStats.ConfigLoad(err)
 	}
+	if ov := s.overlay.Load(); ov != nil {
+		// Lay the overlay on the new configuration now, off the requests'
+		// path, so that what it leaves unmatched is logged at once.
+		ov.Current()
+	}
 }

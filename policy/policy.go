@@ -11,7 +11,6 @@ package policy
 
 import (
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -22,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/limityaml"
 )
 
 // Set is an immutable set of policies, safe for concurrent use.
@@ -113,7 +113,7 @@ var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity
 
 // limitFields are the fields of a limit, at the top of a policy or as one
 // of its limits.
-var limitFields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity", "precision"}
+var limitFields = limityaml.Names
 
 // Parse parses a policies file's contents; file names it in errors.
 //
@@ -347,92 +347,15 @@ func parsePolicy(file, name string, key, node *yaml.Node) (engine.Policy, error)
 }
 
 // parseLimit reads a limit's fields from seen (a policy's, or one of its
-// limits'); key is the line to blame for a missing field.
+// limits'); key is the line to blame for a missing field. Every file that
+// gives a limit reads it so (package limityaml).
 func parseLimit(key *yaml.Node, seen map[string]*yaml.Node, fail func(line int, field, msg string) error) (engine.Limit, error) {
-	var l engine.Limit
-	for _, pair := range [][2]string{{"rate", "limit"}, {"burst", "capacity"}} {
-		if seen[pair[0]] != nil && seen[pair[1]] != nil {
-			return l, fail(seen[pair[1]].Line, pair[1], "is another name for "+pair[0]+": give one of them")
-		}
-	}
-	lineOf := func(f string) int {
-		if n := seen[f]; n != nil {
-			return n.Line
-		}
-		return key.Line
-	}
-	alg := seen["algorithm"]
-	if alg == nil {
-		return l, fail(key.Line, "algorithm", "missing: give one of fixed_window, sliding_window, sliding_log, token_bucket, leaky_bucket, gcra, concurrency")
-	}
-	a, err := engine.ParseAlgorithm(alg.Value)
+	o := limityaml.Options{Required: true, OtherAlgorithms: []string{"concurrency"}}
+	l, err := limityaml.Read(key, seen, engine.Limit{}, o, fail)
 	if err != nil {
-		return l, fail(alg.Line, "algorithm", reason(err)+", concurrency")
+		return l, err
 	}
-	l.Algorithm = a
-	for _, f := range []string{"rate", "limit", "burst", "capacity", "precision"} {
-		v := seen[f]
-		if v == nil {
-			continue
-		}
-		n, err := strconv.ParseInt(strings.ReplaceAll(v.Value, "_", ""), 10, 64)
-		if err != nil || (v.Tag != "!!int" && v.Tag != "!!str") {
-			return l, fail(v.Line, f, fmt.Sprintf("%q is not a whole number", v.Value))
-		}
-		switch f {
-		case "rate", "limit":
-			l.Rate = n
-		case "precision":
-			if n < 1 {
-				return l, fail(v.Line, f, fmt.Sprintf("%d must be between 1 and %d", n, engine.MaxPrecision))
-			}
-			l.Precision = n
-		default:
-			l.Burst = n
-		}
-	}
-	if seen["rate"] == nil && seen["limit"] == nil {
-		return l, fail(key.Line, "rate", "missing: how many units a period admits (rate, or limit)")
-	}
-	per := seen["period"]
-	if per == nil {
-		return l, fail(key.Line, "period", "missing: give a duration such as 1s, 1m, 1h or 1d")
-	}
-	d, why := engine.ParsePeriod(per.Value)
-	if why != "" {
-		return l, fail(per.Line, "period", fmt.Sprintf("%q %s", per.Value, why))
-	}
-	l.Period = d
-	if err := l.Validate(); err != nil {
-		var pe *engine.ParamError
-		field := ""
-		if errors.As(err, &pe) {
-			field = pe.Param
-			if seen[field] == nil { // the engine's name for a field given under its other name
-				if other := alias[field]; seen[other] != nil {
-					field = other
-				}
-			}
-			if seen[field] == nil {
-				return l, fail(key.Line, field, "missing: it "+pe.Reason)
-			}
-			return l, fail(lineOf(field), field, pe.Value+" "+pe.Reason)
-		}
-		return l, fail(key.Line, "", err.Error())
-	}
-	return l, nil
-}
-
-// alias pairs the two names of one field.
-var alias = map[string]string{"rate": "limit", "limit": "rate", "burst": "capacity", "capacity": "burst"}
-
-// reason is a ParamError's reason, or the error's text.
-func reason(err error) string {
-	var pe *engine.ParamError
-	if errors.As(err, &pe) {
-		return pe.Value + " " + pe.Reason
-	}
-	return err.Error()
+	return l, limityaml.Check(key, seen, l, o, fail)
 }
 
 // yamlError turns the YAML library's "yaml: line N: …" into file:N: ….

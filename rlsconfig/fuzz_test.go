@@ -60,3 +60,53 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseOverlay feeds the overlay's parser arbitrary bytes: it must
+// return an Overlay or an *Error, never panic; a parsed overlay laid on a
+// configuration must change it only into rules whose limits are valid,
+// and refuse or leave unmatched the rest, each with an *Error or a line.
+func FuzzParseOverlay(f *testing.F) {
+	for _, s := range []string{
+		"", "~", "rules:", "rules: []", "rules: [{domain: shop, algorithm: gcra}]",
+		"rules:\n  - domain: shop\n    algorithm: sliding_window\n    precision: 7\n",
+		"rules:\n  - domain: shop\n    descriptors: [{key: path, value: /checkout}]\n    algorithm: token_bucket\n    capacity: 1_000\n",
+		"rules:\n  - domain: shop\n    name: checkout\n    period: 1ms\n    on_failure: deny\n    refusal_takes_nothing: true\n",
+		"rules:\n  - domain: shop\n    descriptors: [{key: log}]\n    algorithm: sliding_log\n",
+		"rules:\n  - domain: shop\n    descriptors: [{key: tenant}, {key: plan, value: gold}]\n    algorithm: gcra\n    burst: 999999999999\n    period: 3650d\n",
+		"rules: [{domain: shop, algorithm: gcra}, {domain: shop, name: checkout, algorithm: leaky}]",
+		"rules: &a [*a]", "rules: [{<<: {domain: shop}, algorithm: gcra}]", "rules: [{domain: !!binary aGk=, period: 1s}]",
+	} {
+		f.Add([]byte(s))
+	}
+	base, err := Parse(File{Name: "shop.yaml", Data: []byte(shopYAML)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		o, err := ParseOverlay("o.yaml", data)
+		if err != nil {
+			if _, ok := err.(*Error); !ok {
+				t.Fatalf("error of type %T: %v", err, err)
+			}
+			return
+		}
+		c, res := base.WithOverlay(o)
+		for _, err := range res.Refused {
+			if _, ok := err.(*Error); !ok {
+				t.Fatalf("refusal of type %T: %v", err, err)
+			}
+		}
+		for _, entries := range [][]Entry{{{"client_ip", "x"}}, {{"path", "/checkout"}}, {{"path", "/free"}},
+			{{"tenant", "t"}, {"plan", "gold"}}, {{"log", "x"}}} {
+			r, ok := c.Lookup("shop", entries)
+			if !ok {
+				t.Fatalf("%v lost its rule", entries)
+			}
+			if !r.Unlimited && !r.RefusesAll() {
+				if err := r.Limit.Validate(); err != nil {
+					t.Fatalf("%v: laid an invalid limit: %v", entries, err)
+				}
+			}
+		}
+	})
+}

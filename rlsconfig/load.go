@@ -302,13 +302,9 @@ func newRule(file string, yd *yDescriptor) (*rule, error) {
 		return r, nil
 	}
 	r.limit.Rate = int64(rl.requestsPerUnit)
-	switch {
-	case rl.burstLine != 0:
+	r.limit.Burst = defaultBurst(r.limit)
+	if rl.burstLine != 0 {
 		r.limit.Burst = rl.burst
-	case r.limit.Algorithm == engine.TokenBucket || r.limit.Algorithm == engine.LeakyBucket:
-		r.limit.Burst = r.limit.Rate // a bucket as deep as one unit's requests
-	case r.limit.Algorithm == engine.GCRA && r.limit.Rate > 0:
-		r.limit.Burst = r.limit.Rate - 1 // GCRA admits Burst+1 at once
 	}
 	if r.limit.Rate == 0 {
 		// 0 refuses everything; the store is never asked, so the other
@@ -331,6 +327,19 @@ func newRule(file string, yd *yDescriptor) (*rule, error) {
 		return nil, fail(line, "%v", err)
 	}
 	return r, nil
+}
+
+// defaultBurst is the burst of a rule that names none: a bucket as deep as
+// one unit's requests, and GCRA admitting as many at once (Burst+1); the
+// window algorithms take none.
+func defaultBurst(l engine.Limit) int64 {
+	switch {
+	case l.Algorithm == engine.TokenBucket || l.Algorithm == engine.LeakyBucket:
+		return l.Rate
+	case l.Algorithm == engine.GCRA && l.Rate > 0:
+		return l.Rate - 1
+	}
+	return 0
 }
 
 // yamlError turns the YAML library's "yaml: line N: …" into file:N: ….

@@ -2,7 +2,6 @@ package rlsconfig
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -97,10 +96,7 @@ func TestWatchRefusesNoDomains(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- w.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
+		runUntilEnd(t, w.Run)
 		waitReload(t, ch, func(reload) bool { return true })
 		return w, ch, logs
 	}

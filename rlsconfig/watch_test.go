@@ -32,17 +32,23 @@ func startWatcher(t *testing.T, dir string) (*Watcher, <-chan reload) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runUntilEnd(t, w.Run)
+	waitReload(t, ch, func(reload) bool { return true })
+	return w, ch
+}
+
+// runUntilEnd runs a watcher's Run until the test ends.
+func runUntilEnd(t *testing.T, run func(context.Context) error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	go func() { done <- run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	waitReload(t, ch, func(reload) bool { return true })
-	return w, ch
 }
 
 // waitReload waits for a reload that satisfies ok.

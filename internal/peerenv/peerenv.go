@@ -35,6 +35,10 @@ import (
 	"github.com/sluice-rl/sluice/internal/settings"
 )
 
+// OverlayVar is the one variable of Sluice's own read in the peer's
+// environment: --rls-overlay's file, which the peer has no setting for.
+var OverlayVar = settings.EnvName("rls-overlay")
+
 // Note is a variable that was set and is accepted but not used, with what
 // Sluice does instead: said once in the log at start-up.
 type Note struct {
@@ -282,6 +286,10 @@ func (m *mapper) rules(cfg *settings.Config) {
 	default:
 		m.fail("CONFIG_TYPE", "must be FILE or GRPC_XDS_SOTW")
 	}
+	// The peer has no overlay: this one variable is Sluice's own, so that
+	// a gateway's Deployment adds it beside the peer's variables to give
+	// its rules Sluice's algorithms (docs/gateways.md).
+	cfg.RLSOverlay = m.env[OverlayVar]
 	cfg.RLSStopOverLimit = m.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
 	cfg.RLSShadow = m.bool("SHADOW_MODE")
 	cfg.RLSReadyWithConfig = m.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")

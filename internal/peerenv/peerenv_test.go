@@ -172,6 +172,8 @@ func TestMapSettings(t *testing.T) {
 			func(c settings.Config) any { return c.RLSXDSTLSCA + c.RLSXDSTLSCert }, ""},
 		{"xds defaults", map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "CONFIG_TYPE": "GRPC_XDS_SOTW"},
 			func(c settings.Config) any { return c.RLSXDSServer + " " + c.RLSXDSNodeID + " " + c.RLSConfig }, "localhost:18000 default "},
+		{"Sluice's overlay beside the peer's variables", with(envoyGateway, "SLUICE_RLS_OVERLAY", "/overlay/rules.yaml"),
+			func(c settings.Config) any { return c.RLSOverlay + " " + c.RLSXDSServer }, "/overlay/rules.yaml " + envoyGateway["CONFIG_GRPC_XDS_SERVER_URL"]},
 		{"unknown variables ignored", with(istio, "GRPC_SERVER_TLS_CA_CERT", "x", "SLUICE_LISTEN", "0.0.0.0:1"),
 			func(c settings.Config) any { return c.Listen }, respListen},
 	} {

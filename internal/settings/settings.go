@@ -69,6 +69,7 @@ type Config struct {
 	GRPCIdleTimeout    time.Duration     // GOAWAY to a gRPC connection with no call open this long; 0: never
 	RLSConfig          string            // directory of envoyproxy/ratelimit YAML files
 	RLSConfigPoll      time.Duration     // how often to re-read RLSConfig besides file events; 0: events only
+	RLSOverlay         string            // a file giving the rules Sluice's algorithms and periods (rlsconfig.Overlay); empty: none
 	RLSStopOverLimit   bool              // charge no descriptor of a call when any is over its limit
 	RLSHeaders         rlsopts.Headers   // response headers Envoy is asked to add
 	RLSShadow          bool              // every rule in shadow mode: counted, never refused (the peer's SHADOW_MODE)
@@ -211,6 +212,9 @@ func (c *Config) Register(fs *flag.FlagSet) {
 		"`directory` of envoyproxy/ratelimit's YAML configuration (every *.yaml, one domain each), watched and reloaded")
 	fs.DurationVar(&c.RLSConfigPoll, "rls-config-poll", c.RLSConfigPoll,
 		"also compare --rls-config with the configuration in use this often, where the file system reports no changes (`duration`; 0: on changes and SIGHUP only)")
+	fs.StringVar(&c.RLSOverlay, "rls-overlay", c.RLSOverlay,
+		"YAML `file` giving rules of --rls-config or --rls-xds-server Sluice's algorithms, periods and bursts, by domain, descriptor path or name: "+
+			"what a gateway's configuration cannot say. Watched as --rls-config (and --rls-config-poll); a bad file stops start-up, a bad change keeps the one in use")
 	fs.BoolVar(&c.RLSStopOverLimit, "rls-stop-charging-when-over-limit", c.RLSStopOverLimit,
 		"charge no descriptor of a call when any of them is over its limit (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); "+
 			"costs a look before the charge, and is not atomic across sidecars")

@@ -87,6 +87,9 @@ func (c *Config) Validate() error {
 	if err := c.validateRecord(); err != nil {
 		return err
 	}
+	if c.RLSOverlay != "" && c.RLSConfig == "" && c.RLSXDSServer == "" {
+		return fmt.Errorf("invalid %s: it is laid on the rate limit service's configuration; give --rls-config or --rls-xds-server", c.name("rls-overlay"))
+	}
 	if err := c.validateGRPC(); err != nil {
 		return err
 	}
@@ -286,6 +289,7 @@ func (c *Config) checkFiles() error {
 	}{
 		{"policies", c.Policies, false},
 		{"rls-config", c.RLSConfig, true},
+		{"rls-overlay", c.RLSOverlay, false},
 		{"upstream-tls-ca", c.UpstreamTLSCA, false},
 		{"grpc-tls-cert", c.GRPCTLSCert, false},
 		{"grpc-tls-key", c.GRPCTLSKey, false},
