@@ -29,7 +29,7 @@ type ConfigStatus struct {
 // from Sources.Configs when collected.
 func (t *Telemetry) configInstruments(m metric.Meter) error {
 	failures, err1 := m.Int64ObservableCounter("sluice.config.reload_failures", metric.WithUnit("{reload}"),
-		metric.WithDescription("Reloads of a configuration (config: policies, rls) that failed and kept the one in use."))
+		metric.WithDescription("Reloads of a configuration (config: policies, rls, rls_overlay) that failed and kept the one in use."))
 	failing, err2 := m.Int64ObservableGauge("sluice.config.reload_failing",
 		metric.WithDescription("1 while a configuration's file holds content that failed to load, so that what runs is an older one; else 0."))
 	loaded, err3 := m.Int64ObservableGauge("sluice.config.last_reload_success_timestamp", metric.WithUnit("s"),
