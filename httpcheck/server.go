@@ -166,8 +166,8 @@ func (s *Server) answer(w http.ResponseWriter, c *check, ck Check, d *engine.Dec
 	h["Ratelimit-Policy"] = []string{string(appendPolicies(c.buf[:0], ck.Policy, limits))}
 	h["Ratelimit"] = []string{string(appendRateLimits(c.buf[:0], ck.Policy, limits, parts))}
 	if d.Remaining < 0 {
-		// Over the budget (after a charge): by how many units, which the
-		// draft's fields, never below zero, cannot say.
+		// A charge's answer, over the budget: by how many units, which
+		// the draft's fields, never below zero, cannot say.
 		h["X-Ratelimit-Over"] = []string{strconv.FormatInt(-d.Remaining, 10)}
 	}
 	if d.Allowed || ck.Charge {
