@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine/chain"
+	"github.com/sluice-rl/sluice/internal/monitor"
 	"github.com/sluice-rl/sluice/policy"
 )
 
@@ -190,14 +191,16 @@ func TestMonitorFallsBehind(t *testing.T) {
 	srv, addr := startServer(t, Config{Service: testService(t, memStore(t), nil)})
 	m := monitorConn(t, addr)
 	c := dialTest(t, addr)
-	big := strings.Repeat("\x00", 32<<10) // each line is 128 KiB escaped
+	// Each line shows 1 KiB of it (monitor.MaxArgShown), 4 KiB escaped:
+	// at most a few hundred lines fit in the bound.
+	big := strings.Repeat("\x00", 32<<10)
 	// The watched client is served all along: each command answered
 	// (within reply's read deadline, a guard against a server that waits
 	// for the monitor, not a measure of speed), until the monitor is
 	// dropped after a bounded number of lines.
 	for i := 0; srv.monitors.On(); i++ {
 		if i == 2000 {
-			t.Fatal("2000 lines of 128 KiB and the monitor that reads none is still fed")
+			t.Fatal("2000 lines of 4 KiB and the monitor that reads none is still fed")
 		}
 		c.send(t, encodeCommand(bytesArgs("ECHO", big)))
 		if _, err := c.reply(t); err != nil {
@@ -207,6 +210,38 @@ func TestMonitorFallsBehind(t *testing.T) {
 	_ = m.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.Copy(io.Discard, m.nc); err != nil && !isClosedErr(err) {
 		t.Errorf("the monitor that fell behind: %v; want it closed", err)
+	}
+}
+
+// A monitor that keeps up is never closed by one command, however long
+// (issue: one RL.GCRA with a 2,000,000-byte key closed every MONITOR at
+// once, and its client acted unseen): the line shows the key's first
+// bytes and its length, and the monitor sees what comes next.
+func TestMonitorLongCommand(t *testing.T) {
+	_, addr := startServer(t, Config{Service: testService(t, memStore(t), nil)})
+	m := monitorConn(t, addr)
+	c := dialTest(t, addr)
+	key := strings.Repeat("k", 2_000_000)
+	for _, args := range [][]string{
+		{"RL.GCRA", key, "0", "1", "1m"},      // a decision
+		{"RL.GCRA", key, "0", "1", "1m", "x"}, // refused: a bad cost
+		{"ECHO", key},                         // not a decision
+	} {
+		c.send(t, encodeCommand(bytesArgs(args...)))
+		if _, err := c.reply(t); err != nil {
+			t.Fatalf("%s: %v", args[0], err)
+		}
+		line := m.monitorLine(t)
+		if want := `"` + args[0] + `" "` + key[:monitor.MaxArgShown] + `"... (2000000 bytes)`; !strings.Contains(line, want) || len(line) > 2*monitor.MaxArgShown {
+			t.Errorf("%s: a line of %d bytes: %.120q…", args[0], len(line), line)
+		}
+	}
+	c.send(t, encodeCommand(bytesArgs("PING")))
+	if _, err := c.reply(t); err != nil {
+		t.Fatal(err)
+	}
+	if line := m.monitorLine(t); !strings.HasSuffix(line, `"PING"`+"\r\n") {
+		t.Errorf("after the long commands, the monitor read %q", line)
 	}
 }
 
