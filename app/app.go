@@ -99,6 +99,7 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	if err != nil {
 		return err
 	}
+	s.closers = append(s.closers, s.runWatcher(s.watchEvictions))
 	var store engine.Store = s.mem
 	if cfg.Upstream == "" {
 		log.Info("no --upstream: using the in-memory store; limits apply to this process only")
@@ -325,7 +326,7 @@ func (s *Sidecar) telemetry(ctx context.Context, getenv func(string) string) (tr
 // sources are what the metrics read when scraped.
 func (s *Sidecar) sources() telemetry.Sources {
 	src := telemetry.Sources{Decisions: s.svc.EachDecision, Errors: s.svc.EachError,
-		Clients: s.resp.Clients, Memory: s.mem.Len, Leases: s.svc.EachLeasePolicy}
+		Clients: s.resp.Clients, Memory: s.mem.Len, MemoryEvictions: s.mem.Evictions, Leases: s.svc.EachLeasePolicy}
 	if c := s.chain; c != nil {
 		src.DenyCache = func() chain.DenyCacheStats { return c.chain.Stats().DenyCache }
 		src.Guard = func() chain.GuardStats { return c.chain.Stats().Guard }

@@ -124,7 +124,8 @@ func (s *Sidecar) infoSections() []respserver.InfoSection {
 	cfg := s.cfg
 	secs := []respserver.InfoSection{
 		{Name: "Memory", Fields: func() [][2]string {
-			return [][2]string{{"memory_store_keys", strconv.Itoa(s.mem.Len())}, {"memory_store_max_keys", strconv.Itoa(cfg.MaxKeys)}}
+			return [][2]string{{"memory_store_keys", strconv.Itoa(s.mem.Len())}, {"memory_store_max_keys", strconv.Itoa(cfg.MaxKeys)},
+				{"memory_store_evictions", strconv.FormatUint(s.mem.Evictions(), 10)}}
 		}},
 		{Name: "Leases", Fields: s.leaseInfo},
 		{Name: "Policies", Fields: func() [][2]string {
