@@ -216,7 +216,7 @@ func TestMemoryCountsEvictions(t *testing.T) {
 	}
 	before := s.Evictions()
 	clock.Advance(2 * time.Hour) // every state has expired
-	fill("c:", 1) // into a full shard of expired states
+	fill("c:", 1)                // into a full shard of expired states
 	if n := s.Evictions(); n != before {
 		t.Fatalf("%d evictions after keys over expired states; want still %d", n, before)
 	}
