@@ -277,7 +277,7 @@ func (s *Sidecar) listenHTTPCheck() (err error) {
 		return fmt.Errorf("invalid --http-tls-*: %w", err)
 	}
 	if s.check, err = httpcheck.New(httpcheck.Config{Service: s.svc, KeyHeader: cfg.HTTPKeyHeader, Token: cfg.HTTPToken,
-		TLS: tlsCfg, Logger: s.log}); err != nil {
+		TLS: tlsCfg, Logger: s.log, MaxConns: cfg.HTTPMaxConns}); err != nil {
 		return err
 	}
 	if s.checkLn, err = net.Listen("tcp", cfg.HTTPListen); err != nil {

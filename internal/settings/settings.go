@@ -95,6 +95,7 @@ type Config struct {
 	HTTPTLSCert   string // PEM certificate chain; with HTTPTLSKey, serve HTTPS
 	HTTPTLSKey    string // PEM private key
 	HTTPInsecure  bool   // allow a non-loopback address without TLS or a token
+	HTTPMaxConns  int    // most HTTP check connections at once
 
 	env map[string]bool // the flags Finish set from their SLUICE_* variables, named so in errors
 }
@@ -116,6 +117,7 @@ func Default() Config {
 		MaxKeys:         100_000,
 		DenyCacheSize:   50_000,
 		MaxClients:      10_000,
+		HTTPMaxConns:    1024,
 		MaxInputMemory:  256 << 20,
 		IOLoops:         1,
 
@@ -222,6 +224,8 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.HTTPToken, "http-token", c.HTTPToken, "bearer `token` every HTTP check must carry (Authorization: Bearer ...)")
 	fs.StringVar(&c.HTTPTLSCert, "http-tls-cert", c.HTTPTLSCert, "PEM `file` of the HTTP check's certificate chain; with --http-tls-key, serve HTTPS")
 	fs.StringVar(&c.HTTPTLSKey, "http-tls-key", c.HTTPTLSKey, "PEM `file` of the HTTP check's private key")
+	fs.IntVar(&c.HTTPMaxConns, "http-max-conns", c.HTTPMaxConns,
+		"most HTTP check connections at once (`n`); past it a new one is answered 503 and closed")
 	fs.BoolVar(&c.HTTPInsecure, "http-insecure", c.HTTPInsecure,
 		"allow --http-listen on a non-loopback address without TLS or a token (a pod-local listener)")
 }

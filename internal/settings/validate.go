@@ -56,6 +56,7 @@ func (c *Config) Validate() error {
 		{"max-keys", c.MaxKeys, false},
 		{"deny-cache-size", c.DenyCacheSize, false},
 		{"max-clients", c.MaxClients, false},
+		{"http-max-conns", c.HTTPMaxConns, false},
 		{"io-loops", c.IOLoops, true},
 		{"rls-max-descriptors", c.RLSMaxDescriptors, false},
 		{"rls-max-entries", c.RLSMaxEntries, false},
