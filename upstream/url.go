@@ -39,7 +39,7 @@ func NewClient(addr string, roots *x509.CertPool) (redis.UniversalClient, Kind, 
 	}
 	base, kind, _ := strings.Cut(scheme, "+")
 	if base != "redis" && base != "rediss" {
-		return nil, "", fmt.Errorf("invalid upstream %q: scheme must be redis, rediss, redis+sentinel, redis+cluster, rediss+sentinel or rediss+cluster", Redact(addr))
+		return nil, "", fmt.Errorf("invalid upstream %q: scheme %q must be redis, rediss, redis+sentinel, redis+cluster, rediss+sentinel or rediss+cluster", Quoted(addr), scheme)
 	}
 	if roots != nil && base != "rediss" {
 		return nil, "", fmt.Errorf("invalid upstream %q: a CA is given but the address does not use TLS (rediss://)", Redact(addr))
@@ -114,6 +114,15 @@ func NewClient(addr string, roots *x509.CertPool) (redis.UniversalClient, Kind, 
 // The store's script calls are never retried on an error (see cluster.go),
 // so the back-off delays only redirections, which need no pause.
 const RedirectBackoff = time.Millisecond
+
+// Quoted is an upstream address as an error about it quotes it: Redact's,
+// with the scheme the user typed, which may be what is wrong.
+func Quoted(addr string) string {
+	if scheme, _, ok := strings.Cut(addr, "://"); ok {
+		return scheme + "://" + Redact(addr)
+	}
+	return Redact(addr)
+}
 
 // Redact is an upstream address without its scheme, credentials and
 // query: what logs, INFO and spans may show.

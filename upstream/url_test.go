@@ -79,7 +79,7 @@ func TestNewClientRefuses(t *testing.T) {
 		want  string
 	}{
 		{"127.0.0.1:6379", nil, "expected redis://host:port"},
-		{"http://x", nil, "scheme must be redis"},
+		{"http://x", nil, `invalid upstream "http://x": scheme "http" must be redis`},
 		{"redis://a:1,b:2", nil, "several hosts need"},
 		{"redis+sentinel://a:1", nil, "ends with the master name"},
 		{"redis+ring://a:1", nil, `unknown kind "ring"`},

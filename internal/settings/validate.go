@@ -138,7 +138,7 @@ func (c *Config) validateUpstream() error {
 	}
 	client, _, err := upstream.NewClient(c.Upstream, nil)
 	if err != nil {
-		return fmt.Errorf("invalid %s %q: %s", c.name("upstream"), upstream.Redact(c.Upstream), upstreamReason(err))
+		return fmt.Errorf("invalid %s %q: %s", c.name("upstream"), upstream.Quoted(c.Upstream), upstreamReason(err))
 	}
 	client.Close() // a client dials only when used: this one never was
 	if c.UpstreamTLSCA != "" && !strings.HasPrefix(c.Upstream, "rediss") {
