@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -191,18 +192,24 @@ func TestMonitorFallsBehind(t *testing.T) {
 	srv, addr := startServer(t, Config{Service: testService(t, memStore(t), nil)})
 	m := monitorConn(t, addr)
 	c := dialTest(t, addr)
-	// Each line shows 1 KiB of it (monitor.MaxArgShown), 4 KiB escaped:
-	// at most a few hundred lines fit in the bound.
-	big := strings.Repeat("\x00", 32<<10)
+	// A line is at most monitor.MaxLine and an argument: RL.RESET of
+	// twelve keys of 1 KiB of NULs, 4 KiB each escaped, makes lines of
+	// about 36 KiB, so that the kernel's socket buffers and the bound
+	// fill in a few hundred commands (with 4 KiB lines it took thousands,
+	// minutes under -race on a loaded machine).
+	cmd := []string{"RL.RESET"}
+	for i := range 12 {
+		cmd = append(cmd, strings.Repeat("\x00", monitor.MaxArgShown-2)+strconv.Itoa(10+i))
+	}
 	// The watched client is served all along: each command answered
 	// (within reply's read deadline, a guard against a server that waits
 	// for the monitor, not a measure of speed), until the monitor is
 	// dropped after a bounded number of lines.
 	for i := 0; srv.monitors.On(); i++ {
 		if i == 2000 {
-			t.Fatal("2000 lines of 4 KiB and the monitor that reads none is still fed")
+			t.Fatal("2000 lines of 36 KiB and the monitor that reads none is still fed")
 		}
-		c.send(t, encodeCommand(bytesArgs("ECHO", big)))
+		c.send(t, encodeCommand(bytesArgs(cmd...)))
 		if _, err := c.reply(t); err != nil {
 			t.Fatalf("the watched client, after %d commands: %v", i, err)
 		}
