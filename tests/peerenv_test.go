@@ -174,6 +174,9 @@ func TestPeerEnvIstio(t *testing.T) {
 	if strings.Contains(s.logs.String(), "USE_STATSD") {
 		t.Errorf("USE_STATSD=false, which asks for nothing Sluice lacks, is said in the log:\n%s", s.logs)
 	}
+	if want := ":" + debugPort + " resp="; !strings.Contains(s.logs.String(), " debug=") || !strings.Contains(s.logs.String(), want) {
+		t.Errorf("the start-up line does not give the debug port (%s):\n%s", want, s.logs)
+	}
 }
 
 // TestPeerEnvShadow: SHADOW_MODE=true answers every call OK, counting it:
@@ -270,6 +273,11 @@ func TestPeerEnvEnvoyGateway(t *testing.T) {
 		if !strings.Contains(string(b), "sluice_decisions_total") {
 			t.Errorf("/metrics on PROMETHEUS_ADDR has no sluice_decisions_total:\n%.2000s", b)
 		}
+	}
+	// The start-up line names the admin address by the variable that set
+	// it: PROMETHEUS_ADDR here, not the debug port.
+	if want := " prometheus=0.0.0.0:" + promPort + " "; !strings.Contains(s.logs.String(), want) || strings.Contains(s.logs.String(), " debug=") {
+		t.Errorf("the start-up line does not call the Prometheus address %s:\n%s", want, s.logs)
 	}
 	if want := "vars=PROMETHEUS_MAPPER_YAML "; strings.Count(s.logs.String(), want) != 1 {
 		t.Errorf("the statistics variables, accepted and not used, are not said once in one line (%s):\n%s", want, s.logs)
