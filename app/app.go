@@ -115,6 +115,7 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	if err != nil {
 		return err
 	}
+	s.closers = append(s.closers, s.runWatcher(s.watchEvictions))
 	var store engine.Store = s.mem
 	if cfg.Upstream == "" {
 		log.Info("no --upstream: using the in-memory store; limits apply to this process only")
@@ -340,7 +341,7 @@ func (s *Sidecar) listenHTTPCheck() (err error) {
 		return fmt.Errorf("invalid --http-tls-*: %w", err)
 	}
 	if s.check, err = httpcheck.New(httpcheck.Config{Service: s.svc, KeyHeader: cfg.HTTPKeyHeader, Token: cfg.HTTPToken,
-		TLS: tlsCfg, Logger: s.log}); err != nil {
+		TLS: tlsCfg, Logger: s.log, MaxConns: cfg.HTTPMaxConns}); err != nil {
 		return err
 	}
 	if s.checkLn, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
@@ -394,7 +395,7 @@ func (s *Sidecar) telemetry(ctx context.Context, getenv func(string) string) (tr
 // sources are what the metrics read when scraped.
 func (s *Sidecar) sources() telemetry.Sources {
 	src := telemetry.Sources{Decisions: s.svc.EachDecision, Errors: s.svc.EachError,
-		Clients: s.resp.Clients, Memory: s.mem.Len, Leases: s.svc.EachLeasePolicy, Configs: s.configs}
+		Clients: s.resp.Clients, Memory: s.mem.Len, MemoryEvictions: s.mem.Evictions, Leases: s.svc.EachLeasePolicy, Configs: s.configs}
 	if s.rec != nil {
 		src.Recording = s.rec.Stats
 	}

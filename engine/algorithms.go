@@ -40,7 +40,23 @@ type Outcome struct {
 // when it returns Write; a peek never writes. r must be valid (Validate),
 // and a multi-limit request is decided limit by limit, by the store (see
 // Combine).
+//
+// Remaining is never below zero, except in a charge's own decision, where
+// it says how far over the budget the charge left the key (see charge): a
+// client that reads remaining as "how many more" must never read a
+// negative count, also when a limit lowered on a live key leaves more in
+// use than the new limit allows.
 func Step(st *State, now int64, r *Request) (Decision, Outcome) {
+	d, out := step(st, now, r)
+	if !r.Charge || r.Cost == 0 { // a charge of nothing makes no debt
+		d.Remaining = max(d.Remaining, 0)
+	}
+	return d, out
+}
+
+// step is Step without the floor on Remaining: below zero, how far over
+// the budget the key is, which a charge reports.
+func step(st *State, now int64, r *Request) (Decision, Outcome) {
 	if r.Limit.Algorithm == PeerWindow {
 		return peerWindow(st, now, r) // its charge is the peer's INCRBY, whole
 	}
@@ -85,7 +101,8 @@ func fixedWindow(st *State, now int64, r *Request) (Decision, Outcome) {
 		d.RetryAfter = Micros(end - now)
 	}
 	// Below zero after a charge, or when a limit lowered on a live key
-	// leaves more counted than it allows: how far over the budget is.
+	// leaves more counted than it allows: how far over the budget is,
+	// which Step reports for a charge alone.
 	d.Remaining = limit - n
 	if n > 0 {
 		d.ResetAfter = Micros(end - now)

@@ -26,15 +26,16 @@ package engine
 //
 // The decision says whether the charge fitted (Allowed), and then
 // describes the key as the charge left it: Remaining, below zero by the
-// units owed; ResetAfter; and, when it did not fit, RetryAfter, how long
-// until a request of cost 1 is admitted. That is exactly the decision a
-// request of cost 1 gets from then on, which is what lets the deny cache
-// remember it. The Lua scripts compose a charge the same way (charge in
+// units owed (the one decision whose Remaining may be negative: Step
+// floors every other at 0); ResetAfter; and, when it did not fit,
+// RetryAfter, how long until a request of cost 1 is admitted. That is
+// the decision a request of cost 1 gets from then on, its Remaining
+// floored at 0, which is what lets the deny cache remember it. The Lua scripts compose a charge the same way (charge in
 // lua/batch.lua).
 func charge(st *State, now int64, r *Request) (Decision, Outcome) {
 	c := min(r.Cost, 2*r.Limit.Capacity())
 	at := func(cost int64) Decision {
-		d, _ := Step(st, now, &Request{Key: r.Key, Limit: r.Limit, Cost: cost, Peek: true})
+		d, _ := step(st, now, &Request{Key: r.Key, Limit: r.Limit, Cost: cost, Peek: true}) // below zero: how far over
 		return d
 	}
 	fitted := at(c).Allowed

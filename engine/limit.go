@@ -370,9 +370,10 @@ type Decision struct {
 	Allowed bool
 	// Limit is the most the key admits at once: Limit.Capacity().
 	Limit int64
-	// Remaining is how many more units of cost 1 would be admitted now;
-	// below zero, how many units the key is over its budget (after a
-	// Charge, or under a limit lowered on a live key).
+	// Remaining is how many more units of cost 1 would be admitted now,
+	// never below zero, except in the decision of a Charge: there, below
+	// zero, how many units the charge left the key over its budget. A
+	// limit lowered on a live key answers 0 (see Step).
 	Remaining int64
 	// RetryAfter is how long until the same request would be admitted;
 	// zero when it was admitted.

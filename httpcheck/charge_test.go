@@ -7,8 +7,10 @@ import (
 )
 
 // TestCharge: a cost known after the work (charge=N, or X-Sluice-Charge)
-// is taken even over the limit and answered 200; X-Ratelimit-Over says
-// how far over the budget is, and the checks after it are refused.
+// is taken even over the limit and answered 200; X-Ratelimit-Over on its
+// answer says how far over the budget it went, and the checks after it are
+// refused, with remaining 0 and no X-Ratelimit-Over (only a charge says
+// how far over: engine.Step).
 func TestCharge(t *testing.T) {
 	s := newServer(t, "")
 	steps := []struct {
@@ -20,8 +22,8 @@ func TestCharge(t *testing.T) {
 	}{
 		{"/v1/check?policy=api&key=llm&cost=0", nil, http.StatusOK, "2", ""},
 		{"/v1/check?policy=api&key=llm&charge=3", nil, http.StatusOK, "0", "1"},
-		{"/v1/check?policy=api&key=llm&cost=0", nil, http.StatusTooManyRequests, "0", "1"},
-		{"/v1/check?policy=api&key=llm", nil, http.StatusTooManyRequests, "0", "1"},
+		{"/v1/check?policy=api&key=llm&cost=0", nil, http.StatusTooManyRequests, "0", ""},
+		{"/v1/check?policy=api&key=llm", nil, http.StatusTooManyRequests, "0", ""},
 		{"/v1/check", []string{HeaderPolicy, "api", HeaderKey, "llm", HeaderCharge, "1"}, http.StatusOK, "0", "2"},
 		// A debt is at most one limit (2 a minute): 2 over, however much more.
 		{"/v1/check?policy=api&key=llm&charge=100", nil, http.StatusOK, "0", "2"},
@@ -30,7 +32,7 @@ func TestCharge(t *testing.T) {
 		// Each limit of a multi-limit policy takes it: 3 fit the burst
 		// limit, not the 2 an hour.
 		{"/v1/check?policy=two&key=llm&charge=3", nil, http.StatusOK, "0", "1"},
-		{"/v1/check?policy=two&key=llm", nil, http.StatusTooManyRequests, "0", "1"},
+		{"/v1/check?policy=two&key=llm", nil, http.StatusTooManyRequests, "0", ""},
 	}
 	for i, st := range steps {
 		w := get(s, st.target, st.headers...)

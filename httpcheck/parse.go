@@ -63,8 +63,9 @@ func bad(format string, args ...any) error {
 func Parse(path, rawQuery string, h http.Header, keyHeader string) (Check, error) {
 	c := Check{Cost: 1, DenyStatus: http.StatusTooManyRequests}
 	var cost, charge, deny string
+	query := path == Path && rawQuery != ""
 	switch {
-	case path == Path && rawQuery != "":
+	case query:
 		q, err := url.ParseQuery(rawQuery)
 		if err != nil {
 			return c, bad("invalid query: %s", err.Error())
@@ -110,14 +111,21 @@ func Parse(path, rawQuery string, h http.Header, keyHeader string) (Check, error
 	default:
 		return c, bad("no check at %q: the check is %s", path, Path)
 	}
-	if c.Policy == "" {
-		return c, bad("missing policy: give ?policy=NAME or the %s header", HeaderPolicy)
-	}
-	if c.Key == "" {
-		if keyHeader != "" {
-			return c, bad("missing key: give ?key=KEY or the %s header", keyHeader)
-		}
-		return c, bad("missing key: give ?key=KEY or the %s header", HeaderKey)
+	// What is missing is named in the form the check used: the query
+	// form reads no X-Sluice-* header, so suggesting one would not help.
+	switch {
+	case c.Policy == "" && query:
+		return c, bad("missing policy: give policy=NAME in the query (the query form reads no %s header)", HeaderPolicy)
+	case c.Policy == "":
+		return c, bad("missing policy: give the %s header, or the query form %s?policy=NAME&key=KEY", HeaderPolicy, Path)
+	case c.Key == "" && keyHeader != "" && query:
+		return c, bad("missing key: give key=KEY in the query, or the %s header", keyHeader)
+	case c.Key == "" && query:
+		return c, bad("missing key: give key=KEY in the query (the query form reads no %s header)", HeaderKey)
+	case c.Key == "" && keyHeader != "":
+		return c, bad("missing key: give the %s header (the key header this check was configured with)", keyHeader)
+	case c.Key == "":
+		return c, bad("missing key: give the %s header, or the query form %s?policy=NAME&key=KEY", HeaderKey, Path)
 	}
 	if cost != "" && charge != "" {
 		return c, bad("both a cost and a charge: a check gives a cost before the work, or a charge after it")

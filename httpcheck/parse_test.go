@@ -44,12 +44,16 @@ func TestParse(t *testing.T) {
 		{name: "header form: the operator's header replaces X-Sluice-Key", path: Path + "/x", keyHeader: "X-User",
 			h: hdr(HeaderPolicy, "api", HeaderKey, "spoofed", "X-User", "u1"), want: Check{Policy: "api", Key: "u1", Cost: 1, DenyStatus: 429}},
 		{name: "header form: operator's header missing", path: Path + "/x", keyHeader: "X-User",
-			h: hdr(HeaderPolicy, "api", HeaderKey, "spoofed"), err: "missing key: give ?key=KEY or the X-User header"},
+			h: hdr(HeaderPolicy, "api", HeaderKey, "spoofed"), err: "missing key: give the X-User header (the key header this check was configured with)"},
 
 		{name: "other path", path: "/v1/checks", q: "policy=api&key=k", err: `no check at "/v1/checks"`},
-		{name: "missing policy", path: Path, q: "key=k", err: "missing policy"},
-		{name: "missing key", path: Path, q: "policy=api", err: "missing key: give ?key=KEY or the X-Sluice-Key header"},
-		{name: "empty header form", path: Path, err: "missing policy"},
+		// What is missing is named in the form the check used: the query
+		// form reads no X-Sluice-* header, and is not told to send one.
+		{name: "missing policy", path: Path, q: "key=k", err: "missing policy: give policy=NAME in the query (the query form reads no X-Sluice-Policy header)"},
+		{name: "missing key", path: Path, q: "policy=api", err: "missing key: give key=KEY in the query (the query form reads no X-Sluice-Key header)"},
+		{name: "missing key, the operator's header", path: Path, q: "policy=api", keyHeader: "X-User", err: "missing key: give key=KEY in the query, or the X-User header"},
+		{name: "empty header form", path: Path, err: "missing policy: give the X-Sluice-Policy header, or the query form /v1/check?policy=NAME&key=KEY"},
+		{name: "header form: key missing", path: Path + "/x", h: hdr(HeaderPolicy, "api"), err: "missing key: give the X-Sluice-Key header, or the query form /v1/check?policy=NAME&key=KEY"},
 		{name: "unknown parameter", path: Path, q: "policy=api&key=k&cots=2", err: `unknown parameter "cots"`},
 		{name: "parameter twice", path: Path, q: "policy=api&key=k&key=j", err: "parameter key given more than once"},
 		{name: "bad cost", path: Path, q: "policy=api&key=k&cost=-1", err: `invalid cost "-1"`},

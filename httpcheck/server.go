@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
@@ -49,7 +50,31 @@ type Config struct {
 	TLS *tls.Config
 	// Logger logs what goes wrong beyond one check. Nil: slog.Default().
 	Logger *slog.Logger
+	// MaxConns bounds the connections open at once: past it a new one is
+	// answered 503 and closed. Zero means DefaultMaxConns.
+	MaxConns int
 }
+
+// The memory a connection can make the check hold is bounded by what it
+// may send before its check is read: a request's line and headers, at
+// most MaxHeaderBytes (net/http adds 4 KiB of slack, and answers 431
+// past it), held until ReadHeaderTimeout. A check needs what its gateway
+// forwards: nginx's auth_request forwards the client's headers, which
+// nginx itself bounds to 4 × 8 KB (large_client_header_buffers); Envoy's
+// ext_authz forwards the few headers allowed_headers names; a check's
+// own policy, key, cost and token are a few short headers. 32 KiB is
+// nginx's bound, with room for what the gateway adds; net/http's default,
+// 1 MiB, let 300 connections that never ended a header line hold 186 MB.
+// Reading a header line costs net/http about twice its length (the line
+// is grown by appending 4 KiB reads), so a connection holds at most about
+// 80 KiB before its check is read (measured: docs/operating.md).
+const (
+	MaxHeaderBytes = 32 << 10
+	// DefaultMaxConns is Config.MaxConns's default: a gateway keeps a few
+	// pooled connections per worker, so a thousand serves a fleet of
+	// gateways, and bounds what headers in flight hold to under 100 MB.
+	DefaultMaxConns = 1024
+)
 
 // Server serves the check.
 type Server struct {
@@ -60,6 +85,10 @@ type Server struct {
 	log       *slog.Logger
 	http      *http.Server
 	checks    sync.Pool // *check
+	maxConns  int64
+	conns     atomic.Int64 // connections open, counted by connState
+	refused   atomic.Int64 // connections refused past maxConns
+	lastWarn  atomic.Int64 // UnixNano of the last warning about refusals
 }
 
 // New checks cfg and builds the server; Serve serves.
@@ -70,15 +99,50 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{svc: cfg.Service, keyHeader: cfg.KeyHeader, tls: cfg.TLS, log: cfg.Logger}
+	switch {
+	case cfg.MaxConns < 0:
+		return nil, errors.New("httpcheck: Config.MaxConns must not be negative")
+	case cfg.MaxConns == 0:
+		cfg.MaxConns = DefaultMaxConns
+	}
+	s := &Server{svc: cfg.Service, keyHeader: cfg.KeyHeader, tls: cfg.TLS, log: cfg.Logger, maxConns: int64(cfg.MaxConns)}
 	if cfg.Token != "" {
 		s.token = []byte(cfg.Token)
 	}
 	s.checks.New = func() any { return &check{b: s.svc.NewBatch().From("http")} }
 	s.http = &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
+		MaxHeaderBytes: MaxHeaderBytes, ConnState: s.connState,
 		TLSConfig: cfg.TLS, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	return s, nil
 }
+
+// connState counts the connections open, and refuses one past maxConns:
+// a plain-HTTP client is told why (503) before the close. It runs on
+// net/http's accept loop for a new connection, where a write of a few
+// bytes to a fresh socket goes to its empty send buffer at once.
+func (s *Server) connState(c net.Conn, st http.ConnState) {
+	switch st {
+	case http.StateNew:
+		if s.conns.Add(1) <= s.maxConns {
+			return
+		}
+		if s.tls == nil {
+			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = c.Write(tooManyConns)
+		}
+		_ = c.Close() // net/http then reports it closed, which counts it out
+		s.refused.Add(1)
+		now := time.Now().UnixNano()
+		if last := s.lastWarn.Load(); now-last >= int64(10*time.Second) && s.lastWarn.CompareAndSwap(last, now) {
+			s.log.Warn("http check: connections refused past --http-max-conns", "max_conns", s.maxConns, "refused", s.refused.Load())
+		}
+	case http.StateClosed, http.StateHijacked:
+		s.conns.Add(-1)
+	}
+}
+
+var tooManyConns = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: 52\r\n\r\n" +
+	"too many connections to the check: --http-max-conns\n")
 
 // ErrServerClosed is what Serve returns after Shutdown.
 var ErrServerClosed = http.ErrServerClosed
@@ -168,8 +232,8 @@ func (s *Server) answer(w http.ResponseWriter, c *check, ck Check, d *engine.Dec
 	h["Ratelimit-Policy"] = []string{string(appendPolicies(c.buf[:0], ck.Policy, limits))}
 	h["Ratelimit"] = []string{string(appendRateLimits(c.buf[:0], ck.Policy, limits, parts))}
 	if d.Remaining < 0 {
-		// Over the budget (after a charge): by how many units, which the
-		// draft's fields, never below zero, cannot say.
+		// A charge's answer, over the budget: by how many units, which
+		// the draft's fields, never below zero, cannot say.
 		h["X-Ratelimit-Over"] = []string{strconv.FormatInt(-d.Remaining, 10)}
 	}
 	if d.Allowed || ck.Charge {

@@ -195,7 +195,7 @@ local function charge(A, s, key, now, L, cost)
   local c = min(cost, 2 * L.capacity)
   local fitted = A.step(s, key, now, L, c, true)
   A.force(s, key, now, L, c)
-  local _, remaining, retry, reset = A.step(s, key, now, L, 0, true)
+  local _, remaining, retry, reset = A.step(s, key, now, L, 0, true, true) -- over: below zero, how far
   if fitted then
     retry = 0
   else

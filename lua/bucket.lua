@@ -97,7 +97,7 @@ local function newBucket(extra, leaky, token)
     return sa, sf, add(sa, sf, ca, cf, L.d)
   end
 
-  local function step(s, key, now, L, cost, peek)
+  local function step(s, key, now, L, cost, peek, over)
     local d, ta, tf = L.d, L.ta, L.tf
     local sa, sf, ea, ef = move(s, now, L, cost)
     local allowed = ea - now < ta or (ea - now == ta and ef <= tf)
@@ -114,11 +114,13 @@ local function newBucket(extra, leaky, token)
     if la < ta or (la == ta and lf <= tf) then
       local xa, xf = sub(ta, tf, la, lf, d)
       remaining = fit(xa, xf, L.period, d)
-    else
-      -- Over the budget, after a charge or under a limit lowered on a
-      -- live key: by the units still to refill before it is back at zero.
+    elseif over then
+      -- Over the budget, after a charge (or under a limit lowered on a
+      -- live key): by the units still to refill before it is back at zero.
       local xa, xf = sub(la, lf, ta, tf, d)
       remaining = -fitUp(xa, xf, L.period, d)
+    else
+      remaining = 0
     end
     if allowed and cost > 0 then
       if peek then

@@ -16,7 +16,7 @@ function fixed.read(key, now, L)
   return s
 end
 
-function fixed.step(s, key, now, L, cost, peek)
+function fixed.step(s, key, now, L, cost, peek, over)
   local p, limit = L.period, L.rate
   local a = s.a
   -- fmod truncates like Go's %, also for a time before the epoch. A state
@@ -45,8 +45,12 @@ function fixed.step(s, key, now, L, cost, peek)
     end
   end
   -- Below zero after a charge, or under a limit lowered on a live key:
-  -- how far over the budget is.
-  return allowed, limit - n, retry, reset, 0
+  -- how far over the budget is, which only a charge's look (over) says.
+  local remaining = limit - n
+  if remaining < 0 and not over then
+    remaining = 0
+  end
+  return allowed, remaining, retry, reset, 0
 end
 
 -- commit stores the outcome of the step before, a peek at a cost above

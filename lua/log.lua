@@ -119,7 +119,7 @@ local function logAt(s, key, j)
   return e[1], e[2]
 end
 
-function log.step(s, key, now, L, cost, peek)
+function log.step(s, key, now, L, cost, peek, over)
   local p, limit = L.period, L.rate
   local n, newest = 0, s.newest
   if s.live then
@@ -148,7 +148,7 @@ function log.step(s, key, now, L, cost, peek)
     end
     local _, at = logAt(s, key, lo)
     retry = at + p - now
-    remaining = limit - n -- below zero under a lowered limit
+    remaining = max(limit - n, 0) -- 0 under a lowered limit (a log takes no charge)
   else
     remaining = limit - n - cost
     if cost > 0 then

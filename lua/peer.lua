@@ -24,7 +24,7 @@ function peer.step(s, key, now, L, cost, peek)
   local limit, n = L.rate, s.b
   local allowed = n + cost <= limit
   if not allowed then
-    return false, limit - n, 0, 0, 0
+    return false, max(limit - n, 0), 0, 0, 0 -- below zero only in a charge's reply
   end
   if not peek and cost > 0 then
     s.b, s.dirty = n + cost, true

@@ -299,11 +299,13 @@ end
 --               of cost, in turn while they are empty, and returns how
 --               many it claimed and what the next one held (memo.claim is
 --               each claim's decision)
---   step(s, key, now, L, cost, peek) -> allowed, remaining, retry_after,
---               reset_after, delay
+--   step(s, key, now, L, cost, peek, over) -> allowed, remaining,
+--               retry_after, reset_after, delay
 --               decides one request against s and changes s as storing
 --               its outcome would change the key; it raises before it
---               changes anything, so s stays the state before the request
+--               changes anything, so s stays the state before the request.
+--               remaining is never below zero unless over is set (the
+--               look after a charge, batch.lua): then, how far over
 --   write(key, now, s, L)
 --               stores s, which a step changed (s.dirty is set: the
 --               caller writes nothing else), with the TTL the last change

@@ -99,7 +99,7 @@ local function keep(s, L, w, k)
   s.sw, s.stored, s.ends, s.dirty = w, true, w + (n + 1) * sz, true
 end
 
-function sliding.step(s, key, now, L, cost, peek)
+function sliding.step(s, key, now, L, cost, peek, over)
   local limit, n, sz = L.rate, L.n, L.s
   local w, k, used = window(s, key, now, L)
   local allowed = used + cost <= limit
@@ -136,7 +136,11 @@ function sliding.step(s, key, now, L, cost, peek)
   if allowed and not peek and cost > 0 then
     keep(s, L, w, k)
   end
-  return allowed, limit - used, retry, reset, 0 -- below zero: over, as fixed's
+  local remaining = limit - used -- below zero: over, as fixed's
+  if remaining < 0 and not over then
+    remaining = 0
+  end
+  return allowed, remaining, retry, reset, 0
 end
 
 -- force adds c to the current sub-window, as far as the estimate reaches

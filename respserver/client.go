@@ -66,7 +66,8 @@ type client struct {
 	mon     *monitor.Tap
 	monLine []byte
 
-	proto   int // 2 or 3
+	proto   int  // 2 or 3
+	named   bool // RL.REPLY MAP: decisions are written as maps (reply.go)
 	authed  bool
 	name    string
 	libName string
@@ -312,10 +313,10 @@ func (c *client) deliver(g *segment) {
 		}
 		if p.detail {
 			_, names, parts := g.batch.Detail(p.req)
-			c.out = appendDetail(c.out, d, p.shape, c.proto, names, parts)
+			c.out = appendDetail(c.out, d, p.shape, c.form(), names, parts)
 			continue
 		}
-		c.out = appendDecision(c.out, d, p.shape, c.proto)
+		c.out = appendDecision(c.out, d, p.shape, c.form())
 	}
 	if len(g.mon) > 0 { // MONITOR's one hook on the way out: lines kept by execMonitored
 		c.feedLanded(g)

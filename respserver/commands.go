@@ -140,6 +140,12 @@ func decisionCommands() []*command {
 			run:     runReset,
 		},
 		&command{
+			name: "rl.reply", minArgs: 2, maxArgs: 2, flags: []string{"fast"}, group: "sluice",
+			summary: "How this connection's decisions are replied: ARRAY (the default, under RESP2 and RESP3 alike) or MAP (named fields).",
+			args:    []redisadmin.Arg{{Name: "form", Type: "string"}},
+			run:     runReply,
+		},
+		&command{
 			name: "rl.trace", minArgs: 2, maxArgs: 2, flags: []string{"fast"}, group: "sluice",
 			summary: "Trace this connection's following decisions as children of a W3C traceparent; OFF stops.",
 			args:    []redisadmin.Arg{{Name: "traceparent", Type: "string"}},

@@ -80,6 +80,7 @@ func runResetConn(c *client, _ [][]byte) {
 	c.infoMu.Lock()
 	c.proto, c.name = 2, ""
 	c.infoMu.Unlock()
+	c.named = false
 	c.unmonitor()
 	c.multi = false
 	c.authed = c.s.cfg.RequirePass == ""

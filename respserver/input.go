@@ -17,6 +17,13 @@ type input struct {
 	p      resp.Parser
 	args   [][]byte // reused for each command's arguments
 	perr   string   // a protocol error met after the complete commands: answered once they have run
+	// unauth is a frame over the limits before authentication, met after
+	// the complete commands (resp.Unauthenticated): the scan stopped at
+	// buf[stopped], and the bytes from there are kept unread. Once the
+	// commands before it have run, it is read again if one of them
+	// authenticated the client, else answered as perr.
+	unauth  string
+	stopped int
 }
 
 // DefaultMaxArgs is Config.MaxArgs's default.
@@ -69,6 +76,7 @@ func (c *client) grow() {
 	grown := make([]byte, kept, size)
 	copy(grown, in.buf[in.parsed:])
 	in.p.Shift(in.parsed)
+	in.stopped -= in.parsed
 	in.buf, in.parsed = grown, 0
 }
 
@@ -80,10 +88,8 @@ func (c *client) take(n int) {
 	in := &c.in
 	start := len(in.buf)
 	in.buf = in.buf[:start+n]
-	fine, msg := in.p.Scan(in.buf, start)
-	if msg != "" {
-		in.buf = in.buf[:start+fine]
-		in.perr = msg
+	if in.unauth == "" { // else kept unread, behind the frame the scan stopped at
+		c.scan(start)
 	}
 	c.active.Store(time.Now().UnixNano()) // once a read, for CLIENT LIST's idle=
 	c.proceed()
@@ -92,11 +98,27 @@ func (c *client) take(n int) {
 	c.account(c.footprint())
 }
 
+// scan follows the input from buf[from:], under Redis's limits before
+// authentication while the client has not authenticated.
+func (c *client) scan(from int) {
+	in := &c.in
+	in.p.SetUnauthenticated(!c.authed)
+	fine, msg := in.p.Scan(in.buf, from)
+	switch {
+	case resp.Unauthenticated(msg):
+		in.unauth, in.stopped = msg, from+fine
+	case msg != "":
+		in.buf = in.buf[:from+fine]
+		in.perr = msg
+	}
+}
+
 // proceed runs the complete commands read, until one must wait for what
 // is in flight (c.held); the transport calls it again once that landed.
 func (c *client) proceed() {
 	in := &c.in
 	c.held = false
+run:
 	for !c.quit {
 		args, end, ok := in.p.Next(in.buf, in.args)
 		if !ok {
@@ -122,6 +144,16 @@ func (c *client) proceed() {
 	if c.held || c.quit {
 		return
 	}
+	if in.unauth != "" {
+		if c.authed {
+			// An AUTH pipelined before the frame lifted the limit: read
+			// it, and what came after it, as an authenticated client's.
+			in.unauth = ""
+			c.scan(in.stopped)
+			goto run
+		}
+		in.buf, in.perr, in.unauth = in.buf[:in.stopped], in.unauth, ""
+	}
 	msg := in.perr
 	if msg == "" && len(in.buf)-in.parsed >= c.s.cfg.MaxRequestBytes {
 		msg = resp.RequestTooBig
@@ -142,6 +174,7 @@ func (c *client) compact() {
 	}
 	n := copy(in.buf, in.buf[in.parsed:])
 	in.p.Shift(in.parsed)
+	in.stopped -= in.parsed
 	in.buf, in.parsed = in.buf[:n], 0
 	if n == 0 && cap(in.buf) > keepInput {
 		c.s.budget.Released(cap(in.buf))

@@ -99,14 +99,14 @@ func runAcquire(c *client, args [][]byte) {
 		c.fail(msg)
 		return
 	}
-	svc, proto := c.s.cfg.Service, c.proto
+	svc, form := c.s.cfg.Service, c.form()
 	var d engine.LeaseDecision
 	var err error
 	answer := func(out []byte) []byte {
 		if err != nil {
 			return redcon.AppendError(out, requestError(err, nil)) // the service counted it
 		}
-		return appendLease(out, &d, proto)
+		return appendLease(out, &d, form)
 	}
 	c.offLoop(answer, func() { d, err = svc.Acquire(context.Background(), r) })
 }
@@ -151,25 +151,25 @@ func (c *client) offLoop(answer func([]byte) []byte, work func()) {
 	}()
 }
 
-// appendLease encodes a lease decision: a map of leaseFields after HELLO 3,
-// else an array in their order.
-func appendLease(dst []byte, d *engine.LeaseDecision, proto int) []byte {
+// appendLease encodes a lease decision in form (see arrayForm): a map of
+// leaseFields after RL.REPLY MAP, else an array in their order.
+func appendLease(dst []byte, d *engine.LeaseDecision, form int) []byte {
 	vals := [4]int64{0, d.Limit, d.Remaining, ceilMillis(d.RetryAfter)}
 	if d.Allowed {
 		vals[0] = 1
 	}
-	if proto == 3 {
-		dst = resp.AppendMapLen(dst, len(leaseFields), proto)
+	if form != arrayForm {
+		dst = resp.AppendMapLen(dst, len(leaseFields), form)
 	} else {
 		dst = redcon.AppendArray(dst, len(leaseFields))
 	}
 	for i, v := range vals {
-		if proto == 3 {
+		if form != arrayForm {
 			dst = redcon.AppendBulkString(dst, leaseFields[i])
 		}
 		dst = redcon.AppendInt(dst, v)
 	}
-	if proto == 3 {
+	if form != arrayForm {
 		dst = redcon.AppendBulkString(dst, leaseFields[4])
 	}
 	return redcon.AppendBulkString(dst, d.ID)

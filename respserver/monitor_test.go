@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/engine/chain"
+	"github.com/sluice-rl/sluice/internal/monitor"
 	"github.com/sluice-rl/sluice/policy"
 )
 
@@ -190,16 +192,24 @@ func TestMonitorFallsBehind(t *testing.T) {
 	srv, addr := startServer(t, Config{Service: testService(t, memStore(t), nil)})
 	m := monitorConn(t, addr)
 	c := dialTest(t, addr)
-	big := strings.Repeat("\x00", 32<<10) // each line is 128 KiB escaped
+	// A line is at most monitor.MaxLine and an argument: RL.RESET of
+	// twelve keys of 1 KiB of NULs, 4 KiB each escaped, makes lines of
+	// about 36 KiB, so that the kernel's socket buffers and the bound
+	// fill in a few hundred commands (with 4 KiB lines it took thousands,
+	// minutes under -race on a loaded machine).
+	cmd := []string{"RL.RESET"}
+	for i := range 12 {
+		cmd = append(cmd, strings.Repeat("\x00", monitor.MaxArgShown-2)+strconv.Itoa(10+i))
+	}
 	// The watched client is served all along: each command answered
 	// (within reply's read deadline, a guard against a server that waits
 	// for the monitor, not a measure of speed), until the monitor is
 	// dropped after a bounded number of lines.
 	for i := 0; srv.monitors.On(); i++ {
 		if i == 2000 {
-			t.Fatal("2000 lines of 128 KiB and the monitor that reads none is still fed")
+			t.Fatal("2000 lines of 36 KiB and the monitor that reads none is still fed")
 		}
-		c.send(t, encodeCommand(bytesArgs("ECHO", big)))
+		c.send(t, encodeCommand(bytesArgs(cmd...)))
 		if _, err := c.reply(t); err != nil {
 			t.Fatalf("the watched client, after %d commands: %v", i, err)
 		}
@@ -207,6 +217,38 @@ func TestMonitorFallsBehind(t *testing.T) {
 	_ = m.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.Copy(io.Discard, m.nc); err != nil && !isClosedErr(err) {
 		t.Errorf("the monitor that fell behind: %v; want it closed", err)
+	}
+}
+
+// A monitor that keeps up is never closed by one command, however long
+// (issue: one RL.GCRA with a 2,000,000-byte key closed every MONITOR at
+// once, and its client acted unseen): the line shows the key's first
+// bytes and its length, and the monitor sees what comes next.
+func TestMonitorLongCommand(t *testing.T) {
+	_, addr := startServer(t, Config{Service: testService(t, memStore(t), nil)})
+	m := monitorConn(t, addr)
+	c := dialTest(t, addr)
+	key := strings.Repeat("k", 2_000_000)
+	for _, args := range [][]string{
+		{"RL.GCRA", key, "0", "1", "1m"},      // a decision
+		{"RL.GCRA", key, "0", "1", "1m", "x"}, // refused: a bad cost
+		{"ECHO", key},                         // not a decision
+	} {
+		c.send(t, encodeCommand(bytesArgs(args...)))
+		if _, err := c.reply(t); err != nil {
+			t.Fatalf("%s: %v", args[0], err)
+		}
+		line := m.monitorLine(t)
+		if want := `"` + args[0] + `" "` + key[:monitor.MaxArgShown] + `"... (2000000 bytes)`; !strings.Contains(line, want) || len(line) > 2*monitor.MaxArgShown {
+			t.Errorf("%s: a line of %d bytes: %.120q…", args[0], len(line), line)
+		}
+	}
+	c.send(t, encodeCommand(bytesArgs("PING")))
+	if _, err := c.reply(t); err != nil {
+		t.Fatal(err)
+	}
+	if line := m.monitorLine(t); !strings.HasSuffix(line, `"PING"`+"\r\n") {
+		t.Errorf("after the long commands, the monitor read %q", line)
 	}
 }
 

@@ -117,10 +117,93 @@ func TestRedisProtocol(t *testing.T) {
 	}
 }
 
+// redisBeforeAuthCases are Redis's limits before authentication, probed
+// on redis-server 7.0 with requirepass: a multibulk count over 10 or a
+// bulk over 16 KiB is refused with its own error and the connection
+// closed, answered after the commands before it; an AUTH before the frame
+// in the same read lifts the limit, as Redis parses a command only once
+// the ones before it have run. Commands are sent by a client that has not
+// authenticated; the password is "pw".
+var redisBeforeAuthCases = []struct {
+	name    string
+	send    string
+	replies []string
+	closed  bool
+	sluice  []string // Sluice's replies where they differ from Redis's, and why
+	why     string
+}{
+	{name: "a multibulk count over 10", send: "*11\r\n",
+		replies: []string{"-ERR Protocol error: unauthenticated multibulk length"}, closed: true},
+	{name: "a multibulk count of 10", send: "*10\r\n" + strings.Repeat("$4\r\nPING\r\n", 10),
+		replies: []string{"-NOAUTH Authentication required."},
+		sluice:  []string{"-ERR wrong number of arguments for 'ping' command"},
+		why:     "Sluice's command table gives PING at most two arguments, checked before authentication as Redis checks a command's arity (Redis's PING, of arity -1, refuses more in its handler, after authentication)"},
+	{name: "a bulk over 16 KiB", send: "*1\r\n$16385\r\n",
+		replies: []string{"-ERR Protocol error: unauthenticated bulk length"}, closed: true},
+	{name: "a bulk of 16 KiB", send: "*2\r\n$4\r\nECHO\r\n$16384\r\n" + strings.Repeat("x", 16384) + "\r\n",
+		replies: []string{"-NOAUTH Authentication required."}},
+	{name: "a second bulk over 16 KiB", send: "*2\r\n$4\r\nECHO\r\n$1000000\r\n",
+		replies: []string{"-ERR Protocol error: unauthenticated bulk length"}, closed: true},
+	{name: "a count over 10 after a command", send: "*1\r\n$4\r\nPING\r\n*100000\r\n",
+		replies: []string{"-NOAUTH Authentication required.", "-ERR Protocol error: unauthenticated multibulk length"}, closed: true},
+	{name: "a bulk over 16 KiB after a command", send: "*1\r\n$4\r\nPING\r\n*1\r\n$20000\r\n",
+		replies: []string{"-NOAUTH Authentication required.", "-ERR Protocol error: unauthenticated bulk length"}, closed: true},
+	{name: "a negative count", send: "*-1\r\n"},
+	{name: "an inline line over 16 KiB", send: "ECHO " + strings.Repeat("a", 20000) + "\r\n",
+		replies: []string{"-NOAUTH Authentication required."}},
+	{name: "AUTH, then a large frame in the same read",
+		send:    "*2\r\n$4\r\nAUTH\r\n$2\r\npw\r\n*2\r\n$4\r\nECHO\r\n$20000\r\n" + strings.Repeat("y", 20000) + "\r\n*12\r\n$4\r\nECHO\r\n" + strings.Repeat("$1\r\nz\r\n", 11),
+		replies: []string{"+OK", `"` + strings.Repeat("y", 20000) + `"`, "-ERR wrong number of arguments for 'echo' command"}},
+	{name: "a wrong AUTH, then a large frame", send: "*2\r\n$4\r\nAUTH\r\n$2\r\nno\r\n*1\r\n$20000\r\n",
+		replies: []string{"-WRONGPASS invalid username-password pair or user is disabled.", "-ERR Protocol error: unauthenticated bulk length"}, closed: true},
+}
+
+// TestRedisProtocolBeforeAuth runs redisBeforeAuthCases against a real
+// redis-server with requirepass and against Sluice with RequirePass: the
+// same replies, byte for byte, and the same closes.
+func TestRedisProtocolBeforeAuth(t *testing.T) {
+	redis := redistest.Start(t, "appendonly no", `save ""`)
+	// Set once started: redistest's start waits for a PING to answer.
+	if r, err := redis.Do("CONFIG", "SET", "requirepass", "pw"); err != nil || r != "OK" {
+		t.Fatalf("CONFIG SET requirepass: %q, %v", r, err)
+	}
+	_, sluice := startServer(t, Config{Service: testService(t, memStore(t), testPolicies(t)), RequirePass: "pw"})
+	for _, tc := range redisBeforeAuthCases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, side := range []struct{ name, addr string }{{"redis", redis.Addr}, {"sluice", sluice}} {
+				want := tc.replies
+				if side.name == "sluice" && tc.sluice != nil {
+					want = tc.sluice
+				}
+				if !tc.closed {
+					// Still open, still not authenticated (AUTH's case
+					// aside): the PING that follows is answered.
+					pong := "-NOAUTH Authentication required."
+					if strings.HasPrefix(tc.name, "AUTH") {
+						pong = "+PONG"
+					}
+					want = append(append([]string(nil), want...), pong)
+				}
+				done := func(got []string) bool { return !tc.closed && len(got) == len(want) }
+				if got := converseUntil(t, side.addr, tc.send, !tc.closed, done); !slices.Equal(got, want) {
+					t.Errorf("%s answered %.200q\n want %.200q", side.name, got, want)
+				}
+			}
+		})
+	}
+}
+
 // converse sends in on a new connection, then PING if ping, and returns
 // the replies until the server closes the connection or, with ping, until
 // PONG. A close with bytes unread is a reset: a close all the same.
 func converse(t *testing.T, addr, in string, ping bool) []string {
+	t.Helper()
+	return converseUntil(t, addr, in, ping, func(got []string) bool { return ping && got[len(got)-1] == "+PONG" })
+}
+
+// converseUntil is converse that stops reading once done says so: for a
+// connection whose PING may be refused.
+func converseUntil(t *testing.T, addr, in string, ping bool, done func(got []string) bool) []string {
 	t.Helper()
 	c := dialTest(t, addr)
 	c.send(t, []byte(in))
@@ -136,7 +219,7 @@ func converse(t *testing.T, addr, in string, ping bool) []string {
 			}
 			return got
 		}
-		if got = append(got, r); ping && r == "+PONG" {
+		if got = append(got, r); done(got) {
 			return got
 		}
 	}

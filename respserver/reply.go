@@ -14,7 +14,7 @@ type shape uint8
 
 const (
 	// shapeRL: [allowed, limit, remaining, retry_after_ms, reset_after_ms],
-	// or a map of those names after HELLO 3.
+	// or a map of those names after RL.REPLY MAP.
 	shapeRL shape = iota
 	// shapeLeaky: shapeRL plus delay_ms.
 	shapeLeaky
@@ -26,11 +26,44 @@ const (
 	shapeThrottleOver
 )
 
-// Field names of the decision map (RESP3) and of the table in docs/commands.md.
+// Field names of the decision map (RL.REPLY MAP) and of the table in docs/commands.md.
 var decisionFields = [...]string{"allowed", "limit", "remaining", "retry_after_ms", "reset_after_ms", "delay_ms"}
 
-// appendDecision encodes d. It allocates nothing when dst has room.
-func appendDecision(dst []byte, d *engine.Decision, sh shape, proto int) []byte {
+// A decision's reply is an array under RESP2 and RESP3 alike, unless the
+// connection asked for the named map (RL.REPLY MAP). HELLO 3 alone does
+// not turn it into a map: node-redis 6 says HELLO 3 by default, and code
+// written for the array (r[0] === 0: refused) would read a map's r[0] as
+// undefined and admit everything. A form is what appendDecision is told:
+// arrayForm, or the protocol (2 or 3) a map is written in (resp's
+// AppendMapLen: RESP2 writes a map as a flat array of name, value pairs).
+const arrayForm = 0
+
+// runReply is RL.REPLY ARRAY|MAP: the connection's decision replies from
+// now on, arrays (the default) or maps of decisionFields' names.
+func runReply(c *client, args [][]byte) {
+	switch {
+	case resp.Is(args[1], "array"):
+		c.named = false
+	case resp.Is(args[1], "map"):
+		c.named = true
+	default:
+		c.fail(invalidArg("form", args[1], "must be ARRAY or MAP"))
+		return
+	}
+	c.out = redcon.AppendOK(c.out)
+}
+
+// form is how the connection's decisions are written (see arrayForm).
+func (c *client) form() int {
+	if c.named {
+		return c.proto
+	}
+	return arrayForm
+}
+
+// appendDecision encodes d in form (see arrayForm). It allocates nothing
+// when dst has room.
+func appendDecision(dst []byte, d *engine.Decision, sh shape, form int) []byte {
 	switch sh {
 	case shapeThrottle, shapeThrottleOver:
 		limited, retry := int64(0), int64(-1)
@@ -47,12 +80,12 @@ func appendDecision(dst []byte, d *engine.Decision, sh shape, proto int) []byte 
 		dst = redcon.AppendInt(dst, retry)
 		return redcon.AppendInt(dst, cellSeconds(d.ResetAfter))
 	}
-	return appendFields(dst, d, sh, proto, 0)
+	return appendFields(dst, d, sh, form, 0)
 }
 
 // appendFields encodes d's fields as RL.* replies them, announcing extra
 // more entries after them (DETAIL's).
-func appendFields(dst []byte, d *engine.Decision, sh shape, proto, extra int) []byte {
+func appendFields(dst []byte, d *engine.Decision, sh shape, form, extra int) []byte {
 	n := 5
 	if sh == shapeLeaky {
 		n = 6
@@ -61,8 +94,8 @@ func appendFields(dst []byte, d *engine.Decision, sh shape, proto, extra int) []
 	if d.Allowed {
 		vals[0] = 1
 	}
-	if proto == 3 {
-		dst = resp.AppendMapLen(dst, n+extra, proto)
+	if form != arrayForm {
+		dst = resp.AppendMapLen(dst, n+extra, form)
 		for i := range n {
 			dst = redcon.AppendBulkString(dst, decisionFields[i])
 			dst = redcon.AppendInt(dst, vals[i])
@@ -77,23 +110,23 @@ func appendFields(dst []byte, d *engine.Decision, sh shape, proto, extra int) []
 }
 
 // appendDetail encodes RL.ALLOW … DETAIL's reply: d as usual, then each
-// limit's own reply under its name, in the policy's order. Under RESP3
-// the map gains one entry, "detail", a map of name → reply; under RESP2
-// the array gains one trailing element, a flat array of name, reply
-// pairs, as RESP2 writes a map.
-func appendDetail(dst []byte, d *engine.Decision, sh shape, proto int, names []engine.NamedLimit, parts []engine.Decision) []byte {
-	dst = appendFields(dst, d, sh, proto, 1)
-	if proto == 3 {
+// limit's own reply under its name, in the policy's order. As a map, it
+// gains one entry, "detail", a map of name → reply; as an array, one
+// trailing element, a flat array of name, reply pairs, as RESP2 writes a
+// map, under RESP3 too (one shape for both).
+func appendDetail(dst []byte, d *engine.Decision, sh shape, form int, names []engine.NamedLimit, parts []engine.Decision) []byte {
+	dst = appendFields(dst, d, sh, form, 1)
+	if form != arrayForm {
 		dst = redcon.AppendBulkString(dst, "detail")
 	}
-	dst = resp.AppendMapLen(dst, len(names), proto)
+	dst = resp.AppendMapLen(dst, len(names), max(form, 2))
 	for j, l := range names {
 		psh := shapeRL
 		if l.Limit.Algorithm == engine.LeakyBucket {
 			psh = shapeLeaky
 		}
 		dst = redcon.AppendBulkString(dst, l.Name)
-		dst = appendFields(dst, &parts[j], psh, proto, 0)
+		dst = appendFields(dst, &parts[j], psh, form, 0)
 	}
 	return dst
 }

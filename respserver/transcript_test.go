@@ -161,14 +161,21 @@ func dialTest(t testing.TB, addr string) *testConn {
 
 // readSince tells whether srv has read from c's connection since t.
 func readSince(srv *Server, c *testConn, t time.Time) bool {
+	sc := serverSide(srv, c)
+	return sc != nil && sc.active.Load() >= t.UnixNano()
+}
+
+// serverSide is the server's client for c, while the server holds it:
+// the one CLIENT LIST shows.
+func serverSide(srv *Server, c *testConn) *client {
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
 	for sc := range srv.conns {
 		if sc.addr == c.nc.LocalAddr().String() {
-			return sc.active.Load() >= t.UnixNano()
+			return sc
 		}
 	}
-	return false
+	return nil
 }
 
 func (c *testConn) send(t testing.TB, raw []byte) {
@@ -249,6 +256,10 @@ func runTranscript(t *testing.T, file string) {
 			} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset") {
 				t.Errorf("%s: want the connection closed, got %v", where, err)
 			}
+			// The server closes a connection, then forgets it: wait for
+			// that, so that a CLIENT LIST after it never shows it (a
+			// loaded machine showed it once).
+			waitFor(t, func() bool { return serverSide(srv, c) == nil }, where+": the server to forget the closed connection")
 			delete(conns, cur)
 		case strings.HasPrefix(line, "> "), strings.HasPrefix(line, "@raw "):
 			var raw []byte

@@ -41,8 +41,11 @@ type Sources struct {
 	Clients   func() int64                // connected clients
 	DenyCache func() chain.DenyCacheStats // hits, misses, evictions, entries
 	Memory    func() int                  // in-memory store size, in keys
-	Guard     func() chain.GuardStats     // breaker state
-	Batcher   func() chain.BatcherStats   // batches and their decisions
+	// MemoryEvictions counts the in-memory store's evictions of states
+	// that still mattered (memstore.Store.Evictions).
+	MemoryEvictions func() uint64
+	Guard           func() chain.GuardStats   // breaker state
+	Batcher         func() chain.BatcherStats // batches and their decisions
 	// LateCalls and OverdueCalls count the batch calls Redis started
 	// after their callers were answered: skipped, or (started in time,
 	// finished late) charged (upstream.Store.LateCalls, OverdueCalls).
@@ -155,6 +158,9 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 	memKeys, err := m.Int64ObservableGauge("sluice.memory_store.keys", metric.WithUnit("{key}"),
 		metric.WithDescription("States held by the in-memory store."))
 	must(err)
+	memEvictions, err := m.Int64ObservableCounter("sluice.memory_store.evictions", metric.WithUnit("{key}"),
+		metric.WithDescription("States the in-memory store evicted past --max-keys while they still mattered: each forgot a key's count."))
+	must(err)
 	breaker, err := m.Int64ObservableGauge("sluice.breaker.open",
 		metric.WithDescription("1 while the breaker in front of the upstream is open, else 0."))
 	must(err)
@@ -206,6 +212,9 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 		if src.Memory != nil {
 			o.ObserveInt64(memKeys, int64(src.Memory()))
 		}
+		if src.MemoryEvictions != nil {
+			o.ObserveInt64(memEvictions, int64(src.MemoryEvictions()))
+		}
 		if src.Guard != nil {
 			s := src.Guard()
 			open := int64(0)
@@ -222,7 +231,7 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 			o.ObserveInt64(overdue, int64(src.OverdueCalls()))
 		}
 		return nil
-	}, decisions, errorsC, clients, hits, misses, evictions, entries, memKeys, breaker, fallbacks, late, overdue)
+	}, decisions, errorsC, clients, hits, misses, evictions, entries, memKeys, memEvictions, breaker, fallbacks, late, overdue)
 	return err
 }
 

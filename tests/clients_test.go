@@ -17,8 +17,8 @@ import (
 
 // The docs show each file of examples/ whole (docs_test.go checks it);
 // the tests run each one against the binary, so no page can show
-// code that does not work. The examples talk to localhost:6380; the tests point
-// them at the test's port.
+// code that does not work. The examples talk to SLUICE_ADDR, or
+// localhost:6380 when it is unset; the tests set it to the test's address.
 
 // exampleOutput is what every client example prints on a fresh sluice.
 const exampleOutput = "allowed: 20 of 21 left\n"
@@ -33,18 +33,14 @@ func runExample(t *testing.T, cmd *exec.Cmd) string {
 	return out.String()
 }
 
-// portCopy writes src with port 6380 replaced by s's, into a temp dir.
-func portCopy(t *testing.T, src string, s *sluice) string {
-	t.Helper()
-	code, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
+// withAddr is cmd with SLUICE_ADDR set to s's address, which every
+// example reads (localhost:6380 when unset).
+func withAddr(cmd *exec.Cmd, s *sluice) *exec.Cmd {
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
 	}
-	dst := filepath.Join(t.TempDir(), filepath.Base(src))
-	if err := os.WriteFile(dst, []byte(strings.ReplaceAll(string(code), "6380", strconv.Itoa(s.Port))), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dst
+	cmd.Env = append(cmd.Env, "SLUICE_ADDR="+s.Addr)
+	return cmd
 }
 
 // pythonWithRedis is a python3 that imports redis-py.
@@ -62,7 +58,7 @@ func pythonWithRedis(t *testing.T) string {
 func TestPythonExample(t *testing.T) {
 	python := pythonWithRedis(t)
 	s := startSluice(t)
-	got := runExample(t, exec.Command(python, portCopy(t, "../examples/redispy/example.py", s)))
+	got := runExample(t, withAddr(exec.Command(python, "../examples/redispy/example.py"), s))
 	want := exampleOutput + "[1, 1, 0]\n[0, 16, 15, -1, 2]\n"
 	if got != want {
 		t.Errorf("python example printed\n%s\nwant\n%s", got, want)
@@ -110,9 +106,9 @@ print(r.execute_command("RL.TOKEN", "tx:1", 20, 10, "1s", 0))
 func TestNodeExample(t *testing.T) {
 	node, modules := nodeModules(t, "ioredis")
 	s := startSluice(t)
-	cmd := exec.Command(node, portCopy(t, "../examples/ioredis/example.js", s))
+	cmd := exec.Command(node, "../examples/ioredis/example.js")
 	cmd.Env = append(os.Environ(), "NODE_PATH="+modules)
-	got := runExample(t, cmd)
+	got := runExample(t, withAddr(cmd, s))
 	want := exampleOutput + "[ 1, 1, 0 ]\n[ 0, 16, 15, -1, 2 ]\n"
 	if got != want {
 		t.Errorf("node example printed\n%s\nwant\n%s", got, want)
@@ -122,44 +118,61 @@ func TestNodeExample(t *testing.T) {
 func TestGoExample(t *testing.T) {
 	s := startSluice(t)
 	bin := filepath.Join(t.TempDir(), "goexample")
-	build := exec.Command("go", "build", "-o", bin, "-ldflags", "-X main.addr="+s.Addr, "../examples/goredis")
+	build := exec.Command("go", "build", "-o", bin, "../examples/goredis")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	got := runExample(t, exec.Command(bin))
+	got := runExample(t, withAddr(exec.Command(bin), s))
 	want := exampleOutput + "1 1 0 \n[0 16 15 -1 2] <nil>\n"
 	if got != want {
 		t.Errorf("go example printed\n%s\nwant\n%s", got, want)
 	}
 }
 
-// TestNodeRedisDefaults: node-redis 5 (npm "redis") connects with its
-// default options (RESP2, CLIENT SETINFO, its maintenance handshake),
-// decides, pipelines (commands of one tick, and execAsPipeline), and its
-// default multi() gets MULTI's error naming execAsPipeline, with nothing
-// charged.
+// TestNodeRedisDefaults: node-redis 4, 5 and 6 (npm "redis", v5, and
+// package.json's aliases redis4 and redis6) connect with their default
+// options (RESP2 for 4 and 5, RESP3 for 6; CLIENT SETINFO; 5's
+// maintenance handshake), decide, pipeline (commands of one tick, and
+// execAsPipeline), and their default multi() gets MULTI's error naming
+// execAsPipeline, with nothing charged. Each reads a refusal's r[0] as 0:
+// under 6's RESP3 default the decision is the array too, or a refusal
+// would read as an admission. RL.REPLY MAP gives the named map (RESP3) or
+// name, value pairs (RESP2).
 func TestNodeRedisDefaults(t *testing.T) {
-	node, modules := nodeModules(t, "redis")
-	s := startSluice(t)
-	cmd := exec.Command(node, "node/noderedis.js")
-	cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "SLUICE_URL=redis://"+s.Addr)
-	got := runExample(t, cmd)
-	want := `one: [1,20,19,0,100]
+	for _, tc := range []struct {
+		pkg, multiErr, resp, named string
+	}{
+		{"redis4", "ErrorReply", "resp=2", `["allowed",1,"limit",5,"remaining",4,"retry_after_ms",0,"reset_after_ms",1000]`},
+		{"redis", "SimpleError", "resp=2", `["allowed",1,"limit",5,"remaining",4,"retry_after_ms",0,"reset_after_ms",1000]`},
+		{"redis6", "SimpleError", "resp=3", `{"allowed":1,"limit":5,"remaining":4,"retry_after_ms":0,"reset_after_ms":1000}`},
+	} {
+		t.Run(tc.pkg, func(t *testing.T) {
+			node, modules := nodeModules(t, tc.pkg)
+			s := startSluice(t)
+			cmd := exec.Command(node, "node/noderedis.js")
+			cmd.Env = append(os.Environ(), "NODE_PATH="+modules, "SLUICE_URL=redis://"+s.Addr, "NODE_REDIS="+tc.pkg)
+			got := runExample(t, cmd)
+			want := `one: [1,20,19,0,100]
 pipeline: [1,1,0]
 execAsPipeline: [1,1,0]
-multi: SimpleError true
+multi: ` + tc.multiErr + ` true
 after multi: [1,20,20,0,0]
-lib: true true
+refused: refused [0,1,0]
+named: ` + tc.named + `
+lib: true ` + tc.resp + `
 `
-	if got != want {
-		t.Errorf("node-redis printed\n%s\nwant\n%s", got, want)
+			if got != want {
+				t.Errorf("node-redis (%s) printed\n%s\nwant\n%s", tc.pkg, got, want)
+			}
+		})
 	}
 }
 
 // TestRueidisDefaults: rueidis, Redis's own Go client, connects with its
 // default options: RESP3, client-side caching on (CLIENT TRACKING ON
 // OPTIN, accepted as a no-op), CLUSTER probed first and given up. It
-// decides, pipelines (DoMulti), and gets decisions as RESP3 maps.
+// decides, pipelines (DoMulti), and gets decisions as arrays, as under
+// RESP2; after RL.REPLY MAP, as RESP3 maps.
 func TestRueidisDefaults(t *testing.T) {
 	s := startSluice(t)
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}})
@@ -170,8 +183,8 @@ func TestRueidisDefaults(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	one, err := c.Do(ctx, c.B().Arbitrary("RL.TOKEN").Keys("rueidis:1").Args("20", "10", "1s").Build()).AsIntMap()
-	if err != nil || one["allowed"] != 1 || one["remaining"] != 19 {
+	one, err := c.Do(ctx, c.B().Arbitrary("RL.TOKEN").Keys("rueidis:1").Args("20", "10", "1s").Build()).AsIntSlice()
+	if err != nil || !slices.Equal(one, []int64{1, 20, 19, 0, 100}) {
 		t.Errorf("one decision: %v, %v", one, err)
 	}
 	var cmds rueidis.Commands
@@ -180,14 +193,29 @@ func TestRueidisDefaults(t *testing.T) {
 	}
 	var allowed []int64
 	for _, r := range c.DoMulti(ctx, cmds...) {
-		m, err := r.AsIntMap()
+		v, err := r.AsIntSlice()
 		if err != nil {
 			t.Fatalf("pipelined decision: %v", err)
 		}
-		allowed = append(allowed, m["allowed"])
+		allowed = append(allowed, v[0])
 	}
 	if !slices.Equal(allowed, []int64{1, 1, 0}) {
 		t.Errorf("pipeline allowed %v; want [1 1 0]", allowed)
+	}
+	// A dedicated connection: RL.REPLY is the connection's, and rueidis
+	// pools its connections.
+	err = c.Dedicated(func(dc rueidis.DedicatedClient) error {
+		if err := dc.Do(ctx, dc.B().Arbitrary("RL.REPLY").Args("MAP").Build()).Error(); err != nil {
+			return err
+		}
+		m, err := dc.Do(ctx, dc.B().Arbitrary("RL.TOKEN").Keys("rueidis:2").Args("20", "10", "1s").Build()).AsIntMap()
+		if err != nil || m["allowed"] != 1 || m["remaining"] != 19 {
+			t.Errorf("RL.REPLY MAP, then a decision: %v, %v", m, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("RL.REPLY MAP: %v", err)
 	}
 	info, err := c.Do(ctx, c.B().ClientInfo().Build()).ToString()
 	if err != nil || !strings.Contains(info, "lib-name=rueidis ") || !strings.Contains(info, "resp=3 ") {

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"strings"
@@ -9,15 +10,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// decision reads a decision reply in either shape: the RESP2 array or the
-// RESP3 map, checking that the shape matches the protocol.
-func decision(t *testing.T, proto int, v any) []int64 {
+// decision reads a decision reply in either shape, checking that it is
+// the one expected: form 2, the array (under RESP2 and RESP3 alike), or
+// form 3, the RESP3 map a connection asks for with RL.REPLY MAP.
+func decision(t *testing.T, form int, v any) []int64 {
+	proto := form
 	t.Helper()
 	names := []string{"allowed", "limit", "remaining", "retry_after_ms", "reset_after_ms", "delay_ms"}
 	switch r := v.(type) {
 	case []any:
 		if proto != 2 {
-			t.Fatalf("RESP%d reply is an array: %v", proto, r)
+			t.Fatalf("a map was asked for (RL.REPLY MAP), and the reply is an array: %v", r)
 		}
 		out := make([]int64, len(r))
 		for i, x := range r {
@@ -26,7 +29,7 @@ func decision(t *testing.T, proto int, v any) []int64 {
 		return out
 	case map[any]any:
 		if proto != 3 {
-			t.Fatalf("RESP%d reply is a map: %v", proto, r)
+			t.Fatalf("no map was asked for, and the reply is a map: %v", r)
 		}
 		out := make([]int64, len(r))
 		for i := range len(r) {
@@ -46,20 +49,28 @@ func TestGoRedis(t *testing.T) {
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
 			s := startSluice(t, append(be.args(t), "--policies", writePolicies(t))...)
-			for _, proto := range []int{2, 3} {
-				t.Run(fmt.Sprintf("resp%d", proto), func(t *testing.T) {
-					testGoRedis(t, s, proto)
+			// RESP2, RESP3 (go-redis v9's default): arrays both; then
+			// RESP3 with RL.REPLY MAP on each new connection: maps.
+			for _, tc := range []struct{ proto, form int }{{2, 2}, {3, 2}, {3, 3}} {
+				t.Run(fmt.Sprintf("resp%d-form%d", tc.proto, tc.form), func(t *testing.T) {
+					testGoRedis(t, s, tc.proto, tc.form)
 				})
 			}
 		})
 	}
 }
 
-func testGoRedis(t *testing.T, s *sluice, proto int) {
+func testGoRedis(t *testing.T, s *sluice, proto, form int) {
 	ctx := ctxT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: proto})
+	opt := &redis.Options{Addr: s.Addr, Protocol: proto}
+	if form == 3 {
+		opt.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
+			return cn.Do(ctx, "RL.REPLY", "MAP").Err()
+		}
+	}
+	rdb := redis.NewClient(opt)
 	defer rdb.Close()
-	p := fmt.Sprintf("p%d:", proto) // keys apart per protocol
+	p := fmt.Sprintf("p%d%d:", proto, form) // keys apart per protocol and form
 
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatalf("PING: %v\n%s", err, s.logs)
@@ -83,7 +94,7 @@ func testGoRedis(t *testing.T, s *sluice, proto int) {
 		if err != nil {
 			t.Fatalf("%v: %v", tc.args, err)
 		}
-		got := decision(t, proto, v)
+		got := decision(t, form, v)
 		wantLen := 5
 		if tc.args[0] == "RL.LEAKY" || tc.args[1] == "uploads" {
 			wantLen = 6
@@ -109,7 +120,7 @@ func testGoRedis(t *testing.T, s *sluice, proto int) {
 		t.Fatal(err)
 	}
 	for i, c := range cmds {
-		d := decision(t, proto, c.(*redis.Cmd).Val())
+		d := decision(t, form, c.(*redis.Cmd).Val())
 		if want := int64(0); i < 60 {
 			want = 1
 			if d[0] != want || d[2] != int64(59-i) {
@@ -136,7 +147,7 @@ func testGoRedis(t *testing.T, s *sluice, proto int) {
 		t.Errorf("RL.RESET = %d, %v", n, err)
 	}
 	v, err := rdb.Do(ctx, "RL.FIXED", p+"pipe", 60, "1h").Result()
-	if err != nil || decision(t, proto, v)[2] != 59 {
+	if err != nil || decision(t, form, v)[2] != 59 {
 		t.Errorf("after RL.RESET: %v, %v", v, err)
 	}
 

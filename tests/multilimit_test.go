@@ -45,7 +45,8 @@ func TestMultiLimitExactAcrossSidecars(t *testing.T) {
 	var clients []*redis.Client
 	for range 3 {
 		s := startSluice(t, "--upstream", "redis://"+r.Addr, "--policies", pol, "--upstream-timeout", decidingTimeout, "--on-upstream-failure", "deny")
-		c := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 3, PoolSize: 10})
+		c := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 3, PoolSize: 10,
+			OnConnect: func(ctx context.Context, cn *redis.Conn) error { return cn.Do(ctx, "RL.REPLY", "MAP").Err() }})
 		defer c.Close()
 		clients = append(clients, c)
 		for range 10 {

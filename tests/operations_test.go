@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -191,5 +193,57 @@ func TestResetReachesEverySidecar(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("a still refuses 10s after b's resets\n%s", a.logs)
 		}
+	}
+}
+
+// TestMemoryEvictionsAreTold: the issue's reproduction. On the in-memory
+// store a key refused (victim, 5 an hour) is admitted again once other
+// keys have filled the store past --max-keys, which forgets its count: a
+// client can reset another's key so. The evictions are counted in INFO
+// and /metrics, and warned about while they happen.
+func TestMemoryEvictionsAreTold(t *testing.T) {
+	const maxKeys = 640
+	s := startSluice(t, "--max-keys", strconv.Itoa(maxKeys))
+	ctx := ctxT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 2})
+	defer rdb.Close()
+	for i := range 6 {
+		v, err := rdb.Do(ctx, "RL.FIXED", "victim", 5, "1h").Result()
+		if err != nil || decision(t, 2, v)[0] != map[bool]int64{true: 1, false: 0}[i < 5] {
+			t.Fatalf("victim request %d: %v, %v", i, v, err)
+		}
+	}
+	cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range 20 * maxKeys {
+			p.Do(ctx, "RL.FIXED", "filler:"+strconv.Itoa(i), 5, "1h")
+		}
+		return nil
+	})
+	if err != nil || len(cmds) != 20*maxKeys {
+		t.Fatalf("filling: %v", err)
+	}
+	if v, err := rdb.Do(ctx, "RL.FIXED", "victim", 5, "1h").Result(); err != nil || decision(t, 2, v)[0] != 1 {
+		t.Fatalf("victim after the store was filled: %v, %v; its count was expected forgotten", v, err)
+	}
+	info, err := rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`memory_store_evictions:(\d+)`).FindStringSubmatch(info)
+	if m == nil || m[1] == "0" {
+		t.Fatalf("INFO memory: no eviction counted:\n%s", info)
+	}
+	fams := metricstest.Scrape(t, "http://"+s.Admin+"/metrics")
+	if got, ok := metricstest.Sample(fams, "sluice_memory_store_evictions_total", nil); !ok || got < float64(19*maxKeys) {
+		t.Errorf("sluice_memory_store_evictions_total = %v (found: %t); want at least %d", got, ok, 19*maxKeys)
+	}
+	const warning = "the in-memory store is evicting keys whose counts still matter"
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s.logs.String(), warning); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning about evictions within 10s; the log:\n%s", s.logs)
+		}
+	}
+	if n := strings.Count(s.logs.String(), warning); n != 1 {
+		t.Errorf("%d warnings about evictions; want one (at most one every 10 s)", n)
 	}
 }

@@ -175,6 +175,9 @@ func TestPeerEnvIstio(t *testing.T) {
 	if strings.Contains(s.logs.String(), "USE_STATSD") {
 		t.Errorf("USE_STATSD=false, which asks for nothing Sluice lacks, is said in the log:\n%s", s.logs)
 	}
+	if want := ":" + debugPort + " resp="; !strings.Contains(s.logs.String(), " debug=") || !strings.Contains(s.logs.String(), want) {
+		t.Errorf("the start-up line does not give the debug port (%s):\n%s", want, s.logs)
+	}
 }
 
 // TestPeerEnvShadow: SHADOW_MODE=true answers every call OK, counting it:
@@ -285,6 +288,11 @@ func TestPeerEnvEnvoyGateway(t *testing.T) {
 				t.Errorf("/metrics on PROMETHEUS_ADDR lacks %s:\n%.4000s", want, b)
 			}
 		}
+	}
+	// The start-up line names the admin address by the variable that set
+	// it: PROMETHEUS_ADDR here, not the debug port.
+	if want := " prometheus=0.0.0.0:" + promPort + " "; !strings.Contains(s.logs.String(), want) || strings.Contains(s.logs.String(), " debug=") {
+		t.Errorf("the start-up line does not call the Prometheus address %s:\n%s", want, s.logs)
 	}
 	if strings.Contains(s.logs.String(), "PROMETHEUS_MAPPER_YAML") {
 		t.Errorf("PROMETHEUS_MAPPER_YAML, now honoured, is still named as not used:\n%s", s.logs)

@@ -34,12 +34,13 @@ type Flags struct {
 	TLSCert     string
 	TLSKey      string
 	LogLevel    slog.Level
+	LogFormat   string // json (the default: what a cluster's log pipeline reads) or text
 }
 
 // Main is `sluice webhook`: args are its flags, after "webhook"; it serves
 // until ctx ends or SIGTERM, and returns the exit status.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f := Flags{Listen: ":8443", AdminListen: ":9443"}
+	f := Flags{Listen: ":8443", AdminListen: ":9443", LogFormat: "json"}
 	s := inject.DefaultSettings()
 	fs := flag.NewFlagSet("sluice webhook", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -48,6 +49,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.TLSCert, "tls-cert", "", "PEM `file` of the serving certificate (and its chain); reloaded when it changes")
 	fs.StringVar(&f.TLSKey, "tls-key", "", "PEM `file` of the serving certificate's key; reloaded when it changes")
 	fs.TextVar(&f.LogLevel, "log-level", f.LogLevel, "log `level`: debug, info, warn or error")
+	fs.StringVar(&f.LogFormat, "log-format", f.LogFormat, "log `format`: json or text")
 	s.RegisterPrefixed(fs, SidecarPrefix)
 	if err := settings.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -62,6 +64,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 	case fs.NArg() > 0:
 		err = fmt.Errorf("unexpected argument %q: sluice webhook takes only flags", fs.Arg(0))
+	case f.LogFormat != "json" && f.LogFormat != "text":
+		err = fmt.Errorf("invalid --log-format %q: must be json or text", f.LogFormat)
 	case f.TLSCert == "" || f.TLSKey == "":
 		err = errors.New("--tls-cert and --tls-key are required: the API server calls webhooks over HTTPS only")
 	default:
@@ -71,7 +75,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice webhook: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: f.LogLevel}))
+	log := (&settings.Config{LogFormat: f.LogFormat, LogLevel: f.LogLevel}).NewLogger(stderr)
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := listenAndServe(ctx, f, s, log); err != nil {

@@ -333,6 +333,10 @@ func TestMainFlags(t *testing.T) {
 		{[]string{"--tls-cert=a", "--tls-key=b", "--sidecar-http-token=s3cret"}, "--sidecar-http-token is not an injector setting: the token would be written into the pod spec"},
 		{[]string{"--tls-cert=a", "--tls-key=b", "--sidecar-memory-limit=32Mi"}, "invalid --memory-limit: 32 MiB is too small: the sidecar needs at least 48 MiB"},
 		{[]string{"--tls-cert=/nonexistent", "--tls-key=/nonexistent", "--listen=127.0.0.1:0"}, "webhook: certificate"},
+		{[]string{"--tls-cert=a", "--tls-key=b", "--log-format=yaml"}, `invalid --log-format "yaml": must be json or text`},
+		// The log's format: JSON by default, text when asked.
+		{[]string{"--tls-cert=/nonexistent", "--tls-key=/nonexistent", "--listen=127.0.0.1:0"}, `"msg":"sluice webhook stopped"`},
+		{[]string{"--tls-cert=/nonexistent", "--tls-key=/nonexistent", "--listen=127.0.0.1:0", "--log-format=text"}, `level=ERROR msg="sluice webhook stopped"`},
 	}
 	for _, tt := range tests {
 		var out, errs bytes.Buffer

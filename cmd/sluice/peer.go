@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/sluice-rl/sluice/internal/peerenv"
@@ -42,9 +43,16 @@ func runPeer(ctx context.Context, args []string, env map[string]string, getenv f
 		fmt.Fprintf(stderr, "%s: %v\n", peerName, err)
 		return 2
 	}
+	// The admin endpoints (/metrics, /healthz, /readyz) are on the peer's
+	// debug port, or with USE_PROMETHEUS on PROMETHEUS_ADDR: the line
+	// names the address by the variable the platform set.
+	admin := "debug"
+	if prom, _ := strconv.ParseBool(env["USE_PROMETHEUS"]); prom {
+		admin = "prometheus"
+	}
 	return serve(ctx, cfg, getenv, stderr, func(log *slog.Logger) {
 		log.Info("configured by envoyproxy/ratelimit's environment variables", "grpc", cfg.GRPCListen,
-			"http", cfg.RLSHTTPListen, "debug", cfg.AdminListen, "resp", cfg.Listen)
+			"http", cfg.RLSHTTPListen, admin, cfg.AdminListen, "resp", cfg.Listen)
 		// One line per reason: the statistics variables share one.
 		var whys []string
 		vars := map[string][]string{}

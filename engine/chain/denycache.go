@@ -264,8 +264,10 @@ func (c *DenyCache) remember(reqs []engine.Request, res []engine.Result, now tim
 		if r.Charge {
 			// A charge that did not fit was taken all the same, and its
 			// decision is the one a request of cost 1 now gets (engine's
-			// charge): remembered as that, it refuses every cost, for
-			// longer than a refusal remembered before the charge.
+			// charge), but for its remaining, floored at 0 for every
+			// decision but a charge's: remembered as that, it refuses
+			// every cost, for longer than a refusal remembered before
+			// the charge.
 			cost = 1
 		}
 		if d.Remaining < 0 && (r.Multi() || r.Limit.Algorithm != engine.FixedWindow) {
@@ -277,10 +279,14 @@ func (c *DenyCache) remember(reqs []engine.Request, res []engine.Result, now tim
 		}
 		if d.RetryAfter > 0 {
 			sk.key = strings.Clone(sk.key) // the caller may reuse the key's bytes
+			d.Remaining = max(d.Remaining, 0)
 			e := denial{limit: r.Limit, limits: r.Limits, cost: cost, decision: d,
 				until: now.Add(d.RetryAfter), resetsAt: now.Add(d.ResetAfter)}
 			if r.Detail != nil {
 				e.detail = append([]engine.Decision(nil), r.Detail...)
+				for j := range e.detail {
+					e.detail[j].Remaining = max(e.detail[j].Remaining, 0)
+				}
 			}
 			if c.entries.Add(sk, e) {
 				c.evicted.Add(1)

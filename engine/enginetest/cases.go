@@ -192,17 +192,17 @@ var Cases = []Case{
 			{Cost: 30, Want: delayed(allow(1000, 0, 1667*us), 1617*us)},
 		},
 	},
-	// Lowering a live key's limit below what it holds answers remaining 0,
-	// never less; raising it again gives the room back.
-	// A limit lowered on a live key leaves more in use than it allows:
-	// Remaining says how far over, below zero, as after a charge.
+	// A limit lowered on a live key answers remaining 0: it leaves more in
+	// use than it allows, but a client reads remaining as "how many more",
+	// never below zero (only a charge's own reply says how far over).
+	// Raising it again gives the room back.
 	{
 		Name:  "fixed_window/limit-changes",
 		Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 10, Period: time.Hour},
 		Steps: []Step{
 			{Cost: 10, Want: allow(10, 0, time.Hour)},
-			{Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 2, Period: time.Hour}, Cost: 1, Want: refuse(2, -8, time.Hour, time.Hour)},
-			{Cost: 0, Peek: true, Want: refuse(2, -8, time.Hour, time.Hour)},
+			{Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 2, Period: time.Hour}, Cost: 1, Want: refuse(2, 0, time.Hour, time.Hour)},
+			{Cost: 0, Peek: true, Want: refuse(2, 0, time.Hour, time.Hour)},
 			{Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 20, Period: time.Hour}, Cost: 1, Want: allow(20, 9, time.Hour)},
 		},
 	},
@@ -213,8 +213,8 @@ var Cases = []Case{
 			{Cost: 10, Want: allow(10, 0, time.Minute)},
 			// 8 of the 10 units must age out: all ten go at once.
 			{Advance: 10 * time.Second, Limit: engine.Limit{Algorithm: engine.SlidingLog, Rate: 3, Period: time.Minute},
-				Cost: 1, Want: refuse(3, -7, 50*time.Second, 50*time.Second)},
-			{Cost: 0, Peek: true, Want: refuse(3, -7, 50*time.Second, 50*time.Second)},
+				Cost: 1, Want: refuse(3, 0, 50*time.Second, 50*time.Second)},
+			{Cost: 0, Peek: true, Want: refuse(3, 0, 50*time.Second, 50*time.Second)},
 			{Limit: engine.Limit{Algorithm: engine.SlidingLog, Rate: 20, Period: time.Minute}, Cost: 5, Want: allow(20, 5, time.Minute)},
 		},
 	},
@@ -224,7 +224,7 @@ var Cases = []Case{
 		Steps: []Step{
 			{Cost: 10, Want: allow(10, 0, 2*time.Second)},
 			// 3 fit once the 10 weigh 3: 300 ms before the next window ends.
-			{Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 4, Period: time.Second}, Cost: 1, Want: refuse(4, -6, 1700*ms, 2*time.Second)},
+			{Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 4, Period: time.Second}, Cost: 1, Want: refuse(4, 0, 1700*ms, 2*time.Second)},
 			{Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 30, Period: time.Second}, Cost: 1, Want: allow(30, 19, 2*time.Second)},
 		},
 	},
@@ -233,7 +233,7 @@ var Cases = []Case{
 		Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 10},
 		Steps: []Step{
 			{Cost: 10, Want: allow(10, 0, 10*time.Second)},
-			{Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 3}, Cost: 1, Want: refuse(3, -7, 8*time.Second, 10*time.Second)},
+			{Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 3}, Cost: 1, Want: refuse(3, 0, 8*time.Second, 10*time.Second)},
 			{Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 20}, Cost: 1, Want: allow(20, 9, 11*time.Second)},
 		},
 	},
@@ -242,7 +242,7 @@ var Cases = []Case{
 		Limit: engine.Limit{Algorithm: engine.LeakyBucket, Rate: 1, Period: time.Second, Burst: 10},
 		Steps: []Step{
 			{Cost: 10, Want: allow(10, 0, 10*time.Second)},
-			{Limit: engine.Limit{Algorithm: engine.LeakyBucket, Rate: 1, Period: time.Second, Burst: 3}, Cost: 1, Want: refuse(3, -7, 8*time.Second, 10*time.Second)},
+			{Limit: engine.Limit{Algorithm: engine.LeakyBucket, Rate: 1, Period: time.Second, Burst: 3}, Cost: 1, Want: refuse(3, 0, 8*time.Second, 10*time.Second)},
 			{Limit: engine.Limit{Algorithm: engine.LeakyBucket, Rate: 1, Period: time.Second, Burst: 20}, Cost: 1, Want: delayed(allow(20, 9, 11*time.Second), 10*time.Second)},
 		},
 	},
@@ -251,7 +251,7 @@ var Cases = []Case{
 		Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Second, Burst: 9},
 		Steps: []Step{
 			{Cost: 10, Want: allow(10, 0, 10*time.Second)},
-			{Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Second, Burst: 2}, Cost: 1, Want: refuse(3, -7, 8*time.Second, 10*time.Second)},
+			{Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Second, Burst: 2}, Cost: 1, Want: refuse(3, 0, 8*time.Second, 10*time.Second)},
 			{Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Second, Burst: 19}, Cost: 1, Want: allow(20, 9, 11*time.Second)},
 		},
 	},
@@ -337,13 +337,14 @@ var ChargeCases = []Case{
 		Steps: []Step{
 			{Cost: 0, Want: allow(10, 10, 0)},
 			{Cost: 25, Charge: true, Want: refuse(10, -10, time.Minute, time.Minute)},
-			{Advance: 30 * time.Second, Cost: 1, Want: refuse(10, -10, 30*time.Second, 30*time.Second)},
-			{Cost: 0, Peek: true, Want: refuse(10, -10, 30*time.Second, 30*time.Second)},
+			{Advance: 30 * time.Second, Cost: 1, Want: refuse(10, 0, 30*time.Second, 30*time.Second)},
+			{Cost: 0, Peek: true, Want: refuse(10, 0, 30*time.Second, 30*time.Second)},
 			{Advance: 30 * time.Second, Cost: 1, Want: allow(10, 9, time.Minute)},
 			// One that fits is an admission; one that does not is taken.
 			{Cost: 4, Charge: true, Want: allow(10, 5, time.Minute)},
 			{Cost: 8, Charge: true, Want: refuse(10, -3, time.Minute, time.Minute)},
-			{Cost: 0, Charge: true, Want: refuse(10, -3, time.Minute, time.Minute)},
+			// A charge of nothing makes no debt: its reply reads as a look's.
+			{Cost: 0, Charge: true, Want: refuse(10, 0, time.Minute, time.Minute)},
 			{Reset: true},
 			{Cost: 10, Want: allow(10, 0, time.Minute)},
 		},
@@ -392,33 +393,37 @@ var ChargeCases = []Case{
 		Limit: engine.Limit{Algorithm: engine.SlidingWindow, Rate: 10, Period: time.Second},
 		Steps: []Step{
 			{Cost: 15, Charge: true, Want: refuse(10, -5, 1400*ms, 2*time.Second)},
-			{Advance: time.Second, Cost: 1, Want: refuse(10, -5, 400*ms, time.Second)},
+			{Advance: time.Second, Cost: 1, Want: refuse(10, 0, 400*ms, time.Second)},
 			{Advance: 400 * ms, Cost: 1, Want: allow(10, 0, 1600*ms)},
 		},
 	},
 	{
 		// A refusal before a charge, which a deny cache remembers: the
-		// charge is still taken, and the refusals after it say so.
+		// charge is still taken, and says how far over; the refusals
+		// after it answer remaining 0, as every request but a charge.
 		Name:  "fixed_window/charge-after-refusal",
 		Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 10, Period: time.Minute},
 		Steps: []Step{
 			{Cost: 10, Want: allow(10, 0, time.Minute)},
 			{Cost: 1, Want: refuse(10, 0, time.Minute, time.Minute)},
 			{Cost: 5, Charge: true, Want: refuse(10, -5, time.Minute, time.Minute)},
-			{Cost: 1, Want: refuse(10, -5, time.Minute, time.Minute)},
-			{Advance: time.Second, Cost: 2, Want: refuse(10, -5, 59*time.Second, 59*time.Second)},
+			{Cost: 1, Want: refuse(10, 0, time.Minute, time.Minute)},
+			{Advance: time.Second, Cost: 2, Want: refuse(10, 0, 59*time.Second, 59*time.Second)},
 		},
 	},
 	{
-		// Over the budget, a bucket's remaining rises as it refills.
+		// Over the budget, a bucket refills its debt first: its refusals
+		// answer remaining 0 until then, and a charge of 1 says how far
+		// over it still is.
 		Name:  "token_bucket/charge-after-refusal",
 		Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 10},
 		Steps: []Step{
 			{Cost: 10, Want: allow(10, 0, 10*time.Second)},
 			{Cost: 1, Want: refuse(10, 0, time.Second, 10*time.Second)},
 			{Cost: 3, Charge: true, Want: refuse(10, -3, 4*time.Second, 13*time.Second)},
-			{Cost: 1, Want: refuse(10, -3, 4*time.Second, 13*time.Second)},
-			{Advance: time.Second, Cost: 1, Want: refuse(10, -2, 3*time.Second, 12*time.Second)},
+			{Cost: 1, Want: refuse(10, 0, 4*time.Second, 13*time.Second)},
+			{Advance: time.Second, Cost: 1, Want: refuse(10, 0, 3*time.Second, 12*time.Second)},
+			{Cost: 1, Charge: true, Want: refuse(10, -3, 4*time.Second, 13*time.Second)},
 		},
 	},
 	{

@@ -29,11 +29,11 @@ var PeerCases = []Case{
 			// limit, where Sluice's own fixed window stops a debt.
 			{Cost: 1, Charge: true, Want: refuse(3, -1, 0, 0)},
 			{Cost: 9, Charge: true, Want: refuse(3, -10, 0, 0)},
-			{Cost: 0, Peek: true, Want: refuse(3, -10, 0, 0)},
+			{Cost: 0, Peek: true, Want: refuse(3, 0, 0, 0)}, // below zero only in a charge's reply
 			{Cost: 2, Charge: true, Peek: true, WantErr: "charge"},
 			// Alive one minute after its last write (at 10 s), whatever
 			// the window: the next window is another key.
-			{Advance: 59*time.Second + 999*time.Millisecond, Cost: 1, Want: refuse(3, -10, 0, 0)},
+			{Advance: 59*time.Second + 999*time.Millisecond, Cost: 1, Want: refuse(3, 0, 0, 0)},
 			{Advance: time.Millisecond, Cost: 1, Want: allow(3, 2, 0)},
 			{Cost: 5, Charge: true, Want: refuse(3, -3, 0, 0)},
 		},

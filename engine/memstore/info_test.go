@@ -16,8 +16,8 @@ func TestInfo(t *testing.T) {
 		maxKeys, keys int
 		want          string
 	}{
-		{0, 0, "[[memory_store_keys 0] [memory_store_max_keys 100000]]"},
-		{5000, 3, "[[memory_store_keys 3] [memory_store_max_keys 5000]]"},
+		{0, 0, "[[memory_store_keys 0] [memory_store_max_keys 100000] [memory_store_evictions 0]]"},
+		{5000, 3, "[[memory_store_keys 3] [memory_store_max_keys 5000] [memory_store_evictions 0]]"},
 	} {
 		s, err := memstore.New(memstore.Config{MaxKeys: tc.maxKeys})
 		if err != nil {

@@ -70,6 +70,9 @@ type memoryShard struct {
 	free   []int32                     // unused slots; guarded by mu
 	tick   uint64                      // counts accesses, for recency; guarded by mu
 	rng    uint64                      // xorshift state for eviction samples; guarded by mu
+	// evicted counts the live states evicted to make room (Evictions):
+	// written under mu, read without it.
+	evicted atomic.Uint64
 }
 
 // slotChunk is a shard's unit of growth: chunks are allocated as the shard
@@ -334,7 +337,11 @@ func (s *memoryShard) lookup(sk stateKey, h uint64) int32 {
 // insert gives sk a slot, evicting if the shard is full.
 func (s *memoryShard) insert(sk stateKey, h uint64, now int64) *memoryEntry {
 	if len(s.free) == 0 && int(s.slots) >= s.cap {
-		s.remove(s.victim(now))
+		v := s.victim(now)
+		if now < s.entry(v).expires {
+			s.evicted.Add(1) // a state that still mattered: its count is forgotten
+		}
+		s.remove(v)
 	}
 	var i int32
 	if n := len(s.free); n > 0 {
@@ -572,6 +579,20 @@ func (m *Store) decideOneMulti(now int64, r *engine.Request, res *engine.Result,
 
 // Len reports how many states the store holds, expired ones included until
 // their slot is reused or evicted.
+// Evictions is how many states that still mattered (not expired) were
+// evicted to stay within MaxKeys: each forgot a key's count, so that its
+// next request is decided as the key's first. On the in-memory store, and
+// in the local fallback, a client that fills the store with keys of its
+// own can so reset another's; a count that grows says MaxKeys is too
+// small for the keys in use.
+func (m *Store) Evictions() uint64 {
+	var n uint64
+	for i := range m.shards {
+		n += m.shards[i].evicted.Load()
+	}
+	return n
+}
+
 func (m *Store) Len() int {
 	n := 0
 	for i := range m.shards {

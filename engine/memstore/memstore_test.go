@@ -188,3 +188,36 @@ func TestMultiProperty(t *testing.T) {
 		enginetest.MultiProperty(t, openMemory, seed, 120)
 	}
 }
+
+// TestMemoryCountsEvictions: a state evicted while it still mattered is
+// counted (its key's count is forgotten: the victim, refused, is
+// admitted again once other keys fill the store); one evicted after it
+// expired is not, for nothing was lost.
+func TestMemoryCountsEvictions(t *testing.T) {
+	const maxKeys = 64 * 4
+	clock := enginetest.NewClock(enginetest.Epoch)
+	s, err := memstore.New(memstore.Config{MaxKeys: maxKeys, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := engine.Limit{Algorithm: engine.FixedWindow, Rate: 1, Period: time.Hour}
+	fill := func(prefix string, n int) {
+		for i := range n {
+			if err := engine.Wait(s, []engine.Request{{Key: prefix + strconv.Itoa(i), Limit: l, Cost: 1}}, make([]engine.Result, 1), time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Each key either takes a free slot or evicts a live state: none
+	// has expired yet, so the store holds what it was not made to forget.
+	fill("a:", 3*maxKeys)
+	if n, held := s.Evictions(), s.Len(); n == 0 || int(n)+held != 3*maxKeys {
+		t.Fatalf("%d evictions and %d held after %d live keys; want them to add up", n, held, 3*maxKeys)
+	}
+	before := s.Evictions()
+	clock.Advance(2 * time.Hour) // every state has expired
+	fill("c:", 1)                // into a full shard of expired states
+	if n := s.Evictions(); n != before {
+		t.Fatalf("%d evictions after keys over expired states; want still %d", n, before)
+	}
+}

@@ -5,27 +5,31 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 
 	"github.com/redis/go-redis/v9"
 )
 
-var addr = "localhost:6380" // where sluice listens
-
 func main() {
+	addr := os.Getenv("SLUICE_ADDR") // where sluice listens
+	if addr == "" {
+		addr = "localhost:6380"
+	}
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: addr}) // go-redis v9 speaks RESP3: decisions are maps
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 
-	// 100 requests a minute, bursts of up to 21, for this user.
-	v, err := rdb.Do(ctx, "RL.GCRA", "user:42", 20, 100, "1m").Result()
+	// 100 requests a minute, bursts of up to 21, for this user. A decision
+	// is an array, under go-redis v9's RESP3 as under RESP2:
+	// allowed, limit, remaining, retry_after_ms, reset_after_ms.
+	d, err := rdb.Do(ctx, "RL.GCRA", "user:42", 20, 100, "1m").Int64Slice()
 	if err != nil {
 		log.Fatal(err)
 	}
-	d := v.(map[any]any)
-	if d["allowed"] == int64(1) {
-		fmt.Printf("allowed: %d of %d left\n", d["remaining"], d["limit"])
+	if d[0] == 1 {
+		fmt.Printf("allowed: %d of %d left\n", d[2], d[1])
 	} else {
-		fmt.Printf("limited: retry in %d ms\n", d["retry_after_ms"])
+		fmt.Printf("limited: retry in %d ms\n", d[3])
 	}
 
 	// Weighted and pipelined: three checks, one round trip.
@@ -39,10 +43,11 @@ func main() {
 		log.Fatal(err)
 	}
 	for _, c := range cmds {
-		fmt.Print(c.(*redis.Cmd).Val().(map[any]any)["allowed"], " ") // 1 1 0
+		v, _ := c.(*redis.Cmd).Int64Slice()
+		fmt.Print(v[0], " ") // 1 1 0
 	}
 	fmt.Println()
 
-	// redis-cell compatible: always an array.
+	// redis-cell compatible.
 	fmt.Println(rdb.Do(ctx, "CL.THROTTLE", "user123", 15, 30, 60, 1).Int64Slice()) // [0 16 15 -1 2] <nil>
 }

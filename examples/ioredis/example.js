@@ -1,6 +1,8 @@
 const Redis = require("ioredis");
 
-const redis = new Redis({ host: "localhost", port: 6380 });
+// Where sluice listens: SLUICE_ADDR, or localhost:6380.
+const [host, port] = (process.env.SLUICE_ADDR || "localhost:6380").split(":");
+const redis = new Redis({ host, port: Number(port) });
 
 async function main() {
   // 100 requests a minute, bursts of up to 21, for this user.

@@ -1,6 +1,10 @@
+import os
+
 import redis
 
-r = redis.Redis(host="localhost", port=6380)
+# Where sluice listens: SLUICE_ADDR, or localhost:6380.
+host, _, port = os.environ.get("SLUICE_ADDR", "localhost:6380").rpartition(":")
+r = redis.Redis(host=host, port=int(port))
 
 # 100 requests a minute, bursts of up to 21, for this user.
 allowed, limit, remaining, retry_after_ms, reset_after_ms = r.execute_command(

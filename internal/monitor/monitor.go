@@ -32,6 +32,19 @@ import (
 // watcher is dropped, and closed by its owner.
 const MaxBacklog = 1 << 20
 
+// A line is bounded so that no single command can make a watcher that
+// keeps up fall behind: a line is at most a small share of MaxBacklog.
+// Redis writes a 2 MB argument whole; here any client could then close
+// every operator's MONITOR with one long command (a refused one too) and
+// act unseen. An argument longer than MaxArgShown shows its first
+// MaxArgShown bytes and its length, as error replies quote a value
+// (resp.Quote); once a line passes MaxLine, the arguments after are
+// counted, not shown.
+const (
+	MaxArgShown = 1 << 10
+	MaxLine     = 32 << 10
+)
+
 // Watcher is a connection in MONITOR mode, as the hub sees it. The hub
 // calls it under its lock, so it must not call the hub.
 type Watcher interface {
@@ -91,7 +104,9 @@ func (h *Hub) Feed(line []byte) {
 	defer h.mu.Unlock()
 	for i := 0; i < len(h.taps); i++ {
 		t := h.taps[i]
-		if len(t.lines)+len(line) > MaxBacklog {
+		// Measured with the backlog before it: a watcher that has taken
+		// everything is never dropped for one line.
+		if len(t.lines) > 0 && len(t.lines)+len(line) > MaxBacklog {
 			h.dropLocked(i)
 			i--
 			t.w.Behind(len(t.lines))
@@ -148,8 +163,12 @@ func Hidden(args [][]byte) bool {
 // AppendLine writes a line without its end, as Redis's
 // replicationFeedMonitors does: "+<seconds>.<microseconds> [0 <addr>]"
 // and each argument quoted and escaped; AUTH's arguments and the pair
-// after HELLO's AUTH read "(redacted)", as Redis redacts them.
+// after HELLO's AUTH read "(redacted)", as Redis redacts them. Unlike
+// Redis's, the line is bounded (MaxArgShown, MaxLine): a long argument
+// reads "first bytes"... (N bytes), and arguments past MaxLine read
+// ... (N more arguments).
 func AppendLine(dst []byte, now time.Time, addr string, args [][]byte) []byte {
+	start := len(dst)
 	us := now.UnixMicro()
 	dst = append(dst, '+')
 	dst = strconv.AppendInt(dst, us/1e6, 10)
@@ -167,9 +186,20 @@ func AppendLine(dst []byte, now time.Time, addr string, args [][]byte) []byte {
 		if i > 0 {
 			dst = append(dst, ' ')
 		}
-		if i < len(secret) && secret[i] {
+		if len(dst)-start > MaxLine {
+			dst = append(dst, "... ("...)
+			dst = strconv.AppendInt(dst, int64(len(args)-i), 10)
+			return append(dst, " more arguments)"...)
+		}
+		switch {
+		case i < len(secret) && secret[i]:
 			dst = append(dst, `"(redacted)"`...)
-		} else {
+		case len(a) > MaxArgShown:
+			dst = resp.AppendRepr(dst, a[:MaxArgShown])
+			dst = append(dst, "... ("...)
+			dst = strconv.AppendInt(dst, int64(len(a)), 10)
+			dst = append(dst, " bytes)"...)
+		default:
 			dst = resp.AppendRepr(dst, a)
 		}
 	}
@@ -208,9 +238,11 @@ func redacted(args [][]byte) []bool {
 
 // AppendError ends a line with the error reply a command got, as
 // redis-cli prints one; a line is a simple string, so no line break may
-// reach it.
+// reach it. An error quotes at most resp.MaxQuoted bytes of a value, so
+// it is short; it is cut at MaxArgShown all the same.
 func AppendError(dst []byte, msg string) []byte {
 	dst = append(dst, " -> (error) "...)
+	msg = msg[:min(len(msg), MaxArgShown)]
 	for i := 0; i < len(msg); i++ {
 		if ch := msg[i]; ch == '\r' || ch == '\n' {
 			dst = append(dst, ' ')

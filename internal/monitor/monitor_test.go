@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -33,6 +34,40 @@ func TestAppendMonitorLine(t *testing.T) {
 	}
 	if got := string(AppendLine(nil, time.Unix(5, 999999000), "a", bytesArgs("x"))); got != `+5.999999 [0 a] "x"` {
 		t.Errorf("microseconds: %s", got)
+	}
+}
+
+// A long argument is cut to MaxArgShown bytes with its length, and the
+// arguments past MaxLine are counted: a line stays a small share of
+// MaxBacklog whatever the command, so one command cannot close a monitor
+// that keeps up.
+func TestAppendLineBounded(t *testing.T) {
+	at := time.Unix(1767225600, 42000)
+	head := `+1767225600.000042 [0 a] `
+	long := strings.Repeat("k", 2_000_000)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"at the bound", []string{"RL.GCRA", strings.Repeat("k", MaxArgShown)}, head + `"RL.GCRA" "` + strings.Repeat("k", MaxArgShown) + `"`},
+		{"past it", []string{"RL.GCRA", long, "1"}, head + `"RL.GCRA" "` + strings.Repeat("k", MaxArgShown) + `"... (2000000 bytes) "1"`},
+		{"escaped", []string{"X", strings.Repeat("\x00", MaxArgShown+1)}, head + `"X" "` + strings.Repeat(`\x00`, MaxArgShown) + `"... (1025 bytes)`},
+	} {
+		if got := string(AppendLine(nil, at, "a", bytesArgs(tc.args...))); got != tc.want {
+			t.Errorf("%s: got %d bytes %.80q…, want %d bytes %.80q…", tc.name, len(got), got, len(tc.want), tc.want)
+		}
+	}
+	many := make([]string, 4096)
+	for i := range many {
+		many[i] = long[:MaxArgShown+1]
+	}
+	got := AppendLine(nil, at, "a", bytesArgs(many...))
+	if len(got) > MaxLine+2*(4*MaxArgShown) || !strings.HasSuffix(string(got), " more arguments)") {
+		t.Errorf("4096 long arguments: a line of %d bytes ending %q", len(got), got[max(len(got)-40, 0):])
+	}
+	if e := AppendError(nil, long); len(e) > MaxArgShown+20 {
+		t.Errorf("a long error: %d bytes", len(e))
 	}
 }
 
@@ -80,6 +115,13 @@ func TestHubFeedsWakesAndDrops(t *testing.T) {
 	if _, ok := h.Backlog(slow); ok {
 		t.Error("the dropped watcher still has a backlog")
 	}
+	// A line is measured with the backlog before it: one larger than
+	// MaxBacklog into an empty backlog is kept.
+	h.Feed(make([]byte, MaxBacklog+1))
+	if fast.behind != 0 || h.Len() != 1 {
+		t.Fatalf("a watcher that had taken everything was dropped for one line")
+	}
+	h.Take(tf, nil)
 	h.Remove(ts) // dropped already: nothing to do
 	h.Remove(tf)
 	if h.On() {

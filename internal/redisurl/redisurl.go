@@ -70,7 +70,7 @@ func (e *Error) Error() string { return fmt.Sprintf("invalid upstream %q: %s", e
 // Parse reads an upstream address. Its errors are *Error.
 func Parse(addr string) (Addr, error) {
 	fail := func(format string, args ...any) (Addr, error) {
-		return Addr{}, &Error{Addr: Redact(addr), Reason: fmt.Sprintf(format, args...)}
+		return Addr{}, &Error{Addr: Quoted(addr), Reason: fmt.Sprintf(format, args...)}
 	}
 	scheme, rest, ok := strings.Cut(addr, "://")
 	if !ok {
@@ -329,6 +329,15 @@ func checkValue(t optType, v string) string {
 		}
 	}
 	return ""
+}
+
+// Quoted is an upstream address as an error about it quotes it: Redact's,
+// with the scheme the user typed, which may be what is wrong (http://).
+func Quoted(addr string) string {
+	if scheme, _, ok := strings.Cut(addr, "://"); ok {
+		return scheme + "://" + Redact(addr)
+	}
+	return Redact(addr)
 }
 
 // Redact is an upstream address without its scheme, credentials and

@@ -177,3 +177,82 @@ func BenchmarkParser(b *testing.B) {
 		}
 	}
 }
+
+// FuzzUnauthenticated: before authentication, the scan stops at the same
+// offset with the same error however the bytes arrive; lifting the limits
+// there and scanning on reads the same commands as a scan that never had
+// them (what a client whose AUTH came first gets).
+func FuzzUnauthenticated(f *testing.F) {
+	for _, s := range []string{
+		"*1\r\n$4\r\nPING\r\n*11\r\n", "*1\r\n$16385\r\n", "*2\r\n$4\r\nECHO\r\n$20000\r\n",
+		"*10\r\n", "*-1\r\n*12\r\n$1\r\na\r\n", "PING\r\n*1\r\n$99999\r\n",
+	} {
+		f.Add([]byte(s), uint8(1))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
+		const maxBytes = 1 << 20
+		commands := func(unauthUntil bool, step int) (cmds []string, msg string, stop int) {
+			p := NewParser(DefaultMaxArgs, maxBytes)
+			p.SetUnauthenticated(unauthUntil)
+			var in []byte
+			drain := func() {
+				for args, _, ok := p.Next(in, nil); ok; args, _, ok = p.Next(in, nil) {
+					cmds = append(cmds, fmt.Sprintf("%q", args))
+				}
+			}
+			for at := 0; at < len(data); at += step {
+				from := len(in)
+				in = append(in, data[at:min(at+step, len(data))]...)
+				fine, m := p.Scan(in, from)
+				drain()
+				if m == "" {
+					continue
+				}
+				if !Unauthenticated(m) {
+					return cmds, m, from + fine
+				}
+				if stop = from + fine; stop < 0 || stop > len(in) {
+					t.Fatalf("stopped at %d of %d", stop, len(in))
+				}
+				// Lifted: the rest, from the frame's header, in one read.
+				in = append(in[:stop:stop], data[stop:]...)
+				p.SetUnauthenticated(false)
+				fine, m = p.Scan(in, stop)
+				drain()
+				return cmds, m, stop + fine
+			}
+			return cmds, "", len(in)
+		}
+		step := max(int(chunk), 1)
+		plain, pmsg, pstop := commands(false, len(data)+1)
+		lifted, lmsg, lstop := commands(true, step)
+		if !slices.Equal(plain, lifted) || pmsg != lmsg || pmsg != "" && pstop != lstop {
+			t.Fatalf("lifted at the limit: %v %q at %d; never limited: %v %q at %d", lifted, lmsg, lstop, plain, pmsg, pstop)
+		}
+		_, m1, s1 := scanUnauth(data, len(data)+1)
+		_, m2, s2 := scanUnauth(data, step)
+		if m1 != m2 || Unauthenticated(m1) && s1 != s2 {
+			t.Fatalf("stopped by %q at %d in one read, by %q at %d in reads of %d", m1, s1, m2, s2, step)
+		}
+	})
+}
+
+// scanUnauth scans data before authentication in reads of step bytes,
+// up to the first error, and reports where it stopped.
+func scanUnauth(data []byte, step int) (n int, msg string, stop int) {
+	p := NewParser(DefaultMaxArgs, 1<<20)
+	p.SetUnauthenticated(true)
+	var in []byte
+	for at := 0; at < len(data); at += step {
+		from := len(in)
+		in = append(in, data[at:min(at+step, len(data))]...)
+		fine, m := p.Scan(in, from)
+		for _, _, ok := p.Next(in, nil); ok; _, _, ok = p.Next(in, nil) {
+			n++
+		}
+		if m != "" {
+			return n, m, from + fine
+		}
+	}
+	return n, "", len(in)
+}

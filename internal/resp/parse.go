@@ -22,6 +22,14 @@ const (
 	DefaultMaxArgs = 4096
 	// MaxInline bounds an inline (telnet-style) command line, as Redis does.
 	MaxInline = 64 << 10
+	// Before a client has authenticated (SetUnauthenticated), Redis reads
+	// small frames only: a multibulk count over MaxUnauthArgs or a bulk
+	// over MaxUnauthBulk is refused, and the connection closed, before a
+	// byte of it is buffered (networking.c, processMultibulkBuffer). A
+	// client without the password can then make the server hold almost
+	// nothing.
+	MaxUnauthArgs = 10
+	MaxUnauthBulk = 16 << 10
 )
 
 // Parser is the one RESP parser: it follows a connection's input byte by
@@ -63,6 +71,10 @@ type Parser struct {
 	// lastOver is TooMany's answer: the command Next handed on last had
 	// more arguments than maxArgs.
 	lastOver bool
+	// unauth applies Redis's limits before authentication (MaxUnauthArgs,
+	// MaxUnauthBulk); hdr is where the bulk header being read starts.
+	unauth bool
+	hdr    int
 }
 
 // minArgBytes is the fewest bytes an argument of a multibulk command
@@ -110,6 +122,9 @@ const (
 	errBulkLength      = "Protocol error: invalid bulk length"
 	errInlineTooBig    = "Protocol error: too big inline request"
 	errUnbalanced      = "Protocol error: unbalanced quotes in request"
+	// The errors of the limits before authentication, Redis's words.
+	errUnauthMultibulk = "Protocol error: unauthenticated multibulk length"
+	errUnauthBulk      = "Protocol error: unauthenticated bulk length"
 	// RequestTooBig is the error for a command larger than the parser's
 	// limit; a server that bounds its buffered input by the same limit
 	// says so in the same words.
@@ -195,6 +210,12 @@ follow:
 				state = pStart
 				break
 			}
+			if p.unauth && n > MaxUnauthArgs {
+				// Stopped before the header, which is read again if an
+				// AUTH before it lifts the limit (Unauthenticated).
+				end, msg, state = p.start, errUnauthMultibulk, pStart
+				break follow
+			}
 			left, state, p.over = n, pBulkHeader, n > p.maxArgs
 		case pBulkHeader:
 			if c != '$' {
@@ -206,6 +227,9 @@ follow:
 			if next, length, ok := bulkHeader(buf[i+1:], p.maxBulk); ok {
 				if m := p.room(i+next+1, length); m != "" {
 					end, msg = i+next, m // at the header's LF, where the byte-by-byte path stops
+					if m == errUnauthBulk {
+						end = i // before the header, in state pBulkHeader: to be read again
+					}
 					break follow
 				}
 				i += next
@@ -215,7 +239,7 @@ follow:
 				}
 				continue
 			}
-			state, n, neg, seen = pBulkLen, 0, false, false
+			state, n, neg, seen, p.hdr = pBulkLen, 0, false, false, i
 		case pBulkLenLF:
 			if c != '\n' {
 				end, msg = i, errBulkLength
@@ -223,6 +247,9 @@ follow:
 			}
 			if m := p.room(i+1, n); m != "" {
 				end, msg = i, m
+				if m == errUnauthBulk {
+					end, state = p.hdr, pBulkHeader // to be read again, as above
+				}
 				break follow
 			}
 			skip, at, state = n, i+1, pBulkBody
@@ -275,11 +302,28 @@ func (p *Parser) room(hdrEnd int, n int64) string {
 	switch {
 	case frame > p.maxBulk:
 		return errBulkLength
+	case p.unauth && n > MaxUnauthBulk:
+		return errUnauthBulk
 	case int64(hdrEnd-p.start)+n+2 > p.maxBulk:
 		return RequestTooBig
 	}
 	return ""
 }
+
+// SetUnauthenticated applies Redis's limits before authentication
+// (MaxUnauthArgs, MaxUnauthBulk) to the headers read from now on, or
+// lifts them. A header is checked once whole, so the switch may come
+// anywhere in a frame.
+func (p *Parser) SetUnauthenticated(on bool) { p.unauth = on }
+
+// Unauthenticated tells whether msg, an error Scan returned, is one of
+// the limits before authentication. Scan then stopped before the frame's
+// header, at the offset its byte count gives, with nothing of the header
+// read: a caller whose client authenticated in a command before it (an
+// AUTH pipelined with the frame) lifts the limits and Scans on from that
+// offset, as Redis, which parses a command only once the ones before it
+// have run, would have read the frame. Else the error stands.
+func Unauthenticated(msg string) bool { return msg == errUnauthMultibulk || msg == errUnauthBulk }
 
 // Need is how many more bytes the command being read is known to need:
 // the rest of the bulk under way and its CRLF, as its header announced;
@@ -379,6 +423,7 @@ func (p *Parser) Shift(n int) {
 	p.forget()
 	p.at -= n
 	p.start -= n
+	p.hdr -= n
 	for i := range p.spans {
 		p.spans[i].at -= n
 	}

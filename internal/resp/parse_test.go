@@ -312,3 +312,59 @@ func TestFootprintOfAPipeline(t *testing.T) {
 		t.Errorf("Footprint once they were handed on: %d bytes; want 0", got)
 	}
 }
+
+// TestParserUnauthenticated: before authentication a count over
+// MaxUnauthArgs or a bulk over MaxUnauthBulk stops the scan before the
+// frame's header with Redis's error, however the bytes arrive (a header
+// split across reads included); lifted, the scan reads on from there, as
+// the client whose AUTH came before the frame needs.
+func TestParserUnauthenticated(t *testing.T) {
+	ping := "*1\r\n$4\r\nPING\r\n"
+	big := "*2\r\n$4\r\nECHO\r\n$16385\r\n" + strings.Repeat("x", 16385) + "\r\n"
+	for _, tc := range []struct {
+		name, in string
+		msg      string
+		stop     int // where the scan stopped: the frame's header
+	}{
+		{"a count over 10", ping + "*11\r\n" + strings.Repeat("$1\r\na\r\n", 11), "Protocol error: unauthenticated multibulk length", len(ping)},
+		{"a bulk over 16 KiB", ping + big, "Protocol error: unauthenticated bulk length", len(ping) + len("*2\r\n$4\r\nECHO\r\n")},
+		{"a count of 10", ping + "*10\r\n" + strings.Repeat("$1\r\na\r\n", 10), "", 0},
+		{"a bulk of 16 KiB", ping + "*1\r\n$16384\r\n" + strings.Repeat("x", 16384) + "\r\n", "", 0},
+	} {
+		for _, chunk := range []int{1, 3, len(tc.in)} {
+			p := NewParser(DefaultMaxArgs, 1<<20)
+			p.SetUnauthenticated(true)
+			buf, msg, stop := []byte(nil), "", 0
+			for at := 0; at < len(tc.in) && msg == ""; at += chunk {
+				from := len(buf)
+				buf = append(buf, tc.in[at:min(at+chunk, len(tc.in))]...)
+				var fine int
+				fine, msg = p.Scan(buf, from)
+				stop = from + fine
+				for _, _, ok := p.Next(buf, nil); ok; _, _, ok = p.Next(buf, nil) {
+				}
+			}
+			if msg != tc.msg || msg != "" && (stop != tc.stop || !Unauthenticated(msg)) {
+				t.Errorf("%s in chunks of %d: %q at %d; want %q at %d", tc.name, chunk, msg, stop, tc.msg, tc.stop)
+				continue
+			}
+			if msg == "" {
+				continue
+			}
+			// Lifted: the rest of the input reads as an authenticated
+			// client's, from the frame's header on.
+			buf = append(buf[:stop:stop], tc.in[stop:]...)
+			p.SetUnauthenticated(false)
+			if _, m := p.Scan(buf, stop); m != "" {
+				t.Errorf("%s in chunks of %d, lifted: %q", tc.name, chunk, m)
+			}
+			var n int
+			for _, _, ok := p.Next(buf, nil); ok; _, _, ok = p.Next(buf, nil) {
+				n++
+			}
+			if n != 1 {
+				t.Errorf("%s in chunks of %d, lifted: %d commands; want the frame's one", tc.name, chunk, n)
+			}
+		}
+	}
+}

@@ -109,6 +109,7 @@ type Config struct {
 	HTTPTLSCert   string // PEM certificate chain; with HTTPTLSKey, serve HTTPS
 	HTTPTLSKey    string // PEM private key
 	HTTPInsecure  bool   // allow a non-loopback address without TLS or a token
+	HTTPMaxConns  int    // most HTTP check connections at once
 
 	Record Recording // decision inputs recorded for sluice simulate
 
@@ -132,6 +133,7 @@ func Default() Config {
 		MaxKeys:         100_000,
 		DenyCacheSize:   50_000,
 		MaxClients:      10_000,
+		HTTPMaxConns:    1024,
 		MaxInputMemory:  256 << 20,
 		IOLoops:         1,
 
@@ -185,7 +187,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 			"Left at its default and taken (a second sidecar on this machine), it is off with a warning")
 	fs.IntVar(&c.BatchMax, "batch-max", c.BatchMax, "most decisions sent to the upstream in one round trip (`n`)")
 	fs.IntVar(&c.BatchInFlight, "batch-inflight", c.BatchInFlight, "most round trips to the upstream in flight at once, per master on Redis Cluster (`n`)")
-	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most keys the in-memory store keeps, about 300 bytes each with 128-byte keys, 430 for a sliding log (`n`)")
+	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most keys the in-memory store keeps, about 300 bytes each with 128-byte keys, 430 for a sliding log; past it a key's count can be evicted and forgotten (`n`)")
 	fs.IntVar(&c.DenyCacheSize, "deny-cache-size", c.DenyCacheSize, "most refusals remembered locally, about 350 bytes each (`n`)")
 	fs.IntVar(&c.MaxClients, "max-clients", c.MaxClients, "most client connections at once (`n`)")
 	fs.Var(&c.MaxInputMemory, "max-input-memory",
@@ -251,6 +253,8 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.HTTPToken, "http-token", c.HTTPToken, "bearer `token` every HTTP check must carry (Authorization: Bearer ...)")
 	fs.StringVar(&c.HTTPTLSCert, "http-tls-cert", c.HTTPTLSCert, "PEM `file` of the HTTP check's certificate chain; with --http-tls-key, serve HTTPS")
 	fs.StringVar(&c.HTTPTLSKey, "http-tls-key", c.HTTPTLSKey, "PEM `file` of the HTTP check's private key")
+	fs.IntVar(&c.HTTPMaxConns, "http-max-conns", c.HTTPMaxConns,
+		"most HTTP check connections at once (`n`); past it a new one is answered 503 and closed")
 	fs.BoolVar(&c.HTTPInsecure, "http-insecure", c.HTTPInsecure,
 		"allow --http-listen on a non-loopback address without TLS or a token (a pod-local listener)")
 	c.registerRecord(fs)

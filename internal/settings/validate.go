@@ -61,6 +61,7 @@ func (c *Config) Validate() error {
 		{"deny-cache-size", c.DenyCacheSize, false},
 		{"max-clients", c.MaxClients, false},
 		{"grpc-max-conns", c.GRPCMaxConns, false},
+		{"http-max-conns", c.HTTPMaxConns, false},
 		{"io-loops", c.IOLoops, true},
 		{"rls-max-descriptors", c.RLSMaxDescriptors, false},
 		{"rls-max-entries", c.RLSMaxEntries, false},
@@ -152,7 +153,7 @@ func (c *Config) validateUpstream() error {
 		if bad := (*redisurl.Error)(nil); errors.As(err, &bad) {
 			reason = bad.Reason // the setting's name replaces its head
 		}
-		return fmt.Errorf("invalid %s %q: %s", c.name("upstream"), redisurl.Redact(c.Upstream), reason)
+		return fmt.Errorf("invalid %s %q: %s", c.name("upstream"), redisurl.Quoted(c.Upstream), reason)
 	}
 	if c.UpstreamTLSCA != "" && !a.TLS {
 		return fmt.Errorf("invalid %s: the upstream address does not use TLS (rediss://)", c.name("upstream-tls-ca"))

@@ -1,8 +1,12 @@
-// node-redis (npm "redis", v5) with its default options against Sluice:
-// connect, one decision, a pipeline of three, and the transaction its
-// multi() sends by default, which Sluice refuses with the fix in the error.
-// Run by tests/clients_test.go with SLUICE_URL set.
-const { createClient } = require('redis');
+// node-redis (npm "redis") with its default options against Sluice:
+// connect, one decision, a pipeline of three, the transaction its multi()
+// sends by default, which Sluice refuses with the fix in the error, and a
+// refusal read as every doc example reads it (r[0] === 0). Version 6
+// says HELLO 3 by default: the decision must still be the array, or
+// r[0] would be undefined and the refusal read as an admission.
+// Run by tests/clients_test.go with SLUICE_URL set, and NODE_REDIS the
+// package to load: redis (v5), redis4 or redis6 (package.json's aliases).
+const { createClient } = require(process.env.NODE_REDIS || 'redis');
 
 (async () => {
   const client = createClient({ url: process.env.SLUICE_URL });
@@ -31,7 +35,18 @@ const { createClient } = require('redis');
   const left = await client.sendCommand(['RL.TOKEN', 'upload:44', '20', '10', '1s', '0']);
   console.log('after multi:', JSON.stringify(left));
 
-  const info = await client.sendCommand(['CLIENT', 'INFO']);
-  console.log('lib:', /lib-name=node-redis /.test(info), /resp=2 /.test(info));
-  await client.close();
+  // A refusal, read as the docs read it.
+  await client.sendCommand(['RL.FIXED', 'node:refused', '1', '1m']);
+  const refused = await client.sendCommand(['RL.FIXED', 'node:refused', '1', '1m']);
+  console.log('refused:', refused[0] === 0 ? 'refused' : 'ADMITTED', JSON.stringify(refused.slice(0, 3)));
+
+  // The named fields, asked for: a map under RESP3, name, value pairs
+  // under RESP2.
+  await client.sendCommand(['RL.REPLY', 'MAP']);
+  const named = await client.sendCommand(['RL.TOKEN', 'node:named', '5', '1', '1s']);
+  console.log('named:', JSON.stringify(named));
+
+  const info = String(await client.sendCommand(['CLIENT', 'INFO']));
+  console.log('lib:', /lib-name=node-redis /.test(info), (info.match(/resp=\d/) || ['?'])[0]);
+  await (client.close ? client.close() : client.quit());
 })().catch((err) => { console.error(err); process.exit(1); });
