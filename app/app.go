@@ -142,6 +142,9 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 		return err
 	}
 	scfg := service.Config{Store: store, Policies: policies, Tracer: tracer, StoreName: storeName, Recorder: s.rec}
+	if s.policies != nil {
+		scfg.Digest = s.policies.Digest // an explanation names the policies it was decided by
+	}
 	if s.chain != nil {
 		// The RESP door cuts a large round into as many parts as the
 		// batcher sends round trips at once.
