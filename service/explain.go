@@ -70,9 +70,9 @@ type LimitExplanation struct {
 	RetryAfterMs int64 `json:"retry_after_ms"`
 	ResetAfterMs int64 `json:"reset_after_ms"`
 	DelayMs      int64 `json:"delay_ms,omitempty"`
-	// State is the key's state after the decision (before it, for a
-	// peek, which changes nothing) in the algorithm's own terms, derived
-	// from the decision: "used 7 of 10, window resets in 420ms" for the
+	// State is the key's state after the decision in the algorithm's own
+	// terms (for a peek, which changes nothing, the state the decision
+	// would leave), derived from the decision: "used 7 of 10, window resets in 420ms" for the
 	// windows, "tokens 3 of 10" for the token bucket, "queued 2 of 5" for
 	// the leaky bucket, "TAT now+1500ms" for GCRA.
 	State string `json:"state"`
