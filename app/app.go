@@ -265,7 +265,7 @@ func (s *Sidecar) listenGRPC() (err error) {
 		peerKeys = &rlsconfig.PeerKeys{Prefix: cfg.RLSPeerKeyPrefix, Jitter: cfg.RLSPeerKeyJitter}
 	}
 	if s.grpc, err = rls.New(rls.Config{Service: s.svc, Rules: s.rlsRules, StopWhenOverLimit: cfg.RLSStopOverLimit,
-		Shadow: cfg.RLSShadow, Headers: cfg.RLSHeaders, DynamicMetadata: cfg.RLSDynamicMetadata, PeerStats: s.peerStats, PeerKeys: peerKeys, MaxDescriptors: cfg.RLSMaxDescriptors, MaxEntries: cfg.RLSMaxEntries,
+		Shadow: cfg.RLSShadow, Headers: cfg.RLSHeaders, DynamicMetadata: cfg.RLSDynamicMetadata, Explain: cfg.GRPCExplain, PeerStats: s.peerStats, PeerKeys: peerKeys, MaxDescriptors: cfg.RLSMaxDescriptors, MaxEntries: cfg.RLSMaxEntries,
 		Ready: s.ready, TLS: tlsCfg, Transport: cfg.GRPCTransport, Logger: s.log,
 		MaxConns: cfg.GRPCMaxConns, IdleTimeout: cfg.GRPCIdleTimeout, Budget: s.budget}); err != nil {
 		return err
