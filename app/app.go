@@ -148,6 +148,9 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 		return err
 	}
 	scfg := service.Config{Store: store, Policies: policies, Tracer: tracer, StoreName: storeName, Recorder: s.rec}
+	if s.policies != nil {
+		scfg.Digest = s.policies.Digest // an explanation names the policies it was decided by
+	}
 	if s.chain != nil {
 		// The RESP door cuts a large round into as many parts as the
 		// batcher sends round trips at once.
@@ -277,7 +280,7 @@ func (s *Sidecar) listenGRPC() (err error) {
 		peerKeys = &rlsconfig.PeerKeys{Prefix: cfg.RLSPeerKeyPrefix, Jitter: cfg.RLSPeerKeyJitter}
 	}
 	if s.grpc, err = rls.New(rls.Config{Service: s.svc, Rules: s.rlsRules, StopWhenOverLimit: cfg.RLSStopOverLimit,
-		Shadow: cfg.RLSShadow, Headers: cfg.RLSHeaders, DynamicMetadata: cfg.RLSDynamicMetadata, PeerStats: s.peerStats, PeerKeys: peerKeys, MaxDescriptors: cfg.RLSMaxDescriptors, MaxEntries: cfg.RLSMaxEntries,
+		Shadow: cfg.RLSShadow, Headers: cfg.RLSHeaders, DynamicMetadata: cfg.RLSDynamicMetadata, Explain: cfg.GRPCExplain, PeerStats: s.peerStats, PeerKeys: peerKeys, MaxDescriptors: cfg.RLSMaxDescriptors, MaxEntries: cfg.RLSMaxEntries,
 		Ready: s.ready, TLS: tlsCfg, Transport: cfg.GRPCTransport, Logger: s.log,
 		MaxConns: cfg.GRPCMaxConns, IdleTimeout: cfg.GRPCIdleTimeout, Budget: s.budget}); err != nil {
 		return err

@@ -204,6 +204,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		plain(w, http.StatusServiceUnavailable, "no decision: "+err.Error())
 		return
 	}
+	if s.explainAsked(r) {
+		explain(w.Header(), c.b, i)
+	}
 	s.answer(w, c, ck, d, i)
 }
 

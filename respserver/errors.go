@@ -63,6 +63,8 @@ const (
 	errPeekTwice     = "ERR syntax error: PEEK given twice"
 	errPeekOrCharge  = "ERR syntax error: give PEEK or CHARGE, once"
 	errAllowUsage    = "ERR syntax error: RL.ALLOW policy key [cost] [PEEK | CHARGE] [DETAIL]"
+	errExplainUsage  = "ERR syntax error: RL.EXPLAIN takes a decision command and its arguments: RL.EXPLAIN RL.ALLOW policy key [cost], RL.GCRA key burst rate period [cost], CL.THROTTLE …"
+	errExplainCharge = "ERR syntax error: RL.EXPLAIN decides as a peek, which takes nothing; explain without CHARGE"
 	errResetUsage    = "ERR syntax error: RL.RESET POLICY name key [key ...]"
 	errReleaseUsage  = "ERR syntax error: RL.RELEASE key lease_id, or RL.RELEASE POLICY name key lease_id"
 	errReleasePolicy = "ERR syntax error: RL.RELEASE POLICY name key lease_id"

@@ -41,6 +41,7 @@ type call struct {
 	slot    []int // per descriptor: part×partSize + its index there, or one of the no* values
 	peeked  bool  // the answer is the peek pass's: nothing was charged
 	domain  string
+	digest  string // the rules' digest, for an explanation
 	keys    []byte // the peer's keys of this call's requests, which alias it (queue)
 
 	// A call on the own transport's fast path (serveCall), between its
@@ -78,7 +79,7 @@ func (c *call) reset() {
 	clear(c.entries) // drop the request's strings
 	clear(c.ds)
 	c.ds, c.entries, c.over, c.hits, c.slot = c.ds[:0], c.entries[:0], c.over[:0], c.hits[:0], c.slot[:0]
-	c.peeked, c.domain, c.keys = false, "", c.keys[:0]
+	c.peeked, c.domain, c.digest, c.keys = false, "", "", c.keys[:0]
 	c.req, c.rep, c.matches, c.wc, c.start = nil, nil, nil, nil, time.Time{}
 }
 
@@ -146,8 +147,8 @@ func (c *call) result(k int) (*engine.Decision, bool, error) {
 // one descriptor while charging the others. The peer's own GET then INCRBY
 // has the same window. A caller that needs all-or-nothing across several
 // limits should put them in one Sluice policy, decided in one script.
-func (s *Server) ShouldRateLimit(_ context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
-	return s.decide(req, &reply{})
+func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	return s.decideIn(ctx, req, &reply{})
 }
 
 // decide answers req into rep, which the answer then points into.
@@ -249,7 +250,11 @@ func (s *Server) resolve(c *call, req *pb.RateLimitRequest) ([]rlsconfig.Match, 
 		}
 		c.hits = append(c.hits, hits)
 	}
-	return s.rules().Resolve(req.Domain, c.ds)
+	rules := s.rules()
+	if rules != nil {
+		c.digest = rules.Digest()
+	}
+	return rules.Resolve(req.Domain, c.ds)
 }
 
 // queue adds to the batch every descriptor that the store decides, as
@@ -275,7 +280,7 @@ func (s *Server) queue(c *call, ms []rlsconfig.Match, peek bool) bool {
 			charge := !peek && !r.RefusalTakesNothing
 			key, limit := c.keyOf(s.peer, r, i, now)
 			k, err := c.add(service.Request{Key: key, Cost: c.hits[i], Peek: peek, Charge: charge, Limit: limit,
-				OnFailure: r.OnFailure, Shadow: r.Shadow || s.shadow, Label: r.Label})
+				OnFailure: r.OnFailure, Shadow: r.Shadow || s.shadow, Label: r.Label, Digest: c.digest})
 			if err != nil {
 				// Rules are checked at load; nothing else can fail here.
 				s.log.Error("rls: a configured rule was refused by the service", "rule", r.Source, "err", err)

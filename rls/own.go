@@ -102,6 +102,10 @@ func (s *Server) finish(c *call, resp *pb.RateLimitResponse, err error) {
 			}
 		}
 		rep.buf = b
+		if s.explain && wc.Flagged() {
+			wc.ReplyWithHeader(s.explanations(c), b)
+			break
+		}
 		wc.Reply(b)
 	}
 	if s.stats != nil {

@@ -88,6 +88,11 @@ type Config struct {
 	Budget *membudget.Budget
 	// Logger logs what goes wrong beyond one call. Nil: slog.Default().
 	Logger *slog.Logger
+	// Explain answers a call that carries the request metadata
+	// x-sluice-explain with each descriptor's explanation in the response
+	// header x-sluice-explanation (explain.go). False: the metadata is
+	// ignored, so that nothing a gateway forwards can ask.
+	Explain bool
 }
 
 // Server serves Envoy's rate limit service, the health service and server
@@ -99,6 +104,7 @@ type Server struct {
 	shadow   bool
 	headers  rlsopts.Headers
 	metadata bool                // Config.DynamicMetadata
+	explain  bool                // Config.Explain
 	stats    *peerstats.Stats    // nil: no peer statistics
 	peer     *rlsconfig.PeerKeys // nil: Sluice's keys
 	ready    func() error
@@ -153,7 +159,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{svc: cfg.Service, rules: cfg.Rules, stop: cfg.StopWhenOverLimit, shadow: cfg.Shadow, headers: cfg.Headers, metadata: cfg.DynamicMetadata, stats: cfg.PeerStats, peer: cfg.PeerKeys,
 		ready: cfg.Ready, log: cfg.Logger, maxDescriptors: cfg.MaxDescriptors, maxEntries: cfg.MaxEntries,
-		fallbacks: fallbackLog{log: cfg.Logger, now: time.Now}}
+		fallbacks: fallbackLog{log: cfg.Logger, now: time.Now}, explain: cfg.Explain}
 	s.calls.New = func() any {
 		c := newCall(s.svc)
 		c.landed = func() { s.landed(c) }
@@ -173,7 +179,7 @@ func New(cfg Config) (*Server, error) {
 	s.maxConns = cfg.MaxConns
 	if cfg.Transport == rlsopts.TransportOwn {
 		w, err := grpcwire.New(grpcwire.Config{TLS: cfg.TLS, Logger: cfg.Logger, MaxConns: cfg.MaxConns,
-			IdleTimeout: cfg.IdleTimeout, Budget: cfg.Budget})
+			IdleTimeout: cfg.IdleTimeout, Budget: cfg.Budget, FlagHeader: explainFlag(cfg.Explain)})
 		if err != nil {
 			return nil, fmt.Errorf("rls: %w", err)
 		}
@@ -239,7 +245,7 @@ func handleShouldRateLimit(srv any, ctx context.Context, dec func(any) error, _ 
 		return nil, req.refused
 	}
 	rep := s.replies.Get().(*reply)
-	if _, err := s.decide(&req.msg, rep); err != nil {
+	if _, err := s.decideIn(ctx, &req.msg, rep); err != nil {
 		rep.release()
 		return nil, err
 	}

@@ -42,6 +42,10 @@ type Request struct {
 	// name, such as a rate-limit config's rule); empty means Inline. Never
 	// a client's value: every label is a metric series.
 	Label string
+	// Digest identifies the configuration Label's rule came from (an
+	// Envoy rate-limit config's Digest), for the explanation; empty
+	// without one.
+	Digest string
 }
 
 // ErrNoPolicies is a request by policy name when no policies are loaded.
@@ -96,10 +100,11 @@ type Batch struct {
 type meta struct {
 	policy   string // Inline for the inline requests
 	shadow   bool
-	shadowed bool // refused by the store, answered as allowed (shadow mode)
-	detail   bool // the door asked for each limit's decision
-	byPolicy bool // decided by the policy named policy; else inline, policy its label
-	prefix   int  // the length of the policy's prefix before the client's key
+	shadowed bool   // refused by the store, answered as allowed (shadow mode)
+	detail   bool   // the door asked for each limit's decision
+	byPolicy bool   // decided by the policy named policy; else inline, policy its label
+	prefix   int    // the length of the policy's prefix before the client's key
+	digest   string // the door's rules' digest (Request.Digest)
 }
 
 // noParts is zero decisions, to append without allocating.
@@ -121,7 +126,7 @@ func (b *Batch) From(door string) *Batch {
 // naming the parameter). Either way the error is counted.
 func (b *Batch) Add(r Request) (int, error) {
 	req := engine.Request{Key: r.Key, Limit: r.Limit, Cost: r.Cost, Peek: r.Peek, Charge: r.Charge, OnFailure: r.OnFailure}
-	m := meta{policy: cmp.Or(r.Label, Inline), shadow: r.Shadow}
+	m := meta{policy: cmp.Or(r.Label, Inline), shadow: r.Shadow, digest: r.Digest}
 	if !r.ByPolicy && r.Policy != "" {
 		b.s.CountError(ErrRequest)
 		return -1, errPolicyNotByPolicy(r.Policy)

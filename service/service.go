@@ -64,6 +64,10 @@ type Config struct {
 	// decisions cuts it into as many parts, so that the store decides one
 	// while the door answers another. Zero or 1: rounds go whole.
 	InFlight int
+	// Digest, when set, is the digest of the policies in use, for an
+	// explanation of a decision by policy (Explanation.Digest): the
+	// policies file's watcher's.
+	Digest func() string
 }
 
 // Service decides batches of requests for every front door. Its methods
@@ -76,6 +80,7 @@ type Service struct {
 	storeName    string
 	inFlight     int
 	recorder     *record.Writer
+	digest       func() string
 
 	leaser engine.Leaser
 
@@ -98,7 +103,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{store: cfg.Store, policies: cfg.Policies, tracer: cfg.Tracer, resetTimeout: cfg.ResetTimeout,
 		leaser: cfg.Leaser, storeName: cmp.Or(cfg.StoreName, engine.PathStore.String()), inFlight: cfg.InFlight,
-		recorder: cfg.Recorder}
+		recorder: cfg.Recorder, digest: cfg.Digest}
 	if s.leaser == nil {
 		s.leaser, _ = cfg.Store.(engine.Leaser)
 	}

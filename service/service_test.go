@@ -51,16 +51,7 @@ func (r *recorder) Submit(reqs []engine.Request, res []engine.Result, deadline t
 
 func newService(t *testing.T, ps engine.Policies) (*service.Service, *recorder) {
 	t.Helper()
-	mem, err := memstore.New(memstore.Config{Now: func() time.Time { return time.Unix(1_800_000_000, 0) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &recorder{Store: mem}
-	svc, err := service.New(service.Config{Store: rec, Policies: ps})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return svc, rec
+	return newServiceWith(t, service.Config{Policies: ps})
 }
 
 func decide(svc *service.Service, bs ...*service.Batch) {

@@ -22,6 +22,7 @@ type headerScan struct {
 	timeout     time.Duration // with timeoutSet: the call's grpc-timeout (0: already over)
 	timeoutSet  bool
 	timeoutBad  bool
+	flagged     bool   // the server's FlagHeader was seen
 	bad         string // why the block is malformed; "" when it is not
 	regular     bool   // a regular field was seen: pseudo-fields may not follow
 	pseudo      uint8  // the pseudo-fields seen (pseudoMethod…), each at most once
@@ -90,6 +91,8 @@ func (h *headerScan) emit(f hpack.HeaderField) {
 		if f.Value != "trailers" {
 			h.bad = "te other than trailers"
 		}
+	default:
+		h.flagged = h.flagged || (h.s.flagHeader != "" && f.Name == h.s.flagHeader)
 	}
 }
 

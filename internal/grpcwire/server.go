@@ -47,6 +47,9 @@ type Config struct {
 	Budget *membudget.Budget
 	// Logger logs connections that end in error. Nil: slog.Default().
 	Logger *slog.Logger
+	// FlagHeader, when set, names one request header (lower case) whose
+	// presence a unary call reports (Call.Flagged). Empty: none.
+	FlagHeader string
 }
 
 // Unary serves a unary call on the connection's reading goroutine. The
@@ -79,6 +82,7 @@ type Server struct {
 	idleTimeout  time.Duration     // 0: none
 	budget       *membudget.Budget // nil: none
 	log          *slog.Logger
+	flagHeader   string // Config.FlagHeader
 
 	// Set before Serve, read-only after.
 	unary   map[string]Unary   // by full path, "/pkg.Service/Method"
@@ -122,7 +126,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{maxRecv: cfg.MaxRecvMsgSize, maxStreams: cfg.MaxConcurrentStreams, log: cfg.Logger,
-		maxConns: cfg.MaxConns, idleTimeout: cfg.IdleTimeout, budget: cfg.Budget,
+		maxConns: cfg.MaxConns, idleTimeout: cfg.IdleTimeout, budget: cfg.Budget, flagHeader: cfg.FlagHeader,
 		unary: map[string]Unary{}, methods: map[string]*method{}, info: map[string]grpc.ServiceInfo{},
 		lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}, idle: make(chan struct{})}
 	// Far more than calls in flight hold (a thousand calls of a few

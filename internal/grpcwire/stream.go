@@ -24,6 +24,8 @@ type Call struct {
 	m    *method // a registered method; nil on the fast path
 	msg  []byte  // the fast path's message, body[5:], the handler's until it answers
 
+	flagged bool // the request carried Config.FlagHeader (Flagged)
+
 	body       []byte // received, not yet consumed: gRPC-framed messages
 	recvWin    int64  // what the client may still send on this stream
 	recvDone   int64  // received since the last WINDOW_UPDATE
@@ -243,6 +245,7 @@ func (c *conn) newStreamLocked(id uint32) *Call {
 	st.id, st.inMap, st.owned = id, true, false
 	st.remoteDone, st.ended, st.headers, st.trailer, st.blocked = false, false, false, false, false
 	st.plain, st.reset = false, false
+	st.flagged = c.fields.flagged
 	st.recvWin, st.recvDone, st.sendWin = initialWindow, 0, c.peerInit
 	c.streams[id] = st
 	return st

@@ -64,6 +64,7 @@ type Config struct {
 	GRPCTLSKey         string            // PEM private key
 	GRPCTLSClientCA    string            // PEM CA that client certificates must chain to; empty: none asked
 	GRPCInsecure       bool              // allow a non-loopback address without client certificates
+	GRPCExplain        bool              // answer x-sluice-explain request metadata with explanations
 	GRPCTransport      rlsopts.Transport // the gRPC server: Sluice's own, or grpc-go's
 	GRPCMaxConns       int               // most gRPC connections at once
 	GRPCIdleTimeout    time.Duration     // GOAWAY to a gRPC connection with no call open this long; 0: never
@@ -204,6 +205,9 @@ func (c *Config) Register(fs *flag.FlagSet) {
 		"PEM `file` of the CA that gRPC clients' certificates must chain to; every client must then present one")
 	fs.BoolVar(&c.GRPCInsecure, "grpc-insecure", c.GRPCInsecure,
 		"allow --grpc-listen on a non-loopback address without client certificates (a pod-local listener)")
+	fs.BoolVar(&c.GRPCExplain, "grpc-explain", c.GRPCExplain,
+		"answer a rate limit call that carries the metadata x-sluice-explain with each descriptor's explanation in the response header "+
+			"x-sluice-explanation; off by default, so that nothing a gateway forwards can ask")
 	fs.TextVar(&c.GRPCTransport, "grpc-transport", c.GRPCTransport,
 		"the gRPC door's server (`name`): own (Sluice's HTTP/2 transport, the default: about half grpc-go's CPU per call) or grpc-go")
 	fs.IntVar(&c.GRPCMaxConns, "grpc-max-conns", c.GRPCMaxConns,
