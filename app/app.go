@@ -423,6 +423,9 @@ func (s *Sidecar) configs() []telemetry.ConfigStatus {
 	if s.rules != nil {
 		add("rls", s.rules.Status())
 	}
+	if s.xds != nil {
+		add("rls", s.xds.Status())
+	}
 	if ov := s.overlay.Load(); ov != nil {
 		add("rls_overlay", ov.Status())
 	}

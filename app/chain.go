@@ -130,10 +130,14 @@ func (s *Sidecar) infoSections() []respserver.InfoSection {
 			return append(s.live.Info(s.cfg.Policies), s.policies.Info("policies_")...)
 		}},
 		{Name: "Rls", Fields: func() [][2]string {
-			if ov := s.overlay.Load(); ov != nil {
-				return append(s.rules.Info(), ov.Info()...)
+			f := s.rules.Info()
+			if s.xds != nil {
+				f = s.xds.Info()
 			}
-			return s.rules.Info()
+			if ov := s.overlay.Load(); ov != nil {
+				f = append(f, ov.Info()...)
+			}
+			return f
 		}},
 		{Name: "Recording", Fields: func() [][2]string { return s.rec.Info() }},
 		s.upstreamInfo(),

@@ -164,10 +164,15 @@ func (w *Watcher) Digest() string {
 }
 
 // Info is INFO's fields for the watched configuration, each name starting
-// with prefix: the digest and time of the content in use, and whether the path holds a content that failed to load, with
-// the last failure's time and error.
-func (w *Watcher) Info(prefix string) [][2]string {
-	st, inUse := w.Status(), w.Digest()
+// with prefix (StatusInfo's).
+func (w *Watcher) Info(prefix string) [][2]string { return StatusInfo(prefix, w.Status(), w.Digest()) }
+
+// StatusInfo is INFO's fields for a configuration's load record, each
+// name starting with prefix: the digest and time of the content in use,
+// and whether the source holds a content that failed to load, with the
+// last failure's time and error. A configuration from elsewhere than a
+// file (xDS) shows its record the same way.
+func StatusInfo(prefix string, st Status, digest string) [][2]string {
 	failing := "0"
 	if st.Failing {
 		failing = "1"
@@ -178,7 +183,7 @@ func (w *Watcher) Info(prefix string) [][2]string {
 		}
 		return strconv.FormatInt(t.Unix(), 10)
 	}
-	return [][2]string{{prefix + "digest", inUse},
+	return [][2]string{{prefix + "digest", digest},
 		{prefix + "loaded_at", unix(st.Loaded)}, {prefix + "reload_failing", failing},
 		{prefix + "reload_failures", strconv.FormatUint(st.Failures, 10)},
 		{prefix + "last_failure_at", unix(st.LastFailure)}, {prefix + "last_error", oneLine(st.LastError)}}

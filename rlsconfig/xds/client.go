@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +36,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluice-rl/sluice/internal/version"
+	"github.com/sluice-rl/sluice/internal/watch"
 	"github.com/sluice-rl/sluice/rlsconfig"
 )
 
@@ -93,6 +96,50 @@ type Client struct {
 	// version is the version_info of the configuration in use, asked for
 	// again on a new stream; written by Run's goroutine only.
 	version string
+
+	mu     sync.Mutex
+	status watch.Status // guarded by mu: the versions applied and refused
+	inUse  string       // guarded by mu: version, for Info
+}
+
+// Status is the client's load record, as a watched file's: when the
+// configuration in use was applied, and whether the server's latest
+// version was refused (NACKed), so that what runs is an older one.
+func (c *Client) Status() watch.Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.status
+}
+
+// Info is INFO's Rls section for a configuration from xDS: the server,
+// the version and domains in use, and the load record under the same
+// names as a configuration's from files (rls_config_*).
+func (c *Client) Info() [][2]string {
+	c.mu.Lock()
+	st, version := c.status, c.inUse
+	c.mu.Unlock()
+	cur := c.Current()
+	digest := cur.Digest()
+	if len(digest) > 16 {
+		digest = digest[:16]
+	}
+	return append([][2]string{{"rls_xds_server", c.cfg.Server}, {"rls_xds_version", version},
+		{"rls_domains", strconv.Itoa(len(cur.Domains()))}}, watch.StatusInfo("rls_config_", st, digest)...)
+}
+
+// record notes a response applied (err nil) or refused.
+func (c *Client) record(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if err != nil {
+		c.status.Failures++
+		c.status.Failing = true
+		c.status.LastFailure, c.status.LastError = now, err.Error()
+		return
+	}
+	c.status.Loaded, c.status.Failing = now, false
+	c.inUse = c.version
 }
 
 // New checks cfg and prepares the connection; nothing is dialled before
@@ -207,6 +254,7 @@ func (c *Client) stream(ctx context.Context) (got bool, err error) {
 		got = true
 		ack := &discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
 		err = c.apply(resp)
+		c.record(err)
 		if c.cfg.OnApply != nil {
 			c.cfg.OnApply(err)
 		}

@@ -124,6 +124,24 @@ func TestApplyUpdateAndRefuse(t *testing.T) {
 	if got := limitOf(ask(t, door, "shop", "client_ip", "192.0.2.1")); got != 5 {
 		t.Errorf("after the refused version, shop's limit is %d; want 5 from version 2", got)
 	}
+	// The refusal is on the record, not only in the log: the version in
+	// use is still 2 and the server's latest failed to load.
+	info := func() map[string]string {
+		m := map[string]string{}
+		for _, f := range c.Info() {
+			m[f[0]] = f[1]
+		}
+		return m
+	}
+	if st, in := c.Status(), info(); !st.Failing || st.Failures != 1 || !strings.Contains(st.LastError, "invalid rate limit unit") ||
+		in["rls_xds_version"] != "2" || in["rls_config_reload_failing"] != "1" || in["rls_domains"] != "2" {
+		t.Errorf("after the NACK: status %+v, INFO %v; want failing once, version 2 in use", st, in)
+	}
+	m.Set(t, "sluice-1", "4", xdstest.Limits("shop", "client_ip", 6))
+	m.Acked(t, "4")
+	if st, in := c.Status(), info(); st.Failing || st.Failures == 0 || in["rls_xds_version"] != "4" || in["rls_config_reload_failing"] != "0" {
+		t.Errorf("after version 4: status %+v, INFO %v; want failing cleared (the refusals still counted), version 4 in use", st, in)
+	}
 }
 
 // The server stops and comes back on the same port with a new version: the
