@@ -259,6 +259,9 @@ type Request struct {
 	// OnFailure says what decides when the store cannot answer in time;
 	// zero means the Guard's default.
 	OnFailure FailureMode
+	// Durable asks that the decision be answered only once a replica holds
+	// its charge (durable.go); zero: at once.
+	Durable Durability
 }
 
 // FailureMode is what a request gets when the shared store cannot answer.

@@ -59,6 +59,10 @@ type Config struct {
 	// decisions cuts it into as many parts, so that the store decides one
 	// while the door answers another. Zero or 1: rounds go whole.
 	InFlight int
+	// Durable is the durability of the requests decided by no named
+	// policy (the inline commands, the gateway doors' rules): a policy
+	// says its own (engine.Durability). Zero: answered at once.
+	Durable engine.Durability
 }
 
 // Service decides batches of requests for every front door. Its methods
@@ -70,6 +74,7 @@ type Service struct {
 	resetTimeout time.Duration
 	storeName    string
 	inFlight     int
+	durable      engine.Durability // the inline requests'
 
 	leaser engine.Leaser
 
@@ -91,7 +96,8 @@ func New(cfg Config) (*Service, error) {
 		cfg.ResetTimeout = 2 * time.Second
 	}
 	s := &Service{store: cfg.Store, policies: cfg.Policies, tracer: cfg.Tracer, resetTimeout: cfg.ResetTimeout,
-		leaser: cfg.Leaser, storeName: cmp.Or(cfg.StoreName, engine.PathStore.String()), inFlight: cfg.InFlight}
+		leaser: cfg.Leaser, storeName: cmp.Or(cfg.StoreName, engine.PathStore.String()), inFlight: cfg.InFlight,
+		durable: cfg.Durable}
 	if s.leaser == nil {
 		s.leaser, _ = cfg.Store.(engine.Leaser)
 	}
