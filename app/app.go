@@ -131,7 +131,10 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	if cfg.Upstream != "" {
 		storeName = "redis"
 	}
-	scfg := service.Config{Store: store, Policies: policies, Tracer: tracer, StoreName: storeName}
+	scfg := service.Config{Store: store, Policies: policies, Tracer: tracer, StoreName: storeName, Durable: cfg.Durable}
+	if cfg.Durable != engine.DurableNone && cfg.Upstream == "" {
+		log.Warn("--durable has no meaning on the in-memory store, which has no replicas: decisions are answered at once", "durable", cfg.Durable.String())
+	}
 	if s.chain != nil {
 		// The RESP door cuts a large round into as many parts as the
 		// batcher sends round trips at once.
@@ -347,6 +350,7 @@ func (s *Sidecar) sources() telemetry.Sources {
 		src.Guard = func() chain.GuardStats { return c.chain.Stats().Guard }
 		src.Batcher = func() chain.BatcherStats { return c.chain.Stats().Batcher }
 		src.LateCalls, src.OverdueCalls = c.up.LateCalls, c.up.OverdueCalls
+		src.DurableCalls, src.UnreplicatedCalls = c.up.DurableCalls, c.up.UnreplicatedCalls
 	}
 	return src
 }

@@ -55,7 +55,7 @@ func newChain(cfg Config, mem *memstore.Store, tel *telemetry.Telemetry, log *sl
 			c.close()
 		}
 	}()
-	up, err := upstream.New(upstream.Config{Client: client, Prefix: cfg.KeyPrefix, Log: log})
+	up, err := upstream.New(upstream.Config{Client: client, Prefix: cfg.KeyPrefix, Log: log, Replicas: cfg.DurableReplicas})
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +153,8 @@ func (s *Sidecar) infoSections() []respserver.InfoSection {
 		respserver.InfoSection{Name: "Upstream", Fields: func() [][2]string {
 			return append([][2]string{{"upstream", string(c.kind)}, {"upstream_addrs", upstream.Redact(cfg.Upstream)},
 				{"upstream_scripts", c.up.Scripts()},
-				{"upstream_calls_late", strconv.FormatUint(c.up.LateCalls(), 10)}, {"upstream_calls_overdue", strconv.FormatUint(c.up.OverdueCalls(), 10)}},
+				{"upstream_calls_late", strconv.FormatUint(c.up.LateCalls(), 10)}, {"upstream_calls_overdue", strconv.FormatUint(c.up.OverdueCalls(), 10)},
+				{"upstream_calls_durable", strconv.FormatUint(c.up.DurableCalls(), 10)}, {"upstream_calls_unreplicated", strconv.FormatUint(c.up.UnreplicatedCalls(), 10)}},
 				c.chain.InfoUpstream()...)
 		}},
 		respserver.InfoSection{Name: "Batcher", Fields: c.chain.InfoBatcher},

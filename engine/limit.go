@@ -310,6 +310,9 @@ func (r *Request) Validate() error {
 	if err := ValidateKey(r.Key); err != nil {
 		return err
 	}
+	if r.Durable > DurableDisk {
+		return &ParamError{Param: "durable", Value: r.Durable.String(), Reason: "must be none, replica or disk"}
+	}
 	if r.Cost < 0 {
 		return &ParamError{Param: "cost", Value: strconv.FormatInt(r.Cost, 10), Reason: "must not be negative"}
 	}

@@ -46,6 +46,10 @@ type Sources struct {
 	// after their callers were answered: skipped, or (started in time,
 	// finished late) charged (upstream.Store.LateCalls, OverdueCalls).
 	LateCalls, OverdueCalls func() uint64
+	// DurableCalls and UnreplicatedCalls count the batch calls of durable
+	// requests, and those whose replicas did not acknowledge them in time
+	// (upstream.Store.DurableCalls, UnreplicatedCalls).
+	DurableCalls, UnreplicatedCalls func() uint64
 	// Leases walks the lease counts per policy
 	// (service.Service.EachLeasePolicy).
 	Leases func(func(policy string, st service.LeaseStats))
@@ -163,6 +167,12 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 	overdue, err := m.Int64ObservableCounter("sluice.upstream.overdue_calls", metric.WithUnit("{call}"),
 		metric.WithDescription("Batch calls Redis ran (and charged) although their callers had been answered by the failure mode: it started them in time, then paused."))
 	must(err)
+	durableC, err := m.Int64ObservableCounter("sluice.upstream.durable_calls", metric.WithUnit("{call}"),
+		metric.WithDescription("Batch calls of durable requests: each followed by a WAIT for the replicas."))
+	must(err)
+	unreplicated, err := m.Int64ObservableCounter("sluice.upstream.unreplicated_calls", metric.WithUnit("{call}"),
+		metric.WithDescription("Batch calls of durable requests whose charges the replicas did not acknowledge by the deadline: their requests got their failure mode's answer."))
+	must(err)
 	t.batchSize, err = m.Int64Histogram("sluice.batch.size", metric.WithUnit("{request}"),
 		metric.WithDescription("Requests per upstream round trip."),
 		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048))
@@ -217,8 +227,14 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 		if src.OverdueCalls != nil {
 			o.ObserveInt64(overdue, int64(src.OverdueCalls()))
 		}
+		if src.DurableCalls != nil {
+			o.ObserveInt64(durableC, int64(src.DurableCalls()))
+		}
+		if src.UnreplicatedCalls != nil {
+			o.ObserveInt64(unreplicated, int64(src.UnreplicatedCalls()))
+		}
 		return nil
-	}, decisions, errorsC, clients, hits, misses, evictions, entries, memKeys, breaker, fallbacks, late, overdue)
+	}, decisions, errorsC, clients, hits, misses, evictions, entries, memKeys, breaker, fallbacks, late, overdue, durableC, unreplicated)
 	return err
 }
 

@@ -1,0 +1,129 @@
+package upstream_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/upstream"
+)
+
+// withReplica starts a master and a replica in sync with it, and a store
+// of the master.
+func withReplica(t *testing.T) (*upstream.Store, *redistest.Server, *redistest.Server, *redis.Client) {
+	t.Helper()
+	master := redistest.Start(t)
+	replica := redistest.Start(t, "replicaof 127.0.0.1 "+strconv.Itoa(master.Port))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if info := mustDo(t, replica, "INFO", "replication"); strings.Contains(info, "master_link_status:up") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replica did not sync within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c := redis.NewClient(&redis.Options{Addr: master.Addr, Protocol: 2})
+	t.Cleanup(func() { _ = c.Close() })
+	s := newStore(t, upstream.Config{Client: c})
+	t.Cleanup(s.Close)
+	if err := s.Check(context.Background()); err != nil { // loads the batch library, as a sidecar does at start
+		t.Fatal(err)
+	}
+	return s, master, replica, c
+}
+
+// A durable request is answered once the replica holds its charge; with
+// the replica paused, its batch fails with engine.ErrNotDurable by the
+// deadline (its charge stays on the master), and is counted, while a
+// plain request beside it is answered at once.
+func TestDurableWait(t *testing.T) {
+	s, master, replica, _ := withReplica(t)
+	limit := engine.Limit{Algorithm: engine.FixedWindow, Rate: 10, Period: time.Hour}
+	durable := engine.Request{Key: "d", Limit: limit, Cost: 1, Durable: engine.DurableReplica}
+	plain := engine.Request{Key: "p", Limit: limit, Cost: 1}
+
+	res := make([]engine.Result, 2)
+	if err := engine.Wait(s, []engine.Request{durable, plain}, res, time.Now().Add(2*time.Second)); err != nil {
+		t.Fatalf("with the replica up: %v", err)
+	}
+	for i, r := range res {
+		if r.Err != nil || !r.Decision.Allowed || r.Decision.Remaining != 9 {
+			t.Fatalf("request %d with the replica up: %+v", i, r)
+		}
+	}
+	if got := mustDo(t, replica, "HGET", s.Key("d", engine.FixedWindow), "n"); got != "1" {
+		t.Fatalf("the replica holds %q for the durable key, want 1", got)
+	}
+	if s.DurableCalls() != 1 || s.UnreplicatedCalls() != 0 {
+		t.Fatalf("DurableCalls %d, UnreplicatedCalls %d, want 1 and 0", s.DurableCalls(), s.UnreplicatedCalls())
+	}
+
+	if err := replica.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = replica.Signal(syscall.SIGCONT) })
+	durableDone := make(chan error, 1)
+	dres := make([]engine.Result, 1)
+	start := time.Now()
+	s.Submit([]engine.Request{durable}, dres, start.Add(300*time.Millisecond), func(err error) { durableDone <- err })
+	pres := make([]engine.Result, 1)
+	if err := engine.Wait(s, []engine.Request{plain}, pres, time.Now().Add(2*time.Second)); err != nil || !pres[0].Decision.Allowed {
+		t.Fatalf("a plain request with the replica paused: %+v, %v", pres[0], err)
+	}
+	if d := time.Since(start); d > 200*time.Millisecond {
+		t.Errorf("the plain request took %v: it waited for the durable one's WAIT", d)
+	}
+	select {
+	case err := <-durableDone:
+		if !errors.Is(err, engine.ErrNotDurable) {
+			t.Fatalf("the durable request with the replica paused: %v, want ErrNotDurable", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the durable request was not answered within 5s of a 300ms deadline")
+	}
+	if s.DurableCalls() != 2 || s.UnreplicatedCalls() != 1 {
+		t.Fatalf("DurableCalls %d, UnreplicatedCalls %d, want 2 and 1", s.DurableCalls(), s.UnreplicatedCalls())
+	}
+	// The charge is on the master all the same: not undone.
+	if got := mustDo(t, master, "HGET", s.Key("d", engine.FixedWindow), "n"); got != "2" {
+		t.Fatalf("the master holds %q for the durable key, want 2", got)
+	}
+}
+
+// Where nothing can acknowledge, durable requests fail with
+// ErrNotDurable and the connection stays usable: no replica at all, and
+// WAITAOF where Redis has no such command (before 7.2) or no replica.
+func TestDurableCannotHold(t *testing.T) {
+	srv, c := standalone(t)
+	_ = srv
+	s := newStore(t, upstream.Config{Client: c})
+	t.Cleanup(s.Close)
+	if err := s.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	limit := engine.Limit{Algorithm: engine.GCRA, Rate: 10, Period: time.Second, Burst: 5}
+	for _, d := range []engine.Durability{engine.DurableReplica, engine.DurableDisk} {
+		res := make([]engine.Result, 1)
+		err := engine.Wait(s, []engine.Request{{Key: "k", Limit: limit, Cost: 1, Durable: d}}, res, time.Now().Add(200*time.Millisecond))
+		if !errors.Is(err, engine.ErrNotDurable) {
+			t.Errorf("%v with no replica: %v, want ErrNotDurable", d, err)
+		}
+	}
+	if s.UnreplicatedCalls() != 2 {
+		t.Errorf("UnreplicatedCalls %d, want 2", s.UnreplicatedCalls())
+	}
+	res := make([]engine.Result, 1)
+	if err := engine.Wait(s, []engine.Request{{Key: "k", Limit: limit, Cost: 1}}, res, time.Now().Add(time.Second)); err != nil || res[0].Err != nil {
+		t.Fatalf("a plain request after them: %+v, %v", res[0], err)
+	}
+}
