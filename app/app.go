@@ -351,6 +351,10 @@ func (s *Sidecar) sources() telemetry.Sources {
 		src.Batcher = func() chain.BatcherStats { return c.chain.Stats().Batcher }
 		src.LateCalls, src.OverdueCalls = c.up.LateCalls, c.up.OverdueCalls
 		src.DurableCalls, src.UnreplicatedCalls = c.up.DurableCalls, c.up.UnreplicatedCalls
+		src.Replication = func() telemetry.Replication {
+			r := c.up.Replication()
+			return telemetry.Replication{Failovers: r.Failovers, LostFailovers: r.LostFailovers, LostBytes: r.LostBytes, Replicas: r.Replicas}
+		}
 	}
 	return src
 }

@@ -96,6 +96,14 @@ func newChain(cfg Config, mem *memstore.Store, tel *telemetry.Telemetry, log *sl
 		})
 	}()
 	closers = append(closers, func() { stopSub(); <-subDone })
+	// Failovers seen, and the replicas durable requests wait for.
+	replCtx, stopRepl := context.WithCancel(context.Background())
+	replDone := make(chan struct{})
+	go func() {
+		defer close(replDone)
+		up.WatchReplication(replCtx, time.Second)
+	}()
+	closers = append(closers, func() { stopRepl(); <-replDone })
 	log.Info("using the upstream Redis", "kind", string(kind), "addrs", upstream.Redact(cfg.Upstream),
 		"key_prefix", cfg.KeyPrefix, "on_upstream_failure", cfg.OnFailure.String(),
 		"upstream_timeout", cfg.UpstreamTimeout, "batch_max", cfg.BatchMax, "batch_inflight", cfg.BatchInFlight,
@@ -153,9 +161,8 @@ func (s *Sidecar) infoSections() []respserver.InfoSection {
 		respserver.InfoSection{Name: "Upstream", Fields: func() [][2]string {
 			return append([][2]string{{"upstream", string(c.kind)}, {"upstream_addrs", upstream.Redact(cfg.Upstream)},
 				{"upstream_scripts", c.up.Scripts()},
-				{"upstream_calls_late", strconv.FormatUint(c.up.LateCalls(), 10)}, {"upstream_calls_overdue", strconv.FormatUint(c.up.OverdueCalls(), 10)},
-				{"upstream_calls_durable", strconv.FormatUint(c.up.DurableCalls(), 10)}, {"upstream_calls_unreplicated", strconv.FormatUint(c.up.UnreplicatedCalls(), 10)}},
-				c.chain.InfoUpstream()...)
+				{"upstream_calls_late", strconv.FormatUint(c.up.LateCalls(), 10)}, {"upstream_calls_overdue", strconv.FormatUint(c.up.OverdueCalls(), 10)}},
+				append(c.up.InfoDurable(), c.chain.InfoUpstream()...)...)
 		}},
 		respserver.InfoSection{Name: "Batcher", Fields: c.chain.InfoBatcher},
 		respserver.InfoSection{Name: "Denycache", Fields: c.chain.InfoDenyCache})

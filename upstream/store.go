@@ -113,6 +113,9 @@ type Store struct {
 	replicas                   int
 	durableCalls, unreplicated atomic.Uint64
 	lastShort                  atomic.Int64
+	// repl is what WatchReplication saw of the masters' replication
+	// streams (failover.go).
+	repl replWatch
 }
 
 // New returns a Store over cfg.Client. It does not talk to Redis.
@@ -133,6 +136,7 @@ func New(cfg Config) (*Store, error) {
 		return nil, errors.New("upstream: negative Config.Replicas")
 	}
 	s := &Store{client: cfg.Client, prefix: cfg.Prefix, now: cfg.Now, log: cfg.Log, replicas: max(cfg.Replicas, 1)}
+	s.repl.stats.Replicas = -1
 	s.batches.New = s.newBatch
 	s.send = s.goRedis
 	pipes := redispipe.Config{Stamp: redispipe.Stamp{Put: lua.PutDeadline, Time: lua.ReplyTime}, Stray: s.strayReply}
