@@ -3,8 +3,11 @@ package upstream_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -125,5 +128,60 @@ func TestDurableCannotHold(t *testing.T) {
 	res := make([]engine.Result, 1)
 	if err := engine.Wait(s, []engine.Request{{Key: "k", Limit: limit, Cost: 1}}, res, time.Now().Add(time.Second)); err != nil || res[0].Err != nil {
 		t.Fatalf("a plain request after them: %+v, %v", res[0], err)
+	}
+}
+
+// BenchmarkDurable: what WAIT costs a batch, against a master with one
+// replica on this machine: one batch at a time (the latency of a lone
+// request, -P 1), and 16 batches in flight at once (each on its shard's
+// connection, as a batcher keeps them).
+func BenchmarkDurable(b *testing.B) {
+	master := redistest.Start(b)
+	replica := redistest.Start(b, "replicaof 127.0.0.1 "+strconv.Itoa(master.Port))
+	for i := 0; ; i++ {
+		if info, err := replica.Do("INFO", "replication"); err == nil && strings.Contains(info, "master_link_status:up") {
+			break
+		}
+		if i == 3000 {
+			b.Fatal("the replica did not sync within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c := redis.NewClient(&redis.Options{Addr: master.Addr, Protocol: 2})
+	b.Cleanup(func() { _ = c.Close() })
+	s := newStore(b, upstream.Config{Client: c})
+	b.Cleanup(s.Close)
+	if err := s.Check(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	for _, d := range []engine.Durability{engine.DurableNone, engine.DurableReplica} {
+		for _, inFlight := range []int{1, 16} {
+			for _, n := range []int{1, 16} {
+				b.Run(fmt.Sprintf("%v/in-flight-%d/batch-of-%d", d, inFlight, n), func(b *testing.B) {
+					b.ReportAllocs()
+					var (
+						next atomic.Int64 // iterations handed out
+						wg   sync.WaitGroup
+					)
+					for g := range inFlight {
+						reqs := make([]engine.Request, n)
+						for i := range reqs {
+							reqs[i] = engine.Request{Key: fmt.Sprint("bench", g, ":", i), Limit: limitOf(engine.GCRA, 1_000_000, time.Second), Cost: 1, Durable: d}
+						}
+						res := make([]engine.Result, n)
+						wg.Go(func() {
+							for next.Add(1) <= int64(b.N) {
+								if err := engine.Wait(s, reqs, res, time.Now().Add(time.Second)); err != nil {
+									b.Error(err)
+									return
+								}
+							}
+						})
+					}
+					wg.Wait()
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/decision")
+				})
+			}
+		}
 	}
 }
