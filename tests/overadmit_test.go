@@ -245,6 +245,7 @@ func failoverUnderLoad(t *testing.T, ft failoverTarget, lag bool) overadmitRun {
 	})
 
 	stop := make(chan struct{})
+	loaded := time.Now()
 	a, wg := allowLoad(sidecars, key, 3, 45*time.Second, stop)
 	var once sync.Once
 	end := func() { once.Do(func() { close(stop) }); wg.Wait() }
@@ -264,6 +265,7 @@ func failoverUnderLoad(t *testing.T, ft failoverTarget, lag bool) overadmitRun {
 	}
 	before := count(master, plainKey)
 	killed := time.Now()
+	rate := float64(a.plain.Load()) / killed.Sub(loaded).Seconds()
 	master.Kill()
 	if lag {
 		if err := replica.Signal(syscall.SIGCONT); err != nil {
@@ -273,8 +275,8 @@ func failoverUnderLoad(t *testing.T, ft failoverTarget, lag bool) overadmitRun {
 	promoted := ft.masterOf(plainKey)
 	took := time.Since(killed)
 	after := count(promoted, plainKey)
-	t.Logf("the master died with the plain key at %d (the replica cut off at %d); the new master had %d once found; failover took %v; admitted so far: plain %d, kept %d",
-		before, cut, after, took.Round(time.Millisecond), a.plain.Load(), a.kept.Load())
+	t.Logf("the master died with the plain key at %d (the replica cut off at %d), the plain policy admitting %.0f/s; the new master had %d once found; failover took %v; admitted so far: plain %d, kept %d",
+		before, cut, rate, after, took.Round(time.Millisecond), a.plain.Load(), a.kept.Load())
 	// The dead master comes back, as a replica of the promoted one: until
 	// then the durable policy has no replica to wait for, and refuses.
 	master.Restart()
@@ -301,8 +303,10 @@ func failoverUnderLoad(t *testing.T, ft failoverTarget, lag bool) overadmitRun {
 	if run.kept > overadmitLimit {
 		t.Errorf("the durable policy admitted %d, over its limit %d", run.kept, overadmitLimit)
 	}
-	if run.plain < overadmitLimit {
-		t.Errorf("the plain policy admitted %d, under its limit %d: the load did not reach the limit", run.plain, overadmitLimit)
+	// A charge whose reply the kill lost was refused by the failure mode:
+	// the limit is reached with fewer admissions than it allows.
+	if n := count(promoted, plainKey); n < overadmitLimit {
+		t.Errorf("the plain key is at %d on the new master, under its limit %d: the load did not reach the limit", n, overadmitLimit)
 	}
 	if a.errs.Load() > 0 {
 		t.Errorf("%d requests got an error; the first: %v", a.errs.Load(), a.firstErr.Load())
