@@ -36,7 +36,12 @@ import (
 // (UnreplicatedCalls). The charges may still be on the master; they are
 // not undone. The WAIT's timeout is what is left of the batch's deadline
 // once its call is written, less a quarter for the reply to come back,
-// so that the pipe's own deadline does not give the connection up.
+// so that the pipe's own deadline does not give the connection up. A
+// call whose own reply is an error (NOREPLICAS, a lost connection)
+// answers its caller at once; its WAIT only returns the batch to the
+// pool. One case waits anyway: a call sent again as EVAL after NOSCRIPT
+// (Redis lost the scripts) runs after the first call's WAIT, which, with
+// no replica, waits out its timeout first.
 
 // unpiped is a durable shard where no pipe can stand in for go-redis (a
 // streaming credentials provider): go-redis takes a pooled connection
@@ -135,6 +140,14 @@ func (s *Store) complete(b *batch, err error) {
 		return
 	}
 	b.callErr = err
+	if err != nil {
+		// Nothing to wait for: the caller gets the call's error now (a
+		// NOREPLICAS, a lost connection), and the WAIT's reply only
+		// puts the batch back in the pool.
+		done := b.done
+		b.done = func(error) {}
+		done(err)
+	}
 	s.replied(b)
 }
 

@@ -185,3 +185,30 @@ func BenchmarkDurable(b *testing.B) {
 		}
 	}
 }
+
+// A master with min-replicas-to-write and too few replicas refuses the
+// writes at once: every batch fails as a whole (its requests get their
+// failure mode), durable or not, with no WAIT waited out.
+func TestMinReplicasToWrite(t *testing.T) {
+	srv, c := standalone(t)
+	s := newStore(t, upstream.Config{Client: c})
+	t.Cleanup(s.Close)
+	// The library loaded first: FUNCTION LOAD is a write, which the
+	// setting refuses too.
+	if err := s.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mustDo(t, srv, "CONFIG", "SET", "min-replicas-to-write", "1")
+	limit := engine.Limit{Algorithm: engine.GCRA, Rate: 10, Period: time.Second, Burst: 5}
+	for _, d := range []engine.Durability{engine.DurableNone, engine.DurableReplica} {
+		res := make([]engine.Result, 1)
+		start := time.Now()
+		err := engine.Wait(s, []engine.Request{{Key: "k", Limit: limit, Cost: 1, Durable: d}}, res, time.Now().Add(2*time.Second))
+		if err == nil || !strings.Contains(err.Error(), "NOREPLICAS") {
+			t.Errorf("%v: %v (result %+v), want the batch failed with NOREPLICAS", d, err, res[0])
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("%v: answered after %v, want at once", d, took)
+		}
+	}
+}

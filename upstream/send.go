@@ -267,7 +267,7 @@ func isNoScript(err error) bool {
 // script did not run. Nor did it after a protocol error (an
 // unauthenticated client's long command), after which Redis closes the
 // connection.
-var unavailable = []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "MASTERDOWN", "READONLY", "NOAUTH", "WRONGPASS", "NOPERM", "NOSCRIPT", "OOM", "Protocol error"}
+var unavailable = []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "MASTERDOWN", "READONLY", "NOAUTH", "WRONGPASS", "NOPERM", "NOSCRIPT", "OOM", "NOREPLICAS", "Protocol error"}
 
 // collect decodes one call's reply, or the error it met, into its
 // requests' results: both senders' replies come here. It returns an
