@@ -147,7 +147,10 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	if err := s.startRecording(); err != nil {
 		return err
 	}
-	scfg := service.Config{Store: store, Policies: policies, Tracer: tracer, StoreName: storeName, Recorder: s.rec}
+	scfg := service.Config{Store: store, Policies: policies, Tracer: tracer, StoreName: storeName, Recorder: s.rec, Durable: cfg.Durable}
+	if cfg.Durable != engine.DurableNone && cfg.Upstream == "" {
+		log.Warn("--durable has no meaning on the in-memory store, which has no replicas: decisions are answered at once", "durable", cfg.Durable.String())
+	}
 	if s.policies != nil {
 		scfg.Digest = s.policies.Digest // an explanation names the policies it was decided by
 	}
@@ -407,6 +410,11 @@ func (s *Sidecar) sources() telemetry.Sources {
 		src.Guard = func() chain.GuardStats { return c.chain.Stats().Guard }
 		src.Batcher = func() chain.BatcherStats { return c.chain.Stats().Batcher }
 		src.LateCalls, src.OverdueCalls = c.up.LateCalls, c.up.OverdueCalls
+		src.DurableCalls, src.UnreplicatedCalls = c.up.DurableCalls, c.up.UnreplicatedCalls
+		src.Replication = func() telemetry.Replication {
+			r := c.up.Replication()
+			return telemetry.Replication{Failovers: r.Failovers, LostFailovers: r.LostFailovers, LostBytes: r.LostBytes, Replicas: r.Replicas}
+		}
 	}
 	return src
 }

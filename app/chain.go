@@ -54,7 +54,7 @@ func newChain(cfg Config, mem *memstore.Store, tel *telemetry.Telemetry, log *sl
 			c.close()
 		}
 	}()
-	up, err := upstream.New(upstream.Config{Client: client, Prefix: cfg.KeyPrefix, Log: log})
+	up, err := upstream.New(upstream.Config{Client: client, Prefix: cfg.KeyPrefix, Log: log, Replicas: cfg.DurableReplicas})
 	if err != nil {
 		return nil, err
 	}
@@ -95,6 +95,14 @@ func newChain(cfg Config, mem *memstore.Store, tel *telemetry.Telemetry, log *sl
 		})
 	}()
 	closers = append(closers, func() { stopSub(); <-subDone })
+	// Failovers seen, and the replicas durable requests wait for.
+	replCtx, stopRepl := context.WithCancel(context.Background())
+	replDone := make(chan struct{})
+	go func() {
+		defer close(replDone)
+		up.WatchReplication(replCtx, time.Second)
+	}()
+	closers = append(closers, func() { stopRepl(); <-replDone })
 	log.Info("using the upstream Redis", "kind", string(kind), "addrs", redisurl.Redact(cfg.Upstream),
 		"key_prefix", cfg.KeyPrefix, "on_upstream_failure", cfg.OnFailure.String(),
 		"upstream_timeout", cfg.UpstreamTimeout, "batch_max", cfg.BatchMax, "batch_inflight", cfg.BatchInFlight,

@@ -8,6 +8,7 @@
 //	go run ./bench            # builds Sluice, starts its own Redis, runs everything
 //	go run ./bench -runs 5 -n 400000
 //	go run ./bench -sluice /path/to/old/sluice -only '1000000, -P (16|1)$|latency' -sluice-args '--io-loops 2'
+//	go run ./bench -only durable   # --durable replica against not, with a replica
 //
 // -sluice measures a prebuilt binary, so that runs of two builds can be
 // interleaved on a noisy machine; -only runs the scenarios whose name
@@ -247,6 +248,10 @@ func main() {
 		pc := compare(nil, n, *clients, p, pingTCP, target{port: memPort, args: gcraSidecar, pid: memPID})
 		fmt.Printf("%-40s constant reply %9.0f/s, Sluice in-memory %9.0f/s, ratio %.2f; to Redis answering PING %.2f; CPU µs per request: constant %.2f, Sluice %.2f\n",
 			name, c.a.rps, c.b.rps, c.ratio, pc.ratio, c.a.serverCPU, c.b.serverCPU)
+	}
+
+	if wanted("durable") {
+		durableRows(start, sluice, dir, one, redisPort, rdb, gcraSidecar)
 	}
 }
 

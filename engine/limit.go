@@ -259,6 +259,9 @@ type Request struct {
 	// OnFailure says what decides when the store cannot answer in time;
 	// zero means the Guard's default.
 	OnFailure FailureMode
+	// Durable asks that the decision be answered only once a replica holds
+	// its charge (durable.go); zero: at once.
+	Durable Durability
 }
 
 // FailureMode is what a request gets when the shared store cannot answer.
@@ -306,6 +309,9 @@ func (r *Request) Validate() error {
 	}
 	if err := ValidateKey(r.Key); err != nil {
 		return err
+	}
+	if r.Durable > DurableDisk {
+		return &ParamError{Param: "durable", Value: r.Durable.String(), Reason: "must be none, replica or disk"}
 	}
 	if r.Cost < 0 {
 		return &ParamError{Param: "cost", Value: strconv.FormatInt(r.Cost, 10), Reason: "must not be negative"}

@@ -19,6 +19,9 @@ type Policy struct {
 	// Shadow decides and counts as usual but always allows: a new limit can
 	// be watched against real traffic before it is enforced.
 	Shadow bool
+	// Durable answers the policy's decisions only once a replica holds
+	// their charges (durable.go), so that a failover does not forget them.
+	Durable Durability
 	// Concurrency, when its Limit is set, makes this a concurrency policy
 	// (lease.go): leases are acquired and released under it, and Limit is
 	// unused.

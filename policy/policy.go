@@ -109,7 +109,7 @@ func (e *Error) Error() string {
 // fields a policy may have. rate and limit are one field under two names
 // (limit reads better for the window algorithms), as are burst and
 // capacity (capacity reads better for the buckets).
-var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity", "precision", "prefix", "on_failure", "shadow", "lease_ttl", "limits"}
+var fields = []string{"algorithm", "rate", "limit", "period", "burst", "capacity", "precision", "prefix", "on_failure", "shadow", "durable", "lease_ttl", "limits"}
 
 // limitFields are the fields of a limit, at the top of a policy or as one
 // of its limits.
@@ -127,6 +127,7 @@ var limitFields = limityaml.Names
 //	    prefix: "api:"       # default: the name and a colon
 //	    on_failure: local    # allow, deny or local; default: the sidecar's
 //	    shadow: true         # decide and count, but always allow; default false
+//	    durable: true        # answer once a replica holds the charge (or disk); default false
 //	  search:
 //	    limits:              # several limits, all of which must admit (multi.go)
 //	      - name: burst
@@ -333,6 +334,13 @@ func parsePolicy(file, name string, key, node *yaml.Node) (engine.Policy, error)
 	}
 	if err := sharedFields(&p, seen, fail); err != nil {
 		return p, err
+	}
+	if v := seen["durable"]; v != nil {
+		d, err := engine.ParseDurability(v.Value)
+		if err != nil {
+			return p, fail(v.Line, "durable", fmt.Sprintf("%q must be true, false, replica or disk", v.Value))
+		}
+		p.Durable = d
 	}
 	if v := seen["shadow"]; v != nil {
 		switch v.Value {

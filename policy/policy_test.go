@@ -56,12 +56,12 @@ func TestParseErrors(t *testing.T) {
 		{"top level is a list", "- a\n", `p.yaml:1: expected a mapping with the key "policies"`},
 		{"unknown top-level key", "policy:\n  a: {}\n", `p.yaml:1: unknown key "policy": expected "policies"`},
 		{"policies is a list", "policies:\n  - api\n", `p.yaml:2: "policies" must map policy names to policies`},
-		{"policy is a string", "policies:\n  api: gcra\n", `p.yaml:2: policy "api": expected a mapping of fields (algorithm, rate, limit, period, burst, capacity, precision, prefix, on_failure, shadow, lease_ttl, limits)`},
+		{"policy is a string", "policies:\n  api: gcra\n", `p.yaml:2: policy "api": expected a mapping of fields (algorithm, rate, limit, period, burst, capacity, precision, prefix, on_failure, shadow, durable, lease_ttl, limits)`},
 		{"bad name", "policies:\n  \"a b\":\n    algorithm: gcra\n", `p.yaml:2: policy "a b": a name must be 1 to 128 letters, digits or _ - . :`},
 		{"defined twice", "policies:\n  a: {algorithm: fixed, limit: 1, period: 1s}\n  a: {algorithm: fixed, limit: 1, period: 1s}\n",
 			`p.yaml:3: policy "a": defined twice`},
 		{"unknown field", "policies:\n  api:\n    algorithm: gcra\n    rate: 10\n    period: 1s\n    burts: 5\n",
-			`p.yaml:6: policy "api": field burts: unknown field: expected one of algorithm, rate, limit, period, burst, capacity, precision, prefix, on_failure, shadow, lease_ttl, limits`},
+			`p.yaml:6: policy "api": field burts: unknown field: expected one of algorithm, rate, limit, period, burst, capacity, precision, prefix, on_failure, shadow, durable, lease_ttl, limits`},
 		{"field twice", "policies:\n  api:\n    rate: 10\n    rate: 11\n", `p.yaml:4: policy "api": field rate: given twice`},
 		{"field is a list", "policies:\n  api:\n    rate: [1]\n", `p.yaml:3: policy "api": field rate: expected a single value`},
 		{"rate and limit", "policies:\n  api:\n    algorithm: fixed\n    rate: 10\n    limit: 10\n    period: 1s\n",
@@ -220,4 +220,45 @@ func TestLogNames(t *testing.T) {
 			t.Errorf("%d policies: LogNames = %q; want %q", tc.n, got, tc.want)
 		}
 	}
+}
+
+func TestDurable(t *testing.T) {
+	head := "policies:\n  api:\n    algorithm: gcra\n    rate: 1\n    period: 1s\n"
+	for _, tc := range []struct {
+		value string
+		want  engine.Durability
+		err   string
+	}{
+		{"", engine.DurableNone, ""},
+		{"    durable: true\n", engine.DurableReplica, ""},
+		{"    durable: false\n", engine.DurableNone, ""},
+		{"    durable: replica\n", engine.DurableReplica, ""},
+		{"    durable: disk\n", engine.DurableDisk, ""},
+		{"    durable: always\n", 0, `p.yaml:6: policy "api": field durable: "always" must be true, false, replica or disk`},
+	} {
+		set, err := Parse("p.yaml", []byte(head+tc.value))
+		if tc.err != "" {
+			if err == nil || err.Error() != tc.err {
+				t.Errorf("%q: got %v, want %s", tc.value, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tc.value, err)
+		}
+		if p, _ := set.Lookup("api"); p.Durable != tc.want {
+			t.Errorf("%q: Durable %v, want %v", tc.value, p.Durable, tc.want)
+		}
+	}
+	// A multi-limit policy is durable as a whole: one call decides it.
+	set, err := Parse("p.yaml", []byte("policies:\n  api:\n    durable: true\n    limits:\n      - name: a\n        algorithm: gcra\n        rate: 1\n        period: 1s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := set.Lookup("api"); p.Durable != engine.DurableReplica {
+		t.Errorf("multi-limit: Durable %v", p.Durable)
+	}
+	// A concurrency policy's leases are not decisions of the batch script.
+	wantParseError(t, "policies:\n  jobs:\n    algorithm: concurrency\n    limit: 1\n    lease_ttl: 1s\n    durable: true\n",
+		`p.yaml:6: policy "jobs": field durable: a concurrency policy takes no durable; its fields are algorithm, limit, lease_ttl, prefix, on_failure`)
 }

@@ -125,7 +125,7 @@ func (b *Batch) From(door string) *Batch {
 // *PolicyKindError for a concurrency policy, or a *engine.ParamError
 // naming the parameter). Either way the error is counted.
 func (b *Batch) Add(r Request) (int, error) {
-	req := engine.Request{Key: r.Key, Limit: r.Limit, Cost: r.Cost, Peek: r.Peek, Charge: r.Charge, OnFailure: r.OnFailure}
+	req := engine.Request{Key: r.Key, Limit: r.Limit, Cost: r.Cost, Peek: r.Peek, Charge: r.Charge, OnFailure: r.OnFailure, Durable: b.s.durable}
 	m := meta{policy: cmp.Or(r.Label, Inline), shadow: r.Shadow, digest: r.Digest}
 	if !r.ByPolicy && r.Policy != "" {
 		b.s.CountError(ErrRequest)
@@ -145,7 +145,7 @@ func (b *Batch) Add(r Request) (int, error) {
 			b.s.CountError(ErrRequest)
 			return -1, engine.ValidateKey("")
 		}
-		req.Key, req.Limit, req.OnFailure = b.prefixed(p.Prefix, r.Key), p.Limit, p.OnFailure
+		req.Key, req.Limit, req.OnFailure, req.Durable = b.prefixed(p.Prefix, r.Key), p.Limit, p.OnFailure, p.Durable
 		m = meta{policy: p.Name, shadow: p.Shadow, detail: r.Detail, byPolicy: true, prefix: len(p.Prefix)}
 		if len(p.Limits) > 0 {
 			// Each limit's decision is kept even when the door did not

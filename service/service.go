@@ -68,6 +68,10 @@ type Config struct {
 	// explanation of a decision by policy (Explanation.Digest): the
 	// policies file's watcher's.
 	Digest func() string
+	// Durable is the durability of the requests decided by no named
+	// policy (the inline commands, the gateway doors' rules): a policy
+	// says its own (engine.Durability). Zero: answered at once.
+	Durable engine.Durability
 }
 
 // Service decides batches of requests for every front door. Its methods
@@ -81,6 +85,7 @@ type Service struct {
 	inFlight     int
 	recorder     *record.Writer
 	digest       func() string
+	durable      engine.Durability // the inline requests'
 
 	leaser engine.Leaser
 
@@ -103,7 +108,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{store: cfg.Store, policies: cfg.Policies, tracer: cfg.Tracer, resetTimeout: cfg.ResetTimeout,
 		leaser: cfg.Leaser, storeName: cmp.Or(cfg.StoreName, engine.PathStore.String()), inFlight: cfg.InFlight,
-		recorder: cfg.Recorder, digest: cfg.Digest}
+		recorder: cfg.Recorder, digest: cfg.Digest, durable: cfg.Durable}
 	if s.leaser == nil {
 		s.leaser, _ = cfg.Store.(engine.Leaser)
 	}

@@ -28,6 +28,7 @@ var testPolicies = policies{
 	"api":    {Name: "api", Limit: oneAnHour, Prefix: "api:"},
 	"trial":  {Name: "trial", Limit: oneAnHour, Prefix: "trial:", Shadow: true},
 	"closed": {Name: "closed", Limit: oneAnHour, Prefix: "closed:", OnFailure: engine.FailClosed},
+	"kept":   {Name: "kept", Limit: oneAnHour, Prefix: "kept:", Durable: engine.DurableReplica},
 }
 
 // recorder is a store that records the requests it is asked, then lets
@@ -332,5 +333,47 @@ func BenchmarkDecideWait(b *testing.B) {
 		}
 		svc.DecideWait(batch)
 		batch.Clear()
+	}
+}
+
+// A policy's durability reaches the store with its requests; the inline
+// requests take the service's (the --durable flag's).
+func TestDurability(t *testing.T) {
+	inline := engine.Limit{Algorithm: engine.FixedWindow, Rate: 5, Period: time.Second}
+	for _, tc := range []struct {
+		name       string
+		inline     engine.Durability
+		wantPolicy []engine.Durability // api, kept, inline
+	}{
+		{"inline not durable", engine.DurableNone, []engine.Durability{engine.DurableNone, engine.DurableReplica, engine.DurableNone}},
+		{"inline on disk", engine.DurableDisk, []engine.Durability{engine.DurableNone, engine.DurableReplica, engine.DurableDisk}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem, err := memstore.New(memstore.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := &recorder{Store: mem}
+			svc, err := service.New(service.Config{Store: rec, Policies: testPolicies, Durable: tc.inline})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := svc.NewBatch()
+			for _, r := range []service.Request{
+				{ByPolicy: true, Policy: "api", Key: "u1", Cost: 1},
+				{ByPolicy: true, Policy: "kept", Key: "u1", Cost: 1},
+				{Key: "u1", Limit: inline, Cost: 1},
+			} {
+				if _, err := b.Add(r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			decide(svc, b)
+			for i, want := range tc.wantPolicy {
+				if got := rec.seen[i].Durable; got != want {
+					t.Errorf("request %d reached the store with durability %v, want %v", i, got, want)
+				}
+			}
+		})
 	}
 }

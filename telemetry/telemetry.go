@@ -50,6 +50,14 @@ type Sources struct {
 	// after their callers were answered: skipped, or (started in time,
 	// finished late) charged (upstream.Store.LateCalls, OverdueCalls).
 	LateCalls, OverdueCalls func() uint64
+	// DurableCalls and UnreplicatedCalls count the batch calls of durable
+	// requests, and those whose replicas did not acknowledge them in time
+	// (upstream.Store.DurableCalls, UnreplicatedCalls).
+	DurableCalls, UnreplicatedCalls func() uint64
+	// Replication is what the upstream's masters said of their
+	// replication (upstream.Store.Replication): failovers seen, and the
+	// replicas connected.
+	Replication func() Replication
 	// Leases walks the lease counts per policy
 	// (service.Service.EachLeasePolicy).
 	Leases func(func(policy string, st service.LeaseStats))
@@ -58,6 +66,18 @@ type Sources struct {
 	// Recording reads the recording's counts (record.Writer.Stats); nil
 	// without --record.
 	Recording func() record.Stats
+}
+
+// Replication is the upstream's replication as Sources.Replication gives
+// it (upstream.Replication).
+type Replication struct {
+	// Failovers counts the masters promoted from a replica of one seen
+	// before; LostFailovers those that started behind an offset seen on
+	// their old master, and LostBytes the replication bytes between.
+	Failovers, LostFailovers, LostBytes uint64
+	// Replicas is the fewest replicas connected to a master; -1: not
+	// known yet.
+	Replicas int
 }
 
 // Config configures Telemetry.
@@ -173,6 +193,24 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 	overdue, err := m.Int64ObservableCounter("sluice.upstream.overdue_calls", metric.WithUnit("{call}"),
 		metric.WithDescription("Batch calls Redis ran (and charged) although their callers had been answered by the failure mode: it started them in time, then paused."))
 	must(err)
+	durableC, err := m.Int64ObservableCounter("sluice.upstream.durable_calls", metric.WithUnit("{call}"),
+		metric.WithDescription("Batch calls of durable requests: each followed by a WAIT for the replicas."))
+	must(err)
+	unreplicated, err := m.Int64ObservableCounter("sluice.upstream.unreplicated_calls", metric.WithUnit("{call}"),
+		metric.WithDescription("Batch calls of durable requests whose charges the replicas did not acknowledge by the deadline: their requests got their failure mode's answer."))
+	must(err)
+	failovers, err := m.Int64ObservableCounter("sluice.upstream.failovers", metric.WithUnit("{failover}"),
+		metric.WithDescription("Upstream masters seen promoted from a replica of a master seen before: the charges the old master had not replicated are lost, and requests that are not durable may be admitted again."))
+	must(err)
+	lostFailovers, err := m.Int64ObservableCounter("sluice.upstream.failovers_lost_writes", metric.WithUnit("{failover}"),
+		metric.WithDescription("Failovers whose new master started behind a replication offset this sidecar had seen on the old one: writes known lost."))
+	must(err)
+	lostBytes, err := m.Int64ObservableCounter("sluice.upstream.failover_lost_bytes", metric.WithUnit("By"),
+		metric.WithDescription("Replication bytes known lost in failovers (a floor: writes made after this sidecar last looked are lost unseen)."))
+	must(err)
+	replicas, err := m.Int64ObservableGauge("sluice.upstream.replicas", metric.WithUnit("{replica}"),
+		metric.WithDescription("The fewest replicas connected to an upstream master: below --durable-replicas, durable requests get their failure mode."))
+	must(err)
 	t.batchSize, err = m.Int64Histogram("sluice.batch.size", metric.WithUnit("{request}"),
 		metric.WithDescription("Requests per upstream round trip."),
 		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048))
@@ -230,8 +268,24 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 		if src.OverdueCalls != nil {
 			o.ObserveInt64(overdue, int64(src.OverdueCalls()))
 		}
+		if src.DurableCalls != nil {
+			o.ObserveInt64(durableC, int64(src.DurableCalls()))
+		}
+		if src.UnreplicatedCalls != nil {
+			o.ObserveInt64(unreplicated, int64(src.UnreplicatedCalls()))
+		}
+		if src.Replication != nil {
+			r := src.Replication()
+			o.ObserveInt64(failovers, int64(r.Failovers))
+			o.ObserveInt64(lostFailovers, int64(r.LostFailovers))
+			o.ObserveInt64(lostBytes, int64(r.LostBytes))
+			if r.Replicas >= 0 {
+				o.ObserveInt64(replicas, int64(r.Replicas))
+			}
+		}
 		return nil
-	}, decisions, errorsC, clients, hits, misses, evictions, entries, memKeys, memEvictions, breaker, fallbacks, late, overdue)
+	}, decisions, errorsC, clients, hits, misses, evictions, entries, memKeys, memEvictions, breaker, fallbacks, late, overdue, durableC, unreplicated,
+		failovers, lostFailovers, lostBytes, replicas)
 	return err
 }
 

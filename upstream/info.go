@@ -7,6 +7,7 @@ import "strconv"
 // EVALSHA), and the calls that Redis ran after their deadline, as
 // name-value pairs in INFO's order.
 func (s *Store) Info() [][2]string {
-	return [][2]string{{"upstream_scripts", s.Scripts()},
-		{"upstream_calls_late", strconv.FormatUint(s.LateCalls(), 10)}, {"upstream_calls_overdue", strconv.FormatUint(s.OverdueCalls(), 10)}}
+	return append([][2]string{{"upstream_scripts", s.Scripts()},
+		{"upstream_calls_late", strconv.FormatUint(s.LateCalls(), 10)}, {"upstream_calls_overdue", strconv.FormatUint(s.OverdueCalls(), 10)}},
+		s.InfoDurable()...)
 }

@@ -36,46 +36,82 @@ import (
 // follows; the slot map is reloaded. A request that the
 // script decided is never sent again.
 
-// master is a Cluster master's pipe as an engine.Store: the shard that
-// decides the requests on the slots the master serves (Store.Shards).
-type master struct {
-	s    *Store
-	pipe *redispipe.Pipe
-	send sender // on pipe, keys undeclared
+// node is where a batch goes on one Redis (the standalone or Sentinel
+// master, or one Cluster master): a shard per durability, so that a
+// batcher with Shards gives durable requests batches of their own and
+// the others never wait for a replica (durable.go).
+type node struct {
+	shards [len(durabilities)]*shard
 }
 
-// Submit sends the batch to the master in one call, by the store's one
-// path.
-func (m *master) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
-	m.s.submit(m.send, false, reqs, res, deadline, done)
+// durabilities is every engine.Durability a request may have.
+var durabilities = [...]engine.Durability{engine.DurableNone, engine.DurableReplica, engine.DurableDisk}
+
+// newNode makes the shards of pipe p: the plain requests on p, the
+// durable ones on p's twin (redispipe.Pipe.Twin), where the WAIT that
+// follows each of their calls holds up none of the plain calls.
+func (s *Store) newNode(p *redispipe.Pipe, undeclared bool) *node {
+	n := &node{}
+	for _, d := range durabilities {
+		sh := &shard{s: s, send: s.onPipe(p, undeclared)}
+		if d != engine.DurableNone {
+			sh.send = s.onDurablePipe(p.Twin(), undeclared, d)
+		}
+		n.shards[d] = sh
+	}
+	return n
+}
+
+// shard is one node's requests of one durability as an engine.Store: what
+// Shards routes a request to.
+type shard struct {
+	s      *Store
+	send   sender
+	bySlot bool // go-redis on Cluster: a call per slot
+}
+
+// Submit sends the batch by the store's one path.
+func (sh *shard) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
+	sh.s.submit(sh.send, sh.bySlot, reqs, res, deadline, done)
 }
 
 // Reset resets through the store, which finds the key's master itself.
-func (m *master) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
-	return m.s.Reset(ctx, key, limits...)
+func (sh *shard) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
+	return sh.s.Reset(ctx, key, limits...)
 }
 
-// Shards routes each request to the master that serves its key, for a
-// batcher that gives each master its own batches (chain.Config.Shard):
-// nil off Cluster, or where no pipe can stand in for go-redis.
+// Shards routes each request to the shard that decides it, for a batcher
+// that gives each shard its own batches (chain.Config.Shard): on Cluster
+// the master that serves its key, and everywhere its durability. Nil
+// where no pipe can stand in for go-redis.
 func (s *Store) Shards() engine.Shards {
-	if s.masters == nil {
+	if s.masters == nil && s.node == nil {
 		return nil
 	}
 	return s.shardOf
 }
 
 func (s *Store) shardOf(r *engine.Request) (engine.Store, error) {
-	slot := s.slotOf(r)
-	if m, ok := s.masters.Cached(slot); ok {
-		return m, nil
+	d := r.Durable
+	if int(d) >= len(durabilities) {
+		d = engine.DurableNone // invalid: submit fails it alone
 	}
-	m, err := s.masters.Of(slot, s.keyOf(r))
+	if s.masters == nil {
+		if s.node != nil {
+			return s.node.shards[d], nil
+		}
+		return s.unpiped[d], nil
+	}
+	slot := s.slotOf(r)
+	if n, ok := s.masters.Cached(slot); ok {
+		return n.shards[d], nil
+	}
+	n, err := s.masters.Of(slot, s.keyOf(r))
 	if err != nil {
 		s.reloadSlots(context.Background())
 		return nil, err
 	}
-	return m, nil
+	return n.shards[d], nil
 }
 
 // slotOf is the hash slot of r's keys, read from r.Key without joining

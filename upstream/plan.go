@@ -2,6 +2,8 @@ package upstream
 
 import (
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -88,6 +90,17 @@ type batch struct {
 	out        []byte
 	evaled     bool
 	got        redispipe.Done
+	// A durable batch only (durable.go): its durability, the replies it
+	// awaits (its call's and the WAIT's after it, two more for each
+	// NOSCRIPT), its call's outcome, why the replicas fell short, if they
+	// did, and waitReply bound to b.
+	durable   engine.Durability
+	waited    time.Duration // the WAITs' timeouts so far
+	awaiting  atomic.Int32
+	callErr   error
+	shortMu   sync.Mutex
+	short     error // guarded by shortMu
+	waitReply redispipe.Done
 }
 
 type slotted struct {
@@ -106,6 +119,7 @@ type keyed struct {
 func (s *Store) newBatch() any {
 	b := &batch{slotGroup: map[uint16]int{}, limitIndex: map[engine.Limit]int64{}, keyGroup: map[keyRef]int{}, multiKey: map[string]int{}}
 	b.got = func(reply any, err error) { s.gotReply(b, reply, err) }
+	b.waitReply = func(reply any, err error) { s.gotWait(b, reply, err) }
 	return b
 }
 
@@ -126,6 +140,7 @@ func (s *Store) release(b *batch) {
 	b.grouped, b.groupSize, b.reqGroup, b.groupAt = b.grouped[:0], b.groupSize[:0], b.reqGroup[:0], b.groupAt[:0]
 	b.pinned, b.send, b.reqs, b.res, b.deadline, b.done = false, nil, nil, nil, time.Time{}, nil
 	b.pipe, b.undeclared, b.evaled = nil, false, false
+	b.durable, b.waited, b.callErr, b.short = engine.DurableNone, 0, nil, nil
 	s.batches.Put(b)
 }
 

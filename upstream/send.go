@@ -42,11 +42,22 @@ var _ engine.Store = (*Store)(nil)
 // master's part goes on that master's pipe (Shards), and a batcher with
 // Shards sends each master's batches to that master's store directly.
 func (s *Store) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
-	if s.masters != nil {
+	if s.masters != nil || anyDurable(reqs) {
 		engine.SubmitSplit(s.shardOf, reqs, res, deadline, done)
 		return
 	}
 	s.submit(s.send, s.cluster, reqs, res, deadline, done)
+}
+
+// anyDurable tells whether a request of reqs waits for replicas, and so
+// goes to a shard of its own.
+func anyDurable(reqs []engine.Request) bool {
+	for i := range reqs {
+		if reqs[i].Durable != engine.DurableNone {
+			return true
+		}
+	}
+	return false
 }
 
 // submit is the one path to Redis. It validates each request, the one
@@ -166,6 +177,9 @@ func (s *Store) gotReply(b *batch, reply any, err error) {
 					s.reloadOn(b.pipe, b.deadline)
 				}
 				b.send(b)
+				if b.durable != engine.DurableNone {
+					s.replied(b) // this call's reply; the sender awaits the next
+				}
 				return
 			}
 			err = v
@@ -180,7 +194,7 @@ func (s *Store) gotReply(b *batch, reply any, err error) {
 		b.pipe.Drop(err)
 	}
 	if !b.undeclared {
-		s.finish(b, err)
+		s.complete(b, err)
 		return
 	}
 	var moved []int
@@ -195,7 +209,13 @@ func (s *Store) gotReply(b *batch, reply any, err error) {
 		s.reloadSlots(context.Background())
 	}
 	if len(moved) == 0 {
-		s.finish(b, err)
+		s.complete(b, err)
+		return
+	}
+	if b.durable != engine.DurableNone {
+		// Sent again through go-redis, they would have no WAIT after
+		// them: the batch gets its failure mode's answers.
+		s.complete(b, fmt.Errorf("upstream: %d requests of a durable batch met a slot that moved: %w", len(moved), engine.ErrNotDurable))
 		return
 	}
 	reqs, res, deadline, done := b.reqs, b.res, b.deadline, b.done
@@ -247,7 +267,7 @@ func isNoScript(err error) bool {
 // script did not run. Nor did it after a protocol error (an
 // unauthenticated client's long command), after which Redis closes the
 // connection.
-var unavailable = []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "MASTERDOWN", "READONLY", "NOAUTH", "WRONGPASS", "NOPERM", "NOSCRIPT", "OOM", "Protocol error"}
+var unavailable = []string{"LOADING", "BUSY", "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "MASTERDOWN", "READONLY", "NOAUTH", "WRONGPASS", "NOPERM", "NOSCRIPT", "OOM", "NOREPLICAS", "Protocol error"}
 
 // collect decodes one call's reply, or the error it met, into its
 // requests' results: both senders' replies come here. It returns an

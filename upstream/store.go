@@ -57,6 +57,9 @@ type Config struct {
 	// Log gets the line that says whether batches call a Redis function
 	// or EVALSHA (functions.go). Nil means slog.Default().
 	Log *slog.Logger
+	// Replicas is how many replicas must acknowledge a durable request's
+	// charge before it is answered (durable.go). Zero means 1.
+	Replicas int
 }
 
 // Store decides requests on Redis. It is safe for concurrent use.
@@ -70,10 +73,16 @@ type Store struct {
 	// go-redis where no pipe can stand in for it (send.go).
 	send sender
 	pipe *redispipe.Pipe // nil on Cluster
-	// masters holds a pipe per Cluster master, wrapped as a store (the
-	// shard of Shards); nil off Cluster, and where a pipe cannot stand in
-	// for go-redis.
-	masters *redispipe.Router[*master]
+	// node is pipe's shards by durability (Shards); nil with no pipe.
+	node *node
+	// unpiped is the shards by durability where no pipe can stand in for
+	// go-redis: the plain one sends through it, the durable ones refuse
+	// (durable.go).
+	unpiped [len(durabilities)]engine.Store
+	// masters holds a pipe per Cluster master, as a node of shards (the
+	// shards of Shards); nil off Cluster, and where a pipe cannot stand
+	// in for go-redis.
+	masters *redispipe.Router[*node]
 	// functions is set while batches call the batch library (FCALL);
 	// refusedAt is when Redis last refused to load it (UnixNano, 0:
 	// never, or loaded since), and retrying is set while a retry runs
@@ -94,6 +103,16 @@ type Store struct {
 	// line (UnixNano).
 	late, overdue atomic.Uint64
 	lastNote      atomic.Int64
+	// replicas is Config.Replicas. durableCalls counts the calls of
+	// durable requests, unreplicated those whose WAIT said fewer
+	// replicas than replicas hold their charges (durable.go); lastShort
+	// rate-limits their log line (UnixNano).
+	replicas                   int
+	durableCalls, unreplicated atomic.Uint64
+	lastShort                  atomic.Int64
+	// repl is what WatchReplication saw of the masters' replication
+	// streams (failover.go).
+	repl replWatch
 }
 
 // New returns a Store over cfg.Client. It does not talk to Redis.
@@ -110,21 +129,30 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	s := &Store{client: cfg.Client, prefix: cfg.Prefix, now: cfg.Now, log: cfg.Log}
+	if cfg.Replicas < 0 {
+		return nil, errors.New("upstream: negative Config.Replicas")
+	}
+	s := &Store{client: cfg.Client, prefix: cfg.Prefix, now: cfg.Now, log: cfg.Log, replicas: max(cfg.Replicas, 1)}
+	s.repl.stats.Replicas = -1
 	s.batches.New = s.newBatch
 	s.send = s.goRedis
 	pipes := redispipe.Config{Stamp: redispipe.Stamp{Put: lua.PutDeadline, Time: lua.ReplyTime}, Stray: s.strayReply}
 	switch c := cfg.Client.(type) {
 	case *redis.ClusterClient:
 		s.cluster = true
-		s.masters = redispipe.NewRouter(c, pipes, func(p *redispipe.Pipe) *master {
-			return &master{s: s, pipe: p, send: s.onPipe(p, true)}
+		s.masters = redispipe.NewRouter(c, pipes, func(p *redispipe.Pipe) *node {
+			return s.newNode(p, true)
 		})
 	case *redis.Client:
 		pipes.Options = c.Options()
 		if s.pipe = redispipe.New(pipes); s.pipe != nil {
 			s.send = s.onPipe(s.pipe, false)
+			s.node = s.newNode(s.pipe, false)
 		}
+	}
+	s.unpiped[engine.DurableNone] = &shard{s: s, send: s.send, bySlot: s.cluster}
+	for _, d := range durabilities[1:] {
+		s.unpiped[d] = unpiped{}
 	}
 	return s, nil
 }

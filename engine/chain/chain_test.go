@@ -178,7 +178,7 @@ func TestChainInfo(t *testing.T) {
 		want [][2]string
 	}{
 		{"Upstream", c.InfoUpstream(), [][2]string{{"upstream_timeout_ms", "250"}, {"breaker_open", "0"},
-			{"fallback_decisions", "0"}, {"on_upstream_failure", "deny"}}},
+			{"fallback_decisions", "0"}, {"fallback_decisions_unreplicated", "0"}, {"on_upstream_failure", "deny"}}},
 		// The second call's first request is a deny cache hit; the
 		// second is not, since the cache checks before the round trip.
 		{"Batcher", c.InfoBatcher(), [][2]string{{"batches", "1"}, {"batched_decisions", "2"}, {"avg_batch_size", "2.00"},

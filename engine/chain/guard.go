@@ -68,10 +68,13 @@ type Guard struct {
 	openUntil time.Time   // zero while closed; guarded by mu
 	probing   bool        // a probe is in flight; guarded by mu
 
-	open      atomic.Bool
-	fallback  atomic.Uint64
-	lastRound atomic.Int64 // UnixNano of the last outcome from the store
-	flights   sync.Pool    // *guardFlight
+	open     atomic.Bool
+	fallback atomic.Uint64
+	// unreplicated counts the durable requests answered by their failure
+	// mode because the replicas did not acknowledge their charges.
+	unreplicated atomic.Uint64
+	lastRound    atomic.Int64 // UnixNano of the last outcome from the store
+	flights      sync.Pool    // *guardFlight
 
 	leases guardLeases
 }
@@ -145,7 +148,15 @@ func (f *guardFlight) land(err error) {
 	g, reqs, res, done, probe := f.g, f.reqs, f.res, f.done, f.probe
 	f.reqs, f.res, f.done = nil, nil, nil
 	g.flights.Put(f)
-	g.record(err, probe)
+	if err != nil && errors.Is(err, engine.ErrNotDurable) {
+		// The store answered; its replicas did not in time. The requests
+		// get their failure mode, and the breaker, which protects every
+		// request from a failing store, hears a success.
+		g.record(nil, probe)
+		g.unreplicated.Add(uint64(len(reqs)))
+	} else {
+		g.record(err, probe)
+	}
 	if err != nil {
 		err = g.fail(reqs, res)
 	}
@@ -294,13 +305,16 @@ func (g *Guard) Health(err error) {
 // GuardStats counts what the guard did, for INFO, metrics and readiness.
 type GuardStats struct {
 	BreakerOpen bool
-	Fallbacks   uint64    // requests decided by a failure mode
-	LastOutcome time.Time // when the store last answered or failed; zero: never
+	Fallbacks   uint64 // requests decided by a failure mode
+	// Unreplicated counts those of Fallbacks that were durable requests
+	// whose charges the replicas did not acknowledge (engine.ErrNotDurable).
+	Unreplicated uint64
+	LastOutcome  time.Time // when the store last answered or failed; zero: never
 }
 
 // Stats returns the breaker state and the counts so far.
 func (g *Guard) Stats() GuardStats {
-	s := GuardStats{BreakerOpen: g.open.Load(), Fallbacks: g.fallback.Load()}
+	s := GuardStats{BreakerOpen: g.open.Load(), Fallbacks: g.fallback.Load(), Unreplicated: g.unreplicated.Load()}
 	if ns := g.lastRound.Load(); ns != 0 {
 		s.LastOutcome = time.Unix(0, ns)
 	}

@@ -3,6 +3,7 @@ package chain_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -256,5 +257,53 @@ func TestGuardHealth(t *testing.T) {
 	}
 	if len(*events) != 2 || !(*events)[0].open || (*events)[1].open {
 		t.Errorf("breaker events %+v; want open, then closed", *events)
+	}
+}
+
+// unreplicatedStore decides, then fails the batch as the Redis store does
+// when the replicas did not acknowledge a durable batch's charges.
+type unreplicatedStore struct{ inner engine.Store }
+
+func (u unreplicatedStore) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
+	u.inner.Submit(reqs, res, deadline, func(error) { done(fmt.Errorf("upstream: WAIT 1: %w", engine.ErrNotDurable)) })
+}
+
+func (u unreplicatedStore) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
+	return u.inner.Reset(ctx, key, limits...)
+}
+
+// A durable batch whose replicas did not acknowledge gets its failure
+// modes' answers and is counted, but never opens the breaker: the store
+// answered, and the requests that are not durable must keep reaching it.
+func TestGuardNotDurable(t *testing.T) {
+	clock := enginetest.NewClock(enginetest.Epoch)
+	g, err := chain.NewGuard(chain.GuardConfig{Store: unreplicatedStore{openMemory(t, clock.Now)},
+		Local: openMemory(t, clock.Now), Threshold: 1, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := engine.Limit{Algorithm: engine.FixedWindow, Rate: 2, Period: time.Hour}
+	for round := range 3 {
+		reqs := []engine.Request{
+			{Key: "a", Limit: limit, Cost: 1, OnFailure: engine.FailClosed, Durable: engine.DurableReplica},
+			{Key: "b", Limit: limit, Cost: 1, OnFailure: engine.FailOpen, Durable: engine.DurableReplica},
+		}
+		res := make([]engine.Result, len(reqs))
+		if err := engine.Wait(g, reqs, res, time.Time{}); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if res[0].Path != engine.PathFailClosed || res[0].Decision.Allowed {
+			t.Errorf("round %d: deny: %+v, want refused by fail_closed", round, res[0])
+		}
+		if res[1].Path != engine.PathFailOpen || !res[1].Decision.Allowed {
+			t.Errorf("round %d: allow: %+v, want allowed by fail_open", round, res[1])
+		}
+	}
+	st := g.Stats()
+	if st.BreakerOpen {
+		t.Error("the breaker opened on unacknowledged replicas")
+	}
+	if st.Unreplicated != 6 || st.Fallbacks != 6 {
+		t.Errorf("Unreplicated %d, Fallbacks %d, want 6 and 6", st.Unreplicated, st.Fallbacks)
 	}
 }

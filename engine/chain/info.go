@@ -16,7 +16,7 @@ func (c *Chain) InfoUpstream() [][2]string {
 		open = "1"
 	}
 	return [][2]string{{"upstream_timeout_ms", strconv.FormatInt(c.timeout.Milliseconds(), 10)},
-		{"breaker_open", open}, {"fallback_decisions", u(g.Fallbacks)},
+		{"breaker_open", open}, {"fallback_decisions", u(g.Fallbacks)}, {"fallback_decisions_unreplicated", u(g.Unreplicated)},
 		{"on_upstream_failure", c.guard.def.String()}}
 }
 

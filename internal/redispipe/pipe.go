@@ -66,6 +66,9 @@ type Pipe struct {
 	clock Clock
 	// drains holds the connections being drained; guarded by mu.
 	drains map[*replies]struct{}
+	// twin is the pipe's second connection (Twin), nil until asked for;
+	// guarded by mu.
+	twin *Pipe
 }
 
 // awaited is a reply a sender waits for.
@@ -101,6 +104,22 @@ func New(cfg Config) *Pipe {
 		return nil
 	}
 	return &Pipe{opt: opt, stamp: cfg.Stamp, stray: cfg.Stray}
+}
+
+// Twin returns the pipe's twin: a second pipe to the same Redis,
+// configured alike, dialed when first used. It is for commands that hold
+// their connection up (WAIT blocks its client until replicas acknowledge
+// its writes, and Redis runs nothing else sent on that connection
+// meanwhile), so that they hold up none of the pipe's own. Every call
+// returns the same twin; UseLoop and Close reach it as they reach the
+// pipe.
+func (p *Pipe) Twin() *Pipe {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.twin == nil {
+		p.twin = &Pipe{opt: p.opt, stamp: p.stamp, stray: p.stray, loop: p.loop, closed: p.closed}
+	}
+	return p.twin
 }
 
 // Timeout is how long a reply may take when its sender set no deadline:
@@ -456,8 +475,12 @@ func (p *Pipe) deliver(r *replies, reply any) bool {
 // still has a reader goroutine, and so does the one open now, if any.
 func (p *Pipe) UseLoop(l *evloop.Loop) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.loop = l
+	twin := p.twin
+	p.mu.Unlock()
+	if twin != nil {
+		twin.UseLoop(l)
+	}
 }
 
 // polledConn is a connection of the pipe's as the event loop that reads
@@ -564,8 +587,12 @@ func (p *Pipe) Close() {
 	for rd := range p.drains {
 		rd.conn.Close() // its reader ends, and endDrain forgets it
 	}
+	twin := p.twin
 	p.mu.Unlock()
 	if conn != nil {
 		p.fail(conn, ErrClosed)
+	}
+	if twin != nil {
+		twin.Close()
 	}
 }

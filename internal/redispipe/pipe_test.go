@@ -131,3 +131,35 @@ func TestSendDeadlineAndClose(t *testing.T) {
 		t.Fatalf("Send on a closed pipe: %v; want ErrClosed before Send returns", err)
 	}
 }
+
+// A twin is a connection of its own: a WAIT that blocks it (no replica
+// to acknowledge) holds up nothing sent on its pipe, and closing the pipe
+// closes its twin.
+func TestTwin(t *testing.T) {
+	p := newPipe(t, redistest.Start(t))
+	twin := p.Twin()
+	if p.Twin() != twin {
+		t.Fatal("a second Twin is another pipe")
+	}
+	waited := make(chan outcome, 1)
+	start := time.Now()
+	twin.Send(resp.AppendCommand(nil, "WAIT", "1", "2000"), time.Now().Add(5*time.Second), func(reply any, err error) {
+		waited <- outcome{reply, err}
+	})
+	out := sendAll(t, p, time.Now().Add(5*time.Second), 10*time.Second, resp.AppendCommand(nil, "PING"))
+	if out[0].err != nil || out[0].reply != "PONG" {
+		t.Fatalf("PING on the pipe: %+v", out[0])
+	}
+	if d := time.Since(start); d >= 2*time.Second {
+		t.Fatalf("PING on the pipe waited %v, behind the twin's WAIT", d)
+	}
+	p.Close()
+	select {
+	case o := <-waited:
+		if !errors.Is(o.err, redispipe.ErrClosed) {
+			t.Fatalf("the twin's WAIT after Close: %+v, want ErrClosed", o)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("closing the pipe left its twin's WAIT waiting")
+	}
+}

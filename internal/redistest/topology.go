@@ -133,17 +133,31 @@ type Sentinel struct {
 }
 
 // StartSentinel starts the master, its replica and three sentinels, with
-// short timeouts so that a failover completes within seconds.
+// short timeouts so that a failover completes within seconds, and waits
+// until the replica is in sync (so that it holds what the master writes
+// from then on, and a test's WAIT is answered).
 func StartSentinel(tb testing.TB) *Sentinel {
 	tb.Helper()
 	st := &Sentinel{Name: "mymaster"}
-	st.Master = Start(tb)
-	st.Replica = Start(tb, "replicaof 127.0.0.1 "+strconv.Itoa(st.Master.Port), "replica-priority 100")
+	// No delay before the first sync: Redis 7 waits 5s by default for
+	// more replicas to share a diskless one.
+	st.Master = Start(tb, "repl-diskless-sync-delay 0")
+	st.Replica = Start(tb, "replicaof 127.0.0.1 "+strconv.Itoa(st.Master.Port), "replica-priority 100", "repl-diskless-sync-delay 0")
 	for range 3 {
 		st.Sentinels = append(st.Sentinels, startSentinel(tb, st.Master.Port))
 	}
-	// Wait until the sentinels know the replica and each other.
 	deadline := time.Now().Add(30 * time.Second)
+	for {
+		role, err := st.Replica.Do("ROLE")
+		if err == nil && strings.Contains(role, "\nconnected\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: the replica not in sync within 30s: %q, %v", role, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Wait until the sentinels know the replica and each other.
 	for {
 		out, err := st.Sentinels[0].Do("SENTINEL", "REPLICAS", st.Name)
 		if err == nil && strings.Contains(out, strconv.Itoa(st.Replica.Port)) && strings.Contains(out, "slave") {

@@ -42,6 +42,8 @@ type Config struct {
 	LogLevel        slog.Level         // the least level logged
 	OnFailure       engine.FailureMode // the default failure mode
 	UpstreamTimeout time.Duration      // deadline of one round trip to the upstream
+	Durable         engine.Durability  // the durability of requests under no policy (inline commands, gateway rules)
+	DurableReplicas int                // how many replicas must acknowledge a durable charge
 	UpstreamTLSCA   string             // PEM file of the upstream's CA; empty: the system's roots
 	ShutdownTimeout time.Duration      // how long a shutdown waits for requests being answered
 	ShutdownDelay   time.Duration      // how long to keep serving after the signal, before draining; 0: none
@@ -127,6 +129,7 @@ func Default() Config {
 		LogLevel:        slog.LevelInfo,
 		OnFailure:       engine.FailLocal,
 		UpstreamTimeout: 100 * time.Millisecond,
+		DurableReplicas: 1,
 		ShutdownTimeout: 10 * time.Second,
 		AdminListen:     "127.0.0.1:9380",
 		BatchMax:        1024,
@@ -176,6 +179,11 @@ func (c *Config) Register(fs *flag.FlagSet) {
 			"allow, deny, or local (this sidecar's in-memory store enforces the same limits alone)")
 	fs.DurationVar(&c.UpstreamTimeout, "upstream-timeout", c.UpstreamTimeout,
 		"deadline of each round trip to the upstream Redis (`duration`); past it the failure mode decides")
+	fs.TextVar(&c.Durable, "durable", c.Durable,
+		"answer the requests of no named policy (inline commands, gateway rules) only once a replica holds their charges (`durability`): "+
+			"none, replica (WAIT) or disk (WAITAOF, Redis 7.2); a policy says its own with durable:")
+	fs.IntVar(&c.DurableReplicas, "durable-replicas", c.DurableReplicas,
+		"how many replicas must acknowledge a durable request's charge before it is answered (`n`)")
 	fs.StringVar(&c.UpstreamTLSCA, "upstream-tls-ca", c.UpstreamTLSCA,
 		"PEM `file` of the CA that rediss:// upstream certificates must chain to; empty: the system's roots")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout,

@@ -65,6 +65,7 @@ func (c *Config) Validate() error {
 		{"io-loops", c.IOLoops, true},
 		{"rls-max-descriptors", c.RLSMaxDescriptors, false},
 		{"rls-max-entries", c.RLSMaxEntries, false},
+		{"durable-replicas", c.DurableReplicas, false},
 	}
 	for _, n := range ints {
 		if n.n < 0 || n.n == 0 && !n.zeroOK {
