@@ -23,7 +23,7 @@ func NewClient(addr string, roots *x509.CertPool) (redis.UniversalClient, redisu
 		return nil, "", err
 	}
 	if roots != nil && !a.TLS {
-		return nil, "", &redisurl.Error{Addr: redisurl.Redact(addr), Reason: "a CA is given but the address does not use TLS (rediss://)"}
+		return nil, "", &redisurl.Error{Addr: redisurl.Quoted(addr), Reason: "a CA is given but the address does not use TLS (rediss://)"}
 	}
 	// What every kind's options get: the CA, and deadlines honoured.
 	finish := func(t *tls.Config, contextTimeout *bool) {
@@ -36,7 +36,7 @@ func NewClient(addr string, roots *x509.CertPool) (redis.UniversalClient, redisu
 	// the two together): an error here is go-redis's, with the address
 	// redacted.
 	failed := func(err error) error {
-		return &redisurl.Error{Addr: redisurl.Redact(addr), Reason: err.Error()}
+		return &redisurl.Error{Addr: redisurl.Quoted(addr), Reason: err.Error()}
 	}
 	switch a.Kind {
 	case redisurl.Sentinel:

@@ -82,9 +82,9 @@ func TestNewClientRefuses(t *testing.T) {
 		roots *x509.CertPool
 		want  string
 	}{
-		{"redis://x:1?bogus=1", nil, `invalid upstream "x:1": unknown option "bogus"`},
-		{"redis://x:1", x509.NewCertPool(), `invalid upstream "x:1": a CA is given but the address does not use TLS`},
-		{"redis://user:secret@x?pool_size=-", nil, `invalid upstream "x": invalid pool_size "-"`},
+		{"redis://x:1?bogus=1", nil, `invalid upstream "redis://x:1": unknown option "bogus"`},
+		{"redis://x:1", x509.NewCertPool(), `invalid upstream "redis://x:1": a CA is given but the address does not use TLS`},
+		{"redis://user:secret@x?pool_size=-", nil, `invalid upstream "redis://x": invalid pool_size "-"`},
 	} {
 		c, _, err := upstream.NewClient(tc.addr, tc.roots)
 		if err == nil {

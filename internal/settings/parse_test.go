@@ -32,7 +32,7 @@ func TestFlagErrors(t *testing.T) {
 		{"upstream without scheme keeps its password out", []string{"--upstream", "u:secret@r:6379"}, nil,
 			`invalid --upstream "r:6379": an address starts with its scheme: did you mean redis://USER:PASSWORD@r:6379?`},
 		{"upstream scheme", []string{"--upstream", "http://x"}, nil,
-			`invalid --upstream "http://x": scheme "http" must be redis, rediss, redis+sentinel, redis+cluster, rediss+sentinel or rediss+cluster`},
+			`invalid --upstream "http://x": scheme must be redis, rediss, redis+sentinel, redis+cluster, rediss+sentinel or rediss+cluster`},
 		{"upstream from env", nil, map[string]string{"SLUICE_UPSTREAM": "localhost:6379"},
 			`invalid SLUICE_UPSTREAM "localhost:6379": an address starts with its scheme: did you mean redis://localhost:6379?`},
 		{"duration without unit", []string{"--upstream-timeout", "100"}, nil,
