@@ -107,7 +107,7 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	if cfg.Upstream == "" {
 		log.Info("no --upstream: using the in-memory store; limits apply to this process only")
 	} else {
-		if s.chain, err = newChain(cfg, s.mem, s.tel, log); err != nil {
+		if s.chain, err = newChain(ctx, cfg, s.mem, s.tel, log); err != nil {
 			return err
 		}
 		s.closers = append(s.closers, s.chain.close)
@@ -347,6 +347,7 @@ func (s *Sidecar) sources() telemetry.Sources {
 		src.Guard = func() chain.GuardStats { return c.chain.Stats().Guard }
 		src.Batcher = func() chain.BatcherStats { return c.chain.Stats().Batcher }
 		src.LateCalls, src.OverdueCalls = c.up.LateCalls, c.up.OverdueCalls
+		src.Upstream = c.upstreamStatus
 	}
 	return src
 }

@@ -51,6 +51,8 @@ type Sources struct {
 	Leases func(func(policy string, st service.LeaseStats))
 	// Configs gives the watched configurations' load records.
 	Configs func() []ConfigStatus
+	// Upstream gives the upstream Redis's state.
+	Upstream func() UpstreamStatus
 }
 
 // Config configures Telemetry.
@@ -114,7 +116,7 @@ func New(cfg Config) (*Telemetry, error) {
 	}
 	t.provider = sdkmetric.NewMeterProvider(opts...)
 	meter := t.provider.Meter("github.com/sluice-rl/sluice")
-	if err := errors.Join(t.instruments(meter), t.leaseInstruments(meter), t.configInstruments(meter)); err != nil {
+	if err := errors.Join(t.instruments(meter), t.leaseInstruments(meter), t.configInstruments(meter), t.upstreamInstruments(meter)); err != nil {
 		return nil, fmt.Errorf("telemetry: instruments: %w", err)
 	}
 	t.okAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "ok")))

@@ -210,6 +210,15 @@ func (m *mapper) redis(cfg *settings.Config) {
 		m.fail("REDIS_SOCKET_TYPE", "Sluice reaches Redis over TCP only: set REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port")
 		return
 	}
+	// The peer opens no port until Redis answers (it exits when it
+	// cannot reach it), and a platform that deploys it counts on that:
+	// the pod is not ready while its limits would not be shared.
+	cfg.UpstreamRequired = true
+	if d, err := time.ParseDuration(m.str("REDIS_STARTUP_MAX_ELAPSED_TIME")); err != nil || d < 0 {
+		m.fail("REDIS_STARTUP_MAX_ELAPSED_TIME", "must be a duration such as 5m, or 0 to wait without end")
+	} else {
+		cfg.UpstreamRequiredTimeout = d
+	}
 	scheme := "redis"
 	if m.bool("REDIS_TLS") {
 		scheme = "rediss"

@@ -57,6 +57,8 @@ func TestMapPlatforms(t *testing.T) {
 	want.GRPCInsecure, want.LogLevel, want.Upstream, want.RLSConfig = true, slog.LevelDebug, "redis://redis:6379", "/data/ratelimit/config"
 	// The peer's keys, its default jitter of 300 seconds.
 	want.RLSPeerKeys, want.RLSPeerKeyJitter = true, 300*time.Second
+	// The peer opens no port until Redis answers, waiting without end.
+	want.UpstreamRequired, want.UpstreamRequiredTimeout = true, 0
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("Istio's sample:\n got %+v\nwant %+v", cfg, want)
 	}
@@ -75,7 +77,7 @@ func TestMapPlatforms(t *testing.T) {
 	want.GRPCTLSCert, want.GRPCTLSKey = "/certs/tls.crt", "/certs/tls.key" // no client CA: the peer reads none
 	want.RLSXDSServer, want.RLSXDSNodeID, want.RLSXDSRetry, want.RLSXDSStartWithoutConfig = "envoy-gateway:18001", "envoy-ratelimit", 3*time.Second, true
 	want.RLSXDSTLS, want.RLSXDSTLSCA, want.RLSXDSTLSCert, want.RLSXDSTLSKey = true, "/certs/ca.crt", "/certs/tls.crt", "/certs/tls.key"
-	want.RLSPeerKeys, want.RLSPeerKeyJitter = true, 300*time.Second
+	want.RLSPeerKeys, want.RLSPeerKeyJitter, want.UpstreamRequired, want.UpstreamRequiredTimeout = true, 300*time.Second, true, 0
 	// USE_PROMETHEUS: the peer's metrics, renamed as its mapper file says.
 	want.RLSPeerMetrics, want.RLSPeerMetricsMapper = true, "/etc/statsd-exporter/conf.yaml"
 	if !reflect.DeepEqual(cfg, want) {
@@ -137,6 +139,7 @@ func TestMapSettings(t *testing.T) {
 		{"log format other", with(istio, "LOG_FORMAT", "logfmt"), func(c settings.Config) any { return c.LogFormat }, "text"},
 		{"redis auth", with(istio, "REDIS_AUTH", "s3cr:et"), func(c settings.Config) any { return c.Upstream }, "redis://s3cr:et@redis:6379"},
 		{"redis password", with(istio, "REDIS_AUTH", "p@ss"), func(c settings.Config) any { return c.Upstream }, "redis://:p%40ss@redis:6379"},
+		{"redis startup max elapsed time", with(istio, "REDIS_STARTUP_MAX_ELAPSED_TIME", "45s"), func(c settings.Config) any { return c.UpstreamRequiredTimeout }, 45 * time.Second},
 		{"redis tls", with(istio, "REDIS_TLS", "true", "REDIS_TLS_CACERT", "ca.pem"),
 			func(c settings.Config) any { return c.Upstream + " " + c.UpstreamTLSCA }, "rediss://redis:6379 ca.pem"},
 		{"redis CA without TLS", with(istio, "REDIS_TLS_CACERT", "ca.pem"), func(c settings.Config) any { return c.UpstreamTLSCA }, ""},

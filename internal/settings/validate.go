@@ -43,6 +43,8 @@ func (c *Config) Validate() error {
 		{"shutdown-timeout", c.ShutdownTimeout, true},
 		{"shutdown-delay", c.ShutdownDelay, true},
 		{"upstream-timeout", c.UpstreamTimeout, false},
+		{"upstream-required-timeout", c.UpstreamRequiredTimeout, true},
+		{"upstream-eviction-check", c.UpstreamEvictionCheck, true},
 	}
 	for _, d := range durations {
 		if d.d < 0 || d.d == 0 && !d.zeroOK {
