@@ -44,15 +44,16 @@ func newChain(ctx context.Context, cfg Config, mem *memstore.Store, tel *telemet
 	}
 	c = &sharedStore{kind: kind}
 	var closers []func()
-	c.close = func() {
+	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
 		}
 	}
+	c.close = closeAll
 	closers = append(closers, func() { client.Close() })
 	defer func() {
 		if err != nil {
-			c.close()
+			closeAll() // c is nil by then
 		}
 	}()
 	up, err := upstream.New(upstream.Config{Client: client, Prefix: cfg.KeyPrefix, Log: log})

@@ -97,19 +97,26 @@ func firstWarning(log string) string {
 // fill writes to srv until its maxmemory refuses a write.
 func fill(t *testing.T, srv *redistest.Server) {
 	t.Helper()
+	fillUntil(t, srv, func(_ *redis.Client, err error) bool { return err != nil && strings.HasPrefix(err.Error(), "OOM") })
+}
+
+// fillUntil writes 10kB values to srv, each with a TTL, until done says
+// so after a write (with its error), failing on any other error.
+func fillUntil(t *testing.T, srv *redistest.Server, done func(c *redis.Client, err error) bool) {
+	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
-	ctx := context.Background()
 	v := strings.Repeat("x", 10_000)
 	for i := range 10_000 {
-		if err := c.Set(ctx, fmt.Sprint("fill:", i), v, 0).Err(); err != nil {
-			if strings.HasPrefix(err.Error(), "OOM") {
-				return
-			}
+		err := c.Set(context.Background(), fmt.Sprint("fill:", i), v, time.Hour).Err()
+		if done(c, err) {
+			return
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Fatal("10,000 writes of 10kB and no OOM")
+	t.Fatal("10,000 writes of 10kB and no end")
 }
 
 // A failure that is not about FUNCTION leaves Functions to the next

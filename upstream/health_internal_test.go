@@ -119,3 +119,25 @@ func TestIsFunctionRefusal(t *testing.T) {
 		}
 	}
 }
+
+// infoField reads INFO's reply text, which a Redis (or a proxy) writes:
+// whatever the text, it finds a field written on a line of its own.
+func FuzzInfoField(f *testing.F) {
+	f.Add("# Memory\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n", "allkeys-lru")
+	f.Add("", "")
+	f.Add("maxmemory_policy\r\n:x", "a:b")
+	f.Fuzz(func(t *testing.T, info, value string) {
+		if strings.ContainsAny(value, "\r\n") {
+			return
+		}
+		_, _ = infoField(info, "maxmemory_policy")
+		text := info + "\r\nmaxmemory_policy:" + value + "\r\n"
+		got, ok := infoField(text, "maxmemory_policy")
+		if !ok {
+			t.Fatalf("no field in %q", text)
+		}
+		if before, found := infoField(info+"\r\n", "maxmemory_policy"); !found && got != value {
+			t.Fatalf("got %q, want %q (none before: %q)", got, value, before)
+		}
+	})
+}
