@@ -190,3 +190,14 @@ func TestUpstreamEvictionSeen(t *testing.T) {
 	}
 	waitUntil(t, 5*time.Second, "the evictions' warning", func() bool { return strings.Contains(s.logs.String(), "the upstream Redis evicted keys") })
 }
+
+// A wrong Sentinel address made go-redis log 142 lines in 10 seconds:
+// now the cause is one warning, and its repeats are counted, not logged.
+func TestUpstreamWrongSentinelQuiet(t *testing.T) {
+	s := startSluice(t, "--upstream", fmt.Sprintf("redis+sentinel://127.0.0.1:%d/mymaster", redistest.FreePort(t)))
+	time.Sleep(3 * time.Second) // the time over which the lines are counted, not a wait for a state
+	warnings := strings.Count(s.logs.String(), "level=WARN")
+	if warnings != 1 || !strings.Contains(s.logs.String(), "cause=refused") {
+		t.Errorf("%d warnings in 3s; want the one naming cause=refused:\n%s", warnings, s.logs)
+	}
+}

@@ -204,14 +204,16 @@ func isFunctionRefusal(err error) bool {
 }
 
 // diagnose names the cause of a check's failure, err. One that says
-// only that time ran out is refined by the dials that failed since the
-// check started (dialWatch): go-redis retries a refused dial until the
-// deadline, and then reports the deadline.
+// only that time ran out is refined by a dial that failed shortly before
+// or since the check started (dialWatch): go-redis retries a refused dial
+// until the deadline, and then reports the deadline; and a check's
+// deadline (--upstream-timeout) may end before a Sentinel client's dial
+// does, whose failure an earlier check saw.
 func (s *Store) diagnose(err error, started time.Time) error {
 	cause := CauseOf(err)
 	if cause == CauseTimeout || cause == CauseOther {
 		for _, d := range []*dialFailure{s.lastDial.Load(), loggedDial.Load()} {
-			if d != nil && !d.at.Before(started) {
+			if d != nil && !d.at.Before(started.Add(-dialMemory)) {
 				return &Error{Cause: CauseOf(d.err), Err: d.err}
 			}
 		}
@@ -221,6 +223,10 @@ func (s *Store) diagnose(err error, started time.Time) error {
 	}
 	return &Error{Cause: cause, Err: err}
 }
+
+// dialMemory is how long a dial's failure explains a check that ran out
+// of time.
+const dialMemory = 10 * time.Second
 
 // dialFailure is a dial that failed with a cause more telling than a
 // timeout.
