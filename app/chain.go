@@ -42,6 +42,16 @@ func newChain(ctx context.Context, cfg Config, mem *memstore.Store, tel *telemet
 	if err != nil {
 		return nil, fmt.Errorf("invalid --upstream: %w", err)
 	}
+	if cfg.UpstreamTLSCert != "" {
+		cert, err := tlsfiles.LoadClientCert(cfg.UpstreamTLSCert, cfg.UpstreamTLSKey)
+		if err == nil {
+			err = upstream.UseClientCert(client, cert.GetClientCertificate)
+		}
+		if err != nil {
+			client.Close()
+			return nil, fmt.Errorf("invalid --upstream-tls-cert: %w", err)
+		}
+	}
 	c = &sharedStore{kind: kind}
 	var closers []func()
 	closeAll := func() {

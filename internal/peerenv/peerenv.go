@@ -223,10 +223,15 @@ func (m *mapper) redis(cfg *settings.Config) {
 	if m.bool("REDIS_TLS") {
 		scheme = "rediss"
 		cfg.UpstreamTLSCA = m.env["REDIS_TLS_CACERT"]
-		for _, v := range []string{"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY"} {
-			if m.set(v) {
-				m.fail(v, "Sluice presents no client certificate to Redis: unset it, and authenticate with REDIS_AUTH")
+		// Envoy Gateway sets both when a user gives it a client
+		// certificate for Redis (mTLS); the peer reads them only with TLS.
+		cfg.UpstreamTLSCert, cfg.UpstreamTLSKey = m.env["REDIS_TLS_CLIENT_CERT"], m.env["REDIS_TLS_CLIENT_KEY"]
+		if (cfg.UpstreamTLSCert == "") != (cfg.UpstreamTLSKey == "") {
+			name := "REDIS_TLS_CLIENT_KEY"
+			if cfg.UpstreamTLSCert == "" {
+				name = "REDIS_TLS_CLIENT_CERT"
 			}
+			m.fail(name, "a client certificate needs REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY both")
 		}
 		if m.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION") {
 			m.fail("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "Sluice always checks Redis's certificate and name: unset it, or set false")

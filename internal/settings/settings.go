@@ -39,6 +39,8 @@ type Config struct {
 	OnFailure       engine.FailureMode // the default failure mode
 	UpstreamTimeout time.Duration      // deadline of one round trip to the upstream
 	UpstreamTLSCA   string             // PEM file of the upstream's CA; empty: the system's roots
+	UpstreamTLSCert string             // PEM client certificate chain toward the upstream; with UpstreamTLSKey
+	UpstreamTLSKey  string             // its private key
 	// UpstreamRequired makes start-up wait for the upstream (at most
 	// UpstreamRequiredTimeout, then fail) and readiness follow it.
 	UpstreamRequired        bool
@@ -171,6 +173,10 @@ func (c *Config) Register(fs *flag.FlagSet) {
 		"deadline of each round trip to the upstream Redis (`duration`); past it the failure mode decides")
 	fs.StringVar(&c.UpstreamTLSCA, "upstream-tls-ca", c.UpstreamTLSCA,
 		"PEM `file` of the CA that rediss:// upstream certificates must chain to; empty: the system's roots")
+	fs.StringVar(&c.UpstreamTLSCert, "upstream-tls-cert", c.UpstreamTLSCert,
+		"PEM `file` of the client certificate chain presented to a rediss:// upstream that asks for one (tls-auth-clients); "+
+			"with --upstream-tls-key. Read again when it changes: new connections present the new pair")
+	fs.StringVar(&c.UpstreamTLSKey, "upstream-tls-key", c.UpstreamTLSKey, "PEM `file` of --upstream-tls-cert's private key")
 	fs.BoolVar(&c.UpstreamRequired, "upstream-required", c.UpstreamRequired,
 		"wait at start-up until the upstream Redis answers, listening on no port meanwhile, and fail after --upstream-required-timeout "+
 			"naming the cause; then report not ready (/readyz) while it cannot be used, whatever the failure mode (as envoyproxy/ratelimit)")

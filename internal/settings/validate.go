@@ -148,6 +148,12 @@ func (c *Config) validateUpstream() error {
 	if c.UpstreamTLSCA != "" && !strings.HasPrefix(c.Upstream, "rediss") {
 		return fmt.Errorf("invalid %s: the upstream address does not use TLS (rediss://)", c.name("upstream-tls-ca"))
 	}
+	if (c.UpstreamTLSCert == "") != (c.UpstreamTLSKey == "") {
+		return fmt.Errorf("invalid %s and %s: a client certificate needs both, or neither", c.name("upstream-tls-cert"), c.name("upstream-tls-key"))
+	}
+	if c.UpstreamTLSCert != "" && !strings.HasPrefix(c.Upstream, "rediss") {
+		return fmt.Errorf("invalid %s: the upstream address does not use TLS (rediss://)", c.name("upstream-tls-cert"))
+	}
 	return nil
 }
 
@@ -296,6 +302,8 @@ func (c *Config) checkFiles() error {
 		{"policies", c.Policies, false},
 		{"rls-config", c.RLSConfig, true},
 		{"upstream-tls-ca", c.UpstreamTLSCA, false},
+		{"upstream-tls-cert", c.UpstreamTLSCert, false},
+		{"upstream-tls-key", c.UpstreamTLSKey, false},
 		{"grpc-tls-cert", c.GRPCTLSCert, false},
 		{"grpc-tls-key", c.GRPCTLSKey, false},
 		{"grpc-tls-client-ca", c.GRPCTLSClientCA, false},

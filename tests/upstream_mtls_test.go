@@ -1,0 +1,73 @@
+package tests
+
+import (
+	"crypto/tls"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/internal/testca"
+	"github.com/sluice-rl/sluice/upstream"
+)
+
+// mTLS toward Redis: a redis-server that requires client certificates
+// (tls-auth-clients yes), and Sluice presenting the pair of
+// --upstream-tls-cert and --upstream-tls-key, read again when the files
+// change (a cert-manager rotation), so that new connections present the
+// new pair without a restart. The rotation is told from Redis's side:
+// first a certificate of a CA Redis does not trust (refused), then one of
+// its own CA (accepted), then another of its own (accepted still, after
+// every connection was killed and made again).
+func TestUpstreamClientCertRotation(t *testing.T) {
+	dir := t.TempDir()
+	ca, stranger := testca.New(t), testca.New(t)
+	path := func(name string) string { return filepath.Join(dir, name) }
+	if err := os.WriteFile(path("ca.pem"), ca.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ca.Issue(t, "127.0.0.1").Write(t, path("redis.crt"), path("redis.key"))
+	own := ca.Issue(t, "sluice")
+	r := redistest.StartTLS(t, &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{own.TLS}},
+		path("redis.crt"), path("redis.key"), path("ca.pem"), "tls-auth-clients yes")
+
+	stranger.Issue(t, "sluice").Write(t, path("client.crt"), path("client.key"))
+	s := startSluice(t, "--upstream", "rediss://"+r.Addr, "--upstream-tls-ca", path("ca.pem"),
+		"--upstream-tls-cert", path("client.crt"), "--upstream-tls-key", path("client.key"), "--upstream-timeout", decidingTimeout)
+	rdb := client(t, s)
+	ctx := ctxT(t)
+	state := func() string { return rdb.Info(ctx, "upstream").Val() }
+	if !strings.Contains(state(), "upstream_state:down") {
+		t.Fatalf("with a certificate Redis does not trust:\n%s", state())
+	}
+
+	own.Write(t, path("client.crt"), path("client.key"))
+	waitUntil(t, 10*time.Second, "the upstream up with the rotated pair", func() bool { return strings.Contains(state(), "upstream_state:up") })
+	decidesFromStore(t, s, rdb, "mtls")
+
+	ca.Issue(t, "sluice").Write(t, path("client.crt"), path("client.key"))
+	if _, err := r.Do("CLIENT", "KILL", "TYPE", "normal"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "a decision by Redis after the second rotation", func() bool {
+		v, err := rdb.Do(ctx, "RL.TOKEN", "mtls2", 10, 1, "1h").Result()
+		if err != nil {
+			return false
+		}
+		d, _ := ints(v)
+		got, _ := r.Do("EXISTS", upstream.DefaultPrefix+"{mtls2}:token")
+		return d[0] == 1 && got == "1"
+	})
+
+	// Without a certificate Redis refuses every connection.
+	s2 := startSluice(t, "--upstream", "rediss://"+r.Addr, "--upstream-tls-ca", path("ca.pem"))
+	r2 := redis.NewClient(&redis.Options{Addr: s2.Addr, Protocol: 2})
+	defer r2.Close()
+	if info := r2.Info(ctx, "upstream").Val(); !strings.Contains(info, "upstream_state:down") {
+		t.Errorf("without a client certificate:\n%s", info)
+	}
+}
