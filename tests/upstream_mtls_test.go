@@ -15,15 +15,21 @@ import (
 	"github.com/sluice-rl/sluice/upstream"
 )
 
-// mTLS toward Redis: a redis-server that requires client certificates
-// (tls-auth-clients yes), and Sluice presenting the pair of
-// --upstream-tls-cert and --upstream-tls-key, read again when the files
-// change (a cert-manager rotation), so that new connections present the
-// new pair without a restart. The rotation is told from Redis's side:
+// mTLS toward Redis: a redis-server (and a Redis Cluster) that requires
+// client certificates (tls-auth-clients yes), and Sluice presenting the
+// pair of --upstream-tls-cert and --upstream-tls-key, read again when the
+// files change (a cert-manager rotation), so that new connections present
+// the new pair without a restart. The rotation is told from Redis's side:
 // first a certificate of a CA Redis does not trust (refused), then one of
 // its own CA (accepted), then another of its own (accepted still, after
 // every connection was killed and made again).
 func TestUpstreamClientCertRotation(t *testing.T) {
+	for _, kind := range []string{"one Redis", "Cluster"} {
+		t.Run(kind, func(t *testing.T) { clientCertRotation(t, kind == "Cluster") })
+	}
+}
+
+func clientCertRotation(t *testing.T, cluster bool) {
 	dir := t.TempDir()
 	ca, stranger := testca.New(t), testca.New(t)
 	path := func(name string) string { return filepath.Join(dir, name) }
@@ -32,11 +38,33 @@ func TestUpstreamClientCertRotation(t *testing.T) {
 	}
 	ca.Issue(t, "127.0.0.1").Write(t, path("redis.crt"), path("redis.key"))
 	own := ca.Issue(t, "sluice")
-	r := redistest.StartTLS(t, &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{own.TLS}},
-		path("redis.crt"), path("redis.key"), path("ca.pem"), "tls-auth-clients yes")
+	tlsClient := &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{own.TLS}}
+	var nodes []*redistest.Server
+	url := "rediss://"
+	if cluster {
+		nodes = redistest.StartClusterTLS(t, 3, tlsClient, path("redis.crt"), path("redis.key"), path("ca.pem"), "tls-auth-clients yes").Nodes
+		url = "rediss+cluster://"
+	} else {
+		nodes = []*redistest.Server{redistest.StartTLS(t, tlsClient, path("redis.crt"), path("redis.key"), path("ca.pem"), "tls-auth-clients yes")}
+	}
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.Addr
+	}
+	url += strings.Join(addrs, ",")
+	// exists says whether key is on a node: on Cluster, on the master of
+	// its slot.
+	exists := func(key string) bool {
+		for _, n := range nodes {
+			if got, err := n.Do("EXISTS", key); err == nil && got == "1" {
+				return true
+			}
+		}
+		return false
+	}
 
 	stranger.Issue(t, "sluice").Write(t, path("client.crt"), path("client.key"))
-	s := startSluice(t, "--upstream", "rediss://"+r.Addr, "--upstream-tls-ca", path("ca.pem"),
+	s := startSluice(t, "--upstream", url, "--upstream-tls-ca", path("ca.pem"),
 		"--upstream-tls-cert", path("client.crt"), "--upstream-tls-key", path("client.key"), "--upstream-timeout", decidingTimeout)
 	rdb := client(t, s)
 	ctx := ctxT(t)
@@ -47,24 +75,28 @@ func TestUpstreamClientCertRotation(t *testing.T) {
 
 	own.Write(t, path("client.crt"), path("client.key"))
 	waitUntil(t, 10*time.Second, "the upstream up with the rotated pair", func() bool { return strings.Contains(state(), "upstream_state:up") })
-	decidesFromStore(t, s, rdb, "mtls")
+	decided := func(key string) func() bool {
+		return func() bool {
+			v, err := rdb.Do(ctx, "RL.TOKEN", key, 10, 1, "1h").Result()
+			if err != nil {
+				return false
+			}
+			d, _ := ints(v)
+			return d[0] == 1 && exists(upstream.DefaultPrefix+"{"+key+"}:token")
+		}
+	}
+	waitUntil(t, 10*time.Second, "a decision by Redis after the first rotation", decided("mtls"))
 
 	ca.Issue(t, "sluice").Write(t, path("client.crt"), path("client.key"))
-	if _, err := r.Do("CLIENT", "KILL", "TYPE", "normal"); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, 10*time.Second, "a decision by Redis after the second rotation", func() bool {
-		v, err := rdb.Do(ctx, "RL.TOKEN", "mtls2", 10, 1, "1h").Result()
-		if err != nil {
-			return false
+	for _, n := range nodes {
+		if _, err := n.Do("CLIENT", "KILL", "TYPE", "normal"); err != nil {
+			t.Fatal(err)
 		}
-		d, _ := ints(v)
-		got, _ := r.Do("EXISTS", upstream.DefaultPrefix+"{mtls2}:token")
-		return d[0] == 1 && got == "1"
-	})
+	}
+	waitUntil(t, 10*time.Second, "a decision by Redis after the second rotation", decided("mtls2"))
 
 	// Without a certificate Redis refuses every connection.
-	s2 := startSluice(t, "--upstream", "rediss://"+r.Addr, "--upstream-tls-ca", path("ca.pem"))
+	s2 := startSluice(t, "--upstream", url, "--upstream-tls-ca", path("ca.pem"))
 	r2 := redis.NewClient(&redis.Options{Addr: s2.Addr, Protocol: 2})
 	defer r2.Close()
 	if info := r2.Info(ctx, "upstream").Val(); !strings.Contains(info, "upstream_state:down") {

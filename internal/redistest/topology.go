@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"crypto/tls"
 	"fmt"
 	"os"
 	"os/exec"
@@ -214,4 +215,35 @@ func lookCLI(tb testing.TB) string {
 		tb.Fatalf("redistest: redis-cli not found in PATH: install it (apt-get install -y redis-tools)")
 	}
 	return cli
+}
+
+// StartClusterTLS creates a cluster of masters masters, no replicas,
+// speaking only TLS on their client and bus ports (tls-cluster), with the
+// files and client of StartTLS and the extra directives (say
+// "tls-auth-clients yes"). The slots are split evenly and the nodes meet
+// by CLUSTER MEET, with no redis-cli in between.
+func StartClusterTLS(tb testing.TB, masters int, client *tls.Config, certFile, keyFile, caFile string, directives ...string) *Cluster {
+	tb.Helper()
+	c := &Cluster{tb: tb}
+	d := append([]string{"cluster-enabled yes", "cluster-config-file nodes.conf", "cluster-node-timeout 1000", "tls-cluster yes"}, directives...)
+	for range masters {
+		c.Nodes = append(c.Nodes, StartTLS(tb, client, certFile, keyFile, caFile, d...))
+	}
+	per := 16384 / masters
+	for i, n := range c.Nodes {
+		last := (i+1)*per - 1
+		if i == masters-1 {
+			last = 16383
+		}
+		if _, err := n.Do("CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(i*per), strconv.Itoa(last)); err != nil {
+			tb.Fatalf("redistest: CLUSTER ADDSLOTSRANGE on %s: %v", n.Addr, err)
+		}
+		if i > 0 {
+			if _, err := n.Do("CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(c.Nodes[0].Port)); err != nil {
+				tb.Fatalf("redistest: CLUSTER MEET from %s: %v", n.Addr, err)
+			}
+		}
+	}
+	c.WaitOK()
+	return c
 }
