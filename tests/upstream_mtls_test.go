@@ -15,7 +15,8 @@ import (
 	"github.com/sluice-rl/sluice/upstream"
 )
 
-// mTLS toward Redis: a redis-server (and a Redis Cluster) that requires
+// mTLS toward Redis: a redis-server (alone, behind a sentinel, and as a
+// Redis Cluster) that requires
 // client certificates (tls-auth-clients yes), and Sluice presenting the
 // pair of --upstream-tls-cert and --upstream-tls-key, read again when the
 // files change (a cert-manager rotation), so that new connections present
@@ -24,12 +25,12 @@ import (
 // its own CA (accepted), then another of its own (accepted still, after
 // every connection was killed and made again).
 func TestUpstreamClientCertRotation(t *testing.T) {
-	for _, kind := range []string{"one Redis", "Cluster"} {
-		t.Run(kind, func(t *testing.T) { clientCertRotation(t, kind == "Cluster") })
+	for _, kind := range []string{"one Redis", "Sentinel", "Cluster"} {
+		t.Run(kind, func(t *testing.T) { clientCertRotation(t, kind) })
 	}
 }
 
-func clientCertRotation(t *testing.T, cluster bool) {
+func clientCertRotation(t *testing.T, kind string) {
 	dir := t.TempDir()
 	ca, stranger := testca.New(t), testca.New(t)
 	path := func(name string) string { return filepath.Join(dir, name) }
@@ -39,19 +40,21 @@ func clientCertRotation(t *testing.T, cluster bool) {
 	ca.Issue(t, "127.0.0.1").Write(t, path("redis.crt"), path("redis.key"))
 	own := ca.Issue(t, "sluice")
 	tlsClient := &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{own.TLS}}
+	// nodes hold the keys; url reaches them.
 	var nodes []*redistest.Server
-	url := "rediss://"
-	if cluster {
-		nodes = redistest.StartClusterTLS(t, 3, tlsClient, path("redis.crt"), path("redis.key"), path("ca.pem"), "tls-auth-clients yes").Nodes
-		url = "rediss+cluster://"
-	} else {
-		nodes = []*redistest.Server{redistest.StartTLS(t, tlsClient, path("redis.crt"), path("redis.key"), path("ca.pem"), "tls-auth-clients yes")}
+	var url string
+	files := []string{path("redis.crt"), path("redis.key"), path("ca.pem")}
+	switch kind {
+	case "Cluster":
+		c := redistest.StartClusterTLS(t, 3, tlsClient, files[0], files[1], files[2], "tls-auth-clients yes")
+		nodes, url = c.Nodes, "rediss+cluster://"+strings.Join(c.Addrs(), ",")
+	case "Sentinel":
+		st := redistest.StartSentinelTLS(t, tlsClient, files[0], files[1], files[2], "tls-auth-clients yes")
+		nodes, url = []*redistest.Server{st.Master}, "rediss+sentinel://"+st.Sentinels[0].Addr+"/"+st.Name
+	default:
+		r := redistest.StartTLS(t, tlsClient, files[0], files[1], files[2], "tls-auth-clients yes")
+		nodes, url = []*redistest.Server{r}, "rediss://"+r.Addr
 	}
-	addrs := make([]string, len(nodes))
-	for i, n := range nodes {
-		addrs[i] = n.Addr
-	}
-	url += strings.Join(addrs, ",")
 	// exists says whether key is on a node: on Cluster, on the master of
 	// its slot.
 	exists := func(key string) bool {

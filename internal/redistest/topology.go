@@ -247,3 +247,43 @@ func StartClusterTLS(tb testing.TB, masters int, client *tls.Config, certFile, k
 	c.WaitOK()
 	return c
 }
+
+// StartSentinelTLS starts a master and one sentinel watching it (quorum
+// 1), both speaking only TLS, with the files and client of StartTLS and
+// the extra directives (say "tls-auth-clients yes") given to both; the
+// sentinel reaches the master over TLS (tls-replication) with the
+// server's own certificate. Enough for a client's TLS through Sentinel;
+// StartSentinel has the replica and quorum a failover needs.
+func StartSentinelTLS(tb testing.TB, client *tls.Config, certFile, keyFile, caFile string, directives ...string) *Sentinel {
+	tb.Helper()
+	st := &Sentinel{Name: "mymaster"}
+	st.Master = StartTLS(tb, client, certFile, keyFile, caFile, directives...)
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatalf("redistest: redis-server not found in PATH: install it (apt-get install -y redis-server redis-tools)")
+	}
+	s := &Server{Dir: tb.TempDir(), tb: tb, Port: FreePort(tb), tls: client}
+	s.Addr = "127.0.0.1:" + strconv.Itoa(s.Port)
+	conf := filepath.Join(s.Dir, "sentinel.conf")
+	body := fmt.Sprintf("port 0\ntls-port %d\nbind 127.0.0.1\ndir %s\nprotected-mode no\n"+
+		"tls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-replication yes\n%s\n"+
+		"sentinel monitor mymaster 127.0.0.1 %d 1\n", s.Port, s.Dir, certFile, keyFile, caFile,
+		strings.Join(directives, "\n"), st.Master.Port)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	s.argv = []string{bin, conf, "--sentinel"}
+	s.start()
+	tb.Cleanup(s.Kill)
+	st.Sentinels = []*Server{s}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := st.CurrentMaster(); err == nil {
+			return st
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: the TLS sentinel did not name the master within 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
