@@ -340,7 +340,7 @@ func TestPeerEnvWaitsForRedis(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, sluiceBin, "envoy-ratelimit")
-	cmd.Env = []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:"+strconv.Itoa(redistest.FreePort(t)),
+	cmd.Env = []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
 		"RUNTIME_ROOT=" + cfgDir, "RUNTIME_SUBDIRECTORY=", "REDIS_STARTUP_MAX_ELAPSED_TIME=1s",
 		"PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1"}
 	out, _ := cmd.CombinedOutput()
