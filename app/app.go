@@ -120,7 +120,7 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	if cfg.Upstream == "" {
 		log.Info("no --upstream: using the in-memory store; limits apply to this process only")
 	} else {
-		if s.chain, err = newChain(cfg, s.mem, s.tel, log); err != nil {
+		if s.chain, err = newChain(ctx, cfg, s.mem, s.tel, log); err != nil {
 			return err
 		}
 		s.closers = append(s.closers, s.chain.close)
@@ -415,6 +415,7 @@ func (s *Sidecar) sources() telemetry.Sources {
 			r := c.up.Replication()
 			return telemetry.Replication{Failovers: r.Failovers, LostFailovers: r.LostFailovers, LostBytes: r.LostBytes, Replicas: r.Replicas}
 		}
+		src.Upstream = c.upstreamStatus
 	}
 	return src
 }

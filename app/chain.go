@@ -29,7 +29,7 @@ type sharedStore struct {
 	close func()
 }
 
-func newChain(cfg Config, mem *memstore.Store, tel *telemetry.Telemetry, log *slog.Logger) (c *sharedStore, err error) {
+func newChain(ctx context.Context, cfg Config, mem *memstore.Store, tel *telemetry.Telemetry, log *slog.Logger) (c *sharedStore, err error) {
 	var roots *x509.CertPool
 	if cfg.UpstreamTLSCA != "" {
 		if roots, err = tlsfiles.Pool(cfg.UpstreamTLSCA); err != nil {
@@ -41,17 +41,28 @@ func newChain(cfg Config, mem *memstore.Store, tel *telemetry.Telemetry, log *sl
 	if err != nil {
 		return nil, fmt.Errorf("invalid --upstream: %w", err)
 	}
+	if cfg.UpstreamTLSCert != "" {
+		cert, err := tlsfiles.LoadClientCert(cfg.UpstreamTLSCert, cfg.UpstreamTLSKey)
+		if err == nil {
+			err = upstream.UseClientCert(client, cert.GetClientCertificate)
+		}
+		if err != nil {
+			client.Close()
+			return nil, fmt.Errorf("invalid --upstream-tls-cert: %w", err)
+		}
+	}
 	c = &sharedStore{kind: kind}
 	var closers []func()
-	c.close = func() {
+	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
 		}
 	}
+	c.close = closeAll
 	closers = append(closers, func() { client.Close() })
 	defer func() {
 		if err != nil {
-			c.close()
+			closeAll() // c is nil by then
 		}
 	}()
 	up, err := upstream.New(upstream.Config{Client: client, Prefix: cfg.KeyPrefix, Log: log, Replicas: cfg.DurableReplicas})
@@ -63,11 +74,13 @@ func newChain(cfg Config, mem *memstore.Store, tel *telemetry.Telemetry, log *sl
 	if c.chain, err = chain.New(chain.Config{Store: up, Shard: up.Shards(), Local: mem, Default: cfg.OnFailure,
 		Timeout: cfg.UpstreamTimeout, MaxBatch: cfg.BatchMax, MaxInFlight: cfg.BatchInFlight, OnBatch: tel.ObserveBatch,
 		DenyCacheSize: cfg.DenyCacheSize, Check: up.Check,
+		// The breaker's changes are the upstream's reachability under
+		// traffic; the store logs them, naming the cause.
 		OnBreaker: func(open bool, cause error) {
 			if open {
-				log.Warn("upstream Redis failing: deciding by each request's failure mode", "err", cause, "default", cfg.OnFailure.String())
+				up.Observe(cause)
 			} else {
-				log.Info("upstream Redis answering again")
+				up.Observe(nil)
 			}
 		},
 	}); err != nil {
@@ -75,13 +88,12 @@ func newChain(cfg Config, mem *memstore.Store, tel *telemetry.Telemetry, log *sl
 	}
 	closers = append(closers, c.chain.Close)
 	// Know from the start whether Redis can decide: readiness and the
-	// breaker follow the check, and the chain keeps checking while no
-	// request asks.
-	startCtx, cancel := context.WithTimeout(context.Background(), max(cfg.UpstreamTimeout, time.Second))
-	if err := c.chain.Check(startCtx); err != nil {
-		log.Warn("the upstream Redis cannot decide: deciding by each request's failure mode until it can", "err", err)
+	// breaker follow the check (whose failure the store logs, naming its
+	// cause), and the chain keeps checking while no request asks.
+	if err := c.firstCheck(ctx, cfg, log); err != nil {
+		return nil, err
 	}
-	cancel()
+	closers = append(closers, c.watchMemory(cfg, log))
 
 	// Resets made through any sidecar reach this one: drop what it
 	// remembers of the key, the refusal and the fallback's local count.
@@ -110,6 +122,71 @@ func newChain(cfg Config, mem *memstore.Store, tel *telemetry.Telemetry, log *sl
 	return c, nil
 }
 
+// firstCheck checks the upstream once; with --upstream-required, until it
+// answers, within --upstream-required-timeout, and a failure is the
+// start-up's error, naming the last cause. Nothing listens meanwhile, as
+// envoyproxy/ratelimit opens no port until Redis answers.
+func (c *sharedStore) firstCheck(ctx context.Context, cfg Config, log *slog.Logger) error {
+	attempt := max(cfg.UpstreamTimeout, time.Second)
+	if !cfg.UpstreamRequired {
+		cctx, cancel := context.WithTimeout(ctx, attempt)
+		defer cancel()
+		_ = c.chain.Check(cctx)
+		return nil
+	}
+	log.Info("waiting for the upstream Redis to answer (--upstream-required)", "addrs", redisurl.Redact(cfg.Upstream),
+		"timeout", cfg.UpstreamRequiredTimeout)
+	wctx, cancel := context.WithCancel(ctx)
+	if cfg.UpstreamRequiredTimeout > 0 {
+		wctx, cancel = context.WithTimeout(ctx, cfg.UpstreamRequiredTimeout)
+	}
+	defer cancel()
+	pause := 100 * time.Millisecond
+	for {
+		cctx, cancelCheck := context.WithTimeout(wctx, attempt)
+		err := c.chain.Check(cctx)
+		cancelCheck()
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-wctx.Done():
+			t.Stop()
+			if ctx.Err() != nil {
+				return fmt.Errorf("stopped while waiting for the upstream Redis (--upstream-required): %w", err)
+			}
+			cause := upstream.CauseOf(err)
+			return fmt.Errorf("the upstream Redis did not answer within %s (--upstream-required): %s: %w",
+				cfg.UpstreamRequiredTimeout, cause.Hint(), err)
+		case <-t.C:
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
+}
+
+// watchMemory reads the masters' eviction policy now (the warning at
+// start) and every --upstream-eviction-check, until the returned stop.
+func (c *sharedStore) watchMemory(cfg Config, log *slog.Logger) (stop func()) {
+	if c.up.Reach().Up { // else the check's line said why, and the watch reads it later
+		rctx, cancel := context.WithTimeout(context.Background(), max(cfg.UpstreamTimeout, time.Second))
+		if err := c.up.ReadMemory(rctx); err != nil {
+			log.Warn("cannot read the upstream's eviction policy", "err", err)
+		}
+		cancel()
+	}
+	if cfg.UpstreamEvictionCheck == 0 {
+		return func() {}
+	}
+	wctx, cancelWatch := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.up.Watch(wctx, cfg.UpstreamEvictionCheck)
+	}()
+	return func() { cancelWatch(); <-done }
+}
+
 // ready is /readyz: the sidecar can decide unless the upstream is failing
 // (the breaker, which the idle checks keep current) and the default
 // failure mode refuses everything, or unless asked to wait for the rate
@@ -119,7 +196,13 @@ func (s *Sidecar) ready() error {
 		return errors.New("the rate limit service has no domain configured yet, and --rls-ready-with-config waits for one")
 	}
 	c := s.chain
-	if c == nil || s.cfg.OnFailure != engine.FailClosed || !c.chain.Stats().Guard.BreakerOpen {
+	if c == nil {
+		return nil
+	}
+	if r := c.up.Reach(); s.cfg.UpstreamRequired && !r.Up {
+		return fmt.Errorf("the upstream Redis cannot be used (%s) and --upstream-required is set", r.Cause)
+	}
+	if s.cfg.OnFailure != engine.FailClosed || !c.chain.Stats().Guard.BreakerOpen {
 		return nil
 	}
 	return errors.New("the upstream Redis cannot decide and --on-upstream-failure is deny")
@@ -169,4 +252,25 @@ func (s *Sidecar) upstreamInfo() respserver.InfoSection {
 	return respserver.InfoSection{Name: "Upstream", Fields: func() [][2]string {
 		return slices.Concat(addr, c.up.Info(), c.chain.InfoUpstream())
 	}}
+}
+
+// upstreamStatus is the upstream's state, for the metrics.
+func (c *sharedStore) upstreamStatus() telemetry.UpstreamStatus {
+	r, m := c.up.Reach(), c.up.Memory()
+	st := telemetry.UpstreamStatus{Known: r.Known, Reachable: r.Up, Since: r.Since, Failures: map[string]uint64{},
+		EvictionPossible: len(m.Evicting()) > 0, EvictedKeys: m.EvictedKeys}
+	for cause, n := range r.Failures {
+		st.Failures[string(cause)] = n
+	}
+	if !m.Read.IsZero() {
+		st.Policies = map[string]int{}
+		for _, n := range m.Nodes {
+			p := n.Policy
+			if p == "" {
+				p = "unknown"
+			}
+			st.Policies[p]++
+		}
+	}
+	return st
 }

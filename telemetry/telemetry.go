@@ -66,6 +66,8 @@ type Sources struct {
 	// Recording reads the recording's counts (record.Writer.Stats); nil
 	// without --record.
 	Recording func() record.Stats
+	// Upstream gives the upstream Redis's state.
+	Upstream func() UpstreamStatus
 }
 
 // Replication is the upstream's replication as Sources.Replication gives
@@ -141,7 +143,7 @@ func New(cfg Config) (*Telemetry, error) {
 	}
 	t.provider = sdkmetric.NewMeterProvider(opts...)
 	meter := t.provider.Meter("github.com/sluice-rl/sluice")
-	if err := errors.Join(t.instruments(meter), t.leaseInstruments(meter), t.configInstruments(meter), t.recordInstruments(meter)); err != nil {
+	if err := errors.Join(t.instruments(meter), t.leaseInstruments(meter), t.configInstruments(meter), t.recordInstruments(meter), t.upstreamInstruments(meter)); err != nil {
 		return nil, fmt.Errorf("telemetry: instruments: %w", err)
 	}
 	t.okAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "ok")))

@@ -67,7 +67,7 @@ func TestUpstreamFailure(t *testing.T) {
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
-			if !strings.Contains(s.logs.String(), "upstream Redis failing") {
+			if !strings.Contains(s.logs.String(), "the upstream Redis cannot be used") {
 				t.Errorf("the log does not say the upstream failed:\n%s", s.logs)
 			}
 		})

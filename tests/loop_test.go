@@ -176,7 +176,7 @@ func TestReadinessFollowsRedisWithoutTraffic(t *testing.T) {
 	if got := readyz(); got != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz = %d with nothing at the upstream's address; want 503", got)
 	}
-	if !strings.Contains(s.logs.String(), "the upstream Redis cannot decide") {
+	if !strings.Contains(s.logs.String(), "the upstream Redis cannot be used") {
 		t.Errorf("no start-up warning in the log:\n%s", s.logs)
 	}
 	r := redistest.StartAt(t, port)

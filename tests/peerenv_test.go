@@ -335,3 +335,25 @@ func TestPeerEnvRefused(t *testing.T) {
 		})
 	}
 }
+
+// Started as the peer, Sluice opens no port until Redis answers, as the
+// peer does, and gives up after REDIS_STARTUP_MAX_ELAPSED_TIME with exit
+// status 1 and the cause.
+func TestPeerEnvWaitsForRedis(t *testing.T) {
+	cfgDir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(cfgDir, "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Bounded: a sidecar that does not wait serves until killed.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, sluiceBin, "envoy-ratelimit")
+	cmd.Env = []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
+		"RUNTIME_ROOT=" + cfgDir, "RUNTIME_SUBDIRECTORY=", "REDIS_STARTUP_MAX_ELAPSED_TIME=1s",
+		"PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1"}
+	out, _ := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(string(out), "did not answer within 1s (--upstream-required)") ||
+		!strings.Contains(string(out), "nothing accepts connections") || strings.Contains(string(out), "msg=listening") {
+		t.Errorf("exit %d; want 1, naming the cause, before any port:\n%s", code, out)
+	}
+}

@@ -332,7 +332,7 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 			}
 			checkFailureModes(t, replies, broke, mended)
 			checkFromRedis(t, replies, recharged, fbAfter)
-			if !strings.Contains(a.logs.String(), "upstream Redis failing") {
+			if !strings.Contains(a.logs.String(), "the upstream Redis cannot be used") {
 				t.Errorf("the log does not say the upstream failed:\n%s", a.logs)
 			}
 		})
@@ -826,7 +826,7 @@ func TestUpstreamACLUser(t *testing.T) {
 			t.Errorf("fallback_decisions %d; want at least 5", n)
 		}
 		logs := s.logs.String()
-		if !strings.Contains(logs, "upstream Redis failing") || !strings.Contains(logs, "WRONGPASS") {
+		if !strings.Contains(logs, "the upstream Redis cannot be used") || !strings.Contains(logs, "WRONGPASS") {
 			t.Errorf("the log does not say why the upstream fails:\n%s", logs)
 		}
 		if strings.Contains(logs, "wrong@") {

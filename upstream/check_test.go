@@ -1,8 +1,10 @@
 package upstream_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -14,26 +16,38 @@ import (
 )
 
 // Check passes where decisions work and fails where they would not,
-// including where PING still answers.
+// including where PING (and FUNCTION LOAD) still answers, and names the cause: in its error,
+// in the store's Reach, and in the first line the store logs.
 func TestCheck(t *testing.T) {
 	r := redistest.Start(t)
-	if _, err := r.Do("ACL", "SETUSER", "pingonly", "on", ">pw", "~*", "+ping", "+hello", "+auth"); err != nil {
-		t.Fatal(err)
-	}
+	mustDo(t, r, "ACL", "SETUSER", "pingonly", "on", ">pw", "~*", "+ping", "+hello", "+auth", "+function")
+	replica := redistest.Start(t, "replicaof 127.0.0.1 "+fmt.Sprint(r.Port))
+	full := redistest.Start(t, "maxmemory 1mb", "maxmemory-policy noeviction")
+	fill(t, full)
+	// One Cluster node that serves every slot.
+	node := redistest.Start(t, "cluster-enabled yes", "cluster-config-file nodes.conf")
+	mustDo(t, node, "CLUSTER", "ADDSLOTSRANGE", "0", "16383")
 	for _, tc := range []struct {
-		name string
-		opt  *redis.Options
-		want string // "" for a pass
+		name  string
+		opt   *redis.Options
+		want  string // "" for a pass
+		cause upstream.Cause
 	}{
-		{"healthy", &redis.Options{Addr: r.Addr}, ""},
-		{"an ACL user without EVALSHA", &redis.Options{Addr: r.Addr, Username: "pingonly", Password: "pw"}, "NOPERM"},
-		{"a wrong password", &redis.Options{Addr: r.Addr, Username: "pingonly", Password: "nope"}, "WRONGPASS"},
-		{"nothing listening", &redis.Options{Addr: "127.0.0.1:" + fmt.Sprint(redistest.FreePort(t)), MaxRetries: -1}, "connect"},
+		{"healthy", &redis.Options{Addr: r.Addr}, "", ""},
+		{"an ACL user without EVALSHA", &redis.Options{Addr: r.Addr, Username: "pingonly", Password: "pw"}, "NOPERM", upstream.CauseNoPerm},
+		{"a wrong password", &redis.Options{Addr: r.Addr, Username: "pingonly", Password: "nope"}, "WRONGPASS", upstream.CauseAuth},
+		{"nothing listening", &redis.Options{Addr: "127.0.0.1:" + fmt.Sprint(redistest.FreePort(t)), MaxRetries: -1}, "connect", upstream.CauseRefused},
+		{"an unknown host", &redis.Options{Addr: "sluice-no-such-host.invalid:6379", MaxRetries: -1}, "no such host", upstream.CauseUnknownHost},
+		{"a wrong database", &redis.Options{Addr: r.Addr, DB: 99}, "DB index", upstream.CauseDB},
+		{"a replica", &redis.Options{Addr: replica.Addr}, "READONLY", upstream.CauseReadOnly},
+		{"a full Redis", &redis.Options{Addr: full.Addr}, "OOM", upstream.CauseOOM},
+		{"a Cluster node as one server", &redis.Options{Addr: node.Addr}, "cluster_enabled", upstream.CauseMoved},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := redis.NewClient(tc.opt)
 			defer client.Close()
-			s, err := upstream.New(upstream.Config{Client: client})
+			var log bytes.Buffer
+			s, err := upstream.New(upstream.Config{Client: client, Log: slog.New(slog.NewTextHandler(&log, nil))})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -46,11 +60,87 @@ func TestCheck(t *testing.T) {
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 				t.Fatalf("Check = %v; want an error with %q", err, tc.want)
 			}
+			if got := upstream.CauseOf(err); got != tc.cause {
+				t.Errorf("cause %q; want %q", got, tc.cause)
+			}
+			reach := s.Reach()
+			if !reach.Known || reach.Up != (tc.want == "") || reach.Cause != tc.cause {
+				t.Errorf("Reach %+v; want up %v with cause %q", reach, tc.want == "", tc.cause)
+			}
+			first := firstWarning(log.String())
+			if tc.want != "" && (!strings.Contains(first, "cause="+string(tc.cause)) ||
+				!strings.Contains(first, tc.cause.Hint())) {
+				t.Errorf("first warning %q; want one naming cause %s and its hint", first, tc.cause)
+			}
+			if tc.want != "" && strings.Contains(log.String(), "FUNCTION LOAD") {
+				t.Errorf("log %q: a failure that is not about FUNCTION moved the store to EVALSHA", log.String())
+			}
 			if tc.name == "an ACL user without EVALSHA" {
 				if perr := client.Ping(ctx).Err(); perr != nil {
 					t.Fatalf("PING as that user: %v; the point is that PING passes where Check fails", perr)
 				}
 			}
 		})
+	}
+}
+
+// firstWarning is the first line of log at level WARN.
+func firstWarning(log string) string {
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, "level=WARN") {
+			return line
+		}
+	}
+	return ""
+}
+
+// fill writes to srv until its maxmemory refuses a write.
+func fill(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	fillUntil(t, srv, func(_ *redis.Client, err error) bool { return err != nil && strings.HasPrefix(err.Error(), "OOM") })
+}
+
+// fillUntil writes 10kB values to srv, each with a TTL, until done says
+// so after a write (with its error), failing on any other error.
+func fillUntil(t *testing.T, srv *redistest.Server, done func(c *redis.Client, err error) bool) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	v := strings.Repeat("x", 10_000)
+	for i := range 10_000 {
+		err := c.Set(context.Background(), fmt.Sprint("fill:", i), v, time.Hour).Err()
+		if done(c, err) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("10,000 writes of 10kB and no end")
+}
+
+// A failure that is not about FUNCTION leaves Functions to the next
+// check: once the password is right, the next check loads the library
+// and batches call it, with no minute's wait for a retry.
+func TestCheckLoadsFunctionsOnceFixed(t *testing.T) {
+	srv := redistest.Start(t)
+	mustDo(t, srv, "ACL", "SETUSER", "late", "off", ">pw", "~*", "&*", "+@all")
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "late", Password: "pw", MaxRetries: -1})
+	defer client.Close()
+	var log bytes.Buffer
+	s := newStore(t, upstream.Config{Client: client, Log: slog.New(slog.NewTextHandler(&log, nil))})
+	ctx := context.Background()
+	if err := s.Check(ctx); upstream.CauseOf(err) != upstream.CauseAuth {
+		t.Fatalf("Check as a disabled user: %v; want cause auth", err)
+	}
+	mustDo(t, srv, "ACL", "SETUSER", "late", "on")
+	if err := s.Check(ctx); err != nil {
+		t.Fatalf("Check once enabled: %v", err)
+	}
+	if s.Scripts() != "functions" || !s.Reach().Up {
+		t.Fatalf("once enabled: %s, %+v; want functions at once, and up", s.Scripts(), s.Reach())
+	}
+	if !strings.Contains(log.String(), "answers again") {
+		t.Errorf("log %q; want a line that the upstream answers again", log.String())
 	}
 }

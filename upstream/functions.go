@@ -2,7 +2,6 @@ package upstream
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -73,9 +72,11 @@ func (s *Store) Scripts() string {
 
 // loadLibrary loads the batch library on every master, unless Functions
 // are in use already or were refused less than functionsRetry ago, and
-// moves the store to FCALL when it loaded everywhere. Only a refusal by
-// Redis (a reply error) moves it to EVALSHA, until the retry; a
-// connection that fails leaves it for the next check.
+// moves the store to FCALL when it loaded everywhere. Only a refusal of
+// Functions themselves (isFunctionRefusal: an ACL that denies FUNCTION,
+// a Redis or proxy that does not know it) moves it to EVALSHA, until the
+// retry; any other failure (a connection, a wrong password, a replica, a
+// full Redis) is the check's error, and the next check loads again.
 func (s *Store) loadLibrary(ctx context.Context) error {
 	if s.functions.Load() {
 		return nil
@@ -93,8 +94,8 @@ func (s *Store) loadLibrary(ctx context.Context) error {
 }
 
 // loadEverywhere loads the batch library on every master with go-redis,
-// and says whether it did; a refusal moves the store to EVALSHA and is no
-// error.
+// and says whether it did; a refusal of Functions moves the store to
+// EVALSHA and is no error.
 func (s *Store) loadEverywhere(ctx context.Context) (loaded bool, err error) {
 	load := func(ctx context.Context, c *redis.Client) error {
 		return c.FunctionLoadReplace(ctx, lua.BatchLibrary.Source).Err()
@@ -109,15 +110,14 @@ func (s *Store) loadEverywhere(ctx context.Context) (loaded bool, err error) {
 		s.refuseFunctions(err)
 		return false, nil
 	}
-	var rerr redis.Error
 	switch {
 	case err == nil:
 		return true, nil
-	case errors.As(err, &rerr):
+	case isFunctionRefusal(err):
 		s.refuseFunctions(err)
 		return false, nil
 	}
-	return false, fmt.Errorf("upstream: function load: %w", err)
+	return false, fmt.Errorf("function load: %w", err)
 }
 
 // refuseFunctions moves the store to EVALSHA until the retry: Redis
@@ -146,7 +146,7 @@ func (s *Store) reloadOn(p *redispipe.Pipe, deadline time.Time) {
 	cmd := resp.AppendCommand(nil, "FUNCTION", "LOAD", "REPLACE", lua.BatchLibrary.Source)
 	p.Send(cmd, deadline, func(reply any, err error) {
 		s.reloading.Delete(p)
-		if v, ok := reply.(resp.ReplyError); ok && err == nil {
+		if v, ok := reply.(resp.ReplyError); ok && err == nil && isFunctionRefusal(v) {
 			s.refuseFunctions(v)
 		}
 	})

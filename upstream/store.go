@@ -113,6 +113,18 @@ type Store struct {
 	// repl is what WatchReplication saw of the masters' replication
 	// streams (failover.go).
 	repl replWatch
+	// reach is whether the upstream can be used, and warner rate-limits
+	// the warnings that say why not (health.go); memory is what the
+	// masters say of eviction (eviction.go).
+	reach   reach
+	warner  *warner
+	memory  memory
+	wallNow func() time.Time // nil: time.Now; tests pin it
+	// checkedNode is set once Check found the server no Cluster node,
+	// until a check fails (check.go).
+	checkedNode atomic.Bool
+	// lastDial is the last dial that failed with a telling cause (cause.go).
+	lastDial atomic.Pointer[dialFailure]
 }
 
 // New returns a Store over cfg.Client. It does not talk to Redis.
@@ -134,6 +146,8 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{client: cfg.Client, prefix: cfg.Prefix, now: cfg.Now, log: cfg.Log, replicas: max(cfg.Replicas, 1)}
 	s.repl.stats.Replicas = -1
+	s.warner = newWarner(cfg.Log, warnEvery, s.clockNow)
+	s.watchDials()
 	s.batches.New = s.newBatch
 	s.send = s.goRedis
 	pipes := redispipe.Config{Stamp: redispipe.Stamp{Put: lua.PutDeadline, Time: lua.ReplyTime}, Stray: s.strayReply}

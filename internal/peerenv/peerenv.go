@@ -214,14 +214,28 @@ func (m *mapper) redis(cfg *settings.Config) {
 		m.fail("REDIS_SOCKET_TYPE", "Sluice reaches Redis over TCP only: set REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port")
 		return
 	}
+	// The peer opens no port until Redis answers (it exits when it
+	// cannot reach it), and a platform that deploys it counts on that:
+	// the pod is not ready while its limits would not be shared.
+	cfg.UpstreamRequired = true
+	if d, err := time.ParseDuration(m.str("REDIS_STARTUP_MAX_ELAPSED_TIME")); err != nil || d < 0 {
+		m.fail("REDIS_STARTUP_MAX_ELAPSED_TIME", "must be a duration such as 5m, or 0 to wait without end")
+	} else {
+		cfg.UpstreamRequiredTimeout = d
+	}
 	scheme := "redis"
 	if m.bool("REDIS_TLS") {
 		scheme = "rediss"
 		cfg.UpstreamTLSCA = m.env["REDIS_TLS_CACERT"]
-		for _, v := range []string{"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY"} {
-			if m.set(v) {
-				m.fail(v, "Sluice presents no client certificate to Redis: unset it, and authenticate with REDIS_AUTH")
+		// Envoy Gateway sets both when a user gives it a client
+		// certificate for Redis (mTLS); the peer reads them only with TLS.
+		cfg.UpstreamTLSCert, cfg.UpstreamTLSKey = m.env["REDIS_TLS_CLIENT_CERT"], m.env["REDIS_TLS_CLIENT_KEY"]
+		if (cfg.UpstreamTLSCert == "") != (cfg.UpstreamTLSKey == "") {
+			name := "REDIS_TLS_CLIENT_KEY"
+			if cfg.UpstreamTLSCert == "" {
+				name = "REDIS_TLS_CLIENT_CERT"
 			}
+			m.fail(name, "a client certificate needs REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY both")
 		}
 		if m.bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION") {
 			m.fail("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "Sluice always checks Redis's certificate and name: unset it, or set false")

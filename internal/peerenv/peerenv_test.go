@@ -57,6 +57,8 @@ func TestMapPlatforms(t *testing.T) {
 	want.GRPCInsecure, want.LogLevel, want.Upstream, want.RLSConfig = true, slog.LevelDebug, "redis://redis:6379", "/data/ratelimit/config"
 	// The peer's keys, its default jitter of 300 seconds.
 	want.RLSPeerKeys, want.RLSPeerKeyJitter = true, 300*time.Second
+	// The peer opens no port until Redis answers, waiting without end.
+	want.UpstreamRequired, want.UpstreamRequiredTimeout = true, 0
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("Istio's sample:\n got %+v\nwant %+v", cfg, want)
 	}
@@ -75,7 +77,7 @@ func TestMapPlatforms(t *testing.T) {
 	want.GRPCTLSCert, want.GRPCTLSKey = "/certs/tls.crt", "/certs/tls.key" // no client CA: the peer reads none
 	want.RLSXDSServer, want.RLSXDSNodeID, want.RLSXDSRetry, want.RLSXDSStartWithoutConfig = "envoy-gateway:18001", "envoy-ratelimit", 3*time.Second, true
 	want.RLSXDSTLS, want.RLSXDSTLSCA, want.RLSXDSTLSCert, want.RLSXDSTLSKey = true, "/certs/ca.crt", "/certs/tls.crt", "/certs/tls.key"
-	want.RLSPeerKeys, want.RLSPeerKeyJitter = true, 300*time.Second
+	want.RLSPeerKeys, want.RLSPeerKeyJitter, want.UpstreamRequired, want.UpstreamRequiredTimeout = true, 300*time.Second, true, 0
 	// USE_PROMETHEUS: the peer's metrics, renamed as its mapper file says.
 	want.RLSPeerMetrics, want.RLSPeerMetricsMapper = true, "/etc/statsd-exporter/conf.yaml"
 	if !reflect.DeepEqual(cfg, want) {
@@ -137,9 +139,14 @@ func TestMapSettings(t *testing.T) {
 		{"log format other", with(istio, "LOG_FORMAT", "logfmt"), func(c settings.Config) any { return c.LogFormat }, "text"},
 		{"redis auth", with(istio, "REDIS_AUTH", "s3cr:et"), func(c settings.Config) any { return c.Upstream }, "redis://s3cr:et@redis:6379"},
 		{"redis password", with(istio, "REDIS_AUTH", "p@ss"), func(c settings.Config) any { return c.Upstream }, "redis://:p%40ss@redis:6379"},
+		{"redis startup max elapsed time", with(istio, "REDIS_STARTUP_MAX_ELAPSED_TIME", "45s"), func(c settings.Config) any { return c.UpstreamRequiredTimeout }, 45 * time.Second},
 		{"redis tls", with(istio, "REDIS_TLS", "true", "REDIS_TLS_CACERT", "ca.pem"),
 			func(c settings.Config) any { return c.Upstream + " " + c.UpstreamTLSCA }, "rediss://redis:6379 ca.pem"},
 		{"redis CA without TLS", with(istio, "REDIS_TLS_CACERT", "ca.pem"), func(c settings.Config) any { return c.UpstreamTLSCA }, ""},
+		{"redis client certificate", with(istio, "REDIS_TLS", "true", "REDIS_TLS_CLIENT_CERT", "tls.crt", "REDIS_TLS_CLIENT_KEY", "tls.key"),
+			func(c settings.Config) any { return c.UpstreamTLSCert + " " + c.UpstreamTLSKey }, "tls.crt tls.key"},
+		{"redis client certificate without TLS", with(istio, "REDIS_TLS_CLIENT_CERT", "tls.crt", "REDIS_TLS_CLIENT_KEY", "tls.key"),
+			func(c settings.Config) any { return c.UpstreamTLSCert }, ""}, // the peer reads it only with TLS
 		{"sentinel", with(istio, "REDIS_TYPE", "sentinel", "REDIS_URL", "mymaster,s1:26379,s2:26379"),
 			func(c settings.Config) any { return c.Upstream }, "redis+sentinel://s1:26379,s2:26379/mymaster"},
 		{"cluster", with(istio, "REDIS_TYPE", "CLUSTER", "REDIS_URL", "c1:7000,c2:7001", "REDIS_TLS", "1"),
@@ -240,7 +247,7 @@ func TestMapRefuses(t *testing.T) {
 		{"prometheus address", with(istio, "USE_PROMETHEUS", "true", "PROMETHEUS_ADDR", "19001"), "PROMETHEUS_ADDR=19001: must be host:port or :port"},
 		{"sentinel url", with(istio, "REDIS_TYPE", "sentinel"), "REDIS_URL=redis:6379: with REDIS_TYPE=sentinel, write the master's name and the sentinels"},
 		{"sentinel auth", with(istio, "REDIS_TYPE", "sentinel", "REDIS_URL", "m,s:1", "REDIS_SENTINEL_AUTH", "x"), "REDIS_SENTINEL_AUTH=x: "},
-		{"redis client cert", with(istio, "REDIS_TLS", "true", "REDIS_TLS_CLIENT_CERT", "c"), "REDIS_TLS_CLIENT_CERT=c: Sluice presents no client certificate"},
+		{"redis client cert without its key", with(istio, "REDIS_TLS", "true", "REDIS_TLS_CLIENT_CERT", "c"), "REDIS_TLS_CLIENT_KEY unset (the peer's default is \"\"): a client certificate needs REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY both"},
 		{"skip hostname", with(istio, "REDIS_TLS", "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"), "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true: "},
 		{"tls without files", with(istio, "GRPC_SERVER_USE_TLS", "true"), "GRPC_SERVER_USE_TLS=true: TLS needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"},
 		{"client SAN", with(istio, "GRPC_SERVER_USE_TLS", "true", "GRPC_SERVER_TLS_CERT", "c", "GRPC_SERVER_TLS_KEY", "k", "GRPC_CLIENT_TLS_SAN", "eg"), "GRPC_CLIENT_TLS_SAN=eg: "},

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"crypto/tls"
 	"fmt"
 	"os"
 	"os/exec"
@@ -228,4 +229,75 @@ func lookCLI(tb testing.TB) string {
 		tb.Fatalf("redistest: redis-cli not found in PATH: install it (apt-get install -y redis-tools)")
 	}
 	return cli
+}
+
+// StartClusterTLS creates a cluster of masters masters, no replicas,
+// speaking only TLS on their client and bus ports (tls-cluster), with the
+// files and client of StartTLS and the extra directives (say
+// "tls-auth-clients yes"). The slots are split evenly and the nodes meet
+// by CLUSTER MEET, with no redis-cli in between.
+func StartClusterTLS(tb testing.TB, masters int, client *tls.Config, certFile, keyFile, caFile string, directives ...string) *Cluster {
+	tb.Helper()
+	c := &Cluster{tb: tb}
+	d := append([]string{"cluster-enabled yes", "cluster-config-file nodes.conf", "cluster-node-timeout 1000", "tls-cluster yes"}, directives...)
+	for range masters {
+		c.Nodes = append(c.Nodes, StartTLS(tb, client, certFile, keyFile, caFile, d...))
+	}
+	per := 16384 / masters
+	for i, n := range c.Nodes {
+		last := (i+1)*per - 1
+		if i == masters-1 {
+			last = 16383
+		}
+		if _, err := n.Do("CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(i*per), strconv.Itoa(last)); err != nil {
+			tb.Fatalf("redistest: CLUSTER ADDSLOTSRANGE on %s: %v", n.Addr, err)
+		}
+		if i > 0 {
+			if _, err := n.Do("CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(c.Nodes[0].Port)); err != nil {
+				tb.Fatalf("redistest: CLUSTER MEET from %s: %v", n.Addr, err)
+			}
+		}
+	}
+	c.WaitOK()
+	return c
+}
+
+// StartSentinelTLS starts a master and one sentinel watching it (quorum
+// 1), both speaking only TLS, with the files and client of StartTLS and
+// the extra directives (say "tls-auth-clients yes") given to both; the
+// sentinel reaches the master over TLS (tls-replication) with the
+// server's own certificate. Enough for a client's TLS through Sentinel;
+// StartSentinel has the replica and quorum a failover needs.
+func StartSentinelTLS(tb testing.TB, client *tls.Config, certFile, keyFile, caFile string, directives ...string) *Sentinel {
+	tb.Helper()
+	st := &Sentinel{Name: "mymaster"}
+	st.Master = StartTLS(tb, client, certFile, keyFile, caFile, directives...)
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatalf("redistest: redis-server not found in PATH: install it (apt-get install -y redis-server redis-tools)")
+	}
+	s := &Server{Dir: tb.TempDir(), tb: tb, Port: FreePort(tb), tls: client}
+	s.Addr = "127.0.0.1:" + strconv.Itoa(s.Port)
+	conf := filepath.Join(s.Dir, "sentinel.conf")
+	body := fmt.Sprintf("port 0\ntls-port %d\nbind 127.0.0.1\ndir %s\nprotected-mode no\n"+
+		"tls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-replication yes\n%s\n"+
+		"sentinel monitor mymaster 127.0.0.1 %d 1\n", s.Port, s.Dir, certFile, keyFile, caFile,
+		strings.Join(directives, "\n"), st.Master.Port)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	s.argv = []string{bin, conf, "--sentinel"}
+	s.start()
+	tb.Cleanup(s.Kill)
+	st.Sentinels = []*Server{s}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := st.CurrentMaster(); err == nil {
+			return st
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: the TLS sentinel did not name the master within 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -45,9 +45,16 @@ type Config struct {
 	Durable         engine.Durability  // the durability of requests under no policy (inline commands, gateway rules)
 	DurableReplicas int                // how many replicas must acknowledge a durable charge
 	UpstreamTLSCA   string             // PEM file of the upstream's CA; empty: the system's roots
-	ShutdownTimeout time.Duration      // how long a shutdown waits for requests being answered
-	ShutdownDelay   time.Duration      // how long to keep serving after the signal, before draining; 0: none
-	AdminListen     string             // admin HTTP address; empty: none (the flag's "off")
+	UpstreamTLSCert string             // PEM client certificate chain toward the upstream; with UpstreamTLSKey
+	UpstreamTLSKey  string             // its private key
+	// UpstreamRequired makes start-up wait for the upstream (at most
+	// UpstreamRequiredTimeout, then fail) and readiness follow it.
+	UpstreamRequired        bool
+	UpstreamRequiredTimeout time.Duration // 0: wait without end
+	UpstreamEvictionCheck   time.Duration // how often the masters' eviction policy is read; 0: at start only
+	ShutdownTimeout         time.Duration // how long a shutdown waits for requests being answered
+	ShutdownDelay           time.Duration // how long to keep serving after the signal, before draining; 0: none
+	AdminListen             string        // admin HTTP address; empty: none (the flag's "off")
 	// AdminOptional makes a taken AdminListen a warning rather than a
 	// failure: Finish sets it when the address is the default, not one
 	// asked for, so that a second sidecar on one machine starts.
@@ -122,24 +129,26 @@ type Config struct {
 // Default is the configuration of a sidecar started with no flags.
 func Default() Config {
 	return Config{
-		Listen:          "127.0.0.1:6380",
-		KeyPrefix:       redisurl.DefaultPrefix,
-		PoliciesPoll:    2 * time.Second,
-		LogFormat:       "text",
-		LogLevel:        slog.LevelInfo,
-		OnFailure:       engine.FailLocal,
-		UpstreamTimeout: 100 * time.Millisecond,
-		DurableReplicas: 1,
-		ShutdownTimeout: 10 * time.Second,
-		AdminListen:     "127.0.0.1:9380",
-		BatchMax:        1024,
-		BatchInFlight:   2,
-		MaxKeys:         100_000,
-		DenyCacheSize:   50_000,
-		MaxClients:      10_000,
-		HTTPMaxConns:    1024,
-		MaxInputMemory:  256 << 20,
-		IOLoops:         1,
+		Listen:                  "127.0.0.1:6380",
+		KeyPrefix:               redisurl.DefaultPrefix,
+		PoliciesPoll:            2 * time.Second,
+		LogFormat:               "text",
+		LogLevel:                slog.LevelInfo,
+		OnFailure:               engine.FailLocal,
+		UpstreamTimeout:         100 * time.Millisecond,
+		DurableReplicas:         1,
+		UpstreamRequiredTimeout: 30 * time.Second,
+		UpstreamEvictionCheck:   15 * time.Second,
+		ShutdownTimeout:         10 * time.Second,
+		AdminListen:             "127.0.0.1:9380",
+		BatchMax:                1024,
+		BatchInFlight:           2,
+		MaxKeys:                 100_000,
+		DenyCacheSize:           50_000,
+		MaxClients:              10_000,
+		HTTPMaxConns:            1024,
+		MaxInputMemory:          256 << 20,
+		IOLoops:                 1,
 
 		GRPCMaxConns:      rlsopts.DefaultMaxConns,
 		RLSMaxDescriptors: rlsopts.DefaultMaxDescriptors,
@@ -186,6 +195,18 @@ func (c *Config) Register(fs *flag.FlagSet) {
 		"how many replicas must acknowledge a durable request's charge before it is answered (`n`)")
 	fs.StringVar(&c.UpstreamTLSCA, "upstream-tls-ca", c.UpstreamTLSCA,
 		"PEM `file` of the CA that rediss:// upstream certificates must chain to; empty: the system's roots")
+	fs.StringVar(&c.UpstreamTLSCert, "upstream-tls-cert", c.UpstreamTLSCert,
+		"PEM `file` of the client certificate chain presented to a rediss:// upstream that asks for one (tls-auth-clients); "+
+			"with --upstream-tls-key. Read again when it changes: new connections present the new pair")
+	fs.StringVar(&c.UpstreamTLSKey, "upstream-tls-key", c.UpstreamTLSKey, "PEM `file` of --upstream-tls-cert's private key")
+	fs.BoolVar(&c.UpstreamRequired, "upstream-required", c.UpstreamRequired,
+		"wait at start-up until the upstream Redis answers, listening on no port meanwhile, and fail after --upstream-required-timeout "+
+			"naming the cause; then report not ready (/readyz) while it cannot be used, whatever the failure mode (as envoyproxy/ratelimit)")
+	fs.DurationVar(&c.UpstreamRequiredTimeout, "upstream-required-timeout", c.UpstreamRequiredTimeout,
+		"with --upstream-required, how long start-up waits for the upstream Redis before it fails (`duration`; 0: without end)")
+	fs.DurationVar(&c.UpstreamEvictionCheck, "upstream-eviction-check", c.UpstreamEvictionCheck,
+		"how often to read every master's maxmemory-policy and evicted_keys, besides at start (`duration`; 0: at start only): "+
+			"a policy that can evict Sluice's keys resets their limits, and is warned of")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout,
 		"on SIGTERM or SIGINT, how long to wait for requests being answered (`duration`)")
 	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", c.ShutdownDelay,

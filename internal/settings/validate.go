@@ -44,6 +44,8 @@ func (c *Config) Validate() error {
 		{"shutdown-delay", c.ShutdownDelay, true},
 		{"upstream-timeout", c.UpstreamTimeout, false},
 		{"grpc-idle-timeout", c.GRPCIdleTimeout, true},
+		{"upstream-required-timeout", c.UpstreamRequiredTimeout, true},
+		{"upstream-eviction-check", c.UpstreamEvictionCheck, true},
 	}
 	for _, d := range durations {
 		if d.d < 0 || d.d == 0 && !d.zeroOK {
@@ -158,6 +160,12 @@ func (c *Config) validateUpstream() error {
 	}
 	if c.UpstreamTLSCA != "" && !a.TLS {
 		return fmt.Errorf("invalid %s: the upstream address does not use TLS (rediss://)", c.name("upstream-tls-ca"))
+	}
+	if (c.UpstreamTLSCert == "") != (c.UpstreamTLSKey == "") {
+		return fmt.Errorf("invalid %s and %s: a client certificate needs both, or neither", c.name("upstream-tls-cert"), c.name("upstream-tls-key"))
+	}
+	if c.UpstreamTLSCert != "" && !strings.HasPrefix(c.Upstream, "rediss") {
+		return fmt.Errorf("invalid %s: the upstream address does not use TLS (rediss://)", c.name("upstream-tls-cert"))
 	}
 	return nil
 }
@@ -293,6 +301,8 @@ func (c *Config) checkFiles() error {
 		{"rls-config", c.RLSConfig, true},
 		{"rls-overlay", c.RLSOverlay, false},
 		{"upstream-tls-ca", c.UpstreamTLSCA, false},
+		{"upstream-tls-cert", c.UpstreamTLSCert, false},
+		{"upstream-tls-key", c.UpstreamTLSKey, false},
 		{"grpc-tls-cert", c.GRPCTLSCert, false},
 		{"grpc-tls-key", c.GRPCTLSKey, false},
 		{"grpc-tls-client-ca", c.GRPCTLSClientCA, false},
