@@ -92,11 +92,18 @@ const (
 	bytesPerRefusal  = 350
 	baseMemory       = 32 << 20
 	inputSlackFactor = 8 // the limit leaves an eighth of the input budget for garbage
+	// httpConnBytes is what an HTTP check connection holds at most while
+	// its headers are read (32 KiB of them, at about two and a half times
+	// their length, with Go's garbage: 110 KiB measured, docs/operating.md).
+	// The check's buffers are net/http's, outside the input budget, so
+	// its connection cap enters the memory limit instead.
+	httpConnBytes = 112 << 10
 )
 
 // limitMemory sets Go's memory limit unless GOMEMLIMIT does: to a share
 // of the container's limit, and never above what the settings bound (the
-// input budget and an eighth more, the store, the deny cache, a base).
+// input budget and an eighth more, the store, the deny cache, the HTTP
+// check's connections, a base).
 // Without it, GOGC 400 lets the heap reach five times the live input:
 // 200 clients holding the budget's worth of large arguments made the
 // process's resident memory reach 1.5 GB at the default 256 MiB budget.
@@ -110,6 +117,9 @@ func limitMemory(log *slog.Logger, cfg settings.Config, getenv func(string) stri
 	}
 	input := int64(cfg.MaxInputMemory)
 	bound := input + input/inputSlackFactor + int64(cfg.MaxKeys)*bytesPerKey + int64(cfg.DenyCacheSize)*bytesPerRefusal + baseMemory
+	if cfg.HTTPListen != "" {
+		bound += int64(cfg.HTTPMaxConns) * httpConnBytes
+	}
 	from := "container"
 	if bound < limit {
 		limit, from = bound, "settings"

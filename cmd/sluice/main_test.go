@@ -164,8 +164,20 @@ func TestLimitMemoryFollowsTheSettings(t *testing.T) {
 	debug.SetMemoryLimit(math.MaxInt64)
 	limitMemory(log, cfg, func(string) string { return "" })
 	want := int64(64<<20+8<<20) + int64(cfg.MaxKeys)*bytesPerKey + int64(cfg.DenyCacheSize)*bytesPerRefusal + baseMemory
-	if got := debug.SetMemoryLimit(-1); got > want {
-		t.Errorf("memory limit %d with GOMEMLIMIT unset; want at most %d, from the settings", got, want)
+	noHTTP := debug.SetMemoryLimit(-1)
+	if noHTTP > want {
+		t.Errorf("memory limit %d with GOMEMLIMIT unset; want at most %d, from the settings", noHTTP, want)
+	}
+
+	// The HTTP check's connections enter it, as its buffers are outside
+	// the input budget.
+	cfg.HTTPListen = "127.0.0.1:0"
+	debug.SetMemoryLimit(math.MaxInt64)
+	limitMemory(log, cfg, func(string) string { return "" })
+	// (A container's limit below the settings' bound caps both alike.)
+	withHTTP := want + int64(cfg.HTTPMaxConns)*httpConnBytes
+	if got := debug.SetMemoryLimit(-1); got > withHTTP || (noHTTP == want && got != withHTTP) {
+		t.Errorf("memory limit %d with the HTTP check; want %d, the settings' and its connections'", got, withHTTP)
 	}
 
 	debug.SetMemoryLimit(math.MaxInt64)
