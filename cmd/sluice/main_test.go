@@ -112,7 +112,7 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{[]string{"--log-format", "xml"}, 2, "invalid --log-format"},
 		{[]string{"--policies", "/nonexistent/p.yaml"}, 2, `invalid --policies "/nonexistent/p.yaml": no such file or directory`},
 		{[]string{"--listen", "127.0.0.1:0", "--admin-listen", "off", "--policies", notSocket}, 1, notSocket},
-		{[]string{"--upstream", "http://x"}, 2, `invalid --upstream "http://x": scheme "http" must be redis`},
+		{[]string{"--upstream", "http://x"}, 2, `invalid --upstream "http://x": scheme must be redis`},
 		{[]string{"--bogus"}, 2, "flag provided but not defined: -bogus; sluice --help lists the flags\n"},
 		{[]string{"--on-upstream-failure", "maybe"}, 2, "must be allow, deny or local"},
 		{[]string{"--policies-poll", "-1s"}, 2, "invalid --policies-poll"},
