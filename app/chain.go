@@ -114,7 +114,7 @@ func newChain(ctx context.Context, cfg Config, mem *memstore.Store, tel *telemet
 		defer close(replDone)
 		up.WatchReplication(replCtx, time.Second)
 	}()
-	closers = append(closers, func() { stopRepl(); <-replDone })
+	closers = append(closers, func() { stopRepl(); waitAWhile(replDone) })
 	log.Info("using the upstream Redis", "kind", string(kind), "addrs", redisurl.Redact(cfg.Upstream),
 		"key_prefix", cfg.KeyPrefix, "on_upstream_failure", cfg.OnFailure.String(),
 		"upstream_timeout", cfg.UpstreamTimeout, "batch_max", cfg.BatchMax, "batch_inflight", cfg.BatchInFlight,
@@ -184,7 +184,21 @@ func (c *sharedStore) watchMemory(cfg Config, log *slog.Logger) (stop func()) {
 		defer close(done)
 		c.up.Watch(wctx, cfg.UpstreamEvictionCheck)
 	}()
-	return func() { cancelWatch(); <-done }
+	return func() { cancelWatch(); waitAWhile(done) }
+}
+
+// waitAWhile waits for a background reader of the upstream to end after
+// its context was cancelled, but not past a second: a read caught in
+// go-redis's own retries (a Sentinel that refuses, dialled again and
+// again) must not hold the sidecar's exit up; closing the client next
+// ends it.
+func waitAWhile(done <-chan struct{}) {
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // ready is /readyz: the sidecar can decide unless the upstream is failing
