@@ -103,6 +103,9 @@ func Parse(addr string) (Addr, error) {
 	}
 	list := strings.Split(hosts, ",")
 	path, query, _ := strings.Cut(pathQuery, "?")
+	// A fragment is no part of the query, as net/url (and go-redis) read
+	// it: "?c#x" asks for option c.
+	query, _, _ = strings.Cut(query, "#")
 	params := []string{}
 	if query != "" {
 		params = append(params, query)
@@ -131,6 +134,11 @@ func Parse(addr string) (Addr, error) {
 	u, err := url.Parse(a.Client)
 	if err != nil {
 		return fail("%s", urlReason(err))
+	}
+	if u.Host != list[0] {
+		// Percent-escapes decoded: the host go-redis dials is not the one
+		// written, which logs and INFO would show.
+		return fail("host %q is not a plain host:port", list[0])
 	}
 	a.Hosts = []string{u.Host}
 	if a.Kind == Standalone {
