@@ -386,7 +386,8 @@ var (
 		"Upstream round trip p50 / p99 against the timeout", "Batch size", "Fallbacks", "Breaker",
 		"Deny cache hit ratio", "Leases held by policy", "Lease events"}
 	wantAlerts = []string{"SluiceBreakerOpen", "SluiceFallbacks", "SluiceErrorRate", "SluiceUpstreamErrors",
-		"SluiceUpstreamNearTimeout", "SluiceSidecarNotReady", "SluiceConfigReloadFailing"}
+		"SluiceUpstreamNearTimeout", "SluiceSidecarNotReady", "SluiceConfigReloadFailing",
+		"SluiceUpstreamFailoverLostWrites", "SluiceDurableUnreplicated"}
 )
 
 func TestDashboardShape(t *testing.T) {
