@@ -207,15 +207,13 @@ func (s *Server) adopt(nc net.Conn) {
 		go g.Serve()
 		return
 	}
-	fd, err := l.Adopt(nc, c.conn)
-	if err != nil {
+	if err := l.Adopt(nc, c.conn, func(fd int) { c.fd.Store(int32(fd)) }); err != nil {
 		s.log.Debug("connection not adopted", "id", c.id, "err", err)
 		l.Unpick()
 		_ = nc.Close()
 		s.closed(c, nil)
 		return
 	}
-	c.fd.Store(int32(fd))
 }
 
 // register counts a new connection in, or refuses it (closing, or too

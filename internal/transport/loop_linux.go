@@ -158,45 +158,50 @@ func (lc *loopConn) Drain(time.Time) {}
 func (lc *loopConn) CloseNow()       {}
 
 // Adopt takes nc over for t, NewConn's: the loop keeps a duplicate of its
-// descriptor, which it returns, and nc is closed, which takes the
-// original out of Go's poller.
-func (l *Loop) Adopt(nc net.Conn, t Transport) (int, error) {
+// descriptor, and nc is closed, which takes the original out of Go's
+// poller. adopted, if not nil, is given the descriptor before the loop
+// may serve the connection, so that what the connection says of itself
+// (CLIENT INFO's fd=) is right from its first command.
+func (l *Loop) Adopt(nc net.Conn, t Transport, adopted func(fd int)) error {
 	lc, ok := t.(*loopConn)
 	if !ok || lc.l != l {
-		return -1, errors.New("transport: not this loop's connection")
+		return errors.New("transport: not this loop's connection")
 	}
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
-		return -1, errors.New("transport: no file descriptor")
+		return errors.New("transport: no file descriptor")
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return -1, err
+		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped {
-		return -1, errors.New("transport: event loop stopped")
+		return errors.New("transport: event loop stopped")
 	}
 	fd, dupErr := -1, error(nil)
 	if err := raw.Control(func(s uintptr) { fd, dupErr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
-		return -1, err
+		return err
 	}
 	if dupErr != nil {
-		return -1, dupErr
+		return dupErr
 	}
 	if err := unix.SetNonblock(fd, true); err != nil {
 		unix.Close(fd)
-		return -1, err
+		return err
 	}
 	lc.fd, lc.adopted = fd, true
+	if adopted != nil {
+		adopted(fd)
+	}
 	if !l.el.Post(func() { l.welcome(lc) }) {
 		unix.Close(fd)
 		lc.fd, lc.adopted = -1, false
-		return -1, evloop.ErrClosed
+		return evloop.ErrClosed
 	}
 	_ = nc.Close()
-	return fd, nil
+	return nil
 }
 
 // land puts segments whose results are in on the landed queue, from

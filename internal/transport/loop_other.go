@@ -29,8 +29,8 @@ func Pick([]*Loop, net.Conn) *Loop   { return nil }
 func (*Loop) Unpick()                {}
 func (*Loop) Cuts() int64            { return 0 }
 func (*Loop) NewConn(Conn) Transport { return nil } // never called: Pick finds no loop
-func (*Loop) Adopt(net.Conn, Transport) (int, error) {
-	return -1, errors.New("transport: no event loops here")
+func (*Loop) Adopt(net.Conn, Transport, func(int)) error {
+	return errors.New("transport: no event loops here")
 }
 func (*Loop) DrainUntil(time.Time) {}
 func (*Loop) Stop()                {}
