@@ -537,15 +537,32 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	return nil
 }
 
-// close stops what New started, in reverse.
+// closeWithin bounds close: the doors have drained by then, and a part
+// stuck closing (go-redis's Sentinel client closes only once its lookup of
+// an unreachable Sentinel has given up, retries and all) must not hold the
+// process past its orchestrator's grace period.
+const closeWithin = 5 * time.Second
+
+// close stops what New started, in reverse, within closeWithin.
 func (s *Sidecar) close() {
-	if s.admin != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = s.admin.Shutdown(sctx)
-		cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if s.admin != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = s.admin.Shutdown(sctx)
+			cancel()
+		}
+		for i := len(s.closers) - 1; i >= 0; i-- {
+			s.closers[i]()
+		}
+	}()
+	t := time.NewTimer(closeWithin)
+	defer t.Stop()
+	select {
+	case <-done:
+		s.closers = nil
+	case <-t.C:
+		s.log.Warn("stopping without waiting for the rest to close", "waited", closeWithin)
 	}
-	for i := len(s.closers) - 1; i >= 0; i-- {
-		s.closers[i]()
-	}
-	s.closers = nil
 }
