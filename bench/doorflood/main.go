@@ -313,6 +313,11 @@ func measure(binary, dir, shape string) (Result, error) {
 		legit.Go(func() { doors[i] = c.probe(askUntil, time.Second/time.Duration(*rate)) })
 	}
 	legit.Wait()
+	select {
+	case <-exited:
+		return failed(errors.New("the binary exited during the shape"))
+	default:
+	}
 	if r.EndRSS, err = procs.Status(pid, "VmRSS"); err != nil {
 		return failed(err)
 	}
@@ -326,11 +331,6 @@ func measure(binary, dir, shape string) (Result, error) {
 		return failed(err)
 	}
 	r.CPU = cpu1 - cpu0
-	select {
-	case <-exited:
-		return failed(errors.New("the binary exited during the shape"))
-	default:
-	}
 	if r.PeakRSS, err = procs.Status(pid, "VmHWM"); err != nil {
 		return failed(err)
 	}
