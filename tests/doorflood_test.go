@@ -26,6 +26,7 @@ func TestDoorsInputMemoryBounded(t *testing.T) {
 		t.Fatalf("building bench/doorflood: %v\n%s", err, out)
 	}
 	cmd := exec.Command(tool, "-bin", sluiceBin, "-shapes", "all", "-d", "4s", "-json", "-answer-within", "30s",
+		"-http-clients", "300", // the count: the flood's CPU shared with the binary is kept down
 		"-policies", "../examples/policies.yaml", "-rls-config", "../examples/ratelimit",
 		"--", "--max-input-memory", "16mb")
 	out, err := cmd.Output()
