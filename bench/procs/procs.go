@@ -1,9 +1,10 @@
 // Package procs is what the benchmark commands that start their own
 // servers share: free loopback ports, waiting for a listener, the
-// processes started and stopped together, a process's CPU time read from
-// /proc (so that a server's own cost is told from its load generator's on
-// one machine), and medians. A command fails at the first error (Fatalf),
-// stopping what it started, since os.Exit runs no deferred function.
+// processes started and stopped together, a process's CPU time and
+// resident memory read from /proc (so that a server's own cost is told
+// from its load generator's on one machine), and medians. A command fails
+// at the first error (Fatalf), stopping what it started, since os.Exit
+// runs no deferred function.
 package procs
 
 import (
@@ -124,6 +125,27 @@ func CPU(pid int) (time.Duration, error) {
 	}
 	const tick = 10 * time.Millisecond // USER_HZ is 100 on Linux
 	return time.Duration(ut+st) * tick, nil
+}
+
+// Status is a size field of /proc/PID/status (VmRSS, VmHWM: the resident
+// memory now and at its peak), in bytes.
+func Status(pid int, field string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, v, ok := strings.Cut(line, ":")
+		if !ok || name != field {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/status %s: %w", pid, field, err)
+		}
+		return kb << 10, nil
+	}
+	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, field)
 }
 
 // Median is v's median (the upper one of an even count); v is not changed.
