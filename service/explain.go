@@ -81,21 +81,18 @@ type LimitExplanation struct {
 // Explain is request i's explanation, once the batch is decided, or the
 // error it met instead (as Result).
 func (b *Batch) Explain(i int) (Explanation, error) {
-	d, err := b.Result(i)
-	if err != nil {
+	if _, err := b.Result(i); err != nil {
 		return Explanation{}, err
 	}
 	s, req, res, m := b.s, &b.reqs[i], &b.res[i], &b.meta[i]
+	br := b.Brief(i)
 	e := Explanation{Door: b.Door, Key: req.Key[m.prefix:], Stored: req.Key, Cost: req.Cost, Peek: req.Peek,
-		Charge: req.Charge, Allowed: d.Allowed, Shadowed: m.shadowed, Path: s.PathName(res.Path),
-		OnFailure: req.OnFailure.String(), At: res.At, Digest: m.digest}
-	if m.byPolicy {
-		e.Policy = m.policy
-		if s.digest != nil {
-			e.Digest = s.digest()
-		}
-	} else if m.policy != Inline {
-		e.Rule = m.policy
+		Charge: req.Charge, Allowed: res.Decision.Allowed, Shadowed: m.shadowed, Path: s.PathName(res.Path),
+		OnFailure: req.OnFailure.String(), At: res.At, Digest: s.explainedDigest(m), Bound: br.Bound}
+	if br.ByPolicy {
+		e.Policy = br.Policy
+	} else {
+		e.Rule = br.Policy
 	}
 	e.Why = s.why(res.Path, req.OnFailure)
 	if req.Multi() {
@@ -103,18 +100,66 @@ func (b *Batch) Explain(i int) (Explanation, error) {
 		for j, l := range req.Limits {
 			e.Limits[j] = explainLimit(l.Name, l.Limit, &req.Detail[j])
 		}
-		e.Bound = req.Limits[engine.Binding(req.Detail)].Name
 		return e, nil
 	}
-	// One limit: its own decision is the store's, before shadow mode
-	// answered a refusal as an admission.
-	own := *d
-	if m.shadowed {
-		own.Allowed = false
-	}
-	e.Bound = firstOf(e.Policy, e.Rule, req.Limit.Algorithm.String())
-	e.Limits = []LimitExplanation{explainLimit(e.Bound, req.Limit, &own)}
+	e.Limits = []LimitExplanation{explainLimit(e.Bound, req.Limit, &br.Own)}
 	return e, nil
+}
+
+// Brief is the part of an explanation a watcher's line shows (MONITOR, a
+// trace span): the policy or rule, the limit the answer came from, and
+// that limit's own decision. It is read from what the decision carries
+// and allocates nothing, and a door asks for it only while someone
+// watches: the plain decision path never builds it.
+type Brief struct {
+	// Policy names the policy (ByPolicy) or the door's rule the request
+	// was decided by; empty for a plain inline request.
+	Policy   string
+	ByPolicy bool
+	// Bound names the limit the answer came from (Explanation.Bound),
+	// Limit is that limit, and Own its own decision: the store's, before
+	// shadow mode answered a refusal as an admission.
+	Bound string
+	Limit engine.Limit
+	Own   engine.Decision
+	// OnFailure is the failure mode the request carried (zero: the
+	// sidecar's), which decided when the path is a failure mode's.
+	OnFailure engine.FailureMode
+}
+
+// Brief is request i's Brief; its Result must have been checked.
+func (b *Batch) Brief(i int) Brief {
+	req, m := &b.reqs[i], &b.meta[i]
+	br := Brief{ByPolicy: m.byPolicy, OnFailure: req.OnFailure}
+	if m.byPolicy || m.policy != Inline {
+		br.Policy = m.policy
+	}
+	if req.Multi() {
+		j := engine.Binding(req.Detail)
+		br.Bound, br.Limit, br.Own = req.Limits[j].Name, req.Limits[j].Limit, req.Detail[j]
+		return br
+	}
+	br.Limit, br.Own = req.Limit, b.res[i].Decision
+	if m.shadowed {
+		br.Own.Allowed = false
+	}
+	br.Bound = firstOf(br.Policy, req.Limit.Algorithm.String())
+	return br
+}
+
+// AppendState appends the bound limit's state in the algorithm's terms,
+// as LimitExplanation.State says it.
+func (br *Brief) AppendState(dst []byte) []byte { return appendState(dst, br.Limit.Algorithm, &br.Own) }
+
+// explainedDigest is Explanation.Digest for a request with meta m.
+func (s *Service) explainedDigest(m *meta) string {
+	if m.byPolicy {
+		if s.digest != nil {
+			return s.digest()
+		}
+		return ""
+	}
+	return m.digest
 }
 
 // firstOf is the first non-empty of its arguments.
@@ -141,18 +186,38 @@ func explainLimit(name string, l engine.Limit, d *engine.Decision) LimitExplanat
 // tokens are what remains, and GCRA's theoretical arrival time is now
 // plus the time until the key is back to full.
 func state(a engine.Algorithm, d *engine.Decision) string {
-	lim, rem := strconv.FormatInt(d.Limit, 10), d.Remaining
-	reset := strconv.FormatInt(ceilMillis(d.ResetAfter.Microseconds()), 10) + "ms"
+	var buf [64]byte
+	return string(appendState(buf[:0], a, d))
+}
+
+// appendState is state, appended to dst: a MONITOR line writes it in
+// place.
+func appendState(dst []byte, a engine.Algorithm, d *engine.Decision) []byte {
 	switch a {
 	case engine.TokenBucket:
-		return "tokens " + strconv.FormatInt(rem, 10) + " of " + lim + ", full in " + reset
+		dst = append(dst, "tokens "...)
+		dst = strconv.AppendInt(dst, d.Remaining, 10)
+		dst = appendOf(dst, d.Limit, ", full in ")
 	case engine.LeakyBucket:
-		return "queued " + strconv.FormatInt(d.Limit-rem, 10) + " of " + lim + ", drained in " + reset
+		dst = append(dst, "queued "...)
+		dst = strconv.AppendInt(dst, d.Limit-d.Remaining, 10)
+		dst = appendOf(dst, d.Limit, ", drained in ")
 	case engine.GCRA:
-		return "TAT now+" + reset
+		dst = append(dst, "TAT now+"...)
 	default:
-		return "used " + strconv.FormatInt(d.Limit-rem, 10) + " of " + lim + ", back to full in " + reset
+		dst = append(dst, "used "...)
+		dst = strconv.AppendInt(dst, d.Limit-d.Remaining, 10)
+		dst = appendOf(dst, d.Limit, ", back to full in ")
 	}
+	dst = strconv.AppendInt(dst, ceilMillis(d.ResetAfter.Microseconds()), 10)
+	return append(dst, "ms"...)
+}
+
+// appendOf appends " of limit" and then.
+func appendOf(dst []byte, limit int64, then string) []byte {
+	dst = append(dst, " of "...)
+	dst = strconv.AppendInt(dst, limit, 10)
+	return append(dst, then...)
 }
 
 // ceilMillis rounds µs up to whole milliseconds, as the doors' replies
