@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"strconv"
 
 	"github.com/sluice-rl/sluice/engine"
@@ -76,6 +77,56 @@ type LimitExplanation struct {
 	// windows, "tokens 3 of 10" for the token bucket, "queued 2 of 5" for
 	// the leaky bucket, "TAT now+1500ms" for GCRA.
 	State string `json:"state"`
+	// Held is the state the store held for the limit, read back from it
+	// once the decision was made (Batch.ExplainHeld: RL.EXPLAIN, whose
+	// peek changes nothing, so it is the state before the decision as
+	// well as after); nil where nothing was read.
+	Held *HeldState `json:"held,omitempty"`
+}
+
+// HeldState is a limit's state as the store holds it: the values under
+// the names the Lua scripts give them (lua/*.lua's "State:" lines), so
+// that they read as redis-cli shows the key, and what they mean to the
+// algorithm at the store's clock.
+type HeldState struct {
+	// Key is where the store keeps the state: on Redis, the key redis-cli
+	// reads.
+	Key string `json:"key"`
+	// At is the store's clock when it was read, µs since the epoch: on
+	// Redis, its TIME, read in the same script as the key.
+	At int64 `json:"at_us"`
+	// Values are the state's numbers: w (window start, µs) and n (count)
+	// for the fixed window; w (sub-window start), n (precision) and Counts
+	// (the ring of sub-window counts, fields "0" to n) for the sliding
+	// window; z (µs; with f and d when z is f/d µs past it) for the
+	// buckets and GCRA; total and entries for the sliding log; count for
+	// the peer window. Empty when the store holds no state for the key.
+	Values map[string]int64 `json:"values,omitempty"`
+	Counts []int64          `json:"counts,omitempty"`
+	// State is what the values mean to the algorithm at At, in the terms
+	// LimitExplanation.State uses ("used 7 of 10, back to full in
+	// 420ms"): a look at cost 0 through the same step the stores decide
+	// with.
+	State string `json:"state,omitempty"`
+	// Error says why the state could not be read; the rest of the
+	// explanation stands.
+	Error string `json:"error,omitempty"`
+}
+
+// StateReader reads back the state a store holds for a key, for an
+// explanation (Config.States): the central Redis's (upstream.Store) and
+// the in-memory store's (memstore.Store) implement it. It is asked only
+// by Batch.ExplainHeld, never on the decision path, and must be safe for
+// concurrent use.
+type StateReader interface {
+	// ReadState returns the state held for key (as stored: a policy's
+	// prefix included) under l (l.Name empty for a single-limit
+	// request's limit; else one limit of a multi-limit request), and the
+	// store's clock when it read it, µs since the epoch. A key with no
+	// live state reads as the zero State.
+	ReadState(ctx context.Context, key string, l engine.NamedLimit) (engine.State, int64, error)
+	// StateKey names where the store keeps that state.
+	StateKey(key string, l engine.NamedLimit) string
 }
 
 // Explain is request i's explanation, once the batch is decided, or the
@@ -104,6 +155,71 @@ func (b *Batch) Explain(i int) (Explanation, error) {
 	}
 	e.Limits = []LimitExplanation{explainLimit(e.Bound, req.Limit, &br.Own)}
 	return e, nil
+}
+
+// ExplainHeld is Explain with each limit's state read back from the
+// store (LimitExplanation.Held), when the service has a StateReader: one
+// read per limit, bounded by Config.ResetTimeout, for a person asking
+// why (RL.EXPLAIN), never for a plain decision. A read that fails leaves
+// its error in Held.Error, not in the explanation's error.
+func (b *Batch) ExplainHeld(ctx context.Context, i int) (Explanation, error) {
+	e, err := b.Explain(i)
+	if err != nil || b.s.states == nil {
+		return e, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.s.resetTimeout)
+	defer cancel()
+	req := &b.reqs[i]
+	for j := range e.Limits {
+		l := engine.NamedLimit{Limit: req.Limit}
+		if req.Multi() {
+			l = req.Limits[j]
+		}
+		e.Limits[j].Held = held(ctx, b.s.states, req.Key, l)
+	}
+	return e, nil
+}
+
+// held reads key's state under l from r and says what it means.
+func held(ctx context.Context, r StateReader, key string, l engine.NamedLimit) *HeldState {
+	h := &HeldState{Key: r.StateKey(key, l)}
+	st, at, err := r.ReadState(ctx, key, l)
+	h.At = at
+	if err != nil {
+		h.Error = err.Error()
+		return h
+	}
+	h.Values, h.Counts = heldValues(l.Limit.Algorithm, &st)
+	// A look at cost 0: what the state leaves now, as a peek reads it.
+	look := engine.Request{Key: key, Limit: l.Limit, Peek: true}
+	if err := look.Validate(); err != nil {
+		h.Error = err.Error()
+		return h
+	}
+	d, _ := engine.Step(&st, at, &look)
+	h.State = state(l.Limit.Algorithm, &d)
+	return h
+}
+
+// heldValues names st's numbers as the scripts keep them (HeldState.Values).
+func heldValues(a engine.Algorithm, st *engine.State) (map[string]int64, []int64) {
+	if st.A == 0 && st.B == 0 && st.C == 0 && len(st.Log) == 0 {
+		return nil, nil
+	}
+	switch a {
+	case engine.FixedWindow:
+		return map[string]int64{"w": st.A, "n": st.B}, nil
+	case engine.SlidingWindow:
+		return map[string]int64{"w": st.A, "n": st.B}, st.Log
+	case engine.TokenBucket, engine.LeakyBucket, engine.GCRA:
+		if st.B == 0 {
+			return map[string]int64{"z": st.A}, nil
+		}
+		return map[string]int64{"z": st.A, "f": st.B, "d": st.C}, nil
+	case engine.SlidingLog:
+		return map[string]int64{"total": st.A, "entries": int64(len(st.Log) / 2)}, nil
+	}
+	return map[string]int64{"count": st.B}, nil // the peer window
 }
 
 // Brief is the part of an explanation a watcher's line shows (MONITOR, a
