@@ -219,7 +219,7 @@ func TestExplainHeld(t *testing.T) {
 			if burst == nil || daily == nil {
 				t.Fatalf("held %+v %+v", burst, daily)
 			}
-			if daily.Key != "search:u}:daily" || daily.At != 1_800_000_000_000_000 ||
+			if daily.Key != "{search:u}:daily" || daily.At != 1_800_000_000_000_000 ||
 				!reflect.DeepEqual(daily.Values, map[string]int64{"w": 1_799_971_200_000_000, "n": 2}) ||
 				daily.State != "used 2 of 2, back to full in 57600000ms" {
 				t.Errorf("daily held %+v", daily)

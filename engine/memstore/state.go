@@ -7,15 +7,15 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 )
 
-// StateKey is the key the memory store keeps key's state under for l: the
-// key itself for a single-limit request (l.Name empty), else the key, a
-// brace, a colon and the limit's name, as a multi-limit request keeps
-// each limit apart.
+// StateKey names the state the memory store keeps for key under l, as
+// the Redis key is written less its prefix and algorithm: the key itself
+// for a single-limit request (l.Name empty), else "{key}:name", one
+// state per limit of a multi-limit request.
 func (m *Store) StateKey(key string, l engine.NamedLimit) string {
 	if l.Name == "" {
 		return key
 	}
-	return limitStateKey(key, l).key
+	return "{" + key + "}:" + l.Name
 }
 
 // ReadState returns the state the store keeps for key under l and its
