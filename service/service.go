@@ -51,8 +51,9 @@ type Config struct {
 	// central Redis, "memory" when it is the in-memory store. Empty means
 	// "store".
 	StoreName string
-	// ResetTimeout bounds one Reset, and one Acquire or Release. Zero
-	// means 2s. Decisions get no
+	// ResetTimeout bounds one Reset, one Acquire or Release, and an
+	// explanation's reads of the state held (ExplainHeld). Zero means
+	// 2s. Decisions get no
 	// deadline here: the store bounds its own waits (engine.Store).
 	ResetTimeout time.Duration
 	// Recorder, when set, is given the inputs and outcome of one decision
