@@ -154,6 +154,12 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	if s.policies != nil {
 		scfg.Digest = s.policies.Digest // an explanation names the policies it was decided by
 	}
+	// RL.EXPLAIN reads each limit's state back from the store that
+	// holds it: the central Redis, or the in-memory store.
+	scfg.States = s.mem
+	if s.chain != nil {
+		scfg.States = s.chain.up
+	}
 	if s.chain != nil {
 		// The RESP door cuts a large round into as many parts as the
 		// batcher sends round trips at once.

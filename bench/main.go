@@ -9,6 +9,7 @@
 //	go run ./bench -runs 5 -n 400000
 //	go run ./bench -sluice /path/to/old/sluice -only '1000000, -P (16|1)$|latency' -sluice-args '--io-loops 2'
 //	go run ./bench -only durable   # --durable replica against not, with a replica
+//	go run ./bench -only record    # --record (every decision) against not
 //
 // -sluice measures a prebuilt binary, so that runs of two builds can be
 // interleaved on a noisy machine; -only runs the scenarios whose name
@@ -250,6 +251,9 @@ func main() {
 			name, c.a.rps, c.b.rps, c.ratio, pc.ratio, c.a.serverCPU, c.b.serverCPU)
 	}
 
+	if wanted("record") {
+		recordRows(sluice, dir, redisPort, rdb, gcraSidecar)
+	}
 	if wanted("durable") {
 		durableRows(start, sluice, dir, one, redisPort, rdb, gcraSidecar)
 	}

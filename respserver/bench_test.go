@@ -63,15 +63,21 @@ func BenchmarkPipeline(b *testing.B) {
 	c := offlineClient(fuzzServer(b))
 	b.ReportAllocs()
 	for b.Loop() {
-		for data := raw; len(data) > 0; {
-			n := copy(c.room(), data)
-			data = data[n:]
-			c.take(n)
-		}
-		c.settle()
-		c.compact()
-		c.out = c.out[:0]
+		c.runPipeline(raw)
 	}
+}
+
+// runPipeline feeds raw to c as a client sends it, settles it, and
+// drops the replies.
+func (c *client) runPipeline(raw []byte) {
+	for data := raw; len(data) > 0; {
+		n := copy(c.room(), data)
+		data = data[n:]
+		c.take(n)
+	}
+	c.settle()
+	c.compact()
+	c.out = c.out[:0]
 }
 
 // settle hands the queued decisions over and waits for them, as a
@@ -89,4 +95,28 @@ func (c *client) settle() {
 func (c *client) serveRead(n int) {
 	c.Filled(n)
 	c.settle()
+}
+
+// nullWatcher is a MONITOR client that takes its lines as they come.
+type nullWatcher struct{}
+
+func (nullWatcher) Wake()      {}
+func (nullWatcher) Behind(int) {}
+
+// BenchmarkPipelineMonitored is BenchmarkPipeline while someone runs
+// MONITOR: each decision's line, with its explanation's fields, is what
+// it adds; BenchmarkPipeline, with no one watching, pays none of it.
+func BenchmarkPipelineMonitored(b *testing.B) {
+	var raw []byte
+	for i := range 100 {
+		raw = append(raw, encodeCommand(bytesArgs("RL.TOKEN", string(rune('a'+i%26)), "1000000", "1000000", "1s"))...)
+	}
+	c := offlineClient(fuzzServer(b))
+	tap := c.s.monitors.Add(nullWatcher{})
+	var lines []byte
+	b.ReportAllocs()
+	for b.Loop() {
+		c.runPipeline(raw)
+		lines = c.s.monitors.Take(tap, lines[:0])
+	}
 }

@@ -311,10 +311,6 @@ func (c *client) deliver(g *segment) {
 			c.out = redcon.AppendError(c.out, requestError(err, p.cmd))
 			continue
 		}
-		if p.shape == shapeExplain {
-			c.out = appendExplanation(c.out, g.batch, p.req)
-			continue
-		}
 		if p.detail {
 			_, names, parts := g.batch.Detail(p.req)
 			c.out = appendDetail(c.out, d, p.shape, c.form(), names, parts)

@@ -134,10 +134,24 @@ func (c *client) feedDecision(g *segment, p *pending, d *engine.Decision, err er
 		c.s.monitors.Feed(c.monLine)
 		return
 	}
+	path := g.batch.Path(p.req)
 	o := monitor.Outcome{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfterMs: ceilMillis(d.RetryAfter),
-		Path: c.s.cfg.Service.PathName(g.batch.Path(p.req)), Shadow: g.batch.Shadowed(p.req)}
+		Path: c.s.cfg.Service.PathName(path), Shadow: g.batch.Shadowed(p.req)}
 	if p.shape == shapeThrottleOver {
 		o.Allowed, o.RetryAfterMs = false, -1 // never: the quantity is over the burst
+	}
+	// Why, as the explanation says it (service.Brief): computed here
+	// only, while someone watches.
+	br := g.batch.Brief(p.req)
+	if br.ByPolicy {
+		o.Policy = br.Policy
+	} else {
+		o.Rule = br.Policy
+	}
+	var st [64]byte
+	o.Limit, o.Algorithm, o.State = br.Bound, br.Limit.Algorithm.String(), br.AppendState(st[:0])
+	if path == engine.PathLocal || path == engine.PathFailOpen || path == engine.PathFailClosed {
+		o.OnFailure = br.OnFailure.String()
 	}
 	c.monLine = monitor.AppendOutcome(c.monLine, o)
 	c.s.monitors.Feed(c.monLine)

@@ -66,9 +66,13 @@ func TestMonitor(t *testing.T) {
 		args []string
 		line string // a regular expression after the stamp; "" for no line
 	}{
-		{[]string{"RL.FIXED", "k", "1", "1m"}, `"RL.FIXED" "k" "1" "1m" -> allowed=1 remaining=0 retry_after_ms=0 path=memory\r\n$`},
-		{[]string{"RL.FIXED", "k", "1", "1m"}, `"RL.FIXED" "k" "1" "1m" -> allowed=0 remaining=0 retry_after_ms=60000 path=memory\r\n$`},
-		{[]string{"CL.THROTTLE", "q", "1", "1", "10", "5"}, `"CL.THROTTLE" "q" "1" "1" "10" "5" -> allowed=0 remaining=2 retry_after_ms=-1 path=memory\r\n$`},
+		{[]string{"RL.FIXED", "k", "1", "1m"}, `"RL.FIXED" "k" "1" "1m" -> allowed=1 remaining=0 retry_after_ms=0 path=memory limit=fixed_window algorithm=fixed_window state="used 1 of 1, back to full in 60000ms"\r\n$`},
+		{[]string{"RL.FIXED", "k", "1", "1m"}, `"RL.FIXED" "k" "1" "1m" -> allowed=0 remaining=0 retry_after_ms=60000 path=memory limit=fixed_window algorithm=fixed_window state="used 1 of 1, back to full in 60000ms"\r\n$`},
+		{[]string{"CL.THROTTLE", "q", "1", "1", "10", "5"}, `"CL.THROTTLE" "q" "1" "1" "10" "5" -> allowed=0 remaining=2 retry_after_ms=-1 path=memory limit=gcra algorithm=gcra state="TAT now\+0ms"\r\n$`},
+		// A policy: its name, and the limit of its several that refused.
+		{[]string{"RL.ALLOW", "api", "m"}, `"RL.ALLOW" "api" "m" -> allowed=1 remaining=4 retry_after_ms=0 path=memory policy=api limit=api algorithm=gcra state="TAT now\+100ms"\r\n$`},
+		{[]string{"RL.ALLOW", "search", "m"}, `"RL.ALLOW" "search" "m" -> allowed=1 remaining=2 retry_after_ms=0 path=memory policy=search limit=daily algorithm=fixed_window state="used 1 of 3, back to full in [0-9]+ms"\r\n$`},
+		{[]string{"RL.ALLOW", "search", "m", "3"}, `"RL.ALLOW" "search" "m" "3" -> allowed=0 remaining=2 retry_after_ms=[0-9]+ path=memory policy=search limit=daily algorithm=fixed_window state="used 1 of 3, back to full in [0-9]+ms"\r\n$`},
 		{[]string{"RL.FIXED", "k", "x", "1m"}, `"RL.FIXED" "k" "x" "1m" -> \(error\) ERR invalid limit 'x': must be an integer\r\n$`},
 		{[]string{"RL.ALLOW", "nosuch", "u"}, `"RL.ALLOW" "nosuch" "u" -> \(error\) ERR invalid policy 'nosuch': no such policy\r\n$`},
 		{[]string{"PING", "a\"b\\\n\x01é"}, `"PING" "a\\"b\\\\\\n\\x01\\xc3\\xa9"\r\n$`},
@@ -160,7 +164,7 @@ func TestMonitorShadow(t *testing.T) {
 	if got := m.monitorLine(t); strings.Contains(got, "shadow") {
 		t.Errorf("an admission within the limit: %q", got)
 	}
-	if got := m.monitorLine(t); !strings.HasSuffix(got, " -> allowed=1 remaining=0 retry_after_ms=0 path=memory shadow=refused\r\n") {
+	if got := m.monitorLine(t); !strings.HasSuffix(got, " -> allowed=1 remaining=0 retry_after_ms=0 path=memory shadow=refused policy=trial limit=trial algorithm=fixed_window state=\"used 1 of 1, back to full in 60000ms\"\r\n") {
 		t.Errorf("a refusal answered as allowed: %q", got)
 	}
 }

@@ -450,6 +450,7 @@ func TestGoroutineTransport(t *testing.T) {
 		{"SlowReader", TestSlowReader},
 		{"HalfClose", TestHalfClose},
 		{"TraceDecisions", TestTraceDecisions},
+		{"ExplainHeldInPipeline", TestExplainHeldInPipeline},
 		{"Monitor", TestMonitor},
 		{"MonitorPipelineOrder", TestMonitorPipelineOrder},
 		{"MonitorEnds", TestMonitorEnds},

@@ -42,6 +42,13 @@ func TestTraceDecisions(t *testing.T) {
 	if len(spans) != 2 {
 		t.Fatalf("%d spans; want 2, for the two decisions made while tracing", len(spans))
 	}
+	// Each span says why, as RL.EXPLAIN would: the limit that decided,
+	// its algorithm and the key's state in its terms.
+	whys := []map[string]string{
+		{"sluice.limit": "gcra", "sluice.limit.algorithm": "gcra", "sluice.limit.state": "TAT now+1000ms", "sluice.remaining": "1",
+			"sluice.retry_after_ms": "0", "sluice.decided_by": "store", "sluice.why": "store decided"},
+		{"sluice.limit": "api", "sluice.limit.algorithm": "gcra", "sluice.limit.state": "TAT now+100ms", "sluice.remaining": "4"},
+	}
 	for i, want := range []string{"inline", "api"} {
 		s := spans[i]
 		if s.Name != "sluice.decision" || s.Parent.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" ||
@@ -54,6 +61,11 @@ func TestTraceDecisions(t *testing.T) {
 		}
 		if attrs["sluice.policy"] != want || attrs["sluice.allowed"] != "true" || attrs["sluice.path"] != "store" {
 			t.Errorf("span %d attributes %v", i, attrs)
+		}
+		for k, v := range whys[i] {
+			if attrs[k] != v {
+				t.Errorf("span %d: %s = %q; want %q", i, k, attrs[k], v)
+			}
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"strconv"
 
 	"github.com/sluice-rl/sluice/engine"
@@ -76,26 +77,73 @@ type LimitExplanation struct {
 	// windows, "tokens 3 of 10" for the token bucket, "queued 2 of 5" for
 	// the leaky bucket, "TAT now+1500ms" for GCRA.
 	State string `json:"state"`
+	// Held is the state the store held for the limit, read back from it
+	// once the decision was made (Batch.ExplainHeld: RL.EXPLAIN, whose
+	// peek changes nothing, so it is the state before the decision as
+	// well as after); nil where nothing was read.
+	Held *HeldState `json:"held,omitempty"`
+}
+
+// HeldState is a limit's state as the store holds it: the values under
+// the names the Lua scripts give them (lua/*.lua's "State:" lines), so
+// that they read as redis-cli shows the key, and what they mean to the
+// algorithm at the store's clock.
+type HeldState struct {
+	// Key is where the store keeps the state: on Redis, the key redis-cli
+	// reads.
+	Key string `json:"key"`
+	// At is the store's clock when it was read, µs since the epoch: on
+	// Redis, its TIME, read in the same script as the key.
+	At int64 `json:"at_us"`
+	// Values are the state's numbers: w (window start, µs) and n (count)
+	// for the fixed window; w (sub-window start), n (precision) and Counts
+	// (the ring of sub-window counts, fields "0" to n) for the sliding
+	// window; z (µs; with f and d when z is f/d µs past it) for the
+	// buckets and GCRA; total and entries for the sliding log; count for
+	// the peer window. Empty when the store holds no state for the key.
+	Values map[string]int64 `json:"values,omitempty"`
+	Counts []int64          `json:"counts,omitempty"`
+	// State is what the values mean to the algorithm at At, in the terms
+	// LimitExplanation.State uses ("used 7 of 10, back to full in
+	// 420ms"): a look at cost 0 through the same step the stores decide
+	// with.
+	State string `json:"state,omitempty"`
+	// Error says why the state could not be read; the rest of the
+	// explanation stands.
+	Error string `json:"error,omitempty"`
+}
+
+// StateReader reads back the state a store holds for a key, for an
+// explanation (Config.States): the central Redis's (upstream.Store) and
+// the in-memory store's (memstore.Store) implement it. It is asked only
+// by Batch.ExplainHeld, never on the decision path, and must be safe for
+// concurrent use.
+type StateReader interface {
+	// ReadState returns the state held for key (as stored: a policy's
+	// prefix included) under l (l.Name empty for a single-limit
+	// request's limit; else one limit of a multi-limit request), and the
+	// store's clock when it read it, µs since the epoch. A key with no
+	// live state reads as the zero State.
+	ReadState(ctx context.Context, key string, l engine.NamedLimit) (engine.State, int64, error)
+	// StateKey names where the store keeps that state.
+	StateKey(key string, l engine.NamedLimit) string
 }
 
 // Explain is request i's explanation, once the batch is decided, or the
 // error it met instead (as Result).
 func (b *Batch) Explain(i int) (Explanation, error) {
-	d, err := b.Result(i)
-	if err != nil {
+	if _, err := b.Result(i); err != nil {
 		return Explanation{}, err
 	}
 	s, req, res, m := b.s, &b.reqs[i], &b.res[i], &b.meta[i]
+	br := b.Brief(i)
 	e := Explanation{Door: b.Door, Key: req.Key[m.prefix:], Stored: req.Key, Cost: req.Cost, Peek: req.Peek,
-		Charge: req.Charge, Allowed: d.Allowed, Shadowed: m.shadowed, Path: s.PathName(res.Path),
-		OnFailure: req.OnFailure.String(), At: res.At, Digest: m.digest}
-	if m.byPolicy {
-		e.Policy = m.policy
-		if s.digest != nil {
-			e.Digest = s.digest()
-		}
-	} else if m.policy != Inline {
-		e.Rule = m.policy
+		Charge: req.Charge, Allowed: res.Decision.Allowed, Shadowed: m.shadowed, Path: s.PathName(res.Path),
+		OnFailure: req.OnFailure.String(), At: res.At, Digest: s.explainedDigest(m), Bound: br.Bound}
+	if br.ByPolicy {
+		e.Policy = br.Policy
+	} else {
+		e.Rule = br.Policy
 	}
 	e.Why = s.why(res.Path, req.OnFailure)
 	if req.Multi() {
@@ -103,18 +151,131 @@ func (b *Batch) Explain(i int) (Explanation, error) {
 		for j, l := range req.Limits {
 			e.Limits[j] = explainLimit(l.Name, l.Limit, &req.Detail[j])
 		}
-		e.Bound = req.Limits[engine.Binding(req.Detail)].Name
 		return e, nil
 	}
-	// One limit: its own decision is the store's, before shadow mode
-	// answered a refusal as an admission.
-	own := *d
-	if m.shadowed {
-		own.Allowed = false
-	}
-	e.Bound = firstOf(e.Policy, e.Rule, req.Limit.Algorithm.String())
-	e.Limits = []LimitExplanation{explainLimit(e.Bound, req.Limit, &own)}
+	e.Limits = []LimitExplanation{explainLimit(e.Bound, req.Limit, &br.Own)}
 	return e, nil
+}
+
+// ExplainHeld is Explain with each limit's state read back from the
+// store (LimitExplanation.Held), when the service has a StateReader: one
+// read per limit, bounded by Config.ResetTimeout, for a person asking
+// why (RL.EXPLAIN), never for a plain decision. A read that fails leaves
+// its error in Held.Error, not in the explanation's error.
+func (b *Batch) ExplainHeld(ctx context.Context, i int) (Explanation, error) {
+	e, err := b.Explain(i)
+	if err != nil || b.s.states == nil {
+		return e, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.s.resetTimeout)
+	defer cancel()
+	req := &b.reqs[i]
+	for j := range e.Limits {
+		l := engine.NamedLimit{Limit: req.Limit}
+		if req.Multi() {
+			l = req.Limits[j]
+		}
+		e.Limits[j].Held = held(ctx, b.s.states, req.Key, l)
+	}
+	return e, nil
+}
+
+// held reads key's state under l from r and says what it means.
+func held(ctx context.Context, r StateReader, key string, l engine.NamedLimit) *HeldState {
+	h := &HeldState{Key: r.StateKey(key, l)}
+	st, at, err := r.ReadState(ctx, key, l)
+	h.At = at
+	if err != nil {
+		h.Error = err.Error()
+		return h
+	}
+	h.Values, h.Counts = heldValues(l.Limit.Algorithm, &st)
+	// A look at cost 0: what the state leaves now, as a peek reads it.
+	look := engine.Request{Key: key, Limit: l.Limit, Peek: true}
+	if err := look.Validate(); err != nil {
+		h.Error = err.Error()
+		return h
+	}
+	d, _ := engine.Step(&st, at, &look)
+	h.State = state(l.Limit.Algorithm, &d)
+	return h
+}
+
+// heldValues names st's numbers as the scripts keep them (HeldState.Values).
+func heldValues(a engine.Algorithm, st *engine.State) (map[string]int64, []int64) {
+	if st.A == 0 && st.B == 0 && st.C == 0 && len(st.Log) == 0 {
+		return nil, nil
+	}
+	switch a {
+	case engine.FixedWindow:
+		return map[string]int64{"w": st.A, "n": st.B}, nil
+	case engine.SlidingWindow:
+		return map[string]int64{"w": st.A, "n": st.B}, st.Log
+	case engine.TokenBucket, engine.LeakyBucket, engine.GCRA:
+		if st.B == 0 {
+			return map[string]int64{"z": st.A}, nil
+		}
+		return map[string]int64{"z": st.A, "f": st.B, "d": st.C}, nil
+	case engine.SlidingLog:
+		return map[string]int64{"total": st.A, "entries": int64(len(st.Log) / 2)}, nil
+	}
+	return map[string]int64{"count": st.B}, nil // the peer window
+}
+
+// Brief is the part of an explanation a watcher's line shows (MONITOR, a
+// trace span): the policy or rule, the limit the answer came from, and
+// that limit's own decision. It is read from what the decision carries
+// and allocates nothing, and a door asks for it only while someone
+// watches: the plain decision path never builds it.
+type Brief struct {
+	// Policy names the policy (ByPolicy) or the door's rule the request
+	// was decided by; empty for a plain inline request.
+	Policy   string
+	ByPolicy bool
+	// Bound names the limit the answer came from (Explanation.Bound),
+	// Limit is that limit, and Own its own decision: the store's, before
+	// shadow mode answered a refusal as an admission.
+	Bound string
+	Limit engine.Limit
+	Own   engine.Decision
+	// OnFailure is the failure mode the request carried (zero: the
+	// sidecar's), which decided when the path is a failure mode's.
+	OnFailure engine.FailureMode
+}
+
+// Brief is request i's Brief; its Result must have been checked.
+func (b *Batch) Brief(i int) Brief {
+	req, m := &b.reqs[i], &b.meta[i]
+	br := Brief{ByPolicy: m.byPolicy, OnFailure: req.OnFailure}
+	if m.byPolicy || m.policy != Inline {
+		br.Policy = m.policy
+	}
+	if req.Multi() {
+		j := engine.Binding(req.Detail)
+		br.Bound, br.Limit, br.Own = req.Limits[j].Name, req.Limits[j].Limit, req.Detail[j]
+		return br
+	}
+	br.Limit, br.Own = req.Limit, b.res[i].Decision
+	if m.shadowed {
+		br.Own.Allowed = false
+	}
+	br.Bound = firstOf(br.Policy, req.Limit.Algorithm.String())
+	return br
+}
+
+// AppendState appends the bound limit's state in the algorithm's terms,
+// as LimitExplanation.State says it.
+func (br *Brief) AppendState(dst []byte) []byte { return appendState(dst, br.Limit.Algorithm, &br.Own) }
+
+// explainedDigest is Explanation.Digest for a request with meta m.
+func (s *Service) explainedDigest(m *meta) string {
+	if m.byPolicy {
+		if s.digest != nil {
+			return s.digest()
+		}
+		return ""
+	}
+	return m.digest
 }
 
 // firstOf is the first non-empty of its arguments.
@@ -141,18 +302,38 @@ func explainLimit(name string, l engine.Limit, d *engine.Decision) LimitExplanat
 // tokens are what remains, and GCRA's theoretical arrival time is now
 // plus the time until the key is back to full.
 func state(a engine.Algorithm, d *engine.Decision) string {
-	lim, rem := strconv.FormatInt(d.Limit, 10), d.Remaining
-	reset := strconv.FormatInt(ceilMillis(d.ResetAfter.Microseconds()), 10) + "ms"
+	var buf [64]byte
+	return string(appendState(buf[:0], a, d))
+}
+
+// appendState is state, appended to dst: a MONITOR line writes it in
+// place.
+func appendState(dst []byte, a engine.Algorithm, d *engine.Decision) []byte {
 	switch a {
 	case engine.TokenBucket:
-		return "tokens " + strconv.FormatInt(rem, 10) + " of " + lim + ", full in " + reset
+		dst = append(dst, "tokens "...)
+		dst = strconv.AppendInt(dst, d.Remaining, 10)
+		dst = appendOf(dst, d.Limit, ", full in ")
 	case engine.LeakyBucket:
-		return "queued " + strconv.FormatInt(d.Limit-rem, 10) + " of " + lim + ", drained in " + reset
+		dst = append(dst, "queued "...)
+		dst = strconv.AppendInt(dst, d.Limit-d.Remaining, 10)
+		dst = appendOf(dst, d.Limit, ", drained in ")
 	case engine.GCRA:
-		return "TAT now+" + reset
+		dst = append(dst, "TAT now+"...)
 	default:
-		return "used " + strconv.FormatInt(d.Limit-rem, 10) + " of " + lim + ", back to full in " + reset
+		dst = append(dst, "used "...)
+		dst = strconv.AppendInt(dst, d.Limit-d.Remaining, 10)
+		dst = appendOf(dst, d.Limit, ", back to full in ")
 	}
+	dst = strconv.AppendInt(dst, ceilMillis(d.ResetAfter.Microseconds()), 10)
+	return append(dst, "ms"...)
+}
+
+// appendOf appends " of limit" and then.
+func appendOf(dst []byte, limit int64, then string) []byte {
+	dst = append(dst, " of "...)
+	dst = strconv.AppendInt(dst, limit, 10)
+	return append(dst, then...)
 }
 
 // ceilMillis rounds µs up to whole milliseconds, as the doors' replies

@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -189,4 +190,78 @@ func newServiceWith(t *testing.T, cfg service.Config) (*service.Service, *record
 		t.Fatal(err)
 	}
 	return svc, rec
+}
+
+// failingStates is a StateReader whose reads fail.
+type failingStates struct{}
+
+func (failingStates) ReadState(context.Context, string, engine.NamedLimit) (engine.State, int64, error) {
+	return engine.State{}, 0, errTest
+}
+func (failingStates) StateKey(key string, _ engine.NamedLimit) string { return "at:" + key }
+
+// ExplainHeld reads each limit's state back through the StateReader and
+// says what it means; a read that fails says why beside the rest of the
+// explanation; without a reader, nothing is read.
+func TestExplainHeld(t *testing.T) {
+	mem, err := memstore.New(memstore.Config{Now: func() time.Time { return time.Unix(1_800_000_000, 0) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := policies{"search": searchPolicy}
+	for _, tc := range []struct {
+		name   string
+		states service.StateReader
+		check  func(t *testing.T, e service.Explanation)
+	}{
+		{"memory", mem, func(t *testing.T, e service.Explanation) {
+			burst, daily := e.Limits[0].Held, e.Limits[1].Held
+			if burst == nil || daily == nil {
+				t.Fatalf("held %+v %+v", burst, daily)
+			}
+			if daily.Key != "{search:u}:daily" || daily.At != 1_800_000_000_000_000 ||
+				!reflect.DeepEqual(daily.Values, map[string]int64{"w": 1_799_971_200_000_000, "n": 2}) ||
+				daily.State != "used 2 of 2, back to full in 57600000ms" {
+				t.Errorf("daily held %+v", daily)
+			}
+			if !reflect.DeepEqual(burst.Values, map[string]int64{"z": 1_800_000_000_400_000}) || burst.State != "tokens 3 of 5, full in 400ms" {
+				t.Errorf("burst held %+v", burst)
+			}
+		}},
+		{"failing", failingStates{}, func(t *testing.T, e service.Explanation) {
+			if h := e.Limits[1].Held; h == nil || h.Key != "at:search:u" || h.Error != errTest.Error() || h.Values != nil {
+				t.Errorf("held %+v; want the read's error", h)
+			}
+		}},
+		{"none", nil, func(t *testing.T, e service.Explanation) {
+			if e.Limits[0].Held != nil {
+				t.Errorf("held %+v without a reader", e.Limits[0].Held)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc, err := service.New(service.Config{Store: mem, Policies: ps, States: tc.states})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := svc.NewBatch()
+			for range 2 {
+				if _, err := b.Add(service.Request{ByPolicy: true, Policy: "search", Key: "u", Cost: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			decide(svc, b)
+			b.Clear()
+			i, _ := b.Add(service.Request{ByPolicy: true, Policy: "search", Key: "u", Cost: 1, Peek: true})
+			decide(svc, b)
+			e, err := b.ExplainHeld(t.Context(), i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, e)
+			if err := mem.Reset(t.Context(), "search:u", searchPolicy.Limits...); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }

@@ -51,8 +51,9 @@ type Config struct {
 	// central Redis, "memory" when it is the in-memory store. Empty means
 	// "store".
 	StoreName string
-	// ResetTimeout bounds one Reset, and one Acquire or Release. Zero
-	// means 2s. Decisions get no
+	// ResetTimeout bounds one Reset, one Acquire or Release, and an
+	// explanation's reads of the state held (ExplainHeld). Zero means
+	// 2s. Decisions get no
 	// deadline here: the store bounds its own waits (engine.Store).
 	ResetTimeout time.Duration
 	// Recorder, when set, is given the inputs and outcome of one decision
@@ -68,6 +69,11 @@ type Config struct {
 	// explanation of a decision by policy (Explanation.Digest): the
 	// policies file's watcher's.
 	Digest func() string
+	// States reads back the state the store holds for a key, for an
+	// explanation that asks for it (Batch.ExplainHeld: RL.EXPLAIN): the
+	// central Redis's, or the in-memory store's. Nil: an explanation says
+	// what the decision shows, and reads nothing.
+	States StateReader
 	// Durable is the durability of the requests decided by no named
 	// policy (the inline commands, the gateway doors' rules): a policy
 	// says its own (engine.Durability). Zero: answered at once.
@@ -86,6 +92,7 @@ type Service struct {
 	recorder     *record.Writer
 	digest       func() string
 	durable      engine.Durability // the inline requests'
+	states       StateReader
 
 	leaser engine.Leaser
 
@@ -108,7 +115,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{store: cfg.Store, policies: cfg.Policies, tracer: cfg.Tracer, resetTimeout: cfg.ResetTimeout,
 		leaser: cfg.Leaser, storeName: cmp.Or(cfg.StoreName, engine.PathStore.String()), inFlight: cfg.InFlight,
-		recorder: cfg.Recorder, digest: cfg.Digest, durable: cfg.Durable}
+		recorder: cfg.Recorder, digest: cfg.Digest, durable: cfg.Durable, states: cfg.States}
 	if s.leaser == nil {
 		s.leaser, _ = cfg.Store.(engine.Leaser)
 	}

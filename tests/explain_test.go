@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,5 +76,104 @@ func TestExplainOnRedis(t *testing.T) {
 	}
 	if n, _ := rc.HGet(ctx, keys[0], "n").Int64(); n != 2 {
 		t.Errorf("after RL.EXPLAIN Redis counts %d; want 2 still", n)
+	}
+}
+
+// TestExplainHeldIsWhatRedisHolds: RL.EXPLAIN reads each limit's state
+// back from Redis, and what it shows is what redis-cli reads from the same
+// key, on one Redis and on Cluster: a fixed window's w and n, a token
+// bucket's z, GCRA's z; the memory store shows its own.
+func TestExplainHeldIsWhatRedisHolds(t *testing.T) {
+	pol := filepath.Join(t.TempDir(), "policies.yaml")
+	if err := os.WriteFile(pol, []byte(`policies:
+  api:
+    limits:
+      - {name: burst, algorithm: token_bucket, rate: 5, period: 1s, capacity: 5}
+      - {name: minute, algorithm: fixed_window, limit: 2, period: 1m}
+  one:
+    algorithm: gcra
+    rate: 10
+    period: 1h
+    burst: 4
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) (args []string, cli []string) // the sidecar's flags, redis-cli's to reach the key
+	}{
+		{"memory", func(*testing.T) ([]string, []string) { return nil, nil }},
+		{"redis", func(t *testing.T) ([]string, []string) {
+			r := redistest.Start(t)
+			host, port, _ := strings.Cut(r.Addr, ":")
+			return []string{"--upstream", "redis://" + r.Addr}, []string{"-h", host, "-p", port}
+		}},
+		{"cluster", func(t *testing.T) ([]string, []string) {
+			c := redistest.StartCluster(t, 3, 0)
+			host, port, _ := strings.Cut(c.Addrs()[0], ":")
+			return []string{"--upstream", "redis+cluster://" + strings.Join(c.Addrs(), ",")}, []string{"-c", "-h", host, "-p", port}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args, cli := tc.start(t)
+			s := startSluice(t, append(args, "--policies", pol, "--upstream-timeout", decidingTimeout)...)
+			c := redis.NewClient(&redis.Options{Addr: s.Addr})
+			defer c.Close()
+			ctx := ctxT(t)
+			for _, cmd := range [][]any{{"RL.ALLOW", "api", "k"}, {"RL.ALLOW", "api", "k"}, {"RL.ALLOW", "one", "k", "3"}} {
+				if err := c.Do(ctx, cmd...).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			explain := func(policy string) service.Explanation {
+				t.Helper()
+				doc, err := c.Do(ctx, "RL.EXPLAIN", "RL.ALLOW", policy, "k").Text()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var e service.Explanation
+				if err := json.Unmarshal([]byte(doc), &e); err != nil {
+					t.Fatalf("%s: %v", doc, err)
+				}
+				for _, l := range e.Limits {
+					if l.Held == nil || l.Held.Error != "" || l.Held.At == 0 {
+						t.Fatalf("%s: limit %s held %+v; want the state read back", doc, l.Name, l.Held)
+					}
+				}
+				return e
+			}
+			api, one := explain("api"), explain("one")
+			burst, minute, gcra := api.Limits[0].Held, api.Limits[1].Held, one.Limits[0].Held
+			if minute.Values["n"] != 2 || !strings.HasPrefix(minute.State, "used 2 of 2, back to full in ") {
+				t.Errorf("minute holds %+v; want a count of 2", minute)
+			}
+			if burst.Values["z"] == 0 || !strings.HasPrefix(burst.State, "tokens ") {
+				t.Errorf("burst holds %+v; want a z", burst)
+			}
+			if gcra.Values["z"] == 0 || !strings.HasPrefix(gcra.State, "TAT now+") {
+				t.Errorf("one holds %+v; want a z", gcra)
+			}
+			if cli == nil {
+				return // the memory store's own: nothing for redis-cli to read
+			}
+			read := func(args ...string) string {
+				t.Helper()
+				out, err := exec.Command("redis-cli", append(cli, args...)...).CombinedOutput()
+				if err != nil {
+					t.Fatalf("redis-cli %q: %v: %s", args, err, out)
+				}
+				return strings.TrimSpace(string(out))
+			}
+			for _, f := range []string{"w", "n"} {
+				if got := read("HGET", minute.Key, f); got != strconv.FormatInt(minute.Values[f], 10) {
+					t.Errorf("redis-cli HGET %s %s = %q; RL.EXPLAIN says %d", minute.Key, f, got, minute.Values[f])
+				}
+			}
+			for _, h := range []*service.HeldState{burst, gcra} {
+				if got := read("GET", h.Key); got != strconv.FormatInt(h.Values["z"], 10) {
+					t.Errorf("redis-cli GET %s = %q; RL.EXPLAIN says z = %d", h.Key, got, h.Values["z"])
+				}
+			}
+		})
 	}
 }

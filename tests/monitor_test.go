@@ -69,9 +69,10 @@ func nextLine(t *testing.T, lines <-chan string) string {
 }
 
 // TestRedisCLIMonitor: `redis-cli MONITOR` shows what a go-redis client
-// sends, each decision with what it got and what decided it (the store,
+// sends, each decision with what it got, what decided it (the store,
 // then the deny cache once Redis has refused the key), on both stores
-// and both transports; the monitor itself is listed by CLIENT LIST with
+// and both transports, and why (the explanation's limit, algorithm and
+// state); the monitor itself is listed by CLIENT LIST with
 // flag O and is closed by CLIENT KILL.
 func TestRedisCLIMonitor(t *testing.T) {
 	for _, be := range backends {
@@ -93,14 +94,17 @@ func TestRedisCLIMonitor(t *testing.T) {
 				if be.name == "upstream" {
 					store, then = "redis", "deny_cache"
 				}
+				// Why, as the explanation says it: the limit, its
+				// algorithm and the key's state in its terms.
+				why := ` limit=gcra algorithm=gcra state="TAT now\+[0-9]+ms"`
 				stamp := `^[0-9]{10}\.[0-9]{6} \[0 127\.0\.0\.1:[0-9]+\] `
 				for _, step := range []struct {
 					args []any
 					want string
 				}{
-					{[]any{"RL.GCRA", "mon:1", "0", "1", "1m"}, `"RL.GCRA" "mon:1" "0" "1" "1m" -> allowed=1 remaining=0 retry_after_ms=0 path=` + store + `$`},
-					{[]any{"RL.GCRA", "mon:1", "0", "1", "1m"}, `"RL.GCRA" "mon:1" "0" "1" "1m" -> allowed=0 remaining=0 retry_after_ms=[0-9]+ path=` + store + `$`},
-					{[]any{"RL.GCRA", "mon:1", "0", "1", "1m"}, `"RL.GCRA" "mon:1" "0" "1" "1m" -> allowed=0 remaining=0 retry_after_ms=[0-9]+ path=` + then + `$`},
+					{[]any{"RL.GCRA", "mon:1", "0", "1", "1m"}, `"RL.GCRA" "mon:1" "0" "1" "1m" -> allowed=1 remaining=0 retry_after_ms=0 path=` + store + why + `$`},
+					{[]any{"RL.GCRA", "mon:1", "0", "1", "1m"}, `"RL.GCRA" "mon:1" "0" "1" "1m" -> allowed=0 remaining=0 retry_after_ms=[0-9]+ path=` + store + why + `$`},
+					{[]any{"RL.GCRA", "mon:1", "0", "1", "1m"}, `"RL.GCRA" "mon:1" "0" "1" "1m" -> allowed=0 remaining=0 retry_after_ms=[0-9]+ path=` + then + why + `$`},
 					{[]any{"RL.GCRA", "mon:1", "-1", "1", "1m"}, `"RL.GCRA" "mon:1" "-1" "1" "1m" -> \(error\) ERR invalid burst -1: must be between 0 and [0-9]+$`},
 					{[]any{"ECHO", "a b\n"}, `"ECHO" "a b\\n"$`},
 				} {

@@ -2,7 +2,7 @@
 // hands every command's line to the connections watching, and the line's
 // format, byte for byte as Redis writes it:
 //
-//	+1767225600.000123 [0 127.0.0.1:50312] "RL.GCRA" "user:42" "5" "10" "1m" -> allowed=1 remaining=4 retry_after_ms=0 path=memory
+//	+1767225600.000123 [0 127.0.0.1:50312] "RL.GCRA" "user:42" "5" "10" "1m" -> allowed=1 remaining=4 retry_after_ms=0 path=memory limit=gcra algorithm=gcra state="TAT now+200ms"
 //
 // respserver decides which commands are shown and when (a decision's line
 // waits for its decision, see its monitor.go); this package keeps the
@@ -253,17 +253,31 @@ func AppendError(dst []byte, msg string) []byte {
 	return append(dst, "\r\n"...)
 }
 
-// Outcome is a decision as a line shows it: as the client reads it, and
-// what decided it.
+// Outcome is a decision as a line shows it: as the client reads it, what
+// decided it, and why (the explanation's fields: docs/operating.md, "Why
+// was this refused?").
 type Outcome struct {
 	Allowed      bool
 	Remaining    int64
 	RetryAfterMs int64 // -1: never
 	Path         string
 	Shadow       bool // refused, and allowed by shadow mode
+	// Policy names the policy the request was decided by, Rule the door's
+	// own rule (a gateway's descriptor path); neither for a plain inline
+	// request.
+	Policy, Rule string
+	// Limit names the limit the answer came from, Algorithm its algorithm
+	// and State what the decision shows of its key's state in the
+	// algorithm's terms ("used 7 of 10, back to full in 420ms"); none
+	// shown when Limit is empty.
+	Limit, Algorithm string
+	State            []byte
+	// OnFailure is the failure mode that decided, shown when set: the
+	// door sets it for a decision the store did not make.
+	OnFailure string
 }
 
-// AppendOutcome ends a line with the decision its command got.
+// AppendOutcome ends a line with the decision its command got, and why.
 func AppendOutcome(dst []byte, o Outcome) []byte {
 	dst = append(dst, " -> allowed="...)
 	if o.Allowed {
@@ -280,5 +294,38 @@ func AppendOutcome(dst []byte, o Outcome) []byte {
 	if o.Shadow {
 		dst = append(dst, " shadow=refused"...)
 	}
+	if o.OnFailure != "" {
+		dst = appendField(dst, " on_failure=", o.OnFailure)
+	}
+	switch {
+	case o.Policy != "":
+		dst = appendField(dst, " policy=", o.Policy)
+	case o.Rule != "":
+		dst = appendField(dst, " rule=", o.Rule)
+	}
+	if o.Limit != "" {
+		dst = appendField(dst, " limit=", o.Limit)
+		dst = append(dst, " algorithm="...)
+		dst = append(dst, o.Algorithm...)
+		dst = append(dst, " state="...)
+		dst = resp.AppendRepr(dst, o.State)
+	}
 	return append(dst, "\r\n"...)
+}
+
+// appendField appends name and v: bare when v is a plain word (a policy's
+// or a limit's name), else quoted as an argument is, so that a rule with
+// a space or a newline keeps the line one line of fields. v is bounded by
+// MaxArgShown, as an argument is.
+func appendField(dst []byte, name, v string) []byte {
+	dst = append(dst, name...)
+	if len(v) > MaxArgShown {
+		v = v[:MaxArgShown]
+	}
+	for i := 0; i < len(v); i++ {
+		if ch := v[i]; ch <= ' ' || ch == '"' || ch == '\\' || ch == '=' || ch >= 0x7f {
+			return resp.AppendRepr(dst, []byte(v))
+		}
+	}
+	return append(dst, v...)
 }

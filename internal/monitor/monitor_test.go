@@ -128,3 +128,30 @@ func TestHubFeedsWakesAndDrops(t *testing.T) {
 		t.Error("On after every watcher went")
 	}
 }
+
+// A decision's outcome with the explanation's fields: the names bare
+// when they are plain words, quoted when a rule holds a space, a quote
+// or a line break, so that a line stays one line of fields.
+func TestAppendOutcome(t *testing.T) {
+	state := []byte("used 3 of 3, back to full in 420ms")
+	for _, tc := range []struct {
+		name string
+		o    Outcome
+		want string
+	}{
+		{"plain", Outcome{Allowed: true, Remaining: 4, Path: "memory"},
+			` -> allowed=1 remaining=4 retry_after_ms=0 path=memory`},
+		{"policy", Outcome{Remaining: 0, RetryAfterMs: 420, Path: "redis", Policy: "api", Limit: "minute", Algorithm: "fixed_window", State: state},
+			` -> allowed=0 remaining=0 retry_after_ms=420 path=redis policy=api limit=minute algorithm=fixed_window state="used 3 of 3, back to full in 420ms"`},
+		{"shadow", Outcome{Allowed: true, Path: "redis", Shadow: true, Policy: "trial", Limit: "trial", Algorithm: "gcra", State: []byte("TAT now+5ms")},
+			` -> allowed=1 remaining=0 retry_after_ms=0 path=redis shadow=refused policy=trial limit=trial algorithm=gcra state="TAT now+5ms"`},
+		{"failure mode", Outcome{Allowed: true, Path: "fail_open", OnFailure: "open", Rule: "edge.remote_address", Limit: "edge.remote_address", Algorithm: "fixed_window", State: state},
+			` -> allowed=1 remaining=0 retry_after_ms=0 path=fail_open on_failure=open rule=edge.remote_address limit=edge.remote_address algorithm=fixed_window state="used 3 of 3, back to full in 420ms"`},
+		{"odd rule", Outcome{Path: "redis", Rule: "d.a b=\"c\"\n", Limit: "x", Algorithm: "gcra", State: []byte("TAT now+0ms")},
+			` -> allowed=0 remaining=0 retry_after_ms=0 path=redis rule="d.a b=\"c\"\n" limit=x algorithm=gcra state="TAT now+0ms"`},
+	} {
+		if got := string(AppendOutcome(nil, tc.o)); got != tc.want+"\r\n" {
+			t.Errorf("%s:\n got %q\nwant %q", tc.name, got, tc.want+"\r\n")
+		}
+	}
+}
