@@ -80,7 +80,7 @@ func newChain(ctx context.Context, cfg Config, mem *memstore.Store, tel *telemet
 	}
 	closers = append(closers, up.Close)
 	c.up = up
-	if c.chain, err = chain.New(chain.Config{Store: up, Shard: up.Shards(), Local: mem, Default: cfg.OnFailure,
+	if c.chain, err = chain.New(chain.Config{Store: up, Shard: lanes(kind, cfg, up), Local: mem, Default: cfg.OnFailure,
 		Timeout: cfg.UpstreamTimeout, MaxBatch: cfg.BatchMax, MaxInFlight: cfg.BatchInFlight, OnBatch: tel.ObserveBatch,
 		DenyCacheSize: cfg.DenyCacheSize, Check: up.Check,
 		// The breaker's changes are the upstream's reachability under
@@ -129,6 +129,20 @@ func newChain(ctx context.Context, cfg Config, mem *memstore.Store, tel *telemet
 		"upstream_timeout", cfg.UpstreamTimeout, "batch_max", cfg.BatchMax, "batch_inflight", cfg.BatchInFlight,
 		"deny_cache_size", cfg.DenyCacheSize)
 	return c, nil
+}
+
+// lanes is the store's shards that the batcher gives lanes of their own:
+// on Cluster each master's, and on one Redis each durability's, so that
+// a plain request never waits for a replica. When nothing can ask for
+// durability on one Redis (no --durable, and no policies file, whose
+// reload may bring a durable policy), there are none: plain batches take
+// the batcher's one lane and skip the lane choice that each of their
+// requests paid (BenchmarkSubmitPath in package upstream).
+func lanes(kind redisurl.Kind, cfg Config, up *upstream.Store) engine.Shards {
+	if kind != redisurl.Cluster && cfg.Durable == engine.DurableNone && cfg.Policies == "" {
+		return nil
+	}
+	return up.Shards()
 }
 
 // firstCheck checks the upstream once; with --upstream-required, until it
