@@ -181,8 +181,11 @@ func (s *Store) gotReply(b *batch, reply any, err error) {
 				if isNoFunction(v) {
 					s.reloadOn(b.pipe, b.deadline)
 				}
+				// Once sent again, b may be completed (its deadline passed)
+				// and reused before send returns: read it first.
+				durable := b.durable != engine.DurableNone
 				b.send(b)
-				if b.durable != engine.DurableNone {
+				if durable {
 					s.replied(b) // this call's reply; the sender awaits the next
 				}
 				return
