@@ -418,7 +418,7 @@ func (s *Sidecar) sources() telemetry.Sources {
 		src.LateCalls, src.OverdueCalls = c.up.LateCalls, c.up.OverdueCalls
 		src.DurableCalls, src.UnreplicatedCalls = c.up.DurableCalls, c.up.UnreplicatedCalls
 		src.Replication = func() telemetry.Replication {
-			r := c.up.Replication()
+			r := c.obs.Replication()
 			return telemetry.Replication{Failovers: r.Failovers, LostFailovers: r.LostFailovers, LostBytes: r.LostBytes, Replicas: r.Replicas}
 		}
 		src.Upstream = c.upstreamStatus

@@ -12,6 +12,8 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/engine/chain"
 	"github.com/sluice-rl/sluice/engine/memstore"
+	"github.com/sluice-rl/sluice/internal/redisclient"
+	"github.com/sluice-rl/sluice/internal/redisobserve"
 	"github.com/sluice-rl/sluice/internal/redisurl"
 	"github.com/sluice-rl/sluice/internal/tlsfiles"
 	"github.com/sluice-rl/sluice/respserver"
@@ -21,10 +23,12 @@ import (
 
 // sharedStore is the central Redis and the chain in front of it
 // (engine/chain: guard, deny cache, batcher, in the order chain.New
-// owns). Leases go from the guard straight to upstream.
+// owns), and what watches that Redis. Leases go from the guard straight
+// to upstream.
 type sharedStore struct {
 	kind  redisurl.Kind
 	up    *upstream.Store // its replies are read on the first event loop (app.go)
+	obs   *redisobserve.Observer
 	chain *chain.Chain
 	close func()
 }
@@ -36,15 +40,15 @@ func newChain(ctx context.Context, cfg Config, mem *memstore.Store, tel *telemet
 			return nil, fmt.Errorf("invalid --upstream-tls-ca: %w", err)
 		}
 	}
-	upstream.LogTo(log)
-	client, kind, err := upstream.NewClient(cfg.Upstream, roots)
+	redisobserve.LogTo(log)
+	client, kind, err := redisclient.NewClient(cfg.Upstream, roots)
 	if err != nil {
 		return nil, fmt.Errorf("invalid --upstream: %w", err)
 	}
 	if cfg.UpstreamTLSCert != "" {
 		cert, err := tlsfiles.LoadClientCert(cfg.UpstreamTLSCert, cfg.UpstreamTLSKey)
 		if err == nil {
-			err = upstream.UseClientCert(client, cert.GetClientCertificate)
+			err = redisclient.UseClientCert(client, cert.GetClientCertificate)
 		}
 		if err != nil {
 			client.Close()
@@ -65,22 +69,27 @@ func newChain(ctx context.Context, cfg Config, mem *memstore.Store, tel *telemet
 			closeAll() // c is nil by then
 		}
 	}()
-	up, err := upstream.New(upstream.Config{Client: client, Prefix: cfg.KeyPrefix, Log: log, Replicas: cfg.DurableReplicas})
+	obs, err := redisobserve.New(redisobserve.Config{Client: client, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	c.obs = obs
+	up, err := upstream.New(upstream.Config{Client: client, Prefix: cfg.KeyPrefix, Log: log, Replicas: cfg.DurableReplicas, Observer: obs})
 	if err != nil {
 		return nil, err
 	}
 	closers = append(closers, up.Close)
 	c.up = up
-	if c.chain, err = chain.New(chain.Config{Store: up, Shard: up.Shards(), Local: mem, Default: cfg.OnFailure,
+	if c.chain, err = chain.New(chain.Config{Store: up, Shard: lanes(kind, cfg, up), Local: mem, Default: cfg.OnFailure,
 		Timeout: cfg.UpstreamTimeout, MaxBatch: cfg.BatchMax, MaxInFlight: cfg.BatchInFlight, OnBatch: tel.ObserveBatch,
 		DenyCacheSize: cfg.DenyCacheSize, Check: up.Check,
 		// The breaker's changes are the upstream's reachability under
-		// traffic; the store logs them, naming the cause.
+		// traffic; the Observer logs them, naming the cause.
 		OnBreaker: func(open bool, cause error) {
 			if open {
-				up.Observe(cause)
+				obs.Observe(cause)
 			} else {
-				up.Observe(nil)
+				obs.Observe(nil)
 			}
 		},
 	}); err != nil {
@@ -88,7 +97,7 @@ func newChain(ctx context.Context, cfg Config, mem *memstore.Store, tel *telemet
 	}
 	closers = append(closers, c.chain.Close)
 	// Know from the start whether Redis can decide: readiness and the
-	// breaker follow the check (whose failure the store logs, naming its
+	// breaker follow the check (whose failure the Observer logs, naming its
 	// cause), and the chain keeps checking while no request asks.
 	if err := c.firstCheck(ctx, cfg, log); err != nil {
 		return nil, err
@@ -112,7 +121,7 @@ func newChain(ctx context.Context, cfg Config, mem *memstore.Store, tel *telemet
 	replDone := make(chan struct{})
 	go func() {
 		defer close(replDone)
-		up.WatchReplication(replCtx, time.Second)
+		obs.WatchReplication(replCtx, time.Second)
 	}()
 	closers = append(closers, func() { stopRepl(); waitAWhile(replDone) })
 	log.Info("using the upstream Redis", "kind", string(kind), "addrs", redisurl.Redact(cfg.Upstream),
@@ -120,6 +129,20 @@ func newChain(ctx context.Context, cfg Config, mem *memstore.Store, tel *telemet
 		"upstream_timeout", cfg.UpstreamTimeout, "batch_max", cfg.BatchMax, "batch_inflight", cfg.BatchInFlight,
 		"deny_cache_size", cfg.DenyCacheSize)
 	return c, nil
+}
+
+// lanes is the store's shards that the batcher gives lanes of their own:
+// on Cluster each master's, and on one Redis each durability's, so that
+// a plain request never waits for a replica. When nothing can ask for
+// durability on one Redis (no --durable, and no policies file, whose
+// reload may bring a durable policy), there are none: plain batches take
+// the batcher's one lane and skip the lane choice that each of their
+// requests paid (BenchmarkSubmitPath in package upstream).
+func lanes(kind redisurl.Kind, cfg Config, up *upstream.Store) engine.Shards {
+	if kind != redisurl.Cluster && cfg.Durable == engine.DurableNone && cfg.Policies == "" {
+		return nil
+	}
+	return up.Shards()
 }
 
 // firstCheck checks the upstream once; with --upstream-required, until it
@@ -156,7 +179,7 @@ func (c *sharedStore) firstCheck(ctx context.Context, cfg Config, log *slog.Logg
 			if ctx.Err() != nil {
 				return fmt.Errorf("stopped while waiting for the upstream Redis (--upstream-required): %w", err)
 			}
-			cause := upstream.CauseOf(err)
+			cause := redisobserve.CauseOf(err)
 			return fmt.Errorf("the upstream Redis did not answer within %s (--upstream-required): %s: %w",
 				cfg.UpstreamRequiredTimeout, cause.Hint(), err)
 		case <-t.C:
@@ -168,9 +191,9 @@ func (c *sharedStore) firstCheck(ctx context.Context, cfg Config, log *slog.Logg
 // watchMemory reads the masters' eviction policy now (the warning at
 // start) and every --upstream-eviction-check, until the returned stop.
 func (c *sharedStore) watchMemory(cfg Config, log *slog.Logger) (stop func()) {
-	if c.up.Reach().Up { // else the check's line said why, and the watch reads it later
+	if c.obs.Reach().Up { // else the check's line said why, and the watch reads it later
 		rctx, cancel := context.WithTimeout(context.Background(), max(cfg.UpstreamTimeout, time.Second))
-		if err := c.up.ReadMemory(rctx); err != nil {
+		if err := c.obs.ReadMemory(rctx); err != nil {
 			log.Warn("cannot read the upstream's eviction policy", "err", err)
 		}
 		cancel()
@@ -182,7 +205,7 @@ func (c *sharedStore) watchMemory(cfg Config, log *slog.Logger) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.up.Watch(wctx, cfg.UpstreamEvictionCheck)
+		c.obs.WatchMemory(wctx, cfg.UpstreamEvictionCheck)
 	}()
 	return func() { cancelWatch(); waitAWhile(done) }
 }
@@ -213,7 +236,7 @@ func (s *Sidecar) ready() error {
 	if c == nil {
 		return nil
 	}
-	if r := c.up.Reach(); s.cfg.UpstreamRequired && !r.Up {
+	if r := c.obs.Reach(); s.cfg.UpstreamRequired && !r.Up {
 		return fmt.Errorf("the upstream Redis cannot be used (%s) and --upstream-required is set", r.Cause)
 	}
 	if s.cfg.OnFailure != engine.FailClosed || !c.chain.Stats().Guard.BreakerOpen {
@@ -256,7 +279,7 @@ func (s *Sidecar) infoSections() []respserver.InfoSection {
 }
 
 // upstreamInfo is INFO's Upstream section: the address (its kind, its
-// hosts), then the store's fields and the chain's.
+// hosts), then the store's fields, the Observer's and the chain's.
 func (s *Sidecar) upstreamInfo() respserver.InfoSection {
 	c := s.chain
 	if c == nil {
@@ -264,13 +287,13 @@ func (s *Sidecar) upstreamInfo() respserver.InfoSection {
 	}
 	addr := [][2]string{{"upstream", string(c.kind)}, {"upstream_addrs", redisurl.Redact(s.cfg.Upstream)}}
 	return respserver.InfoSection{Name: "Upstream", Fields: func() [][2]string {
-		return slices.Concat(addr, c.up.Info(), c.chain.InfoUpstream())
+		return slices.Concat(addr, c.up.Info(), c.obs.Info(), c.chain.InfoUpstream())
 	}}
 }
 
 // upstreamStatus is the upstream's state, for the metrics.
 func (c *sharedStore) upstreamStatus() telemetry.UpstreamStatus {
-	r, m := c.up.Reach(), c.up.Memory()
+	r, m := c.obs.Reach(), c.obs.Memory()
 	st := telemetry.UpstreamStatus{Known: r.Known, Reachable: r.Up, Since: r.Since, Failures: map[string]uint64{},
 		EvictionPossible: len(m.Evicting()) > 0, EvictedKeys: m.EvictedKeys}
 	for cause, n := range r.Failures {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,4 +124,65 @@ func TestParseAlgorithm(t *testing.T) {
 	if _, err := ParseAlgorithm("bucket"); err == nil || !strings.Contains(err.Error(), "must be one of") {
 		t.Errorf("ParseAlgorithm(bucket) = %v; want an error listing the names", err)
 	}
+}
+
+// A Validator over a batch answers each request as Validate does: a
+// limit that failed is checked again, one that passed is not, and what
+// follows the limit (the key, the cost against the capacity) is checked
+// every time.
+func TestValidatorAnswersAsValidate(t *testing.T) {
+	gcra := Limit{Algorithm: GCRA, Rate: 10, Period: time.Second, Burst: 5}
+	bad := Limit{Algorithm: GCRA, Rate: 0, Period: time.Second}
+	window := Limit{Algorithm: FixedWindow, Rate: 3, Period: time.Second}
+	multi := []NamedLimit{{Name: "a", Limit: gcra}, {Name: "b", Limit: window}}
+	batch := []Request{
+		{Key: "k", Limit: gcra, Cost: 1},
+		{Key: "", Limit: gcra, Cost: 1},    // the limit passed; the key fails
+		{Key: "k", Limit: gcra, Cost: 7},   // past the capacity
+		{Key: "k", Limit: bad, Cost: 1},    // fails
+		{Key: "k", Limit: bad, Cost: 1},    // fails again: not remembered
+		{Key: "k", Limit: window, Cost: 3}, // another limit
+		{Key: "k", Limit: window, Cost: 4}, // past its capacity
+		{Key: "k", Limit: gcra, Cost: 1},   // back to the first
+		{Key: "k", Limits: multi, Cost: 1},
+		{Key: "k", Limits: []NamedLimit{{Name: "a", Limit: bad}, {Name: "b", Limit: window}}, Cost: 1},
+		{Key: "k", Limit: gcra, Cost: -1},
+	}
+	var v Validator
+	for i := range batch {
+		want, got := batch[i].Validate(), v.Validate(&batch[i])
+		if (want == nil) != (got == nil) || (want != nil && want.Error() != got.Error()) {
+			t.Errorf("request %d: Validator says %v; Validate says %v", i, got, want)
+		}
+	}
+}
+
+// BenchmarkValidateBatch is a batch of 128 requests under one policy's
+// limit, validated one by one (Validate) and by a Validator.
+func BenchmarkValidateBatch(b *testing.B) {
+	reqs := make([]Request, 128)
+	for i := range reqs {
+		reqs[i] = Request{Key: "k" + strconv.Itoa(i), Limit: Limit{Algorithm: GCRA, Rate: 1000, Period: time.Second, Burst: 10}, Cost: 1}
+	}
+	b.Run("each", func(b *testing.B) {
+		for b.Loop() {
+			for i := range reqs {
+				if reqs[i].Validate() != nil {
+					b.Fatal("invalid")
+				}
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(reqs)), "ns/req")
+	})
+	b.Run("validator", func(b *testing.B) {
+		for b.Loop() {
+			var v Validator
+			for i := range reqs {
+				if v.Validate(&reqs[i]) != nil {
+					b.Fatal("invalid")
+				}
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(reqs)), "ns/req")
+	})
 }

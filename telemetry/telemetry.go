@@ -55,7 +55,7 @@ type Sources struct {
 	// (upstream.Store.DurableCalls, UnreplicatedCalls).
 	DurableCalls, UnreplicatedCalls func() uint64
 	// Replication is what the upstream's masters said of their
-	// replication (upstream.Store.Replication): failovers seen, and the
+	// replication (redisobserve.Observer.Replication): failovers seen, and the
 	// replicas connected.
 	Replication func() Replication
 	// Leases walks the lease counts per policy
@@ -71,7 +71,7 @@ type Sources struct {
 }
 
 // Replication is the upstream's replication as Sources.Replication gives
-// it (upstream.Replication).
+// it (redisobserve.Replication).
 type Replication struct {
 	// Failovers counts the masters promoted from a replica of one seen
 	// before; LostFailovers those that started behind an offset seen on

@@ -10,7 +10,7 @@ import (
 )
 
 // UpstreamStatus is the upstream Redis's state as Sources.Upstream gives
-// it (upstream.Store's Reach and Memory): whether it can be used and
+// it (redisobserve.Observer's Reach and Memory): whether it can be used and
 // since when, why it failed, and whether it may evict Sluice's keys.
 // Without these, a wrong password or an evicting Redis showed only as
 // decisions taking their failure mode, or as limits quietly reset.

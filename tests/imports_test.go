@@ -74,10 +74,16 @@ func TestDepsPointDown(t *testing.T) {
 		// The pipelined connection to Redis knows RESP and the event loop,
 		// and nothing of what its commands mean: no store, no scripts, no
 		// engine.
-		"internal/redispipe":  allBut(t, "internal/resp", "internal/evloop"),
-		"lua":                 allBut(t, "internal/resp"),
-		"internal/redisadmin": allBut(t, "internal/resp"),
-		"internal/monitor":    allBut(t, "internal/resp"),
+		"internal/redispipe": allBut(t, "internal/resp", "internal/evloop"),
+		// What watches the upstream Redis (its health, eviction and
+		// failovers) takes a go-redis client and knows no store, script
+		// or engine; the one ticking loop is internal/watch's.
+		"internal/redisobserve": allBut(t, "internal/watch"),
+		// The client is made from the address alone.
+		"internal/redisclient": allBut(t, "internal/redisurl"),
+		"lua":                  allBut(t, "internal/resp"),
+		"internal/redisadmin":  allBut(t, "internal/resp"),
+		"internal/monitor":     allBut(t, "internal/resp"),
 		// The transports serve bytes and hand batches to the service: they
 		// know no command, reply text or store.
 		"internal/transport": {"respserver", "rls", "httpcheck", "upstream", "lua", "engine/chain", "engine/memstore",

@@ -11,19 +11,20 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rl/sluice/internal/redisobserve"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/upstream"
 )
 
 // Check passes where decisions work and fails where they would not,
 // including where PING (and FUNCTION LOAD) still answers, and names the cause: in its error,
-// in the store's Reach, and in the first line the store logs.
+// in the Observer's Reach, and in the first line the store logs.
 func TestCheck(t *testing.T) {
 	r := redistest.Start(t)
 	mustDo(t, r, "ACL", "SETUSER", "pingonly", "on", ">pw", "~*", "+ping", "+hello", "+auth", "+function")
 	replica := redistest.Start(t, "replicaof 127.0.0.1 "+fmt.Sprint(r.Port))
 	full := redistest.Start(t, "maxmemory 1mb", "maxmemory-policy noeviction")
-	fill(t, full)
+	full.FillUntil(t, func(_ *redis.Client, err error) bool { return err != nil && strings.HasPrefix(err.Error(), "OOM") })
 	// One Cluster node that serves every slot.
 	node := redistest.Start(t, "cluster-enabled yes", "cluster-config-file nodes.conf")
 	mustDo(t, node, "CLUSTER", "ADDSLOTSRANGE", "0", "16383")
@@ -31,23 +32,25 @@ func TestCheck(t *testing.T) {
 		name  string
 		opt   *redis.Options
 		want  string // "" for a pass
-		cause upstream.Cause
+		cause redisobserve.Cause
 	}{
 		{"healthy", &redis.Options{Addr: r.Addr}, "", ""},
-		{"an ACL user without EVALSHA", &redis.Options{Addr: r.Addr, Username: "pingonly", Password: "pw"}, "NOPERM", upstream.CauseNoPerm},
-		{"a wrong password", &redis.Options{Addr: r.Addr, Username: "pingonly", Password: "nope"}, "WRONGPASS", upstream.CauseAuth},
-		{"nothing listening", &redis.Options{Addr: "127.0.0.1:" + fmt.Sprint(redistest.FreePort(t)), MaxRetries: -1}, "connect", upstream.CauseRefused},
-		{"an unknown host", &redis.Options{Addr: "sluice-no-such-host.invalid:6379", MaxRetries: -1}, "no such host", upstream.CauseUnknownHost},
-		{"a wrong database", &redis.Options{Addr: r.Addr, DB: 99}, "DB index", upstream.CauseDB},
-		{"a replica", &redis.Options{Addr: replica.Addr}, "READONLY", upstream.CauseReadOnly},
-		{"a full Redis", &redis.Options{Addr: full.Addr}, "OOM", upstream.CauseOOM},
-		{"a Cluster node as one server", &redis.Options{Addr: node.Addr}, "cluster_enabled", upstream.CauseMoved},
+		{"an ACL user without EVALSHA", &redis.Options{Addr: r.Addr, Username: "pingonly", Password: "pw"}, "NOPERM", redisobserve.CauseNoPerm},
+		{"a wrong password", &redis.Options{Addr: r.Addr, Username: "pingonly", Password: "nope"}, "WRONGPASS", redisobserve.CauseAuth},
+		{"nothing listening", &redis.Options{Addr: "127.0.0.1:" + fmt.Sprint(redistest.FreePort(t)), MaxRetries: -1}, "connect", redisobserve.CauseRefused},
+		{"an unknown host", &redis.Options{Addr: "sluice-no-such-host.invalid:6379", MaxRetries: -1}, "no such host", redisobserve.CauseUnknownHost},
+		{"a wrong database", &redis.Options{Addr: r.Addr, DB: 99}, "DB index", redisobserve.CauseDB},
+		{"a replica", &redis.Options{Addr: replica.Addr}, "READONLY", redisobserve.CauseReadOnly},
+		{"a full Redis", &redis.Options{Addr: full.Addr}, "OOM", redisobserve.CauseOOM},
+		{"a Cluster node as one server", &redis.Options{Addr: node.Addr}, "cluster_enabled", redisobserve.CauseMoved},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := redis.NewClient(tc.opt)
 			defer client.Close()
 			var log bytes.Buffer
-			s, err := upstream.New(upstream.Config{Client: client, Log: slog.New(slog.NewTextHandler(&log, nil))})
+			lg := slog.New(slog.NewTextHandler(&log, nil))
+			obs := newObserver(t, client, lg)
+			s, err := upstream.New(upstream.Config{Client: client, Log: lg, Observer: obs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,10 +63,10 @@ func TestCheck(t *testing.T) {
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 				t.Fatalf("Check = %v; want an error with %q", err, tc.want)
 			}
-			if got := upstream.CauseOf(err); got != tc.cause {
+			if got := redisobserve.CauseOf(err); got != tc.cause {
 				t.Errorf("cause %q; want %q", got, tc.cause)
 			}
-			reach := s.Reach()
+			reach := obs.Reach()
 			if !reach.Known || reach.Up != (tc.want == "") || reach.Cause != tc.cause {
 				t.Errorf("Reach %+v; want up %v with cause %q", reach, tc.want == "", tc.cause)
 			}
@@ -94,31 +97,6 @@ func firstWarning(log string) string {
 	return ""
 }
 
-// fill writes to srv until its maxmemory refuses a write.
-func fill(t *testing.T, srv *redistest.Server) {
-	t.Helper()
-	fillUntil(t, srv, func(_ *redis.Client, err error) bool { return err != nil && strings.HasPrefix(err.Error(), "OOM") })
-}
-
-// fillUntil writes 10kB values to srv, each with a TTL, until done says
-// so after a write (with its error), failing on any other error.
-func fillUntil(t *testing.T, srv *redistest.Server, done func(c *redis.Client, err error) bool) {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer c.Close()
-	v := strings.Repeat("x", 10_000)
-	for i := range 10_000 {
-		err := c.Set(context.Background(), fmt.Sprint("fill:", i), v, time.Hour).Err()
-		if done(c, err) {
-			return
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Fatal("10,000 writes of 10kB and no end")
-}
-
 // A failure that is not about FUNCTION leaves Functions to the next
 // check: once the password is right, the next check loads the library
 // and batches call it, with no minute's wait for a retry.
@@ -128,17 +106,19 @@ func TestCheckLoadsFunctionsOnceFixed(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "late", Password: "pw", MaxRetries: -1})
 	defer client.Close()
 	var log bytes.Buffer
-	s := newStore(t, upstream.Config{Client: client, Log: slog.New(slog.NewTextHandler(&log, nil))})
+	lg := slog.New(slog.NewTextHandler(&log, nil))
+	obs := newObserver(t, client, lg)
+	s := newStore(t, upstream.Config{Client: client, Log: lg, Observer: obs})
 	ctx := context.Background()
-	if err := s.Check(ctx); upstream.CauseOf(err) != upstream.CauseAuth {
+	if err := s.Check(ctx); redisobserve.CauseOf(err) != redisobserve.CauseAuth {
 		t.Fatalf("Check as a disabled user: %v; want cause auth", err)
 	}
 	mustDo(t, srv, "ACL", "SETUSER", "late", "on")
 	if err := s.Check(ctx); err != nil {
 		t.Fatalf("Check once enabled: %v", err)
 	}
-	if s.Scripts() != "functions" || !s.Reach().Up {
-		t.Fatalf("once enabled: %s, %+v; want functions at once, and up", s.Scripts(), s.Reach())
+	if s.Scripts() != "functions" || !obs.Reach().Up {
+		t.Fatalf("once enabled: %s, %+v; want functions at once, and up", s.Scripts(), obs.Reach())
 	}
 	if !strings.Contains(log.String(), "answers again") {
 		t.Errorf("log %q; want a line that the upstream answers again", log.String())

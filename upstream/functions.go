@@ -2,11 +2,14 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rl/sluice/internal/redisobserve"
 	"github.com/sluice-rl/sluice/internal/redispipe"
 	"github.com/sluice-rl/sluice/internal/resp"
 	"github.com/sluice-rl/sluice/lua"
@@ -150,6 +153,30 @@ func (s *Store) reloadOn(p *redispipe.Pipe, deadline time.Time) {
 			s.refuseFunctions(v)
 		}
 	})
+}
+
+// isFunctionRefusal says whether err, FUNCTION LOAD's error, is about
+// Redis Functions themselves: an ACL that denies FUNCTION, a Redis or a
+// proxy that does not know the command, a library Redis will not take.
+// Only these move the store to EVALSHA; any other error (a wrong
+// password, a replica, a full Redis) is the upstream's, and the next
+// check tries FUNCTION LOAD again.
+func isFunctionRefusal(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := strings.ToLower(rerr.Error())
+	code, _, _ := strings.Cut(msg, " ")
+	switch {
+	case code == "noperm":
+		return strings.Contains(msg, "function")
+	case strings.Contains(msg, "unknown command"), strings.Contains(msg, "unknown subcommand"):
+		return true
+	case code == "err":
+		return redisobserve.ReplyCause(rerr.Error()) == "" && (strings.Contains(msg, "function") || strings.Contains(msg, "library"))
+	}
+	return false
 }
 
 // isNoFunction says whether err is Redis's answer to an FCALL of a

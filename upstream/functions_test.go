@@ -78,14 +78,14 @@ func TestFunctionsRefused(t *testing.T) {
 	mustDo(t, srv, "ACL", "SETUSER", "nofunction", "on", ">pw", "~*", "&*", "+@all", "-function")
 	mustDo(t, srv, "ACL", "SETUSER", "later", "on", ">pw", "~*", "&*", "+@all")
 	req := engine.Request{Key: "refused", Limit: limitOf(engine.GCRA, 100, time.Hour), Cost: 1}
-	store := func(user string) (*upstream.Store, *lockedBuffer) {
+	store := func(user string) (*upstream.Store, *redistest.LogBuffer) {
 		client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: user, Password: "pw", Protocol: 2})
 		t.Cleanup(func() { _ = client.Close() })
-		log := new(lockedBuffer) // the retry logs from a goroutine of its own
+		log := new(redistest.LogBuffer) // the retry logs from a goroutine of its own
 		s := newStore(t, upstream.Config{Client: client, Prefix: user + ":", Log: slog.New(slog.NewTextHandler(log, nil))})
 		return s, log
 	}
-	evalshaOnly := func(t *testing.T, s *upstream.Store, log *lockedBuffer) {
+	evalshaOnly := func(t *testing.T, s *upstream.Store, log *redistest.LogBuffer) {
 		t.Helper()
 		if got := s.Scripts(); got != "evalsha" || !strings.Contains(log.String(), "upstream_scripts=evalsha") {
 			t.Fatalf("%s, log %q; want evalsha, and a line that says so", got, log.String())

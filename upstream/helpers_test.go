@@ -3,6 +3,7 @@ package upstream_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/redisobserve"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/upstream"
 )
@@ -68,6 +70,17 @@ func newStore(tb testing.TB, cfg upstream.Config) *upstream.Store {
 		tb.Fatal(err)
 	}
 	return s
+}
+
+// newObserver is an Observer of client that logs to log, for a test
+// that reads what the store's checks recorded.
+func newObserver(tb testing.TB, client redis.UniversalClient, log *slog.Logger) *redisobserve.Observer {
+	tb.Helper()
+	o, err := redisobserve.New(redisobserve.Config{Client: client, Log: log})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return o
 }
 
 // ttlChecked wraps a store and, after every operation, checks that every

@@ -17,6 +17,11 @@
 // sender instead (goredis.go). A Redis that lost its scripts (restarted,
 // SCRIPT FLUSH) answers NOSCRIPT; the store then sends the same calls as
 // EVAL, which loads the scripts again, invisibly to the caller.
+//
+// Watching the Redis is not the store's: whether it can be used and why
+// not, its eviction policy and its failovers are package redisobserve's,
+// which the store tells of each Check; the go-redis client it is given
+// is made by package redisclient.
 package upstream
 
 import (
@@ -32,6 +37,7 @@ import (
 
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/internal/evloop"
+	"github.com/sluice-rl/sluice/internal/redisobserve"
 	"github.com/sluice-rl/sluice/internal/redispipe"
 	"github.com/sluice-rl/sluice/internal/redisurl"
 	"github.com/sluice-rl/sluice/lua"
@@ -60,6 +66,10 @@ type Config struct {
 	// Replicas is how many replicas must acknowledge a durable request's
 	// charge before it is answered (durable.go). Zero means 1.
 	Replicas int
+	// Observer is told the outcome of each Check, and names its cause
+	// (package redisobserve); it watches Client. Nil means one of the
+	// store's own, over Client and Log.
+	Observer *redisobserve.Observer
 }
 
 // Store decides requests on Redis. It is safe for concurrent use.
@@ -110,21 +120,8 @@ type Store struct {
 	replicas                   int
 	durableCalls, unreplicated atomic.Uint64
 	lastShort                  atomic.Int64
-	// repl is what WatchReplication saw of the masters' replication
-	// streams (failover.go).
-	repl replWatch
-	// reach is whether the upstream can be used, and warner rate-limits
-	// the warnings that say why not (health.go); memory is what the
-	// masters say of eviction (eviction.go).
-	reach   reach
-	warner  *warner
-	memory  memory
-	wallNow func() time.Time // nil: time.Now; tests pin it
-	// checkedNode is set once Check found the server no Cluster node,
-	// until a check fails (check.go).
-	checkedNode atomic.Bool
-	// lastDial is the last dial that failed with a telling cause (cause.go).
-	lastDial atomic.Pointer[dialFailure]
+	// obs is told the outcome of each Check (check.go).
+	obs *redisobserve.Observer
 }
 
 // New returns a Store over cfg.Client. It does not talk to Redis.
@@ -144,10 +141,13 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Replicas < 0 {
 		return nil, errors.New("upstream: negative Config.Replicas")
 	}
-	s := &Store{client: cfg.Client, prefix: cfg.Prefix, now: cfg.Now, log: cfg.Log, replicas: max(cfg.Replicas, 1)}
-	s.repl.stats.Replicas = -1
-	s.warner = newWarner(cfg.Log, warnEvery, s.clockNow)
-	s.watchDials()
+	if cfg.Observer == nil {
+		var err error
+		if cfg.Observer, err = redisobserve.New(redisobserve.Config{Client: cfg.Client, Log: cfg.Log}); err != nil {
+			return nil, err
+		}
+	}
+	s := &Store{client: cfg.Client, prefix: cfg.Prefix, now: cfg.Now, log: cfg.Log, replicas: max(cfg.Replicas, 1), obs: cfg.Observer}
 	s.batches.New = s.newBatch
 	s.send = s.goRedis
 	pipes := redispipe.Config{Stamp: redispipe.Stamp{Put: lua.PutDeadline, Time: lua.ReplyTime}, Stray: s.strayReply}

@@ -14,8 +14,9 @@
 // each part alone. Leases (engine.Leaser) go from the guard straight to the
 // shared store: a concurrency refusal is never remembered or batched.
 //
-// chain imports engine and the chosen libraries only: the shared store is
-// any engine.Store, which package upstream implements.
+// chain imports engine, the chosen libraries and internal/watch (whose
+// Every ticks the idle check, as it does the other watchers) only: the
+// shared store is any engine.Store, which package upstream implements.
 package chain
 
 import (
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
+	"github.com/sluice-rl/sluice/internal/watch"
 )
 
 // Config configures a Chain. Zero values mean the documented defaults of
@@ -179,16 +181,9 @@ func (c *Chain) Check(ctx context.Context) error {
 // checkWhileIdle checks the shared store every interval unless a round
 // trip has answered meanwhile (decisions tell the breaker themselves).
 func (c *Chain) checkWhileIdle(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	watch.Every(ctx, every, func() {
 		if time.Since(c.guard.Stats().LastOutcome) < every {
-			continue
+			return
 		}
 		cctx, cancel := context.WithTimeout(ctx, c.timeout)
 		err := c.check(cctx)
@@ -196,7 +191,7 @@ func (c *Chain) checkWhileIdle(ctx context.Context, every time.Duration) {
 		if ctx.Err() == nil { // not Close
 			c.guard.Health(err)
 		}
-	}
+	})
 }
 
 // Close ends the idle checks, refuses new calls and waits until the queued

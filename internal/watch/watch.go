@@ -1,6 +1,9 @@
 // Package watch reloads a configuration read from a file or a directory
 // when what it holds changes: the one shape of the policies' and the rate
-// limit service's watchers.
+// limit service's watchers. Every is the one shape of the watchers that
+// look at something every interval instead (the upstream's health,
+// eviction policy and replication), and OneLine the one way a watcher's
+// error keeps to its INFO line.
 //
 // A change is a change of content, told by a digest, never by size and
 // modification time: a Kubernetes ConfigMap update swaps a ..data symlink,
@@ -186,11 +189,27 @@ func StatusInfo(prefix string, st Status, digest string) [][2]string {
 	return [][2]string{{prefix + "digest", digest},
 		{prefix + "loaded_at", unix(st.Loaded)}, {prefix + "reload_failing", failing},
 		{prefix + "reload_failures", strconv.FormatUint(st.Failures, 10)},
-		{prefix + "last_failure_at", unix(st.LastFailure)}, {prefix + "last_error", oneLine(st.LastError)}}
+		{prefix + "last_failure_at", unix(st.LastFailure)}, {prefix + "last_error", OneLine(st.LastError)}}
 }
 
-// oneLine keeps an error's text on INFO's one line per field.
-func oneLine(s string) string { return strings.NewReplacer("\r", " ", "\n", " ").Replace(s) }
+// OneLine keeps an error's text on INFO's one line per field.
+func OneLine(s string) string { return strings.NewReplacer("\r", " ", "\n", " ").Replace(s) }
+
+// Every calls look every interval until ctx ends, first once an interval
+// has passed; it returns once ctx has ended. A look that takes longer
+// than the interval delays the next (time.Ticker drops the ticks missed).
+func Every(ctx context.Context, every time.Duration, look func()) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		look()
+	}
+}
 
 // digest is a digest of what path holds, through symlinks: a file's
 // content (its SHA-256), or a directory's files' names and contents, those

@@ -1,4 +1,4 @@
-package upstream
+package redisobserve
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/internal/watch"
 )
 
 // Failovers seen. A promoted replica starts where its replication stream
@@ -104,31 +106,23 @@ func parseRepl(info string) (m masterRepl, ok bool) {
 	return m, role == "master" && m.replid != ""
 }
 
-// WatchReplication reads every master's INFO replication every interval
-// until ctx ends, counting the failovers it sees (Replication). A master
-// that does not answer is skipped until the next look.
-func (s *Store) WatchReplication(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		s.lookAtReplication(ctx, every)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+// WatchReplication reads every master's INFO replication now and every
+// interval until ctx ends, counting the failovers it sees (Replication).
+// A master that does not answer is skipped until the next look.
+func (o *Observer) WatchReplication(ctx context.Context, every time.Duration) {
+	o.lookAtReplication(ctx, every)
+	watch.Every(ctx, every, func() { o.lookAtReplication(ctx, every) })
 }
 
 // lookAtReplication reads each master's INFO replication once.
-func (s *Store) lookAtReplication(ctx context.Context, timeout time.Duration) {
+func (o *Observer) lookAtReplication(ctx context.Context, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var (
 		mu     sync.Mutex
 		looked []masterRepl
 	)
-	read := func(ctx context.Context, c *redis.Client) error {
+	_ = o.eachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "replication").Result()
 		if err != nil {
 			return err
@@ -139,17 +133,11 @@ func (s *Store) lookAtReplication(ctx context.Context, timeout time.Duration) {
 			mu.Unlock()
 		}
 		return nil
-	}
-	switch c := s.client.(type) {
-	case *redis.ClusterClient:
-		_ = c.ForEachMaster(ctx, read)
-	case *redis.Client:
-		_ = read(ctx, c)
-	}
+	})
 	if len(looked) == 0 {
 		return
 	}
-	w := &s.repl
+	w := &o.repl
 	w.mu.Lock()
 	before := w.stats
 	fewest := looked[0].replicas
@@ -161,27 +149,26 @@ func (s *Store) lookAtReplication(ctx context.Context, timeout time.Duration) {
 	after := w.stats
 	w.mu.Unlock()
 	if after.Failovers > before.Failovers {
-		s.log.Warn("a replica took over from its master: charges the master had not replicated are lost, and requests that are not durable may be admitted again",
+		o.log.Warn("a replica took over from its master: charges the master had not replicated are lost, and requests that are not durable may be admitted again",
 			"upstream_failovers", after.Failovers, "upstream_failover_lost_bytes_seen", after.LostBytes-before.LostBytes)
 	}
 }
 
 // Replication returns what WatchReplication has seen so far.
-func (s *Store) Replication() Replication {
-	w := &s.repl
+func (o *Observer) Replication() Replication {
+	w := &o.repl
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.stats
 }
 
-// InfoDurable is INFO's fields for durable requests and failovers, in
-// the Upstream section: the durable calls and those not acknowledged,
-// the replicas connected, the failovers seen and the writes known lost.
-func (s *Store) InfoDurable() [][2]string {
-	r := s.Replication()
+// infoReplication is INFO's fields for failovers, in the Upstream
+// section after the store's durable calls: the replicas connected, the
+// failovers seen and the writes known lost.
+func (o *Observer) infoReplication() [][2]string {
+	r := o.Replication()
 	u := func(n uint64) string { return strconv.FormatUint(n, 10) }
-	return [][2]string{{"upstream_calls_durable", u(s.DurableCalls())}, {"upstream_calls_unreplicated", u(s.UnreplicatedCalls())},
-		{"upstream_durable_replicas", strconv.Itoa(s.replicas)}, {"upstream_replicas", strconv.Itoa(r.Replicas)},
+	return [][2]string{{"upstream_replicas", strconv.Itoa(r.Replicas)},
 		{"upstream_failovers", u(r.Failovers)}, {"upstream_failovers_lost_writes", u(r.LostFailovers)},
 		{"upstream_failover_lost_bytes", u(r.LostBytes)}}
 }

@@ -1,4 +1,4 @@
-package upstream
+package redisobserve
 
 import (
 	"bytes"
@@ -40,23 +40,23 @@ func TestWarnerRateLimits(t *testing.T) {
 func TestObserve(t *testing.T) {
 	var buf bytes.Buffer
 	now := time.Unix(1000, 0)
-	s := &Store{log: slog.New(slog.NewTextHandler(&buf, nil)), wallNow: func() time.Time { return now }}
-	s.warner = newWarner(s.log, warnEvery, s.clockNow)
+	o := &Observer{log: slog.New(slog.NewTextHandler(&buf, nil)), now: func() time.Time { return now }}
+	o.warner = newWarner(o.log, warnEvery, o.now)
 	refused := fmt.Errorf("dial: %w", errors.New("connect: connection refused"))
-	s.Observe(nil)
+	o.Observe(nil)
 	start := now
 	now = now.Add(time.Second)
 	for range 10 {
-		s.Observe(refused)
+		o.Observe(refused)
 		now = now.Add(time.Second)
 	}
-	down := s.Reach()
+	down := o.Reach()
 	if down.Up || !down.Since.Equal(start.Add(time.Second)) || down.Cause != CauseRefused || down.Failures[CauseRefused] != 10 {
 		t.Fatalf("after 10 refusals: %+v", down)
 	}
-	s.Observe(resp.ReplyError("WRONGPASS invalid username-password pair"))
-	s.Observe(nil)
-	up := s.Reach()
+	o.Observe(resp.ReplyError("WRONGPASS invalid username-password pair"))
+	o.Observe(nil)
+	up := o.Reach()
 	if !up.Up || !up.Since.Equal(now) || up.Cause != CauseAuth {
 		t.Fatalf("after recovery: %+v; want up since now, the last cause kept", up)
 	}
@@ -91,31 +91,6 @@ func TestCauseOf(t *testing.T) {
 	} {
 		if got := CauseOf(tc.err); got != tc.want {
 			t.Errorf("CauseOf(%v) = %q; want %q", tc.err, got, tc.want)
-		}
-	}
-}
-
-// Only an error about FUNCTION itself moves the store to EVALSHA.
-func TestIsFunctionRefusal(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{resp.ReplyError("NOPERM this user has no permissions to run the 'function|load' command"), true},
-		{resp.ReplyError("ERR unknown command 'FUNCTION', with args beginning with: 'LOAD'"), true},
-		{resp.ReplyError("ERR unknown subcommand 'LOAD'. Try FUNCTION HELP."), true},
-		{resp.ReplyError("ERR Error registering functions"), true},
-		{resp.ReplyError("WRONGPASS invalid username-password pair or user is disabled."), false},
-		{resp.ReplyError("NOAUTH Authentication required."), false},
-		{resp.ReplyError("ERR Protocol error: unauthenticated bulk length"), false},
-		{resp.ReplyError("ERR This instance has cluster support disabled"), false},
-		{resp.ReplyError("READONLY You can't write against a read only replica."), false},
-		{resp.ReplyError("OOM command not allowed when used memory > 'maxmemory'."), false},
-		{resp.ReplyError("ERR DB index is out of range"), false},
-		{errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), false},
-	} {
-		if got := isFunctionRefusal(tc.err); got != tc.want {
-			t.Errorf("isFunctionRefusal(%v) = %v; want %v", tc.err, got, tc.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package upstream
+package redisclient
 
 import (
 	"crypto/tls"

@@ -1,4 +1,10 @@
-package upstream
+// Package redisclient makes the go-redis client that reaches the upstream
+// Redis from its address (--upstream): a standalone, Sentinel or Cluster
+// client by the address's kind (internal/redisurl reads it), with the CA
+// and the client certificate given, and every deadline honoured. The
+// store (package upstream) and the Observer (internal/redisobserve) both
+// take the client it makes; neither builds one.
+package redisclient
 
 import (
 	"crypto/tls"
@@ -32,7 +38,7 @@ func NewClient(addr string, roots *x509.CertPool) (redis.UniversalClient, redisu
 		}
 		*contextTimeout = true
 	}
-	// redisurl refuses what go-redis's parsers would (url_test.go holds
+	// redisurl refuses what go-redis's parsers would (client_test.go holds
 	// the two together): an error here is go-redis's, with the address
 	// redacted.
 	failed := func(err error) error {
@@ -70,6 +76,7 @@ func NewClient(addr string, roots *x509.CertPool) (redis.UniversalClient, redisu
 // long, before it follows a MOVED or ASK redirection inside a pipeline
 // (alone, a command follows at once); its default, 10ms, costs a batch on
 // a slot that is moving 10 to 30ms of its deadline at each redirection.
-// The store's script calls are never retried on an error (see cluster.go),
+// The store's script calls are never retried on an error (see package
+// upstream's goredis.go),
 // so the back-off delays only redirections, which need no pause.
 const RedirectBackoff = time.Millisecond

@@ -1,4 +1,4 @@
-package upstream
+package redisobserve
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/internal/watch"
 )
 
 // Eviction. Every key the store writes has a TTL, so under a maxmemory
@@ -96,10 +98,10 @@ type memory struct {
 }
 
 // Memory returns what the masters said at the last read.
-func (s *Store) Memory() Memory {
-	s.memory.mu.Lock()
-	defer s.memory.mu.Unlock()
-	m := s.memory.last
+func (o *Observer) Memory() Memory {
+	o.memory.mu.Lock()
+	defer o.memory.mu.Unlock()
+	m := o.memory.last
 	m.Nodes = slices.Clone(m.Nodes)
 	return m
 }
@@ -108,7 +110,12 @@ func (s *Store) Memory() Memory {
 // and logs a policy that can evict (once, until it changes) and keys
 // evicted since the last read (at most once a warnEvery). Its error
 // names the masters it could not read; those it read count.
-func (s *Store) ReadMemory(ctx context.Context) error {
+func (o *Observer) ReadMemory(ctx context.Context) error {
+	switch o.client.(type) {
+	case *redis.ClusterClient, *redis.Client:
+	default:
+		return fmt.Errorf("redisobserve: a %T has no masters to read", o.client)
+	}
 	var mu sync.Mutex
 	var nodes []NodeMemory
 	read := func(ctx context.Context, c *redis.Client) error {
@@ -118,19 +125,11 @@ func (s *Store) ReadMemory(ctx context.Context) error {
 		mu.Unlock()
 		return n.Err
 	}
-	var err error
-	switch c := s.client.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, read)
-	case *redis.Client:
-		err = read(ctx, c)
-	default:
-		return fmt.Errorf("upstream: a %T has no masters to read", s.client)
-	}
+	err := o.eachMaster(ctx, read)
 	slices.SortFunc(nodes, func(a, b NodeMemory) int { return strings.Compare(a.Addr, b.Addr) })
-	s.noteMemory(nodes)
+	o.noteMemory(nodes)
 	if err != nil {
-		return fmt.Errorf("upstream: read the masters' eviction policy: %w", err)
+		return fmt.Errorf("redisobserve: read the masters' eviction policy: %w", err)
 	}
 	return nil
 }
@@ -172,8 +171,8 @@ func readNode(ctx context.Context, c *redis.Client) NodeMemory {
 
 // noteMemory keeps what the masters said, adds their evictions to the
 // growth, and logs what changed.
-func (s *Store) noteMemory(nodes []NodeMemory) {
-	m := &s.memory
+func (o *Observer) noteMemory(nodes []NodeMemory) {
+	m := &o.memory
 	m.mu.Lock()
 	if m.counts == nil {
 		m.counts = map[string]uint64{}
@@ -184,7 +183,7 @@ func (s *Store) noteMemory(nodes []NodeMemory) {
 		if n.Policy == "" {
 			// Not read: what it said last stands, so that a master that
 			// does not answer for a while is not taken to have changed.
-			if k := slices.IndexFunc(m.last.Nodes, func(o NodeMemory) bool { return o.Addr == n.Addr }); k >= 0 {
+			if k := slices.IndexFunc(m.last.Nodes, func(x NodeMemory) bool { return x.Addr == n.Addr }); k >= 0 {
 				err := n.Err
 				*n = m.last.Nodes[k]
 				n.Err = err
@@ -200,7 +199,7 @@ func (s *Store) noteMemory(nodes []NodeMemory) {
 		}
 		m.counts[n.Addr] = n.Evicted
 	}
-	m.last = Memory{Read: s.clockNow(), Nodes: nodes, EvictedKeys: m.last.EvictedKeys + grew}
+	m.last = Memory{Read: o.now(), Nodes: nodes, EvictedKeys: m.last.EvictedKeys + grew}
 	var evicting []string
 	var maxmem []string
 	for _, n := range m.last.Evicting() {
@@ -214,35 +213,28 @@ func (s *Store) noteMemory(nodes []NodeMemory) {
 	m.mu.Unlock()
 	switch {
 	case changed && list != "":
-		s.log.Warn("the upstream Redis may evict Sluice's keys, which resets their limits: set maxmemory-policy noeviction, or give Sluice a Redis of its own",
+		o.log.Warn("the upstream Redis may evict Sluice's keys, which resets their limits: set maxmemory-policy noeviction, or give Sluice a Redis of its own",
 			"maxmemory_policy", list, "maxmemory", strings.Join(maxmem, ","))
 	case changed:
-		s.log.Info("the upstream Redis no longer evicts Sluice's keys", "maxmemory_policy", strings.Join(m.last.Policies(), ","))
+		o.log.Info("the upstream Redis no longer evicts Sluice's keys", "maxmemory_policy", strings.Join(m.last.Policies(), ","))
 	}
 	if grew > 0 {
-		s.warner.warn("evicted", "the upstream Redis evicted keys: limits whose state it dropped start again from nothing",
+		o.warner.warn("evicted", "the upstream Redis evicted keys: limits whose state it dropped start again from nothing",
 			"evicted_keys", grew, "evicted_keys_total", total, "maxmemory_policy", list)
 	}
 }
 
-// Watch reads the masters' memory (ReadMemory) every interval until ctx
-// ends. A read that fails is logged at most once a warnEvery; the store
-// keeps what it read last.
-func (s *Store) Watch(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+// WatchMemory reads the masters' memory (ReadMemory) every interval
+// until ctx ends. A read that fails is logged at most once a warnEvery;
+// the Observer keeps what it read last.
+func (o *Observer) WatchMemory(ctx context.Context, every time.Duration) {
+	watch.Every(ctx, every, func() {
 		rctx, cancel := context.WithTimeout(ctx, max(every/2, time.Second))
-		if err := s.ReadMemory(rctx); err != nil && ctx.Err() == nil {
-			s.warner.warn("memory", "cannot read the upstream's eviction policy", "err", err)
+		if err := o.ReadMemory(rctx); err != nil && ctx.Err() == nil {
+			o.warner.warn("memory", "cannot read the upstream's eviction policy", "err", err)
 		}
 		cancel()
-	}
+	})
 }
 
 // infoField is the value of field name in INFO's reply text, whose lines

@@ -1,4 +1,4 @@
-package upstream_test
+package redisclient_test
 
 import (
 	"crypto/x509"
@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rl/sluice/internal/redisclient"
 	"github.com/sluice-rl/sluice/internal/redisurl"
-	"github.com/sluice-rl/sluice/upstream"
 )
 
 func TestNewClient(t *testing.T) {
@@ -28,7 +28,7 @@ func TestNewClient(t *testing.T) {
 		{"rediss+cluster://u:p@127.0.0.1:7000", roots, redisurl.Cluster, "addrs=127.0.0.1:7000 dial=5s backoff=1ms tls=true roots=true ctx=true"},
 	} {
 		t.Run(tc.addr, func(t *testing.T) {
-			c, kind, err := upstream.NewClient(tc.addr, tc.roots)
+			c, kind, err := redisclient.NewClient(tc.addr, tc.roots)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +86,7 @@ func TestNewClientRefuses(t *testing.T) {
 		{"redis://x:1", x509.NewCertPool(), `invalid upstream "redis://x:1": a CA is given but the address does not use TLS`},
 		{"redis://user:secret@x?pool_size=-", nil, `invalid upstream "redis://x": invalid pool_size "-"`},
 	} {
-		c, _, err := upstream.NewClient(tc.addr, tc.roots)
+		c, _, err := redisclient.NewClient(tc.addr, tc.roots)
 		if err == nil {
 			c.Close()
 			t.Errorf("%s: accepted", tc.addr)
@@ -129,7 +129,7 @@ func FuzzParseAgrees(f *testing.F) {
 		if err != nil {
 			t.Fatalf("%q: redisurl reads it, go-redis refuses it: %v", addr, err)
 		}
-		c, _, err := upstream.NewClient(addr, nil)
+		c, _, err := redisclient.NewClient(addr, nil)
 		if err != nil {
 			t.Fatalf("%q: %v", addr, err)
 		}
@@ -155,7 +155,7 @@ func TestParseAgreesOnEveryOption(t *testing.T) {
 				if _, err := redisurl.Parse(addr); err != nil {
 					continue
 				}
-				c, _, err := upstream.NewClient(addr, nil)
+				c, _, err := redisclient.NewClient(addr, nil)
 				if err != nil {
 					t.Errorf("%s: redisurl reads it, go-redis refuses it: %v", addr, err)
 					continue

@@ -1,4 +1,4 @@
-package upstream
+package redisobserve
 
 import (
 	"context"
@@ -98,7 +98,7 @@ func CauseOf(err error) Cause {
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
-		if c := replyCause(rerr.Error()); c != "" {
+		if c := ReplyCause(rerr.Error()); c != "" {
 			return c
 		}
 	}
@@ -133,15 +133,15 @@ func CauseOf(err error) Cause {
 	case strings.Contains(msg, "i/o timeout"):
 		return CauseTimeout
 	}
-	if c := replyCause(msg); c != "" {
+	if c := ReplyCause(msg); c != "" {
 		return c
 	}
 	return CauseOther
 }
 
-// replyCause names a reply error's cause by its code; "" for a code that
-// says nothing of the upstream (a script's own error).
-func replyCause(msg string) Cause {
+// ReplyCause names the cause of a reply error's text msg by its code; ""
+// for a code that says nothing of the upstream (a script's own error).
+func ReplyCause(msg string) Cause {
 	code, _, _ := strings.Cut(msg, " ")
 	switch code {
 	case "NOAUTH", "WRONGPASS":
@@ -179,40 +179,16 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// isFunctionRefusal says whether err, FUNCTION LOAD's error, is about
-// Redis Functions themselves: an ACL that denies FUNCTION, a Redis or a
-// proxy that does not know the command, a library Redis will not take.
-// Only these move the store to EVALSHA; any other error (a wrong
-// password, a replica, a full Redis) is the upstream's, and the next
-// check tries FUNCTION LOAD again.
-func isFunctionRefusal(err error) bool {
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return false
-	}
-	msg := strings.ToLower(rerr.Error())
-	code, _, _ := strings.Cut(msg, " ")
-	switch {
-	case code == "noperm":
-		return strings.Contains(msg, "function")
-	case strings.Contains(msg, "unknown command"), strings.Contains(msg, "unknown subcommand"):
-		return true
-	case code == "err":
-		return replyCause(rerr.Error()) == "" && (strings.Contains(msg, "function") || strings.Contains(msg, "library"))
-	}
-	return false
-}
-
 // diagnose names the cause of a check's failure, err. One that says
 // only that time ran out is refined by a dial that failed shortly before
 // or since the check started (dialWatch): go-redis retries a refused dial
 // until the deadline, and then reports the deadline; and a check's
 // deadline (--upstream-timeout) may end before a Sentinel client's dial
 // does, whose failure an earlier check saw.
-func (s *Store) diagnose(err error, started time.Time) error {
+func (o *Observer) diagnose(err error, started time.Time) error {
 	cause := CauseOf(err)
 	if cause == CauseTimeout || cause == CauseOther {
-		for _, d := range []*dialFailure{s.lastDial.Load(), loggedDial.Load()} {
+		for _, d := range []*dialFailure{o.lastDial.Load(), loggedDial.Load()} {
 			if d != nil && !d.at.Before(started.Add(-dialMemory)) {
 				return &Error{Cause: CauseOf(d.err), Err: d.err}
 			}
@@ -235,16 +211,16 @@ type dialFailure struct {
 	at  time.Time
 }
 
-// dialWatch is a go-redis hook that keeps the store's last telling dial
-// failure (lastDial), for diagnose. On Cluster every node's client gets
-// it; behind Sentinel a dial's error is the sentinels' own.
-type dialWatch struct{ s *Store }
+// dialWatch is a go-redis hook that keeps the Observer's last telling
+// dial failure (lastDial), for diagnose. On Cluster every node's client
+// gets it; behind Sentinel a dial's error is the sentinels' own.
+type dialWatch struct{ o *Observer }
 
 func (d dialWatch) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := next(ctx, network, addr)
 		if cause := CauseOf(err); err != nil && cause != CauseTimeout && cause != CauseOther {
-			d.s.lastDial.Store(&dialFailure{err: err, at: time.Now()})
+			d.o.lastDial.Store(&dialFailure{err: err, at: time.Now()})
 		}
 		return c, err
 	}
@@ -255,13 +231,13 @@ func (dialWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 	return next
 }
 
-// watchDials adds dialWatch to the store's client, and on Cluster to
-// each node's client as it is made.
-func (s *Store) watchDials() {
-	switch c := s.client.(type) {
+// watchDials adds dialWatch to the client, and on Cluster to each
+// node's client as it is made.
+func (o *Observer) watchDials() {
+	switch c := o.client.(type) {
 	case *redis.ClusterClient:
-		c.OnNewNode(func(n *redis.Client) { n.AddHook(dialWatch{s}) })
+		c.OnNewNode(func(n *redis.Client) { n.AddHook(dialWatch{o}) })
 	case *redis.Client:
-		c.AddHook(dialWatch{s})
+		c.AddHook(dialWatch{o})
 	}
 }

@@ -1,4 +1,4 @@
-package upstream_test
+package redisobserve_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rl/sluice/internal/redisobserve"
 	"github.com/sluice-rl/sluice/internal/redistest"
-	"github.com/sluice-rl/sluice/upstream"
 )
 
 // ReadMemory reads each master's maxmemory-policy, from CONFIG GET or,
@@ -38,19 +38,19 @@ func TestReadMemoryPolicy(t *testing.T) {
 			}
 			client := redis.NewClient(opt)
 			defer client.Close()
-			log := new(lockedBuffer)
-			s := newStore(t, upstream.Config{Client: client, Log: slog.New(slog.NewTextHandler(log, nil))})
+			log := new(redistest.LogBuffer)
+			o := newObserver(t, client, log)
 			for range 2 {
-				if err := s.ReadMemory(context.Background()); err != nil {
+				if err := o.ReadMemory(context.Background()); err != nil {
 					t.Fatal(err)
 				}
 			}
-			m := s.Memory()
+			m := o.Memory()
 			if len(m.Nodes) != 1 || m.Nodes[0].Policy != tc.policy || m.Nodes[0].From != tc.from {
 				t.Fatalf("Memory %+v; want policy %s read from %s", m, tc.policy, tc.from)
 			}
 			warnings := strings.Count(log.String(), "may evict Sluice's keys")
-			if evicts := upstream.Evicts(tc.policy); evicts != (warnings == 1) || evicts != (len(m.Evicting()) == 1) {
+			if evicts := redisobserve.Evicts(tc.policy); evicts != (warnings == 1) || evicts != (len(m.Evicting()) == 1) {
 				t.Fatalf("log %q, evicting %v; want one warning and the master listed exactly when %s evicts", log.String(), m.Evicting(), tc.policy)
 			}
 			if warnings == 1 && !strings.Contains(log.String(), "noeviction") {
@@ -61,32 +61,32 @@ func TestReadMemoryPolicy(t *testing.T) {
 }
 
 // Under maxmemory and allkeys-lru, filled until Redis evicts: the
-// evictions Redis counts are the store's EvictedKeys, and a warning.
+// evictions Redis counts are the Observer's EvictedKeys, and a warning.
 func TestReadMemoryEvictions(t *testing.T) {
 	srv := redistest.Start(t, "maxmemory 2mb", "maxmemory-policy allkeys-lru")
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer client.Close()
-	log := new(lockedBuffer)
-	s := newStore(t, upstream.Config{Client: client, Log: slog.New(slog.NewTextHandler(log, nil))})
+	log := new(redistest.LogBuffer)
+	o := newObserver(t, client, log)
 	ctx := context.Background()
-	if err := s.ReadMemory(ctx); err != nil {
+	if err := o.ReadMemory(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if s.Memory().EvictedKeys != 0 {
-		t.Fatalf("before filling: %+v", s.Memory())
+	if o.Memory().EvictedKeys != 0 {
+		t.Fatalf("before filling: %+v", o.Memory())
 	}
 	evicted := fillUntilEvicted(t, srv)
-	if err := s.ReadMemory(ctx); err != nil {
+	if err := o.ReadMemory(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.Memory().EvictedKeys; got < evicted {
+	if got := o.Memory().EvictedKeys; got < evicted {
 		t.Errorf("EvictedKeys %d; Redis evicted at least %d since the first read", got, evicted)
 	}
 	if !strings.Contains(log.String(), "evicted keys") {
 		t.Errorf("log %q; want a warning that Redis evicted keys", log.String())
 	}
-	if !strings.Contains(strings.Join(infoValues(s.Info()), " "), "upstream_eviction_possible=1") {
-		t.Errorf("INFO %v; want upstream_eviction_possible:1", s.Info())
+	if !strings.Contains(strings.Join(infoValues(o.Info()), " "), "upstream_eviction_possible=1") {
+		t.Errorf("INFO %v; want upstream_eviction_possible:1", o.Info())
 	}
 }
 
@@ -96,7 +96,7 @@ func fillUntilEvicted(t *testing.T, srv *redistest.Server) uint64 {
 	t.Helper()
 	var evicted uint64
 	writes := 0
-	fillUntil(t, srv, func(c *redis.Client, _ error) bool {
+	srv.FillUntil(t, func(c *redis.Client, _ error) bool {
 		if writes++; writes%50 != 0 {
 			return false
 		}
@@ -121,14 +121,19 @@ func infoValues(fields [][2]string) []string {
 // On Cluster every master is read: one that evicts among three that do
 // not is named, alone.
 func TestReadMemoryCluster(t *testing.T) {
-	cc, nodes := cluster(t)
-	mustDo(t, nodes[1], "CONFIG", "SET", "maxmemory-policy", "volatile-lru")
-	log := new(lockedBuffer)
-	s := newStore(t, upstream.Config{Client: cc, Log: slog.New(slog.NewTextHandler(log, nil))})
-	if err := s.ReadMemory(context.Background()); err != nil {
+	c := redistest.StartCluster(t, 3, 0)
+	nodes := c.Nodes
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	defer cc.Close()
+	if _, err := nodes[1].Do("CONFIG", "SET", "maxmemory-policy", "volatile-lru"); err != nil {
 		t.Fatal(err)
 	}
-	m := s.Memory()
+	log := new(redistest.LogBuffer)
+	o := newObserver(t, cc, log)
+	if err := o.ReadMemory(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	m := o.Memory()
 	ev := m.Evicting()
 	if len(m.Nodes) != 3 || len(ev) != 1 || ev[0].Addr != nodes[1].Addr {
 		t.Fatalf("Memory %+v; want 3 masters read and %s alone evicting", m, nodes[1].Addr)
@@ -139,4 +144,14 @@ func TestReadMemoryCluster(t *testing.T) {
 	if got := strings.Join(m.Policies(), ","); got != "noeviction,volatile-lru" {
 		t.Errorf("Policies %s", got)
 	}
+}
+
+// newObserver is an Observer of client that logs to log.
+func newObserver(t *testing.T, client redis.UniversalClient, log *redistest.LogBuffer) *redisobserve.Observer {
+	t.Helper()
+	o, err := redisobserve.New(redisobserve.Config{Client: client, Log: slog.New(slog.NewTextHandler(log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
 }

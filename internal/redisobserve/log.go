@@ -1,4 +1,4 @@
-package upstream
+package redisobserve
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 //
 // go-redis logs every failed dial: a Sentinel client pointed at a wrong
 // address wrote 142 lines in 10 seconds. The failed dials, which the
-// store reports itself with their cause, are debug lines; each other
+// Observer reports itself with their cause, are debug lines; each other
 // message (by its format, whatever the values) is logged at most once a
 // warnEvery, with the count of repeats not logged (warner).
 func LogTo(log *slog.Logger) { redis.SetLogger(goRedisLog{newWarner(log, warnEvery, nil)}) }
@@ -40,7 +40,7 @@ func (l goRedisLog) Printf(ctx context.Context, format string, v ...any) {
 }
 
 // loggedDial is the last telling dial failure go-redis logged: a
-// Sentinel client's dials of its sentinels pass no hook of the store's
+// Sentinel client's dials of its sentinels pass no hook of the Observer's
 // (dialWatch), and only go-redis's log tells why they fail. go-redis's
 // logger, and so this, is the process's.
 var loggedDial atomic.Pointer[dialFailure]
@@ -52,7 +52,7 @@ func noteDial(err error) {
 }
 
 // reported says whether a go-redis message's format is a failed dial,
-// which the store reports itself, naming the cause (Check, through
+// which the Observer reports itself, naming the cause (Check, through
 // dialWatch): at warn level it would come first, in go-redis's words.
 func reported(format string) bool {
 	return strings.Contains(format, "failed to dial") || strings.HasPrefix(format, "sentinel: GetMasterAddrByName")

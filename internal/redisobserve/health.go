@@ -1,21 +1,22 @@
-package upstream
+package redisobserve
 
 import (
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Reachability. The store keeps whether the upstream can be used now,
-// since when, and why not: from its checks (Check, at start and while no
-// round trip answers) and from the outcomes a caller reports (Observe:
+// Reachability. The Observer keeps whether the upstream can be used now,
+// since when, and why not: from the store's checks (Check, at start and
+// while no round trip answers) and from the outcomes a caller reports (Observe:
 // the breaker that opens and closes on round trips). INFO and the
 // metrics show it; readiness follows it with --upstream-required. Each
 // change is one log line; a failure that repeats with the same cause is
 // counted, and said again at most once a warnEvery (warner).
 
-// Reach is the upstream's state as the store last saw it.
+// Reach is the upstream's state as the Observer last saw it.
 type Reach struct {
 	// Known is false until the first outcome.
 	Known bool
@@ -39,8 +40,8 @@ type reach struct {
 // Observe records an outcome of the upstream that a caller saw: nil when
 // it answered, else why it failed (the breaker's opening cause). It is
 // cheap while the upstream is up and answers, and never blocks on Redis.
-func (s *Store) Observe(err error) {
-	if err == nil && s.reach.up.Load() {
+func (o *Observer) Observe(err error) {
+	if err == nil && o.reach.up.Load() {
 		return
 	}
 	if err != nil {
@@ -48,14 +49,14 @@ func (s *Store) Observe(err error) {
 			err = &Error{Cause: CauseOf(err), Err: err}
 		}
 	}
-	s.observe(err)
+	o.observe(err)
 }
 
 // observe records an outcome whose error, if any, is an *Error, and logs
 // what changed.
-func (s *Store) observe(err error) {
-	now := s.clockNow()
-	r := &s.reach
+func (o *Observer) observe(err error) {
+	now := o.now()
+	r := &o.reach
 	r.mu.Lock()
 	was := r.st
 	if r.st.Failures == nil {
@@ -68,7 +69,7 @@ func (s *Store) observe(err error) {
 		}
 		r.mu.Unlock()
 		if was.Known && !was.Up {
-			s.log.Info("the upstream Redis answers again", "was_down_for", now.Sub(was.Since).Round(time.Millisecond),
+			o.log.Info("the upstream Redis answers again", "was_down_for", now.Sub(was.Since).Round(time.Millisecond),
 				"last_cause", string(was.Cause))
 		}
 		return
@@ -83,29 +84,22 @@ func (s *Store) observe(err error) {
 	r.mu.Unlock()
 	if !was.Known || was.Up || was.Cause != cause {
 		// A new failure, or a new cause: said at once.
-		s.warner.force(string(cause))
+		o.warner.force(string(cause))
 	}
-	s.warner.warn(string(cause), "the upstream Redis cannot be used: "+cause.Hint()+"; each request gets its failure mode's answer until it can",
+	o.warner.warn(string(cause), "the upstream Redis cannot be used: "+cause.Hint()+"; each request gets its failure mode's answer until it can",
 		"cause", string(cause), "err", err.Error())
 }
 
 // Reach returns the upstream's state.
-func (s *Store) Reach() Reach {
-	s.reach.mu.Lock()
-	defer s.reach.mu.Unlock()
-	st := s.reach.st
-	st.Failures = make(map[Cause]uint64, len(s.reach.st.Failures))
-	for c, n := range s.reach.st.Failures {
-		st.Failures[c] = n
+func (o *Observer) Reach() Reach {
+	o.reach.mu.Lock()
+	defer o.reach.mu.Unlock()
+	st := o.reach.st
+	st.Failures = maps.Clone(o.reach.st.Failures)
+	if st.Failures == nil {
+		st.Failures = map[Cause]uint64{}
 	}
 	return st
-}
-
-func (s *Store) clockNow() time.Time {
-	if s.wallNow != nil {
-		return s.wallNow()
-	}
-	return time.Now()
 }
 
 // warnEvery is how often a warning that repeats with the same key is

@@ -1,4 +1,4 @@
-package upstream_test
+package redisclient_test
 
 import (
 	"crypto/tls"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-rl/sluice/upstream"
+	"github.com/sluice-rl/sluice/internal/redisclient"
 )
 
 // A client certificate goes into the one TLS configuration every
@@ -25,11 +25,11 @@ func TestUseClientCert(t *testing.T) {
 		{"redis://127.0.0.1:6379", false},
 		{"redis+cluster://127.0.0.1:7000", false},
 	} {
-		client, _, err := upstream.NewClient(tc.addr, nil)
+		client, _, err := redisclient.NewClient(tc.addr, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = upstream.UseClientCert(client, get)
+		err = redisclient.UseClientCert(client, get)
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: %v; want ok %v", tc.addr, err, tc.ok)
 		}
