@@ -416,13 +416,14 @@ const (
 	PathLocal           // the store failed; the in-memory store decided
 	PathFailOpen        // the store failed; allowed by policy
 	PathFailClosed      // the store failed; refused by policy
+	PathGrant           // admitted from units the store granted this sidecar, without a round trip (package chain)
 )
 
 var pathNames = [...]string{PathStore: "store", PathDenyCache: "deny_cache", PathLocal: "local_fallback",
-	PathFailOpen: "fail_open", PathFailClosed: "fail_closed"}
+	PathFailOpen: "fail_open", PathFailClosed: "fail_closed", PathGrant: "grant"}
 
 // Paths lists every path, in declaration order.
-var Paths = []Path{PathStore, PathDenyCache, PathLocal, PathFailOpen, PathFailClosed}
+var Paths = []Path{PathStore, PathDenyCache, PathLocal, PathFailOpen, PathFailClosed, PathGrant}
 
 func (p Path) String() string {
 	if int(p) < len(pathNames) {
