@@ -126,6 +126,7 @@ type Grants struct {
 	given    atomic.Uint64 // units sent back
 	asked    atomic.Uint64 // grant requests sent
 	refusedG atomic.Uint64 // grant requests the store refused
+	revoked  atomic.Uint64 // grants dropped by a reset or a reload
 }
 
 var _ engine.Store = (*Grants)(nil)
@@ -620,8 +621,9 @@ func (f *grantFlight) release() {
 	f.g.flights.Put(f)
 }
 
-// Flush ends the grants whose key went cold here (no request for a whole
-// hotInterval) or, for windows, whose life passed, forgets the keys no
+// Flush ends the window grants whose key went cold here (no request for a
+// whole hotInterval) or whose life passed, and the grants that may spend
+// nothing more, forgets the keys no
 // longer seen, and sends down what the ended grants give back without
 // waiting for a request to carry it. Run calls it every flushEvery.
 func (g *Grants) Flush() {
@@ -633,7 +635,10 @@ func (g *Grants) Flush() {
 		for k, e := range sh.keys {
 			e.roll(t)
 			cold := e.cur == 0 && e.prev == 0
-			if e.held && (cold || e.spendable(now) == 0) {
+			// A bucket's grant is kept while it may spend, cold or not:
+			// its units stay taken until they lapse whoever holds them,
+			// and a grant taken anew beside them would hold more.
+			if e.held && ((cold && e.returnable(now) > 0) || e.spendable(now) == 0) {
 				g.end(e, now)
 			}
 			if cold && !e.held && !e.asking {
@@ -684,9 +689,9 @@ func (g *Grants) Forget(key string) {
 	sh := g.shardOf(key)
 	sh.mu.Lock()
 	for _, a := range engine.Algorithms {
-		delete(sh.keys, grantKey{a, key})
+		g.drop(sh, grantKey{a, key})
 	}
-	delete(sh.keys, grantKey{key: key})
+	g.drop(sh, grantKey{key: key})
 	sh.mu.Unlock()
 	g.refundMu.Lock()
 	kept := g.refunds[:0]
@@ -700,6 +705,17 @@ func (g *Grants) Forget(key string) {
 	g.refundMu.Unlock()
 }
 
+// drop forgets k in sh, counting its grant revoked if it held one.
+// sh.mu is held.
+func (g *Grants) drop(sh *grantShard, k grantKey) {
+	if e, ok := sh.keys[k]; ok {
+		if e.held {
+			g.revoked.Add(1)
+		}
+		delete(sh.keys, k)
+	}
+}
+
 // DropAll drops every grant and everything counted, without giving back:
 // for a policy reload, whose limits may not be the ones the grants were
 // taken under. The units lapse (windows: at their window's end).
@@ -707,7 +723,9 @@ func (g *Grants) DropAll() {
 	for i := range g.shards {
 		sh := &g.shards[i]
 		sh.mu.Lock()
-		clear(sh.keys)
+		for k := range sh.keys {
+			g.drop(sh, k)
+		}
 		sh.mu.Unlock()
 	}
 	g.refundMu.Lock()
@@ -724,12 +742,14 @@ type GrantStats struct {
 	Taken       uint64 // grants the store gave
 	Asked       uint64 // grants asked for
 	GivenBack   uint64 // units sent back from grants that ended unspent
+	Revoked     uint64 // grants dropped by a reset or a policy reload
 	Keys        int    // keys counted
 }
 
 // Stats returns the counts so far.
 func (g *Grants) Stats() GrantStats {
-	s := GrantStats{Decisions: g.decided.Load(), Taken: g.taken.Load(), Asked: g.asked.Load(), GivenBack: g.given.Load()}
+	s := GrantStats{Decisions: g.decided.Load(), Taken: g.taken.Load(), Asked: g.asked.Load(), GivenBack: g.given.Load(),
+		Revoked: g.revoked.Load()}
 	now := g.now()
 	for i := range g.shards {
 		sh := &g.shards[i]

@@ -369,7 +369,8 @@ func windowOf(l engine.Limit, at time.Duration) int64 {
 
 // A grant that ends unspent gives its units back: at once in the next
 // Submit when replaced or too small, or by the flush when its key went
-// cold. A bucket's give nothing back.
+// cold. A bucket's gives nothing back: kept while it may spend, it ends
+// once its units have lapsed.
 func TestGrantsGiveBack(t *testing.T) {
 	clock := enginetest.NewClock(enginetest.Epoch.Truncate(time.Minute))
 	l := engine.Limit{Algorithm: engine.FixedWindow, Rate: 1000, Period: time.Minute}
@@ -405,8 +406,14 @@ func TestGrantsGiveBack(t *testing.T) {
 	}
 	clock.Advance(120 * time.Millisecond)
 	b.Flush()
-	if s := b.Stats(); s.Held != 0 || s.GivenBack != 0 {
-		t.Fatalf("bucket after the flush: %+v", s)
+	if s := b.Stats(); s.Held != 1 || s.GivenBack != 0 {
+		t.Fatalf("bucket cold: %+v, want the grant kept (it may still spend) and nothing given back", s)
+	}
+	// Its units lapse as the bucket refills; then it ends.
+	clock.Advance(3 * time.Second)
+	b.Flush()
+	if s := b.Stats(); s.Held != 0 || s.GivenBack != 0 || s.Keys != 0 {
+		t.Fatalf("bucket refilled: %+v, want nothing held, nothing given back, the key forgotten", s)
 	}
 }
 
@@ -437,8 +444,8 @@ func TestGrantsRevoked(t *testing.T) {
 			if err := tc.revoke(g); err != nil {
 				t.Fatal(err)
 			}
-			if s := g.Stats(); s.Held != 0 {
-				t.Fatalf("after %s: %+v", tc.name, s)
+			if s := g.Stats(); s.Held != 0 || s.Revoked != 1 {
+				t.Fatalf("after %s: %+v, want none held and one revoked", tc.name, s)
 			}
 			res := decideBatch(t, g, []engine.Request{{Key: "k", Limit: l, Cost: 1}})
 			if res[0].Path != engine.PathStore {

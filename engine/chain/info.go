@@ -52,5 +52,6 @@ func (c *Chain) InfoGrants() [][2]string {
 	return [][2]string{{"grants", on}, {"grants_held", strconv.Itoa(s.Held)},
 		{"grant_units_outstanding", strconv.FormatInt(s.Outstanding, 10)}, {"grant_decisions", u(s.Decisions)},
 		{"grants_asked", u(s.Asked)}, {"grants_taken", u(s.Taken)}, {"grant_units_given_back", u(s.GivenBack)},
+		{"grants_revoked", u(s.Revoked)},
 		{"grant_keys", strconv.Itoa(s.Keys)}}
 }
