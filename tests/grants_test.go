@@ -118,9 +118,10 @@ func allow(ctx context.Context, rdb *redis.Client, key string) (bool, error) {
 
 // hammer sends RL.ALLOW hot key from workers goroutines on rdb until stop
 // is closed or each has sent most, counting the admissions in admitted.
-// It returns once all are done; errors fail t.
-func hammer(t *testing.T, rdb *redis.Client, key string, workers, most int, stop <-chan struct{}, admitted *atomic.Int64) {
-	t.Helper()
+// It returns once all are done, with the first error a worker met (each
+// stops at its first). It touches no testing.T: it runs off the test's
+// goroutine.
+func hammer(rdb *redis.Client, key string, workers, most int, stop <-chan struct{}, admitted *atomic.Int64) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	for range workers {
@@ -133,7 +134,7 @@ func hammer(t *testing.T, rdb *redis.Client, key string, workers, most int, stop
 				}
 				ok, err := allow(context.Background(), rdb, key)
 				if err != nil {
-					errs <- err
+					errs <- fmt.Errorf("RL.ALLOW: %w", err)
 					return
 				}
 				if ok {
@@ -144,9 +145,7 @@ func hammer(t *testing.T, rdb *redis.Client, key string, workers, most int, stop
 	}
 	wg.Wait()
 	close(errs)
-	for err := range errs {
-		t.Fatalf("RL.ALLOW: %v", err)
-	}
+	return <-errs // nil when none
 }
 
 // waitGrantsReturned waits until no sidecar holds a grant (their key went
@@ -176,11 +175,17 @@ func TestGrantsThreeSidecarsOneHotKey(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := startGrantsFleet(t, 3, cluster, limit)
 			var admitted [3]atomic.Int64
+			var errs [3]error
 			var wg sync.WaitGroup
 			for i, c := range f.clients {
-				wg.Go(func() { hammer(t, c, "user1", 4, 400, nil, &admitted[i]) })
+				wg.Go(func() { errs[i] = hammer(c, "user1", 4, 400, nil, &admitted[i]) })
 			}
 			wg.Wait()
+			for _, err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
 			f.waitGrantsReturned(t)
 			var total, fromGrants, bySidecars int64
 			for i, c := range f.clients {
@@ -215,10 +220,19 @@ func TestGrantsRevokedMidLoad(t *testing.T) {
 	stop := make(chan struct{})
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
-	for _, c := range f.clients {
-		wg.Go(func() { hammer(t, c, "user2", 2, 1_000_000, stop, &admitted) })
+	errs := make([]error, len(f.clients))
+	for i, c := range f.clients {
+		wg.Go(func() { errs[i] = hammer(c, "user2", 2, 1_000_000, stop, &admitted) })
 	}
-	defer func() { close(stop); wg.Wait() }()
+	defer func() {
+		close(stop)
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	}()
 	revoked := func() []int64 {
 		out := make([]int64, len(f.clients))
 		for i, c := range f.clients {
@@ -291,7 +305,8 @@ func TestGrantsSidecarKilledWithAGrant(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		hammer(t, f.clients[0], "user3", 4, limit, stop, &killed)
+		// Its connections fail once it is killed: the error is expected.
+		_ = hammer(f.clients[0], "user3", 4, limit, stop, &killed)
 	}()
 	within(t, 5*time.Second, "the first sidecar holds a grant", func() bool {
 		return grantInfo(t, f.clients[0])["grant_units_outstanding"] > 0
@@ -305,7 +320,9 @@ func TestGrantsSidecarKilledWithAGrant(t *testing.T) {
 	close(stop)
 	<-done
 	held := f.redisCount(t, "user3") - killed.Load()
-	hammer(t, f.clients[1], "user3", 4, limit, nil, &other)
+	if err := hammer(f.clients[1], "user3", 4, limit, nil, &other); err != nil {
+		t.Fatal(err)
+	}
 	total := killed.Load() + other.Load()
 	t.Logf("the killed sidecar was admitted %d and held %d unspent; the other admitted %d; limit %d", killed.Load(), held, other.Load(), limit)
 	if total > limit {
@@ -319,44 +336,111 @@ func TestGrantsSidecarKilledWithAGrant(t *testing.T) {
 	}
 }
 
-// The load moves from one sidecar to another: the second one's refusals
-// while the first still holds units (it gives them back once its key is
-// cold) are counted, and the units it found missing at each are at most
-// the first one's grant: a quarter of the limit. Once given back, they
-// are admitted: the whole limit, no more.
+// The load moves from one sidecar to another: the first one's load falls
+// to a trickle (still hot, so its grant lives on) while the second one's
+// rises. The second one's refusals while the fleet has admitted less than
+// the limit are the refusals caused by units held in the first one's
+// grant: they are counted, and the units missing at each are at most the
+// first one's grant, a quarter of the limit. Once the first one's grants
+// end and give back, the whole limit is admitted, no more.
 func TestGrantsLoadMoves(t *testing.T) {
-	const limit = 2000
+	const limit = 4000
 	f := startGrantsFleet(t, 2, false, limit)
-	var first atomic.Int64
+	var first, second atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() { hammer(t, f.clients[0], "user4", 4, limit, stop, &first) })
-	within(t, 20*time.Second, "the first sidecar admitted all but 100", func() bool { return first.Load() >= limit-100 })
+	var err error
+	wg.Go(func() { err = hammer(f.clients[0], "user4", 4, limit, stop, &first) })
+	within(t, 20*time.Second, "the first sidecar admitted half the limit", func() bool { return first.Load() >= limit/2 })
 	close(stop)
 	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first sidecar's trickle: a request every 5ms.
+	trickleStop, trickleDone := make(chan struct{}), make(chan error, 1)
+	go func() {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-trickleStop:
+				trickleDone <- nil
+				return
+			case <-tick.C:
+			}
+			ok, err := allow(context.Background(), f.clients[0], "user4")
+			if err != nil {
+				trickleDone <- err
+				return
+			}
+			if ok {
+				first.Add(1)
+			}
+		}
+	}()
+	// The second sidecar's load, until it has been refused for a second
+	// on end (the trickle holding what is left) or 10s pass.
+	var refusals, worst atomic.Int64
+	var lastAdmit atomic.Int64
+	lastAdmit.Store(time.Now().UnixNano())
+	moveStop := make(chan struct{})
+	var moved sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		moved.Go(func() {
+			for {
+				select {
+				case <-moveStop:
+					return
+				default:
+				}
+				ok, err := allow(context.Background(), f.clients[1], "user4")
+				if err != nil {
+					errs <- err
+					return
+				}
+				if ok {
+					second.Add(1)
+					lastAdmit.Store(time.Now().UnixNano())
+					continue
+				}
+				if missing := limit - first.Load() - second.Load(); missing > 0 {
+					refusals.Add(1)
+					for w := worst.Load(); missing > w && !worst.CompareAndSwap(w, missing); w = worst.Load() {
+					}
+				}
+			}
+		})
+	}
 	start := time.Now()
-	var second, refusals, worst int64
-	for time.Since(start) < 3*time.Second && first.Load()+second < limit {
-		ok, err := allow(context.Background(), f.clients[1], "user4")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			second++
-			continue
-		}
-		// Refused while the fleet had admitted less than the limit: the
-		// units were held in the first sidecar's grant.
-		refusals++
-		worst = max(worst, limit-first.Load()-second)
+	for time.Since(start) < 10*time.Second && time.Since(time.Unix(0, lastAdmit.Load())) < time.Second {
+		time.Sleep(20 * time.Millisecond)
 	}
-	total := first.Load() + second
-	t.Logf("the load moved after %d admissions; the second sidecar admitted %d, refused %d times while units were held (at most %d missing, bound %d)",
-		first.Load(), second, refusals, worst, limit/4)
+	close(trickleStop)
+	if err := <-trickleDone; err != nil {
+		t.Fatal(err)
+	}
+	// The first sidecar cold, its grants end and give back: the second
+	// admits what they held.
+	f.waitGrantsReturned(t)
+	within(t, 5*time.Second, "the whole limit admitted", func() bool { return first.Load()+second.Load() >= limit })
+	close(moveStop)
+	moved.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	total := first.Load() + second.Load()
+	t.Logf("first sidecar admitted %d, second %d; the second was refused %d times while units were held in the first one's grant (at most %d missing, bound %d)",
+		first.Load(), second.Load(), refusals.Load(), worst.Load(), limit/4)
 	if total != limit {
-		t.Fatalf("admitted %d, want the whole limit %d once the grant came back", total, limit)
+		t.Fatalf("admitted %d, want the whole limit %d once the grants came back", total, limit)
 	}
-	if worst > limit/4 {
-		t.Fatalf("a refusal met %d units held elsewhere, over the bound %d", worst, limit/4)
+	if worst.Load() > limit/4 {
+		t.Fatalf("a refusal met %d units held elsewhere, over the bound %d", worst.Load(), limit/4)
+	}
+	if inRedis := f.redisCount(t, "user4"); inRedis != limit {
+		t.Fatalf("Redis counts %d, want %d", inRedis, limit)
 	}
 }

@@ -123,7 +123,13 @@ func New(cfg Config) (*Chain, error) {
 	if cfg.DenyCacheSize == 0 {
 		cfg.DenyCacheSize = defaultDenyCacheSize // the default, known here for INFO
 	}
-	d, err := NewDenyCache(DenyCacheConfig{Store: b, MaxEntries: cfg.DenyCacheSize, Now: cfg.Now})
+	dcfg := DenyCacheConfig{Store: b, MaxEntries: cfg.DenyCacheSize, Now: cfg.Now}
+	if cfg.Grants {
+		// Units another sidecar's grant held come back before a
+		// window's retry-after.
+		dcfg.WindowHold = GrantsReturnWithin
+	}
+	d, err := NewDenyCache(dcfg)
 	if err != nil {
 		return nil, err
 	}

@@ -90,6 +90,12 @@ const (
 	flushEvery = 100 * time.Millisecond
 	// grantShards spreads the keys over independently locked shards.
 	grantShards = 32
+	// GrantsReturnWithin bounds how long after a window's grant was taken
+	// its unspent units may come back to the window: its life, then the
+	// flush that gives them back, and its round trip. The deny cache
+	// remembers a window's refusal no longer than this with grants on
+	// (DenyCacheConfig.WindowHold), so that units given back are found.
+	GrantsReturnWithin = grantLife + 2*flushEvery
 )
 
 // GrantsConfig configures Grants. Zero values mean the documented

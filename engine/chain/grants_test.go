@@ -562,6 +562,40 @@ func TestDenyCacheForgetsRefusedGrants(t *testing.T) {
 	}
 }
 
+// With grants, a window's refusal is remembered no longer than units held
+// in other sidecars' grants take to come back (WindowHold): given back,
+// they are found. A bucket's refusal is remembered to its retry-after:
+// its held units lapse as it refills, never sooner.
+func TestDenyCacheWindowHold(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limit  engine.Limit
+		cached time.Duration // how long the refusal answers locally
+	}{
+		{"fixed_window", engine.Limit{Algorithm: engine.FixedWindow, Rate: 10, Period: time.Hour}, chain.GrantsReturnWithin},
+		{"gcra", engine.Limit{Algorithm: engine.GCRA, Rate: 1, Period: time.Hour, Burst: 9}, time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := enginetest.NewClock(enginetest.Epoch.Truncate(time.Hour))
+			behind := &countingStore{inner: openMemory(t, clock.Now)}
+			d, err := chain.NewDenyCache(chain.DenyCacheConfig{Store: behind, Now: clock.Now, WindowHold: chain.GrantsReturnWithin})
+			if err != nil {
+				t.Fatal(err)
+			}
+			decideBatch(t, d, []engine.Request{{Key: "k", Limit: tc.limit, Cost: 10}})
+			decideBatch(t, d, []engine.Request{{Key: "k", Limit: tc.limit, Cost: 1}}) // refused, remembered
+			clock.Advance(tc.cached - time.Millisecond)
+			if res := decideBatch(t, d, []engine.Request{{Key: "k", Limit: tc.limit, Cost: 1}}); res[0].Path != engine.PathDenyCache {
+				t.Fatalf("just before %v: decided by %v", tc.cached, res[0].Path)
+			}
+			clock.Advance(time.Millisecond)
+			if res := decideBatch(t, d, []engine.Request{{Key: "k", Limit: tc.limit, Cost: 1}}); res[0].Path != engine.PathStore {
+				t.Fatalf("at %v: decided by %v, want the store", tc.cached, res[0].Path)
+			}
+		})
+	}
+}
+
 // Grants through the whole chain (chain.New with Grants): hot keys are
 // decided from grants, INFO counts them, and Forget and DropGrants reach
 // the layer.
@@ -591,6 +625,49 @@ func TestChainWithGrants(t *testing.T) {
 	for range 20 {
 		if res := decideBatch(t, off, []engine.Request{{Key: "k", Limit: l, Cost: 1}}); res[0].Path != engine.PathStore {
 			t.Fatalf("grants off: decided by %v", res[0].Path)
+		}
+	}
+}
+
+// A hot key decided from its grant: no round trip, and nothing allocated.
+func BenchmarkGrantsHotKey(b *testing.B) {
+	clock := enginetest.NewClock(enginetest.Epoch.Truncate(time.Minute))
+	g := newGrants(b, openMemory(b, clock.Now), clock.Now)
+	l := engine.Limit{Algorithm: engine.GCRA, Rate: 1_000_000_000, Period: time.Hour, Burst: 1_000_000_000}
+	reqs := make([]engine.Request, 16)
+	for i := range reqs {
+		reqs[i] = engine.Request{Key: "k", Limit: l, Cost: 1}
+	}
+	res := make([]engine.Result, len(reqs))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := engine.Wait(g, reqs, res, time.Time{}); err != nil {
+			b.Fatal(err)
+		}
+		clock.Advance(time.Microsecond)
+	}
+}
+
+// Many keys, none hot: the cost of the counting alone.
+func BenchmarkGrantsColdKeys(b *testing.B) {
+	clock := enginetest.NewClock(enginetest.Epoch.Truncate(time.Minute))
+	g := newGrants(b, openMemory(b, clock.Now), clock.Now)
+	l := engine.Limit{Algorithm: engine.GCRA, Rate: 1000, Period: time.Second, Burst: 1000}
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key:%d", i)
+	}
+	reqs := make([]engine.Request, 16)
+	res := make([]engine.Result, len(reqs))
+	n := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		for i := range reqs {
+			reqs[i] = engine.Request{Key: keys[n%len(keys)], Limit: l, Cost: 1}
+			n++
+		}
+		if err := engine.Wait(g, reqs, res, time.Time{}); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
