@@ -126,6 +126,7 @@ type Grants struct {
 
 	refundMu sync.Mutex
 	refunds  []engine.Request // what ended grants give back; guarded by refundMu
+	pending  atomic.Int64     // len(refunds), read without the lock on every Submit
 
 	decided  atomic.Uint64 // decisions made from grants
 	taken    atomic.Uint64 // grants taken
@@ -236,7 +237,8 @@ func grantAlgorithm(a engine.Algorithm) bool {
 	return false
 }
 
-// isWindow reports whether a grant of l gives back what it did not spend.
+// isWindow reports whether a grant under a gives back what it did not
+// spend: the windows do, the buckets' units lapse.
 func isWindow(a engine.Algorithm) bool { return a == engine.FixedWindow || a == engine.SlidingWindow }
 
 func keyOf(r *engine.Request) grantKey {
@@ -281,7 +283,7 @@ func (g *Grants) Submit(reqs []engine.Request, res []engine.Result, deadline tim
 			f.index = append(f.index, i)
 		}
 	}
-	if f == nil && g.pendingRefunds() == 0 {
+	if f == nil && g.pending.Load() == 0 {
 		g.next.Submit(reqs, res, deadline, done) // the usual case: nothing hot, nothing to give back
 		return
 	}
@@ -488,14 +490,21 @@ func (e *grantEntry) returnable(now time.Time) int64 {
 func (g *Grants) queueRefund(r engine.Request) {
 	g.refundMu.Lock()
 	g.refunds = append(g.refunds, r)
+	g.pending.Store(int64(len(g.refunds)))
 	g.refundMu.Unlock()
 }
 
-func (g *Grants) pendingRefunds() int {
-	g.refundMu.Lock()
-	n := len(g.refunds)
-	g.refundMu.Unlock()
-	return n
+// keepRefunds keeps the refunds keep says to keep. refundMu is held.
+func (g *Grants) keepRefunds(keep func(*engine.Request) bool) {
+	kept := g.refunds[:0]
+	for i := range g.refunds {
+		if keep(&g.refunds[i]) {
+			kept = append(kept, g.refunds[i])
+		}
+	}
+	clear(g.refunds[len(kept):])
+	g.refunds = kept
+	g.pending.Store(int64(len(kept)))
 }
 
 // grantAsk is a grant asked for in a Submit: its entry and size.
@@ -524,8 +533,7 @@ func (f *grantFlight) takeRefunds() {
 	g := f.g
 	g.refundMu.Lock()
 	f.refunds = append(f.refunds, g.refunds...)
-	clear(g.refunds)
-	g.refunds = g.refunds[:0]
+	g.keepRefunds(func(*engine.Request) bool { return false })
 	g.refundMu.Unlock()
 }
 
@@ -653,7 +661,7 @@ func (g *Grants) Flush() {
 		}
 		sh.mu.Unlock()
 	}
-	if g.pendingRefunds() == 0 {
+	if g.pending.Load() == 0 {
 		return
 	}
 	f := g.flights.Get().(*grantFlight)
@@ -700,14 +708,7 @@ func (g *Grants) Forget(key string) {
 	g.drop(sh, grantKey{key: key})
 	sh.mu.Unlock()
 	g.refundMu.Lock()
-	kept := g.refunds[:0]
-	for _, r := range g.refunds {
-		if r.Key != key {
-			kept = append(kept, r)
-		}
-	}
-	clear(g.refunds[len(kept):])
-	g.refunds = kept
+	g.keepRefunds(func(r *engine.Request) bool { return r.Key != key })
 	g.refundMu.Unlock()
 }
 
@@ -735,8 +736,7 @@ func (g *Grants) DropAll() {
 		sh.mu.Unlock()
 	}
 	g.refundMu.Lock()
-	clear(g.refunds)
-	g.refunds = g.refunds[:0]
+	g.keepRefunds(func(*engine.Request) bool { return false })
 	g.refundMu.Unlock()
 }
 
