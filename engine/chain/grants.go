@@ -607,10 +607,11 @@ func (g *Grants) take(a grantAsk, req *engine.Request, rr *engine.Result, at tim
 	if !d.Allowed {
 		g.refusedG.Add(1)
 		// Ask no more than the store said is left, and not before it
-		// may have more.
+		// may have more: its retry-after, or sooner when units held in
+		// other sidecars' grants come back.
 		e.askMost = d.Remaining
 		if d.Remaining < 1 {
-			e.askAfter = at.Add(max(d.RetryAfter, hotInterval))
+			e.askAfter = at.Add(min(max(d.RetryAfter, hotInterval), GrantsReturnWithin))
 		}
 		return
 	}
