@@ -422,10 +422,12 @@ func (e *grantEntry) spendable(now time.Time) int64 {
 }
 
 // admit writes the decision of r, admitted from e's grant, leaving rem
-// units spendable. Remaining is what the grant may still spend: at least
-// what the key has left for this sidecar, which the store does not know
-// of its own. ResetAfter is the grant's decision's, less the time since:
-// the store counted the granted units as taken from the start.
+// units spendable. Remaining is what the grant may still spend after it:
+// this sidecar's share, not the key's (the store may have more, other
+// sidecars may hold more). ResetAfter is the grant's decision's, less
+// the time since: the store counted the granted units as taken from the
+// start. (Elapsed times are on the monotonic clock: a wall clock stepped
+// back never lets a grant spend past its window.)
 func (g *Grants) admit(e *grantEntry, r *engine.Request, res *engine.Result, now time.Time, rem int64) {
 	el := max(now.Sub(e.at), 0)
 	if !r.Multi() {
