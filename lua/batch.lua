@@ -360,9 +360,12 @@ local function decided()
     end
     local key = KEYS[ki]
     -- A take of one request a key under a limit that claims (bucket.lua)
-    -- claims the empty keys of its run in a row, a command each.
+    -- claims the empty keys of its run in a row, a command each. One
+    -- request a key is the key run's (perKey), not reqsLeft == 0: a key
+    -- whose first requests failed unread (a bad run) has no state yet at
+    -- its last, and the keys after it have as many requests as it.
     local claimed = 0
-    if run.claimRun and not s and reqsLeft == 0 and pendingAt ~= ki then
+    if run.claimRun and not s and perKey[kk] == 1 and pendingAt ~= ki then
       local span = keysLeft
       if left < span then
         span = left
