@@ -63,7 +63,7 @@ func startGrantsFleet(t *testing.T, n int, cluster bool, limit int) *grantsFleet
 	}
 	for range n {
 		s := startSluice(t, "--upstream", upstream, "--grants", "--policies", f.policies, "--policies-poll", "100ms",
-			"--upstream-timeout", decidingTimeout)
+			"--upstream-timeout", decidingTimeout, "--on-upstream-failure", "deny")
 		f.sidecars = append(f.sidecars, s)
 		f.clients = append(f.clients, client(t, s))
 	}
@@ -105,7 +105,12 @@ func grantInfo(t *testing.T, rdb *redis.Client) map[string]int64 { return info(t
 
 // allow sends RL.ALLOW hot key and says whether it was admitted.
 func allow(ctx context.Context, rdb *redis.Client, key string) (bool, error) {
-	v, err := rdb.Do(ctx, "RL.ALLOW", "hot", key).Slice()
+	return allowBy(ctx, rdb, "hot", key)
+}
+
+// allowBy sends RL.ALLOW policy key and says whether it was admitted.
+func allowBy(ctx context.Context, rdb *redis.Client, policy, key string) (bool, error) {
+	v, err := rdb.Do(ctx, "RL.ALLOW", policy, key).Slice()
 	if err != nil {
 		return false, err
 	}
@@ -444,3 +449,111 @@ func TestGrantsLoadMoves(t *testing.T) {
 		t.Fatalf("Redis counts %d, want %d", inRedis, limit)
 	}
 }
+
+// The buckets and a multi-limit policy under grants, three sidecars on
+// one hot key each: never more than the capacity (refilling one unit an
+// hour, nothing refills during the test), counted by the clients and by
+// every sidecar, most of it from grants. What the grants held when the
+// load ended is not given back (a bucket's units lapse as it refills),
+// so the fleet may admit less than the capacity.
+func TestGrantsBucketsAndMultiLimit(t *testing.T) {
+	const capacity = 2000
+	f := startGrantsFleet(t, 3, false, capacity)
+	err := os.WriteFile(f.policies, []byte(fmt.Sprintf(`policies:
+  hot:
+    algorithm: fixed_window
+    limit: %[1]d
+    period: 1h
+  token:
+    algorithm: token_bucket
+    rate: 1
+    period: 1h
+    capacity: %[1]d
+    on_failure: deny
+  gcra:
+    algorithm: gcra
+    rate: 1
+    period: 1h
+    burst: %[2]d
+    on_failure: deny
+  multi:
+    on_failure: deny
+    limits:
+      - name: bucket
+        algorithm: token_bucket
+        rate: 1
+        period: 1h
+        capacity: %[1]d
+      - name: hour
+        algorithm: fixed_window
+        limit: %[3]d
+        period: 1h
+`, capacity, capacity-1, capacity+500)), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	within(t, 5*time.Second, "every sidecar has the new policies", func() bool {
+		for _, c := range f.clients {
+			if _, err := allowBy(context.Background(), c, "multi", "probe"); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	for _, policy := range []string{"token", "gcra", "multi"} {
+		t.Run(policy, func(t *testing.T) {
+			before := make([]int64, len(f.clients))
+			grantsBefore := make([]int64, len(f.clients))
+			for i, c := range f.clients {
+				before[i] = info(t, c, "stats")["decisions_allowed"]
+				grantsBefore[i] = grantInfo(t, c)["grant_decisions"]
+			}
+			var admitted atomic.Int64
+			errs := make([]error, len(f.clients))
+			var wg sync.WaitGroup
+			for i, c := range f.clients {
+				wg.Go(func() {
+					var inner sync.WaitGroup
+					ch := make(chan error, 4)
+					for range 4 {
+						inner.Go(func() {
+							for range 250 {
+								ok, err := allowBy(context.Background(), c, policy, "user5")
+								if err != nil {
+									ch <- err
+									return
+								}
+								if ok {
+									admitted.Add(1)
+								}
+							}
+						})
+					}
+					inner.Wait()
+					close(ch)
+					errs[i] = <-ch
+				})
+			}
+			wg.Wait()
+			for _, err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			var bySidecars, fromGrants int64
+			for i, c := range f.clients {
+				bySidecars += info(t, c, "stats")["decisions_allowed"] - before[i]
+				fromGrants += grantInfo(t, c)["grant_decisions"] - grantsBefore[i]
+			}
+			t.Logf("%s: admitted %d of a capacity of %d (%d from grants); the sidecars count %d", policy, admitted.Load(), capacity, fromGrants, bySidecars)
+			// One unit may refill in an hour: the test lasts seconds.
+			if admitted.Load() > capacity || bySidecars != admitted.Load() {
+				t.Fatalf("admitted %d by the clients' count, %d by the sidecars', capacity %d", admitted.Load(), bySidecars, capacity)
+			}
+			if fromGrants < admitted.Load()/2 {
+				t.Errorf("only %d of %d admissions came from grants", fromGrants, admitted.Load())
+			}
+		})
+	}
+}
+
