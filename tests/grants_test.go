@@ -556,4 +556,3 @@ func TestGrantsBucketsAndMultiLimit(t *testing.T) {
 		})
 	}
 }
-
