@@ -394,15 +394,15 @@ local function decided()
         A, L = run.A, run.L
       end
       if allowed ~= nil then -- a claim decided it
+      elseif not run.special then -- a take or a peek: one test for them
+        allowed, remaining, retry, reset, delay = A.step(s, key, now, L, run.cost, run.peek)
       elseif run.charge then
         allowed, remaining, retry, reset, delay = charge(A, s, key, now, L, run.cost)
       elseif run.grant then
         allowed, remaining, retry, reset, delay = grant(A, s, key, now, L, run.cost)
-      elseif run.refund then
+      else -- a refund
         local a = anchorAt(run.anchors + sizes[k] - 1 - left) -- the request's place in its run
         allowed, remaining, retry, reset, delay = refund(A, s, key, now, L, run.cost, a)
-      else
-        allowed, remaining, retry, reset, delay = A.step(s, key, now, L, run.cost, run.peek)
       end
       emit(allowed and 1 or 0, remaining, retry, reset, delay)
       i = i + 1
