@@ -253,6 +253,7 @@ func TestGrantsRevokedMidLoad(t *testing.T) {
 		}
 		return true
 	}
+	reloads := 0
 	revokes := []struct {
 		name   string
 		revoke func()
@@ -263,7 +264,8 @@ func TestGrantsRevokedMidLoad(t *testing.T) {
 			}
 		}},
 		{"reload", func() {
-			more := fmt.Sprintf(grantsPolicies, 1_000_001)
+			reloads++ // another content each time, or the watcher has nothing to reload
+			more := fmt.Sprintf(grantsPolicies, 1_000_000+reloads)
 			if err := os.WriteFile(f.policies, []byte(more), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -271,24 +273,24 @@ func TestGrantsRevokedMidLoad(t *testing.T) {
 	}
 	for _, rv := range revokes {
 		// A sidecar may be between two grants when the revocation comes:
-		// tried again until each has dropped one.
+		// tried again until each has dropped one. The announcement and
+		// the reload are asynchronous: each try waits up to 2s for them.
 		before := revoked()
+		allRevoked := func() bool {
+			for i, n := range revoked() {
+				if n <= before[i] {
+					return false
+				}
+			}
+			return true
+		}
 		for try := 0; ; try++ {
 			within(t, 5*time.Second, "every sidecar holds a grant", everyHolds)
 			rv.revoke()
-			ok := true
-			for i, n := range revoked() {
-				ok = ok && n > before[i]
+			for start := time.Now(); !allRevoked() && time.Since(start) < 2*time.Second; {
+				time.Sleep(20 * time.Millisecond)
 			}
-			if ok {
-				break
-			}
-			time.Sleep(300 * time.Millisecond) // the announcement and the reload are asynchronous
-			ok = true
-			for i, n := range revoked() {
-				ok = ok && n > before[i]
-			}
-			if ok {
+			if allRevoked() {
 				break
 			}
 			if try == 4 {
