@@ -156,6 +156,7 @@ type grantKey struct {
 type grantEntry struct {
 	shard  *grantShard
 	key    grantKey // its own copy of the key
+	gone   bool     // no longer in shard.keys: a Submit's last entry is looked up again
 	limit  engine.Limit
 	limits []engine.NamedLimit // a multi-limit request's: the policy's, shared
 
@@ -257,6 +258,7 @@ func (g *Grants) shardOf(key string) *grantShard {
 func (g *Grants) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
 	now := g.now()
 	var f *grantFlight
+	var last *grantEntry // the entry of the request before: a hot key's come in a row
 	for i := range reqs {
 		r := &reqs[i]
 		if !grantable(r) {
@@ -265,7 +267,7 @@ func (g *Grants) Submit(reqs []engine.Request, res []engine.Result, deadline tim
 			}
 			continue
 		}
-		served, ask := g.decide(r, &res[i], now)
+		served, ask := g.decide(r, &res[i], now, &last)
 		if served || ask.e != nil {
 			if f == nil {
 				f = g.flights.Get().(*grantFlight)
@@ -307,11 +309,23 @@ func (g *Grants) Submit(reqs []engine.Request, res []engine.Result, deadline tim
 // decide counts r in its key's recent requests and admits it from the
 // key's grant if it fits, into res. Otherwise it returns the grant to ask
 // for (ask.e set), if the key is hot and holds none.
-func (g *Grants) decide(r *engine.Request, res *engine.Result, now time.Time) (served bool, ask grantAsk) {
-	sh := g.shardOf(r.Key)
+func (g *Grants) decide(r *engine.Request, res *engine.Result, now time.Time, last **grantEntry) (served bool, ask grantAsk) {
+	e := *last
+	if e == nil || e.key.key != r.Key || e.key.alg != keyOf(r).alg {
+		e = nil
+	}
+	var sh *grantShard
+	if e != nil {
+		sh = e.shard
+	} else {
+		sh = g.shardOf(r.Key)
+	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.keys[keyOf(r)]
+	ok := e != nil && !e.gone
+	if !ok {
+		e, ok = sh.keys[keyOf(r)]
+	}
 	if !ok {
 		if len(sh.keys) >= g.perSlot {
 			return false, ask
@@ -326,9 +340,11 @@ func (g *Grants) decide(r *engine.Request, res *engine.Result, now time.Time) (s
 		// old ones, so it ends, and the key is counted afresh (a new
 		// entry: a grant asked for under the old limits finds it gone).
 		g.end(e, now)
+		e.gone = true
 		e = &grantEntry{shard: sh, key: e.key, limit: r.Limit, limits: r.Limits}
 		sh.keys[e.key] = e
 	}
+	*last = e
 	e.count(now, r.Cost)
 	if e.held {
 		sp := e.spendable(now)
@@ -659,6 +675,7 @@ func (g *Grants) Flush() {
 				g.end(e, now)
 			}
 			if cold && !e.held && !e.asking {
+				e.gone = true
 				delete(sh.keys, k)
 			}
 		}
@@ -722,6 +739,7 @@ func (g *Grants) drop(sh *grantShard, k grantKey) {
 		if e.held {
 			g.revoked.Add(1)
 		}
+		e.gone = true
 		delete(sh.keys, k)
 	}
 }
