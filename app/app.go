@@ -119,6 +119,9 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	var store engine.Store = s.mem
 	if cfg.Upstream == "" {
 		log.Info("no --upstream: using the in-memory store; limits apply to this process only")
+		if cfg.Grants {
+			log.Warn("--grants has no meaning on the in-memory store, which decides every request without a round trip")
+		}
 	} else {
 		if s.chain, err = newChain(ctx, cfg, s.mem, s.tel, log); err != nil {
 			return err
@@ -135,7 +138,12 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 		log.Info("policies loaded", "file", cfg.Policies, "count", set.Len(), "names", set.LogNames())
 		s.live = policy.NewLive(set)
 		policies = s.live
-		if s.policies, err = s.live.Watcher(policy.WatchConfig{Path: cfg.Policies, Poll: cfg.PoliciesPoll, Logger: log}); err != nil {
+		wcfg := policy.WatchConfig{Path: cfg.Policies, Poll: cfg.PoliciesPoll, Logger: log}
+		if s.chain != nil {
+			// Grants were taken under the old policies' limits.
+			wcfg.OnReload = s.chain.chain.DropGrants
+		}
+		if s.policies, err = s.live.Watcher(wcfg); err != nil {
 			return err
 		}
 		s.closers = append(s.closers, s.runWatcher(s.policies.Run))
@@ -415,6 +423,9 @@ func (s *Sidecar) sources() telemetry.Sources {
 		src.DenyCache = func() chain.DenyCacheStats { return c.chain.Stats().DenyCache }
 		src.Guard = func() chain.GuardStats { return c.chain.Stats().Guard }
 		src.Batcher = func() chain.BatcherStats { return c.chain.Stats().Batcher }
+		if s.cfg.Grants {
+			src.Grants = c.chain.GrantStats
+		}
 		src.LateCalls, src.OverdueCalls = c.up.LateCalls, c.up.OverdueCalls
 		src.DurableCalls, src.UnreplicatedCalls = c.up.DurableCalls, c.up.UnreplicatedCalls
 		src.Replication = func() telemetry.Replication {

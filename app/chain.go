@@ -82,7 +82,7 @@ func newChain(ctx context.Context, cfg Config, mem *memstore.Store, tel *telemet
 	c.up = up
 	if c.chain, err = chain.New(chain.Config{Store: up, Shard: lanes(kind, cfg, up), Local: mem, Default: cfg.OnFailure,
 		Timeout: cfg.UpstreamTimeout, MaxBatch: cfg.BatchMax, MaxInFlight: cfg.BatchInFlight, OnBatch: tel.ObserveBatch,
-		DenyCacheSize: cfg.DenyCacheSize, Check: up.Check,
+		DenyCacheSize: cfg.DenyCacheSize, Check: up.Check, Grants: cfg.Grants,
 		// The breaker's changes are the upstream's reachability under
 		// traffic; the Observer logs them, naming the cause.
 		OnBreaker: func(open bool, cause error) {
@@ -105,7 +105,8 @@ func newChain(ctx context.Context, cfg Config, mem *memstore.Store, tel *telemet
 	closers = append(closers, c.watchMemory(cfg, log))
 
 	// Resets made through any sidecar reach this one: drop what it
-	// remembers of the key, the refusal and the fallback's local count.
+	// remembers of the key, the refusal, its grants and the fallback's
+	// local count.
 	subCtx, stopSub := context.WithCancel(context.Background())
 	subDone := make(chan struct{})
 	go func() {
@@ -127,7 +128,7 @@ func newChain(ctx context.Context, cfg Config, mem *memstore.Store, tel *telemet
 	log.Info("using the upstream Redis", "kind", string(kind), "addrs", redisurl.Redact(cfg.Upstream),
 		"key_prefix", cfg.KeyPrefix, "on_upstream_failure", cfg.OnFailure.String(),
 		"upstream_timeout", cfg.UpstreamTimeout, "batch_max", cfg.BatchMax, "batch_inflight", cfg.BatchInFlight,
-		"deny_cache_size", cfg.DenyCacheSize)
+		"deny_cache_size", cfg.DenyCacheSize, "grants", cfg.Grants)
 	return c, nil
 }
 
@@ -272,7 +273,8 @@ func (s *Sidecar) infoSections() []respserver.InfoSection {
 	}
 	if c := s.chain; c != nil {
 		secs = append(secs, respserver.InfoSection{Name: "Batcher", Fields: c.chain.InfoBatcher},
-			respserver.InfoSection{Name: "Denycache", Fields: c.chain.InfoDenyCache})
+			respserver.InfoSection{Name: "Denycache", Fields: c.chain.InfoDenyCache},
+			respserver.InfoSection{Name: "Grants", Fields: c.chain.InfoGrants})
 	}
 	// The admin server starts after the RESP door is built (app.go).
 	return append(secs, respserver.InfoSection{Name: "Admin", Fields: func() [][2]string { return s.admin.Info() }})

@@ -10,6 +10,7 @@
 //	go run ./bench -sluice /path/to/old/sluice -only '1000000, -P (16|1)$|latency' -sluice-args '--io-loops 2'
 //	go run ./bench -only durable   # --durable replica against not, with a replica
 //	go run ./bench -only record    # --record (every decision) against not
+//	go run ./bench -only 'hot key' # one hot key, --grants on three sidecars among them
 //
 // -sluice measures a prebuilt binary, so that runs of two builds can be
 // interleaved on a noisy machine; -only runs the scenarios whose name
@@ -181,6 +182,12 @@ func main() {
 		c := compare(rdb, *requests, *clients, 16, target{port: redisPort, args: hotDirect},
 			target{port: sluicePort, args: hotSidecar, pid: sluicePID})
 		report(name, c)
+	}
+
+	// One hot key allowed on three sidecars with grants (--grants),
+	// against three on the in-memory store.
+	if name := "one hot key, allowed, 3 sidecars on one Redis"; wanted(name) {
+		grantRows(sluice, rdb, redisPort, 16)
 	}
 
 	// One hot key refused: burst 0 at 1 per hour.

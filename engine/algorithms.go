@@ -37,7 +37,9 @@ type Outcome struct {
 
 // Step runs r's algorithm on st at now (µs since the epoch): the pure core
 // every store shares, with no clock, lock or I/O inside. It changes st only
-// when it returns Write; a peek never writes. r must be valid (Validate),
+// when it returns Write; a peek never writes. A Grant is a take whose
+// admitted decision carries Anchor and Hold; a Refund gives back as
+// refund (grant.go) says. r must be valid (Validate),
 // and a multi-limit request is decided limit by limit, by the store (see
 // Combine).
 //
@@ -60,19 +62,29 @@ func step(st *State, now int64, r *Request) (Decision, Outcome) {
 	if r.Limit.Algorithm == PeerWindow {
 		return peerWindow(st, now, r) // its charge is the peer's INCRBY, whole
 	}
+	if r.Refund {
+		return refund(st, now, r)
+	}
 	if r.Charge && r.Cost > 0 {
 		return charge(st, now, r)
 	}
+	var d Decision
+	var out Outcome
 	switch r.Limit.Algorithm {
 	case FixedWindow:
-		return fixedWindow(st, now, r)
+		d, out = fixedWindow(st, now, r)
 	case SlidingLog:
-		return slidingLog(st, now, r)
+		d, out = slidingLog(st, now, r)
 	case SlidingWindow:
-		return slidingWindow(st, now, r)
+		d, out = slidingWindow(st, now, r)
 	default:
-		return bucket(st, now, r)
+		d, out = bucket(st, now, r)
 	}
+	if r.Grant && out.Write { // a grant is a take: admitted, it wrote (its cost is at least 1)
+		d.Anchor = grantAnchor(st, r.Limit)
+		d.Hold = Micros(d.Anchor - now)
+	}
+	return d, out
 }
 
 // Micros is a count of microseconds, the algorithms' unit and the Lua

@@ -12,6 +12,13 @@
 // for identical inputs. Every intermediate value stays below 2^53 (Validate
 // enforces the bounds), which keeps Lua's doubles exact.
 //
+// Owned quota (grant.go): a Request with Grant takes its cost as a take
+// does and hands the units to the caller, who spends them later without
+// asking the store, for as long as the decision's Hold says; one with
+// Refund gives back what was not spent, as far as that stays exact. The
+// store keeps no record of a grant: the decision's Anchor names it, and
+// grant.go says why the fleet stays within the limit per algorithm.
+//
 // The stores live beside it, each in a package of its own: memstore (the
 // in-memory store, built on Step), upstream (Redis, running the same
 // algorithms in Lua), and chain (guard, deny cache and batcher in front of

@@ -256,6 +256,32 @@ type Request struct {
 	// algorithms.go for what it means per algorithm; the sliding log
 	// takes none.
 	Charge bool
+	// Grant takes Cost units as a take does (all or nothing; a multi-limit
+	// request's from every limit or from none) and hands them to the caller,
+	// who spends them later without asking the store (the grant layer of
+	// package chain; a reservation). The admitted decision's Anchor and Hold
+	// say for how long they may be spent. Offered for FixedWindow,
+	// SlidingWindow, TokenBucket and GCRA only: the sliding log keeps a time
+	// per request and the leaky bucket a place in its queue, which units
+	// spent later would falsify (ParamError). Not with Peek or Charge.
+	Grant bool
+	// Refund gives back Cost units that the admitted Grant named by Anchor
+	// took and its holder did not spend, as far as that stays exact (see
+	// refund in engine): windows take them off the count only while the
+	// grant's window (sub-window) is the current one; buckets take back at
+	// most the units the bucket has not refilled since the grant:
+	// min(Cost, ceil((Anchor-now)/interval)), and never past full. A refund
+	// is never refused: Decision.Allowed is true; Remaining is the key's
+	// after it. Offered for the same algorithms as Grant.
+	//
+	// A multi-limit refund gives back to each limit by that limit's own
+	// anchor, which it reads from Detail[j].Anchor (the grant's Detail,
+	// kept by the caller: Detail must be set) before it writes its own
+	// decisions there; Anchor is then the grant's combined Decision.Anchor.
+	Refund bool
+	// Anchor, with Refund, is the Decision.Anchor of the grant it gives
+	// back to.
+	Anchor int64
 	// OnFailure says what decides when the store cannot answer in time;
 	// zero means the Guard's default.
 	OnFailure FailureMode
@@ -342,6 +368,11 @@ func (r *Request) validateRest() error {
 	if r.Cost < 0 {
 		return &ParamError{Param: "cost", Value: strconv.FormatInt(r.Cost, 10), Reason: "must not be negative"}
 	}
+	if r.Grant || r.Refund {
+		if err := r.validateOwned(); err != nil {
+			return err
+		}
+	}
 	if r.Charge {
 		return r.validateCharge()
 	}
@@ -364,13 +395,7 @@ func (r *Request) validateCharge() error {
 		}
 		return nil
 	}
-	if r.Multi() {
-		for _, l := range r.Limits {
-			if err := noLog(l.Limit); err != nil {
-				return err
-			}
-		}
-	} else if err := noLog(r.Limit); err != nil {
+	if err := r.eachLimit(noLog); err != nil {
 		return err
 	}
 	switch {
@@ -415,6 +440,20 @@ type Decision struct {
 	// Delay is how long an admitted request should wait before it proceeds:
 	// the leaky bucket's place in its queue. Zero for the other algorithms.
 	Delay time.Duration
+	// Anchor, in an admitted Grant's decision, names the grant for a later
+	// Refund, in µs on the store's clock: the fixed window's end, the
+	// sliding window's current sub-window's end, the bucket's theoretical
+	// time after the grant (token bucket, GCRA), in whole µs rounded down.
+	// Zero otherwise.
+	Anchor int64
+	// Hold, in an admitted Grant's decision, is how long from the decision
+	// its units may be spent: for the windows, until the (sub-)window ends;
+	// for the buckets, Anchor - now, and at e after the decision at most
+	// ceil((Hold-e)/interval) of the units left may be spent: they lapse as
+	// the bucket refills, which is what keeps the fleet within the limit
+	// (a bucket that refilled while its units sat in a grant would admit
+	// them twice). Limit.Spendable computes it. Zero otherwise.
+	Hold time.Duration
 }
 
 // Result is one request's outcome within a batch: a Decision, or the error
@@ -442,13 +481,14 @@ const (
 	PathLocal           // the store failed; the in-memory store decided
 	PathFailOpen        // the store failed; allowed by policy
 	PathFailClosed      // the store failed; refused by policy
+	PathGrant           // admitted from units the store granted this sidecar, without a round trip (package chain)
 )
 
 var pathNames = [...]string{PathStore: "store", PathDenyCache: "deny_cache", PathLocal: "local_fallback",
-	PathFailOpen: "fail_open", PathFailClosed: "fail_closed"}
+	PathFailOpen: "fail_open", PathFailClosed: "fail_closed", PathGrant: "grant"}
 
 // Paths lists every path, in declaration order.
-var Paths = []Path{PathStore, PathDenyCache, PathLocal, PathFailOpen, PathFailClosed}
+var Paths = []Path{PathStore, PathDenyCache, PathLocal, PathFailOpen, PathFailClosed, PathGrant}
 
 func (p Path) String() string {
 	if int(p) < len(pathNames) {

@@ -58,6 +58,20 @@ func (r *Request) Capacity() int64 {
 	return c
 }
 
+// eachLimit calls f with each of r's limits (Limit, or each of Limits)
+// until one fails, and returns its error.
+func (r *Request) eachLimit(f func(Limit) error) error {
+	if !r.Multi() {
+		return f(r.Limit)
+	}
+	for _, l := range r.Limits {
+		if err := f(l.Limit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // HasLeaky reports whether r is decided by a leaky bucket, whose reply
 // carries the delay to wait.
 func (r *Request) HasLeaky() bool {
@@ -105,7 +119,9 @@ func validateLimits(ls []NamedLimit) error {
 // several refuse (the earliest of equals): no sooner may the client retry.
 // Admitted, it is the limit's with the least remaining (the earliest of
 // equals): the one that binds next. The delay is the longest any leaky
-// limit asks an admitted request to wait. Both stores combine with this
+// limit asks an admitted request to wait; an admitted grant's Hold is the
+// shortest of its limits' (its Anchor is the binding limit's: a refund
+// reads each limit's own from Detail). Both stores combine with this
 // function, so that they answer alike.
 func Combine(parts []Decision) Decision {
 	d := parts[Binding(parts)]
@@ -113,6 +129,7 @@ func Combine(parts []Decision) Decision {
 	if d.Allowed {
 		for _, p := range parts {
 			d.Delay = max(d.Delay, p.Delay)
+			d.Hold = min(d.Hold, p.Hold)
 		}
 	}
 	return d

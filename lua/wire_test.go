@@ -203,6 +203,31 @@ func TestBatchRoundTrip(t *testing.T) {
 			{Decision: lua.Decision{Allowed: 1, Remaining: 4, ResetAfter: 1_000_000}},
 			{Decision: lua.Decision{Allowed: 1, Remaining: 2, ResetAfter: 60_000_000}},
 		}},
+		// A grant's reply carries its hold as retry_after and its anchor
+		// as delay; a refund names its grant by the anchor, one per
+		// request (a multi-limit one's, one per limit).
+		{"a grant and a refund", []string{"h", "l"}, lua.BatchCall{
+			Limits:  []lua.Limit{fixed, {Algorithm: "leaky", Rate: 1, Period: 1_000_000, Burst: 2}},
+			Runs:    []lua.Run{{Requests: 1, Limit: 1, Cost: 2, Mode: lua.Grant}, {Requests: 1, Limit: 1, Cost: 1, Mode: lua.Refund}, {Requests: 1, Limit: 2, Cost: 1, Mode: lua.Grant}},
+			KeyRuns: []lua.KeyRun{{Keys: 1, Requests: 2}, {Keys: 1, Requests: 1}},
+			Anchors: []int64{pinned + 60_000_000},
+		}, []decided{
+			{Decision: lua.Decision{Allowed: 1, Remaining: 1, RetryAfter: 60_000_000, ResetAfter: 60_000_000, Delay: pinned + 60_000_000}},
+			{Decision: lua.Decision{Allowed: 1, Remaining: 2, ResetAfter: 60_000_000}},
+			{Decision: lua.Decision{Allowed: -1}, err: "ERR sluice: the leaky algorithm takes no grant"},
+		}},
+		{"a multi-limit grant and refund", []string{"mg:g", "mg:f", "mg:g", "mg:f"}, lua.BatchCall{
+			Limits:      []lua.Limit{gcra, fixed},
+			Multis:      []lua.Multi{{Requests: 1, Limits: 2, Cost: 2, Mode: lua.Grant}, {Requests: 1, Limits: 2, Cost: 1, Mode: lua.Refund}},
+			MultiLimits: []int64{1, 2, 1, 2},
+			Anchors:     []int64{pinned + 2_000_000, pinned + 60_000_000},
+		}, []decided{
+			{Decision: lua.Decision{Allowed: 1, Remaining: 3, RetryAfter: 2_000_000, ResetAfter: 2_000_000, Delay: pinned + 2_000_000}},
+			{Decision: lua.Decision{Allowed: 1, Remaining: 1, RetryAfter: 60_000_000, ResetAfter: 60_000_000, Delay: pinned + 60_000_000}},
+			// GCRA gives back one of the two, ceil(2 s / 1 s) >= 1.
+			{Decision: lua.Decision{Allowed: 1, Remaining: 4, ResetAfter: 1_000_000}},
+			{Decision: lua.Decision{Allowed: 1, Remaining: 2, ResetAfter: 60_000_000}},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.call
@@ -217,10 +242,11 @@ func TestBatchRoundTrip(t *testing.T) {
 // TestBatchValues: the boxed arguments (go-redis's) are the appended ones.
 func TestBatchValues(t *testing.T) {
 	c := lua.BatchCall{
-		Limits:  []lua.Limit{{Algorithm: "sliding", Rate: 5, Period: 1000, Burst: 10}},
-		Runs:    []lua.Run{{Requests: 2, Limit: 1, Cost: 3, Mode: lua.Peek}},
-		KeyRuns: []lua.KeyRun{{Keys: 1, Requests: 2}},
-		Multis:  []lua.Multi{{Requests: 1, Limits: 1, Cost: 9, Mode: lua.Charge}}, MultiLimits: []int64{1},
+		Limits:      []lua.Limit{{Algorithm: "sliding", Rate: 5, Period: 1000, Burst: 10}},
+		Runs:        []lua.Run{{Requests: 2, Limit: 1, Cost: 3, Mode: lua.Peek}},
+		KeyRuns:     []lua.KeyRun{{Keys: 1, Requests: 2}},
+		Multis:      []lua.Multi{{Requests: 1, Limits: 1, Cost: 9, Mode: lua.Charge}, {Requests: 1, Limits: 1, Cost: 2, Mode: lua.Refund}},
+		MultiLimits: []int64{1, 1}, Anchors: []int64{pinned + 1000},
 		Now: pinned, Pinned: true,
 	}
 	var boxed []byte
@@ -278,6 +304,15 @@ func generate(data []byte, prefix string) generated {
 		limit, cost int64
 		mode        lua.Mode
 	}
+	// A refund's anchor: the ends of the fuzz limits' windows and
+	// sub-windows at pinned, a bucket's time, or one that names nothing.
+	anchors := []int64{pinned + 10_000_000, pinned + 200_000, pinned + 1_500_000, pinned + 1}
+	anchor := func(mode lua.Mode) []int64 {
+		if mode != lua.Refund {
+			return nil
+		}
+		return []int64{anchors[next(len(anchors))]}
+	}
 	one := func(keys []string, c lua.BatchCall) {
 		c.Limits, c.Now, c.Pinned = g.call.Limits, pinned, true
 		g.ones, g.oneK = append(g.ones, c), append(g.oneK, keys)
@@ -295,10 +330,13 @@ func generate(data []byte, prefix string) generated {
 		// A key keeps one limit: its state is that algorithm's.
 		limit := int64(1 + next(m))
 		for range n {
-			r := req{limit, int64(next(4)), lua.Mode(next(3))}
+			r := req{limit, int64(next(4)), lua.Mode(next(5))}
 			reqs = append(reqs, r)
+			a := anchor(r.mode)
+			g.call.Anchors = append(g.call.Anchors, a...)
 			one([]string{"one" + key}, lua.BatchCall{
 				Runs: []lua.Run{{Requests: 1, Limit: r.limit, Cost: r.cost, Mode: r.mode}}, KeyRuns: []lua.KeyRun{{Keys: 1, Requests: 1}},
+				Anchors: a,
 			})
 		}
 	}
@@ -312,7 +350,7 @@ func generate(data []byte, prefix string) generated {
 	// Runs of one to three multi-limit requests, each on the keys of the
 	// one before (a hot key's run) or on keys of its own.
 	for x := range next(3) {
-		mu := lua.Multi{Requests: int64(1 + next(3)), Limits: 1 + next(m), Cost: int64(next(4)), Mode: lua.Mode(next(3))}
+		mu := lua.Multi{Requests: int64(1 + next(3)), Limits: 1 + next(m), Cost: int64(next(4)), Mode: lua.Mode(next(5))}
 		var limits []int64
 		for range mu.Limits {
 			limits = append(limits, int64(1+next(m)))
@@ -333,7 +371,12 @@ func generate(data []byte, prefix string) generated {
 			}
 			alone := mu
 			alone.Requests = 1
-			one(oneKeys, lua.BatchCall{Multis: []lua.Multi{alone}, MultiLimits: limits})
+			var as []int64
+			for range mu.Limits {
+				as = append(as, anchor(mu.Mode)...)
+			}
+			g.call.Anchors = append(g.call.Anchors, as...)
+			one(oneKeys, lua.BatchCall{Multis: []lua.Multi{alone}, MultiLimits: limits, Anchors: as})
 		}
 	}
 	g.call.Now, g.call.Pinned = pinned, true
@@ -348,6 +391,9 @@ func FuzzBatchRoundTripRedis(f *testing.F) {
 	f.Add([]byte{2, 0, 1, 3, 2, 1, 0, 0, 2, 1, 2, 2, 1, 2, 0})
 	f.Add([]byte{0, 0, 0, 2, 0, 1, 0, 1, 0, 1, 0, 1, 0})
 	f.Add([]byte{1, 3, 5, 2, 1, 1, 2, 2, 2, 2, 1, 1, 0, 2, 1, 1, 2, 3, 1, 0})
+	// Grants and refunds (modes 3 and 4), single-limit and multi-limit.
+	f.Add([]byte{2, 1, 0, 0, 2, 0, 3, 3, 2, 4, 0, 1, 2, 1, 2, 1, 1, 2, 4, 0, 1, 2})
+	f.Add([]byte{1, 2, 0, 3, 0, 2, 3, 0, 1, 4, 1, 2, 3, 1, 2, 2, 3, 1, 1, 1, 4, 2, 0, 3})
 	conn := dialRedis(f)
 	n := 0
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -20,6 +20,10 @@ type WatchConfig struct {
 	// Logger is told of every reload and every file that does not parse.
 	// Nil means slog.Default().
 	Logger *slog.Logger
+	// OnReload, if set, is called after a reload put new policies in use
+	// (not at start, nor for a file that does not parse): the sidecar
+	// drops the grants taken under the old ones.
+	OnReload func()
 }
 
 // Watcher keeps l in step with cfg.Path: its Run reloads the file whenever
@@ -47,6 +51,9 @@ func (l *Live) Watcher(cfg WatchConfig) (*watch.Watcher, error) {
 			}
 			l.Replace(set)
 			log.Info("policies reloaded", "file", cfg.Path, "count", set.Len(), "names", set.LogNames())
+			if cfg.OnReload != nil {
+				cfg.OnReload()
+			}
 			return nil
 		},
 	})

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,5 +165,29 @@ func TestWatchComparesWithTheLoadedFile(t *testing.T) {
 	watchFile(t, live, path, 0)
 	if !eventually(t, func() bool { return limitOf(live) == 3 }) {
 		t.Fatalf("limit still %d: the file changed before Watch started and was never reloaded", limitOf(live))
+	}
+}
+
+// TestWatchTellsOfReloads: OnReload runs after a reload put new policies
+// in use (the sidecar drops its grants then), not for a broken file.
+func TestWatchTellsOfReloads(t *testing.T) {
+	live, path := loaded(t, nine)
+	var reloads atomic.Int32
+	w, err := live.Watcher(WatchConfig{Path: path, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnReload: func() { reloads.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("policies:\n  api: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reload(); err == nil || reloads.Load() != 0 {
+		t.Fatalf("a broken file: %v, %d reloads told", err, reloads.Load())
+	}
+	if err := os.WriteFile(path, []byte(three), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reload(); err != nil || reloads.Load() != 1 {
+		t.Fatalf("a good file: %v, %d reloads told; want 1", err, reloads.Load())
 	}
 }

@@ -26,7 +26,7 @@
 //	remaining       units left after it
 //	retry_after_us  how long until it would be admitted, when refused
 //	path            what decided: memory, redis, deny_cache, local_fallback,
-//	                fail_open, fail_closed
+//	                fail_open, fail_closed, grant
 //
 // Unknown fields are ignored, so that a later version may add some and a
 // user's own log converter may keep its own.

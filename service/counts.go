@@ -27,9 +27,12 @@ func (o Outcome) String() string { return outcomeNames[o] }
 
 const numAlgorithms = int(engine.PeerWindow) + 1
 
+// numPaths is how many engine.Paths there are: the last one's index, plus one.
+const numPaths = int(engine.PathGrant) + 1
+
 // counts holds one policy's decision counters. Fixed arrays keep recording
 // to one atomic add: no map, no label strings, no allocation.
-type counts [numAlgorithms][numOutcomes][5]atomic.Uint64
+type counts [numAlgorithms][numOutcomes][numPaths]atomic.Uint64
 
 // Inline is the policy label of decisions made by the inline commands
 // (RL.GCRA, CL.THROTTLE, …) rather than through a named policy.

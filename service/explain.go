@@ -358,6 +358,8 @@ func (s *Service) why(p engine.Path, mode engine.FailureMode) string {
 		return "the store failed or was too slow; allowed by the failure mode (on_failure " + mode.String() + ")"
 	case engine.PathFailClosed:
 		return "the store failed or was too slow; refused by the failure mode (on_failure " + mode.String() + ")"
+	case engine.PathGrant:
+		return "admitted from units " + s.storeName + " granted this sidecar for a hot key, without a round trip (--grants)"
 	}
 	return p.String()
 }

@@ -133,7 +133,7 @@ func (s *Service) InFlight() int { return s.inFlight }
 
 // PathName names a decision's path for a reader: the store's name
 // (Config.StoreName) for engine.PathStore, the path's own name for the
-// others (deny_cache, local_fallback, fail_open, fail_closed).
+// others (deny_cache, local_fallback, fail_open, fail_closed, grant).
 func (s *Service) PathName(p engine.Path) string {
 	if p == engine.PathStore {
 		return s.storeName

@@ -46,6 +46,9 @@ type Sources struct {
 	MemoryEvictions func() uint64
 	Guard           func() chain.GuardStats   // breaker state
 	Batcher         func() chain.BatcherStats // batches and their decisions
+	// Grants reads the grant layer's counts (chain.Chain.GrantStats); nil
+	// without --grants.
+	Grants func() chain.GrantStats
 	// LateCalls and OverdueCalls count the batch calls Redis started
 	// after their callers were answered: skipped, or (started in time,
 	// finished late) charged (upstream.Store.LateCalls, OverdueCalls).
@@ -157,7 +160,7 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 	var err error
 
 	decisions, err := m.Int64ObservableCounter("sluice.decisions", metric.WithUnit("{decision}"),
-		metric.WithDescription("Decisions made, by policy (\"inline\" for inline commands), algorithm, outcome (allowed, refused, shadow) and path (store, deny_cache, local_fallback, fail_open, fail_closed)."))
+		metric.WithDescription("Decisions made, by policy (\"inline\" for inline commands), algorithm, outcome (allowed, refused, shadow) and path (store, deny_cache, local_fallback, fail_open, fail_closed, grant)."))
 	must(err)
 	errorsC, err := m.Int64ObservableCounter("sluice.errors", metric.WithUnit("{error}"),
 		metric.WithDescription("Error replies sent to clients, by kind."))
@@ -213,6 +216,18 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 	replicas, err := m.Int64ObservableGauge("sluice.upstream.replicas", metric.WithUnit("{replica}"),
 		metric.WithDescription("The fewest replicas connected to an upstream master: below --durable-replicas, durable requests get their failure mode."))
 	must(err)
+	grantsHeld, err := m.Int64ObservableGauge("sluice.grants.held", metric.WithUnit("{grant}"),
+		metric.WithDescription("Grants this sidecar holds now: hot keys it decides from units the upstream granted it, without a round trip (--grants)."))
+	must(err)
+	grantUnits, err := m.Int64ObservableGauge("sluice.grant.units_outstanding", metric.WithUnit("{unit}"),
+		metric.WithDescription("Units the grants held may still spend: taken from the keys' budgets, so another sidecar may be refused while they wait here."))
+	must(err)
+	grantsTaken, err := m.Int64ObservableCounter("sluice.grants.taken", metric.WithUnit("{grant}"),
+		metric.WithDescription("Grants the upstream gave this sidecar."))
+	must(err)
+	grantGiven, err := m.Int64ObservableCounter("sluice.grant.units_given_back", metric.WithUnit("{unit}"),
+		metric.WithDescription("Units of window grants that ended unspent, sent back to their keys."))
+	must(err)
 	t.batchSize, err = m.Int64Histogram("sluice.batch.size", metric.WithUnit("{request}"),
 		metric.WithDescription("Requests per upstream round trip."),
 		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048))
@@ -264,6 +279,13 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 			o.ObserveInt64(breaker, open)
 			o.ObserveInt64(fallbacks, int64(s.Fallbacks))
 		}
+		if src.Grants != nil {
+			s := src.Grants()
+			o.ObserveInt64(grantsHeld, int64(s.Held))
+			o.ObserveInt64(grantUnits, s.Outstanding)
+			o.ObserveInt64(grantsTaken, int64(s.Taken))
+			o.ObserveInt64(grantGiven, int64(s.GivenBack))
+		}
 		if src.LateCalls != nil {
 			o.ObserveInt64(late, int64(src.LateCalls()))
 		}
@@ -287,7 +309,7 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 		}
 		return nil
 	}, decisions, errorsC, clients, hits, misses, evictions, entries, memKeys, memEvictions, breaker, fallbacks, late, overdue, durableC, unreplicated,
-		failovers, lostFailovers, lostBytes, replicas)
+		failovers, lostFailovers, lostBytes, replicas, grantsHeld, grantUnits, grantsTaken, grantGiven)
 	return err
 }
 

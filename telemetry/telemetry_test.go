@@ -34,10 +34,14 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 		Guard:        func() chain.GuardStats { return chain.GuardStats{BreakerOpen: true, Fallbacks: 9} },
 		LateCalls:    func() uint64 { return 3 },
 		OverdueCalls: func() uint64 { return 1 },
+		Grants: func() chain.GrantStats {
+			return chain.GrantStats{Held: 2, Outstanding: 150, Taken: 11, GivenBack: 30}
+		},
 		Decisions: func(f func(string, engine.Algorithm, service.Outcome, engine.Path, uint64)) {
 			f("api", engine.GCRA, service.Allowed, engine.PathStore, 3)
 			f("api", engine.GCRA, service.Refused, engine.PathDenyCache, 1)
 			f(service.Inline, engine.FixedWindow, service.Refused, engine.PathFailClosed, 1)
+			f("api", engine.GCRA, service.Allowed, engine.PathGrant, 8)
 		},
 		Errors: func(f func(service.ErrorKind, uint64)) { f(service.ErrRequest, 2) },
 	}})
@@ -68,6 +72,11 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 		{"sluice_memory_store_keys", nil, 1234},
 		{"sluice_breaker_open", nil, 1},
 		{"sluice_fallbacks_total", nil, 9},
+		{"sluice_decisions_total", map[string]string{"policy": "api", "algorithm": "gcra", "outcome": "allowed", "path": "grant"}, 8},
+		{"sluice_grants_held", nil, 2},
+		{"sluice_grant_units_outstanding", nil, 150},
+		{"sluice_grants_taken_total", nil, 11},
+		{"sluice_grant_units_given_back_total", nil, 30},
 		{"sluice_upstream_late_calls_total", nil, 3},
 		{"sluice_upstream_overdue_calls_total", nil, 1},
 		{"sluice_batch_size", nil, 2},

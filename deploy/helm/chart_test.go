@@ -396,8 +396,8 @@ func checkFullCentral(t *testing.T, r rendering, dep *appsv1.Deployment, cfg set
 	if c.Image != "registry.example/sluice:1.2.3" || dep.Spec.Template.Spec.ImagePullSecrets[0].Name != "regcred" {
 		t.Errorf("image %s, pull secrets %v", c.Image, dep.Spec.Template.Spec.ImagePullSecrets)
 	}
-	if cfg.GRPCInsecure || !strings.HasPrefix(cfg.GRPCTLSClientCA, "/etc/sluice/grpc-tls/") || cfg.LogFormat != "json" {
-		t.Errorf("gRPC TLS with client certificates, JSON logs: %+v", cfg)
+	if cfg.GRPCInsecure || !strings.HasPrefix(cfg.GRPCTLSClientCA, "/etc/sluice/grpc-tls/") || cfg.LogFormat != "json" || !cfg.Grants {
+		t.Errorf("gRPC TLS with client certificates, JSON logs, grants: %+v", cfg)
 	}
 	mounted := false
 	for _, v := range dep.Spec.Template.Spec.Volumes {

@@ -1,6 +1,8 @@
 // Package chain is what stands between the service and the shared store
 // (the central Redis), in this order from the service down:
 //
+//	grants    (when on) a hot key's requests admitted from units the store
+//	          granted this sidecar, with no round trip (grants.go)
 //	guard     answers by each request's failure mode while the store cannot
 //	          (the in-memory store enforcing limits locally, by default),
 //	          with a breaker that stops sending to a store that keeps failing
@@ -9,7 +11,9 @@
 //	store     the shared store: one batch, one round trip
 //
 // Each part is an engine.Store wrapping the next, with one entry point
-// (Submit). New owns the order, so that the sidecar and the tests build
+// (Submit). The grants sit above the guard so that a sidecar that loses
+// the store spends what it holds first, and the guard refuses a grant it
+// cannot ask for. New owns the order, so that the sidecar and the tests build
 // the same chain; the parts' constructors stay exported for the tests of
 // each part alone. Leases (engine.Leaser) go from the guard straight to the
 // shared store: a concurrency refusal is never remembered or batched.
@@ -69,13 +73,22 @@ type Config struct {
 	Check func(ctx context.Context) error
 	// CheckEvery is how often the idle check runs. Zero means 1s.
 	CheckEvery time.Duration
-	// Now is the clock of the guard and the deny cache; nil means time.Now.
+	// Now is the clock of the grants, the guard and the deny cache; nil
+	// means time.Now.
 	Now func() time.Time
+	// Grants puts the grant layer on top (GrantsConfig): hot keys decided
+	// from units granted to this sidecar. Off by default.
+	Grants bool
+	// GrantKeys bounds the keys the grant layer counts
+	// (GrantsConfig.MaxKeys).
+	GrantKeys int
 }
 
 // Chain is the guard, the deny cache and the batcher in front of a shared
 // store, as one engine.Store and engine.Leaser.
 type Chain struct {
+	top     engine.Store // grants, or the guard without them
+	grants  *Grants      // nil: off
 	guard   *Guard
 	deny    *DenyCache
 	batcher *Batcher
@@ -85,6 +98,9 @@ type Chain struct {
 
 	stop    context.CancelFunc // ends the idle checks; nil without Check
 	stopped chan struct{}      // closed when they have ended
+
+	stopFlush    context.CancelFunc // ends the grants' flush; nil without grants
+	flushStopped chan struct{}
 }
 
 var (
@@ -109,7 +125,13 @@ func New(cfg Config) (*Chain, error) {
 	if cfg.DenyCacheSize == 0 {
 		cfg.DenyCacheSize = defaultDenyCacheSize // the default, known here for INFO
 	}
-	d, err := NewDenyCache(DenyCacheConfig{Store: b, MaxEntries: cfg.DenyCacheSize, Now: cfg.Now})
+	dcfg := DenyCacheConfig{Store: b, MaxEntries: cfg.DenyCacheSize, Now: cfg.Now}
+	if cfg.Grants {
+		// Units another sidecar's grant held come back before a
+		// window's retry-after.
+		dcfg.WindowHold = GrantsReturnWithin
+	}
+	d, err := NewDenyCache(dcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +144,19 @@ func New(cfg Config) (*Chain, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Chain{guard: g, deny: d, batcher: b, check: cfg.Check, timeout: b.timeout, denyCap: cfg.DenyCacheSize}
+	c := &Chain{top: g, guard: g, deny: d, batcher: b, check: cfg.Check, timeout: b.timeout, denyCap: cfg.DenyCacheSize}
+	if cfg.Grants {
+		if c.grants, err = NewGrants(GrantsConfig{Store: g, MaxKeys: cfg.GrantKeys, Now: cfg.Now}); err != nil {
+			return nil, err
+		}
+		c.top = c.grants
+		ctx, stop := context.WithCancel(context.Background())
+		c.stopFlush, c.flushStopped = stop, make(chan struct{})
+		go func() {
+			defer close(c.flushStopped)
+			c.grants.Run(ctx)
+		}()
+	}
 	if c.check != nil {
 		ctx, stop := context.WithCancel(context.Background())
 		c.stop, c.stopped = stop, make(chan struct{})
@@ -138,16 +172,17 @@ func New(cfg Config) (*Chain, error) {
 	return c, nil
 }
 
-// Submit implements engine.Store: through the guard, the deny cache and
-// the batcher to the shared store.
+// Submit implements engine.Store: through the grants (when on), the
+// guard, the deny cache and the batcher to the shared store.
 func (c *Chain) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
-	c.guard.Submit(reqs, res, deadline, done)
+	c.top.Submit(reqs, res, deadline, done)
 }
 
-// Reset implements engine.Store: it resets the key in the shared store and
-// in the local one, and drops its remembered refusals (Guard.Reset).
+// Reset implements engine.Store: it drops this sidecar's grants of the
+// key, resets it in the shared store and in the local one, and drops its
+// remembered refusals (Guard.Reset).
 func (c *Chain) Reset(ctx context.Context, key string, limits ...engine.NamedLimit) error {
-	return c.guard.Reset(ctx, key, limits...)
+	return c.top.Reset(ctx, key, limits...)
 }
 
 // Acquire implements engine.Leaser through the guard (Guard.Acquire).
@@ -160,9 +195,24 @@ func (c *Chain) Release(ctx context.Context, key, id string) (bool, error) {
 	return c.guard.Release(ctx, key, id)
 }
 
-// Forget drops the key's remembered refusals: for a reset that another
-// sidecar announces, whose shared state is already gone.
-func (c *Chain) Forget(key string) { c.deny.Forget(key) }
+// Forget drops the key's remembered refusals and this sidecar's grants of
+// it: for a reset that another sidecar announces, whose shared state is
+// already gone.
+func (c *Chain) Forget(key string) {
+	if c.grants != nil {
+		c.grants.Forget(key)
+	}
+	c.deny.Forget(key)
+}
+
+// DropGrants drops every grant this sidecar holds (Grants.DropAll): for a
+// policy reload, whose limits may not be those the grants were taken
+// under. Nothing without grants.
+func (c *Chain) DropGrants() {
+	if c.grants != nil {
+		c.grants.DropAll()
+	}
+}
 
 // Check runs Config.Check now, bounded by ctx alone (at start, a
 // connection still dialing may take longer than a round trip's Timeout;
@@ -197,6 +247,10 @@ func (c *Chain) checkWhileIdle(ctx context.Context, every time.Duration) {
 // Close ends the idle checks, refuses new calls and waits until the queued
 // ones are decided.
 func (c *Chain) Close() {
+	if c.stopFlush != nil {
+		c.stopFlush()
+		<-c.flushStopped
+	}
 	if c.stop != nil {
 		c.stop()
 		<-c.stopped
@@ -214,4 +268,14 @@ type Stats struct {
 // Stats returns the parts' counts so far.
 func (c *Chain) Stats() Stats {
 	return Stats{Guard: c.guard.Stats(), DenyCache: c.deny.Stats(), Batcher: c.batcher.Stats()}
+}
+
+// GrantStats returns the grant layer's counts (Grants.Stats), zero
+// without grants. It walks the keys counted, so it is asked apart from
+// Stats.
+func (c *Chain) GrantStats() GrantStats {
+	if c.grants == nil {
+		return GrantStats{}
+	}
+	return c.grants.Stats()
 }

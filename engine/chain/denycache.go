@@ -24,6 +24,12 @@ type DenyCacheConfig struct {
 	// Now is the clock; nil means time.Now. Only durations are taken from
 	// it, so it need not agree with Redis's clock.
 	Now func() time.Time
+	// WindowHold, if positive, bounds how long a refusal by a window
+	// (fixed, sliding counter) is remembered, whatever its retry-after:
+	// with grants, units held in another sidecar's grant come back to
+	// the window before it ends (Grants), and a refusal remembered to
+	// the end would refuse them. Zero: until the retry-after.
+	WindowHold time.Duration
 }
 
 // DenyCache is a Store that remembers refusals. Once a key is refused with
@@ -36,6 +42,7 @@ type DenyCacheConfig struct {
 type DenyCache struct {
 	store   engine.Store
 	now     func() time.Time
+	hold    time.Duration // DenyCacheConfig.WindowHold
 	entries *lru.Cache[stateKey, denial]
 	scratch sync.Pool // *misses
 	hits    atomic.Uint64
@@ -58,6 +65,7 @@ type denial struct {
 	detail   []engine.Decision   // and each limit's decision, a copy
 	cost     int64
 	until    time.Time // retry-after runs out
+	forgetAt time.Time // the entry stops answering: until, or sooner (WindowHold)
 	resetsAt time.Time
 	decision engine.Decision
 }
@@ -72,8 +80,8 @@ func NewDenyCache(cfg DenyCacheConfig) (*DenyCache, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("chain: deny cache needs a store")
 	}
-	if cfg.MaxEntries < 0 {
-		return nil, errors.New("chain: deny cache size must not be negative")
+	if cfg.MaxEntries < 0 || cfg.WindowHold < 0 {
+		return nil, errors.New("chain: deny cache size and window hold must not be negative")
 	}
 	if cfg.MaxEntries == 0 {
 		cfg.MaxEntries = defaultDenyCacheSize
@@ -85,7 +93,7 @@ func NewDenyCache(cfg DenyCacheConfig) (*DenyCache, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &DenyCache{store: cfg.Store, now: cfg.Now, entries: entries}
+	c := &DenyCache{store: cfg.Store, now: cfg.Now, hold: cfg.WindowHold, entries: entries}
 	c.scratch.New = func() any {
 		m := &misses{c: c}
 		m.submitted = m.finishAndCallDone
@@ -206,9 +214,9 @@ type lastLookup struct {
 // lookup returns the local refusal for r, if one applies at now; last is
 // the batch's lookup before.
 func (c *DenyCache) lookup(r *engine.Request, now time.Time, last *lastLookup) (engine.Decision, bool) {
-	if r.Charge || r.Cost == 0 || r.Cost > r.Capacity() {
-		// A charge is never refused, so never answered here; a look, or
-		// a cost the store refuses as invalid.
+	if r.Charge || r.Refund || r.Cost == 0 || r.Cost > r.Capacity() {
+		// A charge or a refund is never refused, so never answered here;
+		// a look, or a cost the store refuses as invalid.
 		return engine.Decision{}, false
 	}
 	if k := denialKey(r); !last.set || k != last.key {
@@ -216,7 +224,7 @@ func (c *DenyCache) lookup(r *engine.Request, now time.Time, last *lastLookup) (
 		last.key, last.set = k, true
 	}
 	e, ok := &last.e, last.found
-	if !ok || e.limit != r.Limit || !engine.SameLimits(e.limits, r.Limits) || r.Cost < e.cost || !now.Before(e.until) ||
+	if !ok || e.limit != r.Limit || !engine.SameLimits(e.limits, r.Limits) || r.Cost < e.cost || !now.Before(e.forgetAt) ||
 		(r.Detail != nil && e.detail == nil) {
 		return engine.Decision{}, false
 	}
@@ -250,7 +258,9 @@ func denialKey(r *engine.Request) stateKey {
 func (c *DenyCache) remember(reqs []engine.Request, res []engine.Result, now time.Time) {
 	for i := range reqs {
 		r, d := &reqs[i], res[i].Decision
-		if res[i].Err != nil || r.Cost == 0 {
+		if res[i].Err != nil || r.Cost == 0 || (r.Grant && !d.Allowed) {
+			// A refused grant of k units says nothing of a request of
+			// fewer: it is not remembered.
 			continue
 		}
 		sk := denialKey(r)
@@ -282,6 +292,10 @@ func (c *DenyCache) remember(reqs []engine.Request, res []engine.Result, now tim
 			d.Remaining = max(d.Remaining, 0)
 			e := denial{limit: r.Limit, limits: r.Limits, cost: cost, decision: d,
 				until: now.Add(d.RetryAfter), resetsAt: now.Add(d.ResetAfter)}
+			e.forgetAt = e.until
+			if c.hold > 0 && d.RetryAfter > c.hold && windowed(r) {
+				e.forgetAt = now.Add(c.hold)
+			}
 			if r.Detail != nil {
 				e.detail = append([]engine.Decision(nil), r.Detail...)
 				for j := range e.detail {
@@ -293,6 +307,20 @@ func (c *DenyCache) remember(reqs []engine.Request, res []engine.Result, now tim
 			}
 		}
 	}
+}
+
+// windowed reports whether r is decided by a window (fixed, sliding
+// counter), or a multi-limit request by one among its limits.
+func windowed(r *engine.Request) bool {
+	if !r.Multi() {
+		return isWindow(r.Limit.Algorithm)
+	}
+	for _, l := range r.Limits {
+		if isWindow(l.Limit.Algorithm) {
+			return true
+		}
+	}
+	return false
 }
 
 // Reset drops the key's remembered refusals, then resets it in the store.

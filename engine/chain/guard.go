@@ -222,6 +222,13 @@ func (g *Guard) fail(reqs []engine.Request, res []engine.Result) error {
 			res[i] = engine.Result{Err: err}
 			continue
 		}
+		if r.Grant || r.Refund {
+			// Units only the shared store can hand over or take back: a
+			// grant is refused (a local or fail-open one would be units
+			// no other sidecar knows of), a refund not given.
+			res[i] = engine.Result{Path: engine.PathFailClosed, Decision: failDecision(r.Capacity(), false, 0, g.probeEvery)}
+			continue
+		}
 		switch g.mode(r) {
 		case engine.FailLocal:
 			// The local store answers before Submit returns and never

@@ -60,32 +60,48 @@ type Step struct {
 	Peek    bool
 	Charge  bool // a cost known after the work: taken even over the limit
 	Reset   bool // reset the key instead of deciding
+	// Grant takes Cost as a take does, for a holder to spend later; Refund
+	// gives Cost back to the grant whose anchor is Anchor, as time since
+	// Epoch (a multi-limit refund's: Anchors, one per limit).
+	Grant, Refund bool
+	Anchor        time.Duration
+	Anchors       []time.Duration
 	// Limit, when set, replaces the case's limit from this step on: the
 	// same key under a lowered or raised limit.
 	Limit engine.Limit
 	Want  engine.Decision
+	// WantDetail, when set, is each limit's own decision (a multi-limit
+	// case's).
+	WantDetail []engine.Decision
 	// WantErr, when set, is the parameter that the request's *ParamError
 	// must name; Want is then ignored.
 	WantErr string
 }
 
-// Case is a limit and a sequence of steps on one key.
+// Case is a limit (or a multi-limit policy's limits) and a sequence of
+// steps on one key.
 type Case struct {
-	Name  string
-	Limit engine.Limit
-	Steps []Step
+	Name   string
+	Limit  engine.Limit
+	Limits []engine.NamedLimit
+	Steps  []Step
 }
 
 // Run runs every case against stores made by open, twice: once with each
 // request in a batch of its own, and once with the requests of the same
 // instant sent together in one batch, which must decide exactly the same.
 func Run(t *testing.T, open Opener) {
+	RunCases(t, open, slices.Concat(Cases, ChargeCases, PeerCases, GrantCases))
+}
+
+// RunCases runs cases as Run runs its own.
+func RunCases(t *testing.T, open Opener, cases []Case) {
 	for _, batched := range []bool{false, true} {
 		mode := "one-by-one"
 		if batched {
 			mode = "batched"
 		}
-		for _, c := range slices.Concat(Cases, ChargeCases, PeerCases) {
+		for _, c := range cases {
 			t.Run(mode+"/"+c.Name, func(t *testing.T) {
 				clock := NewClock(Epoch)
 				s := open(t, clock.Now)
@@ -123,7 +139,15 @@ func runCase(t *testing.T, s engine.Store, clock *Clock, key string, c Case, bat
 		reqs := make([]engine.Request, j-i)
 		for k := range reqs {
 			st := c.Steps[i+k]
-			reqs[k] = engine.Request{Key: key, Limit: limits[i+k], Cost: st.Cost, Peek: st.Peek, Charge: st.Charge}
+			reqs[k] = engine.Request{Key: key, Limit: limits[i+k], Cost: st.Cost, Peek: st.Peek, Charge: st.Charge,
+				Grant: st.Grant, Refund: st.Refund, Anchor: sinceEpoch(st.Anchor)}
+			if c.Limits != nil {
+				reqs[k].Limit, reqs[k].Limits = engine.Limit{}, c.Limits
+				reqs[k].Detail = make([]engine.Decision, len(c.Limits))
+				for n, a := range st.Anchors {
+					reqs[k].Detail[n].Anchor = sinceEpoch(a)
+				}
+			}
 		}
 		res := make([]engine.Result, len(reqs))
 		if err := engine.Wait(s, reqs, res, time.Time{}); err != nil {
@@ -131,9 +155,22 @@ func runCase(t *testing.T, s engine.Store, clock *Clock, key string, c Case, bat
 		}
 		for k, r := range res {
 			checkStep(t, i+k, c.Steps[i+k], r)
+			for n, d := range c.Steps[i+k].WantDetail {
+				if got := reqs[k].Detail[n]; got != d {
+					t.Errorf("step %d, limit %s:\n got %s\nwant %s", i+k, c.Limits[n].Name, Format(got), Format(d))
+				}
+			}
 		}
 		i = j
 	}
+}
+
+// sinceEpoch is the time d after Epoch in µs: an anchor in a case.
+func sinceEpoch(d time.Duration) int64 {
+	if d == 0 {
+		return 0
+	}
+	return Epoch.Add(d).UnixMicro()
 }
 
 func checkStep(t *testing.T, i int, st Step, r engine.Result) {
@@ -150,7 +187,8 @@ func checkStep(t *testing.T, i int, st Step, r engine.Result) {
 		return
 	}
 	if r.Decision != st.Want {
-		t.Errorf("step %d (cost %d, peek %v, charge %v):\n got %s\nwant %s", i, st.Cost, st.Peek, st.Charge, Format(r.Decision), Format(st.Want))
+		t.Errorf("step %d (cost %d, peek %v, charge %v, grant %v, refund %v):\n got %s\nwant %s", i, st.Cost, st.Peek, st.Charge,
+			st.Grant, st.Refund, Format(r.Decision), Format(st.Want))
 	}
 }
 
@@ -165,6 +203,9 @@ func Format(d engine.Decision) string {
 	fmt.Fprintf(&b, " limit=%d remaining=%d retry=%v reset=%v", d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter)
 	if d.Delay != 0 {
 		fmt.Fprintf(&b, " delay=%v", d.Delay)
+	}
+	if d.Anchor != 0 || d.Hold != 0 {
+		fmt.Fprintf(&b, " anchor=epoch+%v hold=%v", time.UnixMicro(d.Anchor).Sub(Epoch), d.Hold)
 	}
 	return b.String()
 }

@@ -462,7 +462,7 @@ func limitStateKey(key string, l engine.NamedLimit) stateKey {
 // request's cost); if all admit and it is no peek, each is charged; if
 // any refuses, nothing is, and each limit with room reports what it has
 // (a look at cost 0). A charge is taken by each limit, whatever the
-// others.
+// others, and a refund given back to each; a grant is a take.
 func (m *Store) decideMulti(now int64, run []engine.Request, res []engine.Result) {
 	r0 := &run[0]
 	n := len(r0.Limits)
@@ -531,10 +531,18 @@ func (m *Store) decideOneMulti(now int64, r *engine.Request, res *engine.Result,
 		d, _ := engine.Step(st, now, &engine.Request{Key: r.Key, Limit: r.Limits[j].Limit, Cost: cost, Peek: true})
 		return d
 	}
+	// A refund gives back to each limit by its own anchor, which the
+	// caller left in Detail: read before the decisions overwrite it.
+	var anchors [engine.MaxLimits]int64
+	if r.Refund {
+		for j := range n {
+			anchors[j] = r.Detail[j].Anchor
+		}
+	}
 	allowed := true
 	for j := range n {
-		if r.Charge {
-			break // taken by each limit, whatever the others: no look
+		if r.Charge || r.Refund {
+			break // taken (given back) by each limit, whatever the others: no look
 		}
 		parts[j] = look(j, r.Cost)
 		allowed = allowed && parts[j].Allowed
@@ -552,7 +560,8 @@ func (m *Store) decideOneMulti(now int64, r *engine.Request, res *engine.Result,
 		for j := range n {
 			if e := es[j]; e != nil {
 				var out engine.Outcome
-				parts[j], out = engine.Step(&e.State, now, &engine.Request{Key: r.Key, Limit: r.Limits[j].Limit, Cost: r.Cost, Charge: r.Charge})
+				rj := limitRequest(r, j, &anchors)
+				parts[j], out = engine.Step(&e.State, now, &rj)
 				if out.Write {
 					e.expires = out.Expires
 				}
@@ -562,7 +571,8 @@ func (m *Store) decideOneMulti(now int64, r *engine.Request, res *engine.Result,
 			if es[j] == nil {
 				var st engine.State
 				var out engine.Outcome
-				parts[j], out = engine.Step(&st, now, &engine.Request{Key: r.Key, Limit: r.Limits[j].Limit, Cost: r.Cost, Charge: r.Charge})
+				rj := limitRequest(r, j, &anchors)
+				parts[j], out = engine.Step(&st, now, &rj)
 				if out.Write {
 					s := m.shard(hs[j])
 					e := s.insert(sks[j], hs[j], now)
@@ -575,6 +585,13 @@ func (m *Store) decideOneMulti(now int64, r *engine.Request, res *engine.Result,
 	copy(r.Detail, parts[:n])
 	*res = engine.Result{Decision: engine.Combine(parts[:n])}
 	return inserted
+}
+
+// limitRequest is multi-limit request r as its limit j steps it: a take,
+// a charge, a grant, or a refund by anchors[j].
+func limitRequest(r *engine.Request, j int, anchors *[engine.MaxLimits]int64) engine.Request {
+	return engine.Request{Key: r.Key, Limit: r.Limits[j].Limit, Cost: r.Cost, Charge: r.Charge,
+		Grant: r.Grant, Refund: r.Refund, Anchor: anchors[j]}
 }
 
 // Len reports how many states the store holds, expired ones included until

@@ -63,6 +63,7 @@ type Config struct {
 	BatchInFlight  int      // most round trips in flight
 	MaxKeys        int      // the in-memory store's size, in keys
 	DenyCacheSize  int      // most refusals remembered
+	Grants         bool     // hot keys decided from units the upstream granted this sidecar
 	MaxClients     int      // most client connections
 	MaxInputMemory ByteSize // input all clients may buffer together
 	IOLoops        int      // event loops; 0: a goroutine per connection
@@ -219,6 +220,9 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.BatchInFlight, "batch-inflight", c.BatchInFlight, "most round trips to the upstream in flight at once, per master on Redis Cluster (`n`)")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most keys the in-memory store keeps, about 300 bytes each with 128-byte keys, 430 for a sliding log; past it a key's count can be evicted and forgotten (`n`)")
 	fs.IntVar(&c.DenyCacheSize, "deny-cache-size", c.DenyCacheSize, "most refusals remembered locally, about 350 bytes each (`n`)")
+	fs.BoolVar(&c.Grants, "grants", c.Grants,
+		"decide a hot key (one this sidecar decides often) from units the upstream Redis grants this sidecar, with no round trip, "+
+			"exactly: the fleet never admits more than the limit; units held in one sidecar's grant may refuse another's request meanwhile (docs/operating.md#grants)")
 	fs.IntVar(&c.MaxClients, "max-clients", c.MaxClients, "most client connections at once (`n`)")
 	fs.Var(&c.MaxInputMemory, "max-input-memory",
 		"most input and unread replies all clients may hold, together (`size`: 256mb, 1gb): an argument is charged its announced length as it starts; past it the client holding the most is closed, as Redis's maxmemory-clients does")
