@@ -18,8 +18,9 @@ func (c *Chain) InfoUpstream() [][2]string {
 	}
 	// The share FailLocal enforces (share.go): fleet, 1/n of each limit,
 	// or whole.
-	share, n := "whole", c.guard.share()
-	if c.guard.sidecars != nil {
+	share := "whole"
+	fleet, n := c.LocalShare()
+	if fleet {
 		share = "fleet"
 	}
 	return [][2]string{{"upstream_timeout_ms", strconv.FormatInt(c.timeout.Milliseconds(), 10)},

@@ -35,6 +35,13 @@ import (
 // state by key and algorithm, whatever the parameters, as Redis does), so
 // the same count carries on whether N changes or not.
 
+// LocalShare says what FailLocal enforces now: each limit divided among
+// the fleet's live sidecars (fleet, GuardConfig.Sidecars set) or the whole
+// limit, and how many sidecars it is divided among (1 for the whole).
+func (c *Chain) LocalShare() (fleet bool, sidecars int64) {
+	return c.guard.sidecars != nil, c.guard.share()
+}
+
 // share is how many sidecars the fleet's limits are divided among now: at
 // least 1; 1 without a Sidecars function (the whole limit).
 func (g *Guard) share() int64 {
