@@ -186,7 +186,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.TextVar(&c.LogLevel, "log-level", c.LogLevel, "log `level`: debug, info, warn or error")
 	fs.TextVar(&c.OnFailure, "on-upstream-failure", c.OnFailure,
 		"what a decision gets when the upstream Redis cannot answer in time, unless its policy says otherwise (`mode`): "+
-			"allow, deny, or local (this sidecar's in-memory store enforces the same limits alone)")
+			"allow, deny, or local (this sidecar's in-memory store enforces its share of each limit alone: --local-share)")
 	fs.TextVar(&c.LocalShare, "local-share", c.LocalShare,
 		"what the local failure mode enforces in this sidecar while the upstream Redis cannot answer (`share`): "+
 			"fleet, 1/N of each limit, N the live sidecars Redis last counted (each says it is alive every second), so that the fleet admits about the limit; "+
