@@ -226,21 +226,24 @@ func (m *Membership) learn(count int64) {
 }
 
 // failed notes a failed beat: the next good one starts a rise-only
-// window. A refusal by Redis (an error reply, not an outage) is logged
-// once per run of failures: without its commands the sidecar never
-// learns the fleet, and decides by the whole limit when Redis is away.
+// window. A refusal of the membership's own (an ACL without its commands,
+// NOPERM; the key of another type, WRONGTYPE) is logged once per run of
+// failures: without it the sidecar never learns the fleet, and decides by
+// the whole limit when Redis is away. Every other failure (Redis away,
+// a wrong password or address) is the store's to log: it fails the
+// store's checks alike.
 func (m *Membership) failed(err error) {
 	m.failures.Add(1)
-	var reply redis.Error
+	refused := redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "WRONGTYPE")
 	m.mu.Lock()
 	m.upSince = time.Time{}
-	warn := !m.warned && errors.As(err, &reply)
+	warn := !m.warned && refused
 	m.warned = m.warned || warn
 	m.mu.Unlock()
 	if warn {
 		m.log.Warn("Redis refused this sidecar's fleet membership: while Redis is away it enforces the share of each limit it last learned "+
-			"(the whole limit if none); the ACL user needs TIME, ZADD, ZREMRANGEBYSCORE, ZCARD, PEXPIRE and ZREM on the key",
-			"key", m.key, "err", err)
+			"(the whole limit if none); the ACL user needs TIME, ZADD, ZREMRANGEBYSCORE, ZCARD, PEXPIRE and ZREM on the key, "+
+			"which no other program may use", "key", m.key, "err", err)
 	}
 }
 

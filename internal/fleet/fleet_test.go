@@ -121,7 +121,8 @@ func TestFleetKeepsCountThroughOutage(t *testing.T) {
 	r := redistest.Start(t)
 	client := newClient(t, r.Addr)
 	clk := &clock{now: time.Unix(1e9, 0)}
-	a, b, c := member(t, client, "a", clk, nil), member(t, client, "b", clk, nil), member(t, client, "c", clk, nil)
+	log, logs := bufferLog()
+	a, b, c := member(t, client, "a", clk, log), member(t, client, "b", clk, nil), member(t, client, "c", clk, nil)
 	beat(t, b)
 	beat(t, c)
 	beat(t, a)
@@ -136,6 +137,9 @@ func TestFleetKeepsCountThroughOutage(t *testing.T) {
 	}
 	if st := a.Stats(); st.Sidecars != 3 || st.Learned != learned || st.Failures != 1 {
 		t.Errorf("during the outage: %+v; want 3 kept, learned as before, 1 failure", st)
+	}
+	if out := logs(); strings.Contains(out, "level=WARN") {
+		t.Errorf("an outage warned; it is the store's to log:\n%s", out)
 	}
 	r.Restart() // empty: every member is gone
 	beat(t, a)
@@ -154,29 +158,53 @@ func TestFleetKeepsCountThroughOutage(t *testing.T) {
 	}
 }
 
-// An ACL user without the commands: the beat fails, the count stays 1,
-// and one warning names what to grant, however many beats fail.
-func TestFleetRefusedByACL(t *testing.T) {
-	r := redistest.Start(t)
-	if _, err := r.Do("ACL", "SETUSER", "nozcard", "on", ">pw", "~*", "+@all", "-zcard"); err != nil {
-		t.Fatal(err)
+// A beat Redis refuses (an ACL user without the commands; the key of
+// another type) fails, the count stays 1, and one warning names what to
+// grant, however many beats fail.
+func TestFleetRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup []string // run on Redis first
+		user  string
+		want  string
+	}{
+		{"an ACL without ZCARD", []string{"ACL", "SETUSER", "nozcard", "on", ">pw", "~*", "+@all", "-zcard"}, "nozcard", "NOPERM"},
+		{"the key of another type", []string{"SET", key, "mine"}, "", "WRONGTYPE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := redistest.Start(t)
+			if _, err := r.Do(tc.setup...); err != nil {
+				t.Fatal(err)
+			}
+			opts := &redis.Options{Addr: r.Addr, MaxRetries: -1}
+			if tc.user != "" {
+				opts.Username, opts.Password = tc.user, "pw"
+			}
+			client := redis.NewClient(opts)
+			t.Cleanup(func() { client.Close() })
+			log, logs := bufferLog()
+			m := member(t, client, "a", &clock{now: time.Unix(1e9, 0)}, log)
+			for range 3 {
+				if err := m.Beat(context.Background()); err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("beat: %v; want %s", err, tc.want)
+				}
+			}
+			out := logs()
+			if m.Sidecars() != 1 || strings.Count(out, "level=WARN") != 1 || !strings.Contains(out, "ZCARD") {
+				t.Errorf("%d sidecars; log:\n%s\nwant 1, and one warning naming ZCARD", m.Sidecars(), out)
+			}
+		})
 	}
-	client := redis.NewClient(&redis.Options{Addr: r.Addr, Username: "nozcard", Password: "pw", MaxRetries: -1})
-	t.Cleanup(func() { client.Close() })
-	var logs bytes.Buffer
+}
+
+// bufferLog is a logger and what it wrote so far.
+func bufferLog() (*slog.Logger, func() string) {
 	var mu sync.Mutex
-	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
-	m := member(t, client, "a", &clock{now: time.Unix(1e9, 0)}, log)
-	for range 3 {
-		if err := m.Beat(context.Background()); err == nil || !strings.Contains(err.Error(), "NOPERM") {
-			t.Fatalf("beat: %v; want NOPERM", err)
-		}
-	}
-	mu.Lock()
-	out := logs.String()
-	mu.Unlock()
-	if m.Sidecars() != 1 || strings.Count(out, "level=WARN") != 1 || !strings.Contains(out, "ZCARD") {
-		t.Errorf("%d sidecars; log:\n%s\nwant 1, and one warning naming ZCARD", m.Sidecars(), out)
+	var b bytes.Buffer
+	return slog.New(slog.NewTextHandler(lockedWriter{&mu, &b}, nil)), func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return b.String()
 	}
 }
 
