@@ -135,9 +135,9 @@ func newChain(ctx context.Context, cfg Config, mem *memstore.Store, tel *telemet
 		closers = append(closers, c.joinFleet(cfg))
 	}
 	log.Info("using the upstream Redis", "kind", string(kind), "addrs", redisurl.Redact(cfg.Upstream),
-		"key_prefix", cfg.KeyPrefix, "on_upstream_failure", cfg.OnFailure.String(),
+		"key_prefix", cfg.KeyPrefix, "on_upstream_failure", cfg.OnFailure.String(), "local_share", cfg.LocalShare.String(),
 		"upstream_timeout", cfg.UpstreamTimeout, "batch_max", cfg.BatchMax, "batch_inflight", cfg.BatchInFlight,
-		"deny_cache_size", cfg.DenyCacheSize, "local_share", cfg.LocalShare.String())
+		"deny_cache_size", cfg.DenyCacheSize)
 	return c, nil
 }
 

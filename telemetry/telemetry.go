@@ -146,8 +146,10 @@ func New(cfg Config) (*Telemetry, error) {
 	}
 	t.provider = sdkmetric.NewMeterProvider(opts...)
 	meter := t.provider.Meter("github.com/sluice-rl/sluice")
-	if err := errors.Join(t.instruments(meter), t.leaseInstruments(meter), t.configInstruments(meter), t.recordInstruments(meter), t.upstreamInstruments(meter),
-		t.shareInstruments(meter)); err != nil {
+	if err := errors.Join(t.instruments(meter), t.leaseInstruments(meter), t.configInstruments(meter), t.recordInstruments(meter), t.upstreamInstruments(meter)); err != nil {
+		return nil, fmt.Errorf("telemetry: instruments: %w", err)
+	}
+	if err := t.shareInstruments(meter); err != nil {
 		return nil, fmt.Errorf("telemetry: instruments: %w", err)
 	}
 	t.okAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "ok")))
