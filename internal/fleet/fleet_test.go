@@ -238,6 +238,24 @@ func TestFleetCluster(t *testing.T) {
 	}
 }
 
+// Through Sentinel the beats go to the master the sentinels name.
+func TestFleetSentinel(t *testing.T) {
+	st := redistest.StartSentinel(t)
+	client := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: st.Name, SentinelAddrs: st.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { client.Close() })
+	clk := &clock{now: time.Unix(1e9, 0)}
+	a, b := member(t, client, "a", clk, nil), member(t, client, "b", clk, nil)
+	beat(t, a)
+	beat(t, b)
+	beat(t, a)
+	if a.Sidecars() != 2 || b.Sidecars() != 2 {
+		t.Errorf("a %d, b %d; want 2 each", a.Sidecars(), b.Sidecars())
+	}
+	if out, err := st.Master.Do("ZCARD", key); err != nil || out != "2" {
+		t.Errorf("ZCARD at the master: %q %v; want 2", out, err)
+	}
+}
+
 // Run beats at once and every period until cancelled; a member's id
 // names its host and process, and is unique past that.
 func TestFleetRun(t *testing.T) {
