@@ -183,7 +183,10 @@ func localShareOutage(t *testing.T, share string) shareRun {
 // past empty throughout (z after Redis's now), where each unit taken
 // moves z one interval on: the units Redis admitted meanwhile are the
 // difference over the interval, and the clients must have seen exactly
-// those admitted, none from a sidecar's memory.
+// those admitted, none from a sidecar's memory. This holds without grants
+// (--grants, off by default): with them, units granted before the first
+// read are spent after it, and given back later, and the count needs the
+// units held.
 func afterOutage(t *testing.T, r *redistest.Server, sidecars []*sluice) {
 	t.Helper()
 	key := redisurl.DefaultPrefix + "{hot:k}:token"
