@@ -433,6 +433,10 @@ func (s *Sidecar) sources() telemetry.Sources {
 			return telemetry.Replication{Failovers: r.Failovers, LostFailovers: r.LostFailovers, LostBytes: r.LostBytes, Replicas: r.Replicas}
 		}
 		src.Upstream = c.upstreamStatus
+		src.LocalShare = func() telemetry.LocalShare {
+			fleet, n := c.chain.LocalShare()
+			return telemetry.LocalShare{Fleet: fleet, Sidecars: n}
+		}
 	}
 	return src
 }

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -12,9 +13,11 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 	"github.com/sluice-rl/sluice/engine/chain"
 	"github.com/sluice-rl/sluice/engine/memstore"
+	"github.com/sluice-rl/sluice/internal/fleet"
 	"github.com/sluice-rl/sluice/internal/redisclient"
 	"github.com/sluice-rl/sluice/internal/redisobserve"
 	"github.com/sluice-rl/sluice/internal/redisurl"
+	"github.com/sluice-rl/sluice/internal/settings"
 	"github.com/sluice-rl/sluice/internal/tlsfiles"
 	"github.com/sluice-rl/sluice/respserver"
 	"github.com/sluice-rl/sluice/telemetry"
@@ -30,6 +33,9 @@ type sharedStore struct {
 	up    *upstream.Store // its replies are read on the first event loop (app.go)
 	obs   *redisobserve.Observer
 	chain *chain.Chain
+	// fleet counts the live sidecars for the local failure mode's share;
+	// nil with --local-share whole.
+	fleet *fleet.Membership
 	close func()
 }
 
@@ -80,7 +86,17 @@ func newChain(ctx context.Context, cfg Config, mem *memstore.Store, tel *telemet
 	}
 	closers = append(closers, up.Close)
 	c.up = up
-	if c.chain, err = chain.New(chain.Config{Store: up, Shard: lanes(kind, cfg, up), Local: mem, Default: cfg.OnFailure,
+	// The local failure mode's share: 1/N of each limit, N the live
+	// sidecars this one learns from Redis while it answers.
+	var sidecars func() int
+	if cfg.LocalShare == settings.ShareFleet {
+		if c.fleet, err = fleet.New(fleet.Config{Client: client, Key: cmp.Or(cfg.KeyPrefix, redisurl.DefaultPrefix) + "fleet",
+			Log: log}); err != nil {
+			return nil, err
+		}
+		sidecars = c.fleet.Sidecars
+	}
+	if c.chain, err = chain.New(chain.Config{Store: up, Shard: lanes(kind, cfg, up), Local: mem, Default: cfg.OnFailure, Sidecars: sidecars,
 		Timeout: cfg.UpstreamTimeout, MaxBatch: cfg.BatchMax, MaxInFlight: cfg.BatchInFlight, OnBatch: tel.ObserveBatch,
 		DenyCacheSize: cfg.DenyCacheSize, Check: up.Check, Grants: cfg.Grants,
 		// The breaker's changes are the upstream's reachability under
@@ -125,8 +141,11 @@ func newChain(ctx context.Context, cfg Config, mem *memstore.Store, tel *telemet
 		obs.WatchReplication(replCtx, time.Second)
 	}()
 	closers = append(closers, func() { stopRepl(); waitAWhile(replDone) })
+	if c.fleet != nil {
+		closers = append(closers, c.joinFleet(cfg))
+	}
 	log.Info("using the upstream Redis", "kind", string(kind), "addrs", redisurl.Redact(cfg.Upstream),
-		"key_prefix", cfg.KeyPrefix, "on_upstream_failure", cfg.OnFailure.String(),
+		"key_prefix", cfg.KeyPrefix, "on_upstream_failure", cfg.OnFailure.String(), "local_share", cfg.LocalShare.String(),
 		"upstream_timeout", cfg.UpstreamTimeout, "batch_max", cfg.BatchMax, "batch_inflight", cfg.BatchInFlight,
 		"deny_cache_size", cfg.DenyCacheSize, "grants", cfg.Grants)
 	return c, nil
@@ -144,6 +163,25 @@ func lanes(kind redisurl.Kind, cfg Config, up *upstream.Store) engine.Shards {
 		return nil
 	}
 	return up.Shards()
+}
+
+// joinFleet says every second that this sidecar is alive, until the
+// returned stop, which takes it out of the fleet: the others then count
+// one fewer at their next beat, not three seconds later.
+func (c *sharedStore) joinFleet(cfg Config) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.fleet.Run(ctx)
+	}()
+	return func() {
+		cancel()
+		waitAWhile(done)
+		lctx, cancelLeave := context.WithTimeout(context.Background(), cfg.UpstreamTimeout)
+		_ = c.fleet.Leave(lctx) // a Redis away at shutdown ages the member out instead
+		cancelLeave()
+	}
 }
 
 // firstCheck checks the upstream once; with --upstream-required, until it
@@ -289,7 +327,11 @@ func (s *Sidecar) upstreamInfo() respserver.InfoSection {
 	}
 	addr := [][2]string{{"upstream", string(c.kind)}, {"upstream_addrs", redisurl.Redact(s.cfg.Upstream)}}
 	return respserver.InfoSection{Name: "Upstream", Fields: func() [][2]string {
-		return slices.Concat(addr, c.up.Info(), c.obs.Info(), c.chain.InfoUpstream())
+		f := c.chain.InfoUpstream()
+		if c.fleet != nil {
+			f = append(f, c.fleet.Info()...)
+		}
+		return slices.Concat(addr, c.up.Info(), c.obs.Info(), f)
 	}}
 }
 

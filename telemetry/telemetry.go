@@ -71,6 +71,9 @@ type Sources struct {
 	Recording func() record.Stats
 	// Upstream gives the upstream Redis's state.
 	Upstream func() UpstreamStatus
+	// LocalShare gives the share of each limit the local failure mode
+	// enforces (share.go).
+	LocalShare func() LocalShare
 }
 
 // Replication is the upstream's replication as Sources.Replication gives
@@ -147,6 +150,9 @@ func New(cfg Config) (*Telemetry, error) {
 	t.provider = sdkmetric.NewMeterProvider(opts...)
 	meter := t.provider.Meter("github.com/sluice-rl/sluice")
 	if err := errors.Join(t.instruments(meter), t.leaseInstruments(meter), t.configInstruments(meter), t.recordInstruments(meter), t.upstreamInstruments(meter)); err != nil {
+		return nil, fmt.Errorf("telemetry: instruments: %w", err)
+	}
+	if err := t.shareInstruments(meter); err != nil {
 		return nil, fmt.Errorf("telemetry: instruments: %w", err)
 	}
 	t.okAttr = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", "ok")))

@@ -43,7 +43,8 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 			f(service.Inline, engine.FixedWindow, service.Refused, engine.PathFailClosed, 1)
 			f("api", engine.GCRA, service.Allowed, engine.PathGrant, 8)
 		},
-		Errors: func(f func(service.ErrorKind, uint64)) { f(service.ErrRequest, 2) },
+		Errors:     func(f func(service.ErrorKind, uint64)) { f(service.ErrRequest, 2) },
+		LocalShare: func() LocalShare { return LocalShare{Fleet: true, Sidecars: 4} },
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +80,8 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 		{"sluice_grant_units_given_back_total", nil, 30},
 		{"sluice_upstream_late_calls_total", nil, 3},
 		{"sluice_upstream_overdue_calls_total", nil, 1},
+		{"sluice_fleet_sidecars", nil, 4},
+		{"sluice_local_share", nil, 0.25},
 		{"sluice_batch_size", nil, 2},
 		{"sluice_upstream_round_trip_seconds", map[string]string{"outcome": "ok"}, 1},
 		{"sluice_upstream_round_trip_seconds", map[string]string{"outcome": "error"}, 1},

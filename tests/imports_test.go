@@ -71,6 +71,9 @@ func TestDepsPointDown(t *testing.T) {
 		"internal/accept":    {""},
 		"internal/resp":      {""},
 		"internal/membudget": {""}, // the doors' shared input budget
+		// The fleet's membership says this sidecar is alive over go-redis
+		// and counts the others: no store, no chain, no script.
+		"internal/fleet": {""},
 		// The pipelined connection to Redis knows RESP and the event loop,
 		// and nothing of what its commands mean: no store, no scripts, no
 		// engine.

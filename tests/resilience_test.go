@@ -59,6 +59,14 @@ const maxPerConn = 50_000
 // command of connection conn.
 // It is stopped when t ends, if not before.
 func startLoad(t *testing.T, addr string, conns int, maxDur time.Duration, args func(conn, n int) []any) *load {
+	return startLoadOn(t, func(int) string { return addr }, conns, 0, maxDur, args)
+}
+
+// startLoadOn is startLoad with connection conn on addr(conn), each
+// sending a request every tick of every (their ticks spread over one
+// interval; a reply that comes late skips the ticks it missed), or one
+// after another when every is 0.
+func startLoadOn(t *testing.T, addr func(conn int) string, conns int, every, maxDur time.Duration, args func(conn, n int) []any) *load {
 	l := &load{stop: make(chan struct{}), replies: make([][]reply, conns)}
 	t.Cleanup(func() { l.Stop() })
 	deadline := time.Now().Add(maxDur)
@@ -66,9 +74,16 @@ func startLoad(t *testing.T, addr string, conns int, maxDur time.Duration, args 
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			rdb := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, PoolSize: 1,
+			rdb := redis.NewClient(&redis.Options{Addr: addr(c), Protocol: 2, PoolSize: 1,
 				ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, MaxRetries: -1})
 			defer rdb.Close()
+			var tick <-chan time.Time
+			if every > 0 {
+				tk := time.NewTicker(every)
+				defer tk.Stop()
+				tick = tk.C
+				time.Sleep(every * time.Duration(c) / time.Duration(conns))
+			}
 			for n := 0; n < maxPerConn && time.Now().Before(deadline); n++ {
 				select {
 				case <-l.stop:
@@ -83,6 +98,13 @@ func startLoad(t *testing.T, addr string, conns int, maxDur time.Duration, args 
 				}
 				r.err = err
 				l.replies[c] = append(l.replies[c], r)
+				if tick != nil {
+					select {
+					case <-l.stop:
+						return
+					case <-tick:
+					}
+				}
 			}
 		}()
 	}
@@ -279,8 +301,11 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 				// script again.
 				timeout = time.Second
 			}
+			// The whole limit locally: a local count is told from Redis's
+			// by its size (checkFailureModes), where the fleet's share
+			// would divide it by the sidecars counted so far.
 			args := []string{"--upstream", "redis://" + r.Addr, "--policies", pol,
-				"--upstream-timeout", timeout.String(), "--on-upstream-failure", "allow"}
+				"--upstream-timeout", timeout.String(), "--on-upstream-failure", "allow", "--local-share", "whole"}
 			a, b := startSluice(t, args...), startSluice(t, args...)
 			ra, rb := client(t, a), client(t, b)
 			ctx := ctxT(t)

@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +34,7 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/metricstest"
 	"github.com/sluice-rl/sluice/internal/redistest"
+	"github.com/sluice-rl/sluice/internal/redisurl"
 )
 
 // rlsShop is envoyproxy/ratelimit configuration written for these tests,
@@ -347,17 +350,19 @@ func TestRLSAnswers(t *testing.T) {
 	}
 }
 
-// dbsize is the number of keys in r, or 0 without a Redis.
+// dbsize is the number of keys in r but the sidecars' fleet membership
+// (docs/operating.md, "When Redis is away"), or "" without a Redis.
 func dbsize(t *testing.T, r *redistest.Server) string {
 	t.Helper()
 	if r == nil {
 		return ""
 	}
 	n, err := r.Do("DBSIZE")
-	if err != nil {
-		t.Fatal(err)
+	fleet, err2 := r.Do("EXISTS", redisurl.DefaultPrefix+"fleet")
+	if err != nil || err2 != nil {
+		t.Fatal(errors.Join(err, err2))
 	}
-	return n
+	return strconv.Itoa(atoi(n) - atoi(fleet))
 }
 
 // TestRLSHeaders: the peer's RateLimit-* headers from the descriptor

@@ -47,6 +47,9 @@ type Config struct {
 	// Leaser holds the shared store's leases; nil means Store's own if it
 	// is a Leaser.
 	Leaser engine.Leaser
+	// Sidecars, if set, divides FailLocal's limits among the fleet
+	// (GuardConfig.Sidecars); nil: each sidecar enforces the whole limit.
+	Sidecars func() int
 	// Default is the failure mode of requests that name none
 	// (GuardConfig.Default).
 	Default engine.FailureMode
@@ -140,7 +143,8 @@ func New(cfg Config) (*Chain, error) {
 		leaser, _ = cfg.Store.(engine.Leaser)
 	}
 	g, err := NewGuard(GuardConfig{Store: d, Local: cfg.Local, Default: cfg.Default, Threshold: cfg.Threshold,
-		ProbeEvery: cfg.ProbeEvery, OnBreaker: cfg.OnBreaker, Now: cfg.Now, Leaser: leaser, LeaseTimeout: cfg.Timeout})
+		ProbeEvery: cfg.ProbeEvery, OnBreaker: cfg.OnBreaker, Now: cfg.Now, Leaser: leaser, LeaseTimeout: cfg.Timeout,
+		Sidecars: cfg.Sidecars})
 	if err != nil {
 		return nil, err
 	}

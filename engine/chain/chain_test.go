@@ -164,7 +164,7 @@ func TestChainChecksWhileIdle(t *testing.T) {
 func TestChainInfo(t *testing.T) {
 	clock := enginetest.NewClock(enginetest.Epoch)
 	c := openChain(t, chain.Config{Store: openMemory(t, clock.Now), Local: openMemory(t, clock.Now), Now: clock.Now,
-		Default: engine.FailClosed, MaxBatch: 16, MaxInFlight: 2, Timeout: 250 * time.Millisecond})
+		Default: engine.FailClosed, MaxBatch: 16, MaxInFlight: 2, Timeout: 250 * time.Millisecond, Sidecars: fixed(3)})
 	one := engine.Limit{Algorithm: engine.FixedWindow, Rate: 1, Period: time.Hour}
 	reqs := []engine.Request{{Key: "k", Limit: one, Cost: 1}, {Key: "k", Limit: one, Cost: 1}}
 	for range 2 {
@@ -178,7 +178,8 @@ func TestChainInfo(t *testing.T) {
 		want [][2]string
 	}{
 		{"Upstream", c.InfoUpstream(), [][2]string{{"upstream_timeout_ms", "250"}, {"breaker_open", "0"},
-			{"fallback_decisions", "0"}, {"fallback_decisions_unreplicated", "0"}, {"on_upstream_failure", "deny"}}},
+			{"fallback_decisions", "0"}, {"fallback_decisions_unreplicated", "0"}, {"on_upstream_failure", "deny"},
+			{"local_share", "fleet"}, {"local_share_sidecars", "3"}}},
 		// The second call's first request is a deny cache hit; the
 		// second is not, since the cache checks before the round trip.
 		{"Batcher", c.InfoBatcher(), [][2]string{{"batches", "1"}, {"batched_decisions", "2"}, {"avg_batch_size", "2.00"},

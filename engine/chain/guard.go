@@ -46,6 +46,14 @@ type GuardConfig struct {
 	// MaxLocalLeases bounds how many leases granted by Local the guard
 	// remembers, to release them there. Zero means 10,000.
 	MaxLocalLeases int
+
+	// Sidecars, if set, says how many sidecars share the fleet's limits,
+	// as the shared store last told (at least 1; internal/fleet learns
+	// it): FailLocal then decides with each limit, and each concurrency
+	// limit, scaled to this sidecar's share, 1/Sidecars() of it
+	// (share.go). Nil gives FailLocal the whole limit. Called on each
+	// FailLocal decision: it must be quick and safe for concurrent use.
+	Sidecars func() int
 }
 
 // Guard is a Store that keeps deciding when the shared store fails. Each
@@ -61,6 +69,7 @@ type Guard struct {
 	probeEvery   time.Duration
 	onBreaker    func(bool, error)
 	now          func() time.Time
+	sidecars     func() int // GuardConfig.Sidecars: the local share (share.go)
 
 	mu        sync.Mutex
 	failures  int         // consecutive failed round trips; guarded by mu
@@ -105,7 +114,7 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 		cfg.Now = time.Now
 	}
 	g := &Guard{store: cfg.Store, local: cfg.Local, def: cfg.Default, threshold: cfg.Threshold,
-		probeEvery: cfg.ProbeEvery, onBreaker: cfg.OnBreaker, now: cfg.Now}
+		probeEvery: cfg.ProbeEvery, onBreaker: cfg.OnBreaker, now: cfg.Now, sidecars: cfg.Sidecars}
 	g.leases = guardLeases{shared: cfg.Leaser, timeout: cmp.Or(cfg.LeaseTimeout, 100*time.Millisecond),
 		max: cmp.Or(cfg.MaxLocalLeases, 10_000)}
 	if g.leases.shared == nil {
@@ -231,10 +240,7 @@ func (g *Guard) fail(reqs []engine.Request, res []engine.Result) error {
 		}
 		switch g.mode(r) {
 		case engine.FailLocal:
-			// The local store answers before Submit returns and never
-			// fails as a batch (GuardConfig.Local): nothing to wait for.
-			g.local.Submit(reqs[i:i+1], res[i:i+1], time.Time{}, ignore)
-			res[i].Path = engine.PathLocal
+			g.decideLocal(reqs[i:i+1], res[i:i+1]) // by this sidecar's share
 		case engine.FailClosed:
 			res[i] = engine.Result{Path: engine.PathFailClosed, Decision: failDecision(r.Capacity(), false, 0, g.probeEvery)}
 			for j := range r.Detail {

@@ -78,6 +78,7 @@ func (g *Guard) Acquire(ctx context.Context, r engine.LeaseRequest) (engine.Leas
 		if gl.local == nil {
 			break
 		}
+		r.Limit = shareCount(r.Limit, g.share()) // r is a copy: this sidecar's share (share.go)
 		d, err := gl.local.Acquire(ctx, r)
 		if err != nil {
 			return d, err

@@ -7,7 +7,8 @@ import "strconv"
 // door prints them without knowing the chain.
 
 // InfoUpstream is the chain's part of INFO's Upstream section: the round
-// trip's timeout, the breaker, and the default failure mode. The section
+// trip's timeout, the breaker, the default failure mode, and the share of
+// each limit that FailLocal enforces. The section
 // starts with the store's own fields (its kind, its addresses).
 func (c *Chain) InfoUpstream() [][2]string {
 	g := c.guard.Stats()
@@ -15,9 +16,16 @@ func (c *Chain) InfoUpstream() [][2]string {
 	if g.BreakerOpen {
 		open = "1"
 	}
+	// The share FailLocal enforces (share.go): fleet, 1/n of each limit,
+	// or whole.
+	share := "whole"
+	fleet, n := c.LocalShare()
+	if fleet {
+		share = "fleet"
+	}
 	return [][2]string{{"upstream_timeout_ms", strconv.FormatInt(c.timeout.Milliseconds(), 10)},
 		{"breaker_open", open}, {"fallback_decisions", u(g.Fallbacks)}, {"fallback_decisions_unreplicated", u(g.Unreplicated)},
-		{"on_upstream_failure", c.guard.def.String()}}
+		{"on_upstream_failure", c.guard.def.String()}, {"local_share", share}, {"local_share_sidecars", strconv.FormatInt(n, 10)}}
 }
 
 // InfoBatcher is INFO's Batcher section: the round trips and their sizes.

@@ -47,7 +47,7 @@ func (c Cause) Hint() string {
 	case CauseAuth:
 		return "Redis refused the credentials: check the user and password in --upstream (redis://user:password@host:port)"
 	case CauseNoPerm:
-		return "Redis's ACL refuses a command Sluice needs: grant the user EVALSHA, EVAL, FCALL, DEL and PUBLISH on Sluice's keys and channel"
+		return "Redis's ACL refuses a command Sluice needs: grant the user EVALSHA, EVAL, FCALL, DEL and PUBLISH on Sluice's keys and channel, and TIME, ZADD, ZREMRANGEBYSCORE, ZCARD, ZREM and PEXPIRE for the fleet's key (docs/running.md)"
 	case CauseRefused:
 		return "nothing accepts connections at the address: check --upstream's host and port, and that Redis runs"
 	case CauseUnknownHost:

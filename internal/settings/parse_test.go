@@ -99,6 +99,8 @@ func TestFlagErrors(t *testing.T) {
 		{"failure mode", []string{"--on-upstream-failure", "maybe"}, nil, `invalid --on-upstream-failure "maybe": must be allow, deny or local`},
 		{"failure mode from env", nil, map[string]string{"SLUICE_ON_UPSTREAM_FAILURE": "maybe"},
 			`invalid SLUICE_ON_UPSTREAM_FAILURE "maybe": must be allow, deny or local`},
+		{"local share", []string{"--local-share", "half"}, nil, `invalid --local-share "half": must be fleet or whole`},
+		{"local share from env", nil, map[string]string{"SLUICE_LOCAL_SHARE": "Fleet"}, `invalid SLUICE_LOCAL_SHARE "Fleet": must be fleet or whole`},
 		{"headers", []string{"--rls-response-headers", "all"}, nil, `invalid --rls-response-headers "all": must be off, peer, draft or both`},
 		{"CA without TLS", []string{"--upstream", "redis://r:6379", "--upstream-tls-ca", "ca.pem"}, nil,
 			`invalid --upstream-tls-ca: the upstream address does not use TLS (rediss://)`},

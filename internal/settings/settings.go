@@ -41,6 +41,7 @@ type Config struct {
 	LogFormat       string             // text or json
 	LogLevel        slog.Level         // the least level logged
 	OnFailure       engine.FailureMode // the default failure mode
+	LocalShare      LocalShare         // what the local failure mode enforces: this sidecar's share, or the whole limit
 	UpstreamTimeout time.Duration      // deadline of one round trip to the upstream
 	Durable         engine.Durability  // the durability of requests under no policy (inline commands, gateway rules)
 	DurableReplicas int                // how many replicas must acknowledge a durable charge
@@ -186,7 +187,11 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.TextVar(&c.LogLevel, "log-level", c.LogLevel, "log `level`: debug, info, warn or error")
 	fs.TextVar(&c.OnFailure, "on-upstream-failure", c.OnFailure,
 		"what a decision gets when the upstream Redis cannot answer in time, unless its policy says otherwise (`mode`): "+
-			"allow, deny, or local (this sidecar's in-memory store enforces the same limits alone)")
+			"allow, deny, or local (this sidecar's in-memory store enforces its share of each limit alone: --local-share)")
+	fs.TextVar(&c.LocalShare, "local-share", c.LocalShare,
+		"what the local failure mode enforces in this sidecar while the upstream Redis cannot answer (`share`): "+
+			"fleet, 1/N of each limit, N the live sidecars Redis last counted (each says it is alive every second), so that the fleet admits about the limit; "+
+			"or whole, the whole limit in every sidecar, which N sidecars admit N times over")
 	fs.DurationVar(&c.UpstreamTimeout, "upstream-timeout", c.UpstreamTimeout,
 		"deadline of each round trip to the upstream Redis (`duration`); past it the failure mode decides")
 	fs.TextVar(&c.Durable, "durable", c.Durable,
