@@ -68,6 +68,12 @@ type Config struct {
 	// explanation of a decision by policy (Explanation.Digest): the
 	// policies file's watcher's.
 	Digest func() string
+	// MaxReservations bounds the reservations this sidecar holds open
+	// (reserve.go); zero means DefaultMaxReservations.
+	MaxReservations int
+	// Now is the reservations' clock, which ends them at their TTL; nil
+	// means time.Now.
+	Now func() time.Time
 	// Durable is the durability of the requests decided by no named
 	// policy (the inline commands, the gateway doors' rules): a policy
 	// says its own (engine.Durability). Zero: answered at once.
@@ -89,10 +95,11 @@ type Service struct {
 
 	leaser engine.Leaser
 
-	decisions decisions
-	leases    leaseBook
-	errors    [numErrorKinds]atomicCount
-	flights   sync.Pool // *flight
+	decisions    decisions
+	leases       leaseBook
+	reservations reservationBook
+	errors       [numErrorKinds]atomicCount
+	flights      sync.Pool // *flight
 }
 
 // New checks cfg and fills its defaults.
@@ -106,12 +113,16 @@ func New(cfg Config) (*Service, error) {
 	if cfg.ResetTimeout == 0 {
 		cfg.ResetTimeout = 2 * time.Second
 	}
+	if cfg.MaxReservations < 0 {
+		return nil, errors.New("service: negative Config.MaxReservations")
+	}
 	s := &Service{store: cfg.Store, policies: cfg.Policies, tracer: cfg.Tracer, resetTimeout: cfg.ResetTimeout,
 		leaser: cfg.Leaser, storeName: cmp.Or(cfg.StoreName, engine.PathStore.String()), inFlight: cfg.InFlight,
 		recorder: cfg.Recorder, digest: cfg.Digest, durable: cfg.Durable}
 	if s.leaser == nil {
 		s.leaser, _ = cfg.Store.(engine.Leaser)
 	}
+	s.reservations.max, s.reservations.now = cmp.Or(cfg.MaxReservations, DefaultMaxReservations), cfg.Now
 	s.flights.New = func() any {
 		f := &flight{s: s}
 		f.landed = f.land
@@ -257,6 +268,9 @@ func (s *Service) settle(b *Batch) {
 				outcome, d.Allowed, d.RetryAfter = Shadow, true, 0
 				m.shadowed = true
 			}
+		}
+		if m.reserve {
+			s.reserved(b, i)
 		}
 		// A multi-limit decision counts under the algorithm of the limit
 		// it came from.

@@ -58,14 +58,16 @@ type Config struct {
 	// AdminOptional makes a taken AdminListen a warning rather than a
 	// failure: Finish sets it when the address is the default, not one
 	// asked for, so that a second sidecar on one machine starts.
-	AdminOptional  bool
-	BatchMax       int      // most decisions in one round trip
-	BatchInFlight  int      // most round trips in flight
-	MaxKeys        int      // the in-memory store's size, in keys
-	DenyCacheSize  int      // most refusals remembered
-	MaxClients     int      // most client connections
-	MaxInputMemory ByteSize // input all clients may buffer together
-	IOLoops        int      // event loops; 0: a goroutine per connection
+	AdminOptional bool
+	BatchMax      int // most decisions in one round trip
+	BatchInFlight int // most round trips in flight
+	MaxKeys       int // the in-memory store's size, in keys
+	// MaxReservations bounds the reservations (RL.RESERVE) held open.
+	MaxReservations int
+	DenyCacheSize   int      // most refusals remembered
+	MaxClients      int      // most client connections
+	MaxInputMemory  ByteSize // input all clients may buffer together
+	IOLoops         int      // event loops; 0: a goroutine per connection
 
 	// Envoy's rate limit service (gRPC).
 	GRPCListen         string            // address; empty: off (the flag's "off")
@@ -144,6 +146,7 @@ func Default() Config {
 		BatchMax:                1024,
 		BatchInFlight:           2,
 		MaxKeys:                 100_000,
+		MaxReservations:         100_000,
 		DenyCacheSize:           50_000,
 		MaxClients:              10_000,
 		HTTPMaxConns:            1024,
@@ -218,6 +221,8 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.BatchMax, "batch-max", c.BatchMax, "most decisions sent to the upstream in one round trip (`n`)")
 	fs.IntVar(&c.BatchInFlight, "batch-inflight", c.BatchInFlight, "most round trips to the upstream in flight at once, per master on Redis Cluster (`n`)")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most keys the in-memory store keeps, about 300 bytes each with 128-byte keys, 430 for a sliding log; past it a key's count can be evicted and forgotten (`n`)")
+	fs.IntVar(&c.MaxReservations, "max-reservations", c.MaxReservations,
+		"most reservations (RL.RESERVE, the HTTP check's reserve=N) this sidecar holds open, about 300 bytes each (`n`); past it a reservation is refused with an error")
 	fs.IntVar(&c.DenyCacheSize, "deny-cache-size", c.DenyCacheSize, "most refusals remembered locally, about 350 bytes each (`n`)")
 	fs.IntVar(&c.MaxClients, "max-clients", c.MaxClients, "most client connections at once (`n`)")
 	fs.Var(&c.MaxInputMemory, "max-input-memory",
