@@ -127,15 +127,15 @@ func TestReserveSettleEndToEnd(t *testing.T) {
 			}
 
 			// redis-cli, as a user types it.
-			out := redisCLI(t, s, "", "RL.RESERVE", "RL.TOKEN", "cli", "100", "100", "1h", "60", "TTL", "1m")
+			out := redisCLI(t, s, "", "--no-raw", "RL.RESERVE", "RL.TOKEN", "cli", "100", "100", "1h", "60", "TTL", "1m")
 			m := regexp.MustCompile(`(?m)^6\) "([0-9a-f]{16})"$`).FindStringSubmatch(out)
 			if m == nil || !strings.HasPrefix(out, "1) (integer) 1\n2) (integer) 100\n3) (integer) 40\n") {
 				t.Fatalf("redis-cli RL.RESERVE: %q", out)
 			}
-			if out := redisCLI(t, s, "", "RL.SETTLE", m[1], "25"); !strings.HasPrefix(out, "1) (integer) 1\n2) (integer) 100\n3) (integer) 75\n") {
+			if out := redisCLI(t, s, "", "--no-raw", "RL.SETTLE", m[1], "25"); !strings.HasPrefix(out, "1) (integer) 1\n2) (integer) 100\n3) (integer) 75\n") {
 				t.Errorf("redis-cli RL.SETTLE: %q", out)
 			}
-			if out := redisCLI(t, s, "", "RL.SETTLE", m[1], "25"); !strings.HasPrefix(out, "(error) ERR unknown or expired reservation '"+m[1]+"'") {
+			if out := redisCLI(t, s, "", "--no-raw", "RL.SETTLE", m[1], "25"); !strings.HasPrefix(out, "(error) ERR unknown or expired reservation '"+m[1]+"'") {
 				t.Errorf("redis-cli RL.SETTLE again: %q", out)
 			}
 			made := 1
