@@ -20,7 +20,8 @@
 -- (a peek at the request's cost); if all admit and it is no peek, each is
 -- charged; if any refuses, none is, and each limit with room reports what
 -- it has (a look at cost 0). A charge is taken by each limit, whatever
--- the others. Its keys are its own: no single-limit
+-- the others, and a refund given back to each by its own anchor; a grant
+-- is a take. Its keys are its own: no single-limit
 -- request shares them, so they come after all the others. A key's
 -- multi-limit requests come together too, so that those on the same keys
 -- under the same limits (a hot tenant under a policy) are decided as a
@@ -38,14 +39,20 @@
 --          (fixed, log, sliding, token, leaky or gcra), rate, period (µs),
 --          burst. The number of request runs, r; four fields per run: its
 --          number of requests, its limit's index (1-based), its cost, and
---          mode: 0 takes, 1 peeks, 2 charges (see charge below). The number of key runs, g; two fields per run:
+--          mode: 0 takes, 1 peeks, 2 charges (see charge below), 3
+--          grants, 4 refunds (see grant below). The number of key runs, g; two fields per run:
 --          its number of keys and how many requests each key has. The
 --          requests, in the order of the request runs, belong to the keys
 --          in the order of the key runs. The number of multi-limit
 --          runs, q: multi-limit requests in a row that share their limits,
 --          cost and mode (a batch under one policy is one run); per run:
 --          its number of requests c, their number of limits n, cost, mode
---          (as a run's), and the limits' indexes (n fields). Then, for
+--          (as a run's), and the limits' indexes (n fields). Then the
+--          refunds' anchors, one per single-limit refund, in the order
+--          of the requests, then one per limit of each multi-limit
+--          refund, a request at a time in the order of its limits: as
+--          many as the runs' modes say, so a batch without a refund has
+--          none. Then, for
 --          tests only, an optional field: now (µs), which pins the
 --          clock, otherwise Redis's TIME, read once for the batch. Last,
 --          the deadline (µs on Redis's clock, 0: none): the time after
@@ -72,6 +79,11 @@
 -- each once. A request
 -- that failed has, as allowed, -k, k the 1-based index of its message; a
 -- multi-limit request that failed has it for each of its limits.
+-- An admitted grant's reply carries the grant's hold (µs) as its
+-- retry_after and its anchor (µs) as its delay, both otherwise 0 in an
+-- admission (a grant is never a leaky bucket's): the caller, which knows
+-- its grants, reads them there, and a reply is five integers whatever
+-- the mode.
 -- Redis writes each integer of a reply on its own; a batch of empty keys
 -- replies five. The limit a decision reports is not sent: it follows from
 -- the limit asked (engine's Limit.Capacity), and a smaller reply is less
@@ -178,10 +190,11 @@ local sizes, runs, keyRuns, perKey = {}, {}, {}, {}
 
 -- The call's multi-limit requests: q, in runsOfMulti runs; run k has
 -- runSize[k] requests, of rN[k] limits each, cost rCost[k] and mode
--- rMode[k], and rAt[k] is the field of its first limit index: arrays,
+-- rMode[k], rAt[k] is the field of its first limit index, and a refund
+-- run's rAnchor[k] the field of its first request's first anchor: arrays,
 -- kept from call to call. multiKeys counts their keys.
 local q, runsOfMulti, multiKeys = 0, 0, 0
-local runSize, rN, rCost, rMode, rAt = {}, {}, {}, {}, {}
+local runSize, rN, rCost, rMode, rAt, rAnchor = {}, {}, {}, {}, {}, {}
 
 -- charge takes cost on s whatever is left: a cost known only after the
 -- work (engine's charge, which this composes the same way). Whether it
@@ -202,6 +215,44 @@ local function charge(A, s, key, now, L, cost)
     _, _, retry = A.step(s, key, now, L, 1, true)
   end
   return fitted, remaining, retry, reset, 0
+end
+
+-- Owned quota (engine's grant.go): a grant takes cost as a take does
+-- and hands the units to the caller, who spends them later; a refund
+-- gives back what it did not spend, as far as that stays exact. Redis
+-- keeps no record of a grant: its anchor names it (the window's end,
+-- the sub-window's, the bucket's z after it, A.anchor), and the
+-- algorithm's refund gives back by it (A.refund). Both read the key as
+-- a look does, with no claim, whose reply could not carry the anchor,
+-- and neither joins a hot run: a sidecar asks one grant of a key a
+-- batch.
+--
+-- grant takes cost on s; admitted, its reply carries the hold in
+-- retry_after and the anchor in delay.
+local function grant(A, s, key, now, L, cost)
+  local allowed, remaining, retry, reset, delay = A.step(s, key, now, L, cost, false)
+  if allowed then
+    delay = A.anchor(s, L)
+    retry = delay - now
+  end
+  return allowed, remaining, retry, reset, delay
+end
+
+-- refund gives cost back to s by anchor; never refused, its reply is a
+-- look at cost 0 after it.
+local function refund(A, s, key, now, L, cost, anchor)
+  A.refund(s, key, now, L, cost, anchor)
+  local _, remaining, _, reset = A.step(s, key, now, L, 0, true)
+  return true, remaining, 0, reset, 0
+end
+
+-- anchorAt reads the anchor in field j: a time after the epoch.
+local function anchorAt(j)
+  local a = number(ARGV[j])
+  if not a or a < 1 or a % 1 ~= 0 or a >= two53 then
+    fail('invalid anchor ' .. string.format('%q', tostring(ARGV[j])))
+  end
+  return a
 end
 
 -- out is the reply: o values, the header first. p1 to p5 are the last
@@ -342,6 +393,11 @@ local function decided()
       if allowed ~= nil then -- a claim decided it
       elseif run.charge then
         allowed, remaining, retry, reset, delay = charge(A, s, key, now, L, run.cost)
+      elseif run.grant then
+        allowed, remaining, retry, reset, delay = grant(A, s, key, now, L, run.cost)
+      elseif run.refund then
+        local a = anchorAt(run.anchors + sizes[k] - 1 - left) -- the request's place in its run
+        allowed, remaining, retry, reset, delay = refund(A, s, key, now, L, run.cost, a)
       else
         allowed, remaining, retry, reset, delay = A.step(s, key, now, L, run.cost, run.peek)
       end
@@ -354,7 +410,7 @@ local function decided()
       if left < more then
         more = left
       end
-      if more >= 4 and A.many and not run.charge then
+      if more >= 4 and A.many and not run.special then
         local replies = A.many(s, key, now, L, run.cost, run.peek, more)
         if replies then
           for _, x in ipairs(replies) do
@@ -491,15 +547,28 @@ local function decideMulti(base, nl, held, goesOn)
   -- The upvalues used most, as locals: an upvalue costs an instruction
   -- each time it is read.
   local pv, pb, Ls, states, KEYS, now, mode = pv, pb, Ls, states, KEYS, now, rMode[kr]
-  if mode == '2' and cost > 0 then
-    -- Taken by each limit, whatever the others (engine's charge): each is
-    -- read, charged and written in turn. A charge never joins a hot run.
+  -- A charge is taken by each limit, whatever the others (engine's
+  -- charge), and a refund given back to each by its own anchor (engine's
+  -- refund): each limit is read, charged or given back and written in
+  -- turn. Neither joins a hot run.
+  local charged, at = mode == '2' and cost > 0, nil
+  if charged then
     limitsOf(kr)
     for j = 1, nl do
       if not Ls[j].alg.force then
         fail('the sliding log takes no charge')
       end
     end
+  elseif mode == '4' then
+    if limitsErr then
+      error(limitsErr, 0)
+    end
+    at = rAnchor[kr] + (x - first) * nl - 1 -- the field before the request's anchors
+    for j = 1, nl do
+      anchorAt(at + j) -- all checked before any is given back
+    end
+  end
+  if charged or at then
     for j = 1, nl do
       local L, key = Ls[j], KEYS[base + j]
       if pinned then
@@ -507,7 +576,11 @@ local function decideMulti(base, nl, held, goesOn)
       end
       local s = L.alg.read(key, now, L, cost, true)
       local v = pb + 5 * j
-      pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = charge(L.alg, s, key, now, L, cost)
+      if at then
+        pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = refund(L.alg, s, key, now, L, cost, anchorAt(at + j))
+      else
+        pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = charge(L.alg, s, key, now, L, cost)
+      end
       if s.dirty then
         L.alg.write(key, now, s, L)
       end
@@ -596,15 +669,18 @@ local function decideMulti(base, nl, held, goesOn)
     -- take's; the others step again. Unless a hot run goes on, each
     -- limit's state is written as soon as it is taken.
     for j = 1, nl do
-      local L, s = Ls[j], states[j]
+      local L, s, v = Ls[j], states[j], pb + 5 * j
       local A = L.alg
       if not (claimed and j == claimer) then
         if A.commit and cost > 0 then
           A.commit(s)
         else
-          local v = pb + 5 * j
           pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(s, KEYS[base + j], now, L, cost, false)
         end
+      end
+      if mode == '3' then
+        local a = A.anchor(s, L) -- a grant: its hold and anchor (grant)
+        pv[v - 2], pv[v] = a - now, a
       end
       if s.dirty and not goesOn then
         A.write(KEYS[base + j], now, s, L)
@@ -631,7 +707,13 @@ local function decideMulti(base, nl, held, goesOn)
   for j = 1, nl do
     local L, key, v = Ls[j], KEYS[base + j], pb + 5 * j
     local A = L.alg
-    local s, allowed, remaining, retry, reset, delay = A.read(key, now, L, cost, false, memoOf(L, cost))
+    local s, allowed, remaining, retry, reset, delay
+    if mode == '3' then
+      s = A.read(key, now, L, cost, true)
+      allowed, remaining, retry, reset, delay = grant(A, s, key, now, L, cost)
+    else
+      s, allowed, remaining, retry, reset, delay = A.read(key, now, L, cost, false, memoOf(L, cost))
+    end
     if allowed == nil then
       allowed, remaining, retry, reset, delay = A.step(s, key, now, L, cost, false)
     end
@@ -656,7 +738,7 @@ end
 -- KEYS[base], continues the hot run of one of run ky, its keys after
 -- KEYS[pbase].
 local function continues(kx, base, ky, pbase)
-  if rN[kx] ~= rN[ky] or rMode[kx] == '2' or rMode[ky] == '2' then
+  if rN[kx] ~= rN[ky] or rMode[kx] >= '2' or rMode[ky] >= '2' then -- charges, grants and refunds
     return false
   end
   for j = 0, rN[kx] - 1 do
@@ -714,7 +796,20 @@ local function resolve()
     return
   end
   own = got
-  if own and rMode[kr] ~= '1' and cost > 0 then
+  local mode = rMode[kr]
+  if mode == '3' or mode == '4' then
+    for j = 1, rN[kr] do
+      if not Ls[j].alg.refund then
+        limitsErr = {err = 'ERR sluice: the ' .. Ls[j].f1 .. ' algorithm takes no grant'}
+        return
+      end
+    end
+    if cost < 1 then
+      costErr = {err = 'ERR sluice: a grant or a refund of ' .. num(cost) .. ': want at least 1'}
+    end
+    return -- no claim: a claim's reply has no anchor
+  end
+  if own and mode ~= '1' and cost > 0 then
     for j = rN[kr], 1, -1 do
       if Ls[j].alg.claims and cost <= Ls[j].capacity then
         claimer, memo = j, memoOf(Ls[j], cost)
@@ -804,6 +899,7 @@ local function parse()
   end
   runsOfMulti = count(qj, 'number of multi-limit runs')
   local mj
+  local multiAnchors = 0
   multiKeys, mj, q = 0, qj + 1, 0
   for k = 1, runsOfMulti do
     local c, nl = count(mj, 'multi-limit run size'), count(mj + 1, 'number of limits of a request')
@@ -815,10 +911,10 @@ local function parse()
       fail('multi-limit run ' .. k .. ' of ' .. c .. ' requests of ' .. nl .. ' limits past the ' .. #KEYS .. ' keys')
     end
     runSize[k], rN[k], rCost[k], rMode[k], rAt[k] = c, nl, ARGV[mj + 2], ARGV[mj + 3], mj + 4
+    if rMode[k] == '4' then
+      rAnchor[k], multiAnchors = multiAnchors, multiAnchors + c * nl -- from the anchors' start, fixed below
+    end
     q, multiKeys, mj = q + c, multiKeys + c * nl, mj + 4 + nl
-  end
-  if #ARGV ~= mj and #ARGV ~= mj + 1 then
-    fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4, ' .. g .. ' key runs of 2, ' .. runsOfMulti .. ' multi-limit runs, an optional now and a deadline, got ' .. #ARGV .. ' arguments')
   end
   -- Each limit is read and checked once; one that is bad fails the
   -- requests that name it.
@@ -826,7 +922,10 @@ local function parse()
     limits[l] = limitAt(l)
   end
   -- Each run is read and checked once too: its size, its limit, its cost.
+  -- The refunds' anchors follow the multi-limit runs (mj), the
+  -- single-limit ones first.
   n = 0
+  local anchors = 0
   for k = 1, r do
     local j = 3 + 4 * m + 4 * (k - 1)
     local size = count(j, 'run size')
@@ -841,13 +940,24 @@ local function parse()
     local mode = ARGV[j + 3]
     run.L, run.A, run.cost, run.memo = L, L and L.alg, cost, nil
     run.peek, run.charge = mode == '1', mode == '2' and cost ~= nil and cost > 0
-    run.look = run.peek or run.charge -- a charge reads as a peek does: no claim, which would admit
+    run.grant, run.refund = mode == '3', mode == '4'
+    run.special = run.charge or run.grant or run.refund -- none steps with many
+    -- A charge, a grant and a refund read as a peek does: no claim,
+    -- which would admit, or whose reply has no anchor.
+    run.look = run.peek or run.special
+    if run.refund then
+      run.anchors, anchors = mj + anchors, anchors + size
+    end
     if not L then
       err = {err = 'ERR sluice: no limit ' .. string.format('%q', ARGV[j + 1])}
     elseif L.err then
       err = L.err
     elseif not err and run.charge and not (L.alg.force or L.alg.charge) then
       err = {err = 'ERR sluice: the sliding log takes no charge'}
+    elseif not err and (run.grant or run.refund) and not L.alg.refund then
+      err = {err = 'ERR sluice: the ' .. L.f1 .. ' algorithm takes no grant'}
+    elseif not err and (run.grant or run.refund) and cost < 1 then
+      err = {err = 'ERR sluice: a grant or a refund of ' .. num(cost) .. ': want at least 1'}
     end
     run.err = err
     run.claimRun = nil
@@ -857,6 +967,19 @@ local function parse()
         run.claimRun = L.alg.claimRun
       end
     end
+  end
+  for k = 1, runsOfMulti do
+    if rMode[k] == '4' then
+      rAnchor[k] = mj + anchors + rAnchor[k]
+    end
+  end
+  mj = mj + anchors + multiAnchors
+  if #ARGV ~= mj and #ARGV ~= mj + 1 then
+    local refunds = ''
+    if anchors + multiAnchors > 0 then
+      refunds = num(anchors + multiAnchors) .. ' anchors, '
+    end
+    fail('want ' .. m .. ' limits of 4 arguments, ' .. r .. ' runs of 4, ' .. g .. ' key runs of 2, ' .. runsOfMulti .. ' multi-limit runs, ' .. refunds .. 'an optional now and a deadline, got ' .. #ARGV .. ' arguments')
   end
   keys = 0
   local held = 0

@@ -238,6 +238,27 @@ local function newBucket(extra, leaky, token)
     end
   end
 
+  -- anchor is the anchor of a grant that a take just stored in s: z in
+  -- whole µs, rounded down (engine's grantAnchor says why).
+  local function anchor(s, L)
+    return s.a
+  end
+
+  -- refund moves z back by the units of the grant anchored at anchor
+  -- that have not refilled since, k = min(cost, ceil((anchor - now) /
+  -- interval)), and never before now (engine's refund).
+  local function refund(s, key, now, L, cost, anchor)
+    local sa, sf, d = s.a, s.f, L.d
+    if anchor > now and (now < sa or (now == sa and sf > 0)) then
+      local ka, kf = times(min(cost, fitUp(anchor - now, 0, L.period, d)), L.q, L.r, d)
+      local ta, tf = sub(sa, sf, ka, kf, d)
+      if ta < now then
+        ta, tf = now, 0
+      end
+      s.a, s.f, s.dirty = ta, tf, true
+    end
+  end
+
   local function write(key, now, s, L)
     redis.call('SET', key, stored(s.a, s.f, L.d), px(now, up(s.a, s.f)))
   end
@@ -277,6 +298,11 @@ local function newBucket(extra, leaky, token)
     return out
   end
 
-  -- claims: read may decide an empty key's request by claiming it.
-  return {prepare = prepare, read = read, step = step, commit = commit, write = write, many = many, force = force, claims = true, claimRun = claimRun}
+  -- claims: read may decide an empty key's request by claiming it. The
+  -- leaky bucket takes no grant: its units hold places in its queue.
+  local A = {prepare = prepare, read = read, step = step, commit = commit, write = write, many = many, force = force, claims = true, claimRun = claimRun}
+  if not leaky then
+    A.anchor, A.refund = anchor, refund
+  end
+  return A
 end

@@ -76,6 +76,23 @@ function fixed.force(s, key, now, L, c)
   end
 end
 
+-- anchor is the anchor of a grant that a take just stored in s: the
+-- window's end (engine's grantAnchor; batch.lua's grant).
+function fixed.anchor(s, L)
+  return s.a + L.period
+end
+
+-- refund takes cost off the count while the window that ends at anchor
+-- is the current one, never below zero; after it, nothing (engine's
+-- refund says why that is exact).
+function fixed.refund(s, key, now, L, cost, anchor)
+  local p = L.period
+  local w = max(now - fmod(now, p), s.a)
+  if s.a == w and anchor == w + p and s.b > 0 then
+    s.b, s.ends, s.dirty = max(s.b - cost, 0), w + p, true
+  end
+end
+
 function fixed.write(key, now, s)
   -- As strings: Redis would print each number with printf.
   redis.call('HSET', key, 'w', num(s.a), 'n', num(s.b))

@@ -313,6 +313,12 @@ end
 --   force(s, key, now, L, c)
 --               takes c units whatever is left, as far as a debt of one
 --               capacity (a charge, batch.lua); the sliding log has none
+--   anchor(s, L), refund(s, key, now, L, cost, anchor)
+--               optional, together: the anchor of the grant a take just
+--               stored in s, and giving back cost units of the grant
+--               anchored at anchor, as far as engine's refund does (a
+--               grant and a refund, batch.lua); only fixed, sliding,
+--               token and gcra have them
 --   commit(s)   optional: stores the outcome of the step just before, a
 --               peek at a cost above 0 that admitted, as a take would
 --               have (its reply is the peek's): a multi-limit request

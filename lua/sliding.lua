@@ -154,6 +154,26 @@ function sliding.force(s, key, now, L, c)
   end
 end
 
+-- anchor is the anchor of a grant that a take just stored in s: the
+-- current sub-window's end (engine's grantAnchor; batch.lua's grant).
+function sliding.anchor(s, L)
+  return s.sw + L.s
+end
+
+-- refund takes cost off the current sub-window's count while it is the
+-- one that ends at anchor, never below zero; after it, nothing (engine's
+-- refund).
+function sliding.refund(s, key, now, L, cost, anchor)
+  if not s.stored then
+    return
+  end
+  local w, k = window(s, key, now, L)
+  if anchor == w + L.s and counts[0] > 0 then
+    counts[0] = max(counts[0] - cost, 0)
+    keep(s, L, w, k)
+  end
+end
+
 function sliding.write(key, now, s, L)
   local args, m = {'w', s.sw, 'n', L.n}, 4
   for j = 0, L.n do

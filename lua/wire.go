@@ -22,6 +22,14 @@ const (
 	Take   Mode = 0 // take the cost if it fits, else refuse
 	Peek   Mode = 1 // say whether it would fit, taking nothing
 	Charge Mode = 2 // take it even past the limit: a cost known after the work
+	// Grant takes the cost as Take does, for the caller to spend later:
+	// an admitted grant's reply carries its hold in RetryAfter and its
+	// anchor in Delay (see GrantOf).
+	Grant Mode = 3
+	// Refund gives the cost back to the grant named by its anchor (one
+	// per request in BatchCall.Anchors; a multi-limit request's, one per
+	// limit). Never refused.
+	Refund Mode = 4
 )
 
 // Limit is a row of a batch's limits table. Algorithm is a short name
@@ -64,6 +72,11 @@ type BatchCall struct {
 	KeyRuns     []KeyRun
 	Multis      []Multi
 	MultiLimits []int64 // each Multi's limit indexes, once a run, in order
+	// Anchors are the refunds' anchors (µs): one per single-limit
+	// request of a Refund run, in request order, then one per limit of
+	// each multi-limit Refund request, in request order. Empty when the
+	// call has no refund.
+	Anchors []int64
 	// Now pins the clock (µs), for tests only, when Pinned.
 	Now    int64
 	Pinned bool
@@ -95,7 +108,7 @@ func PutDeadline(cmd []byte, d int64) {
 
 // Args is how many arguments c is.
 func (c *BatchCall) Args() int {
-	n := 1 + 4*len(c.Limits) + 1 + 4*len(c.Runs) + 1 + 2*len(c.KeyRuns) + 1 + 4*len(c.Multis) + len(c.MultiLimits) + 1
+	n := 1 + 4*len(c.Limits) + 1 + 4*len(c.Runs) + 1 + 2*len(c.KeyRuns) + 1 + 4*len(c.Multis) + len(c.MultiLimits) + len(c.Anchors) + 1
 	if c.Pinned {
 		n++
 	}
@@ -167,6 +180,9 @@ func (c *BatchCall) each(str func(string), num func(int64)) {
 		}
 		at += m.Limits
 	}
+	for _, a := range c.Anchors {
+		num(a)
+	}
 	if c.Pinned {
 		num(c.Now)
 	}
@@ -177,6 +193,18 @@ func (c *BatchCall) each(str func(string), num func(int64)) {
 // failed with the reply's k-th error message.
 type Decision struct {
 	Allowed, Remaining, RetryAfter, ResetAfter, Delay int64 // times in µs
+}
+
+// GrantOf reads an admitted grant's anchor and hold (µs) from its reply,
+// where the script carries them (RetryAfter and Delay, otherwise zero in
+// an admission), and returns the reply without them.
+func GrantOf(d Decision) (plain Decision, anchor, hold int64) {
+	if d.Allowed != 1 {
+		return d, 0, 0
+	}
+	anchor, hold = d.Delay, d.RetryAfter
+	d.Delay, d.RetryAfter = 0, 0
+	return d, anchor, hold
 }
 
 // BatchReply is a batch call's reply, decoded.

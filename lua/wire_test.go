@@ -203,6 +203,31 @@ func TestBatchRoundTrip(t *testing.T) {
 			{Decision: lua.Decision{Allowed: 1, Remaining: 4, ResetAfter: 1_000_000}},
 			{Decision: lua.Decision{Allowed: 1, Remaining: 2, ResetAfter: 60_000_000}},
 		}},
+		// A grant's reply carries its hold as retry_after and its anchor
+		// as delay; a refund names its grant by the anchor, one per
+		// request (a multi-limit one's, one per limit).
+		{"a grant and a refund", []string{"h", "l"}, lua.BatchCall{
+			Limits:  []lua.Limit{fixed, {Algorithm: "leaky", Rate: 1, Period: 1_000_000, Burst: 2}},
+			Runs:    []lua.Run{{Requests: 1, Limit: 1, Cost: 2, Mode: lua.Grant}, {Requests: 1, Limit: 1, Cost: 1, Mode: lua.Refund}, {Requests: 1, Limit: 2, Cost: 1, Mode: lua.Grant}},
+			KeyRuns: []lua.KeyRun{{Keys: 1, Requests: 2}, {Keys: 1, Requests: 1}},
+			Anchors: []int64{pinned + 60_000_000},
+		}, []decided{
+			{Decision: lua.Decision{Allowed: 1, Remaining: 1, RetryAfter: 60_000_000, ResetAfter: 60_000_000, Delay: pinned + 60_000_000}},
+			{Decision: lua.Decision{Allowed: 1, Remaining: 2, ResetAfter: 60_000_000}},
+			{Decision: lua.Decision{Allowed: -1}, err: "ERR sluice: the leaky algorithm takes no grant"},
+		}},
+		{"a multi-limit grant and refund", []string{"mg:g", "mg:f", "mg:g", "mg:f"}, lua.BatchCall{
+			Limits:      []lua.Limit{gcra, fixed},
+			Multis:      []lua.Multi{{Requests: 1, Limits: 2, Cost: 2, Mode: lua.Grant}, {Requests: 1, Limits: 2, Cost: 1, Mode: lua.Refund}},
+			MultiLimits: []int64{1, 2, 1, 2},
+			Anchors:     []int64{pinned + 2_000_000, pinned + 60_000_000},
+		}, []decided{
+			{Decision: lua.Decision{Allowed: 1, Remaining: 3, RetryAfter: 2_000_000, ResetAfter: 2_000_000, Delay: pinned + 2_000_000}},
+			{Decision: lua.Decision{Allowed: 1, Remaining: 1, RetryAfter: 60_000_000, ResetAfter: 60_000_000, Delay: pinned + 60_000_000}},
+			// GCRA gives back one of the two, ceil(2 s / 1 s) >= 1.
+			{Decision: lua.Decision{Allowed: 1, Remaining: 4, ResetAfter: 1_000_000}},
+			{Decision: lua.Decision{Allowed: 1, Remaining: 2, ResetAfter: 60_000_000}},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.call
@@ -217,10 +242,11 @@ func TestBatchRoundTrip(t *testing.T) {
 // TestBatchValues: the boxed arguments (go-redis's) are the appended ones.
 func TestBatchValues(t *testing.T) {
 	c := lua.BatchCall{
-		Limits:  []lua.Limit{{Algorithm: "sliding", Rate: 5, Period: 1000, Burst: 10}},
-		Runs:    []lua.Run{{Requests: 2, Limit: 1, Cost: 3, Mode: lua.Peek}},
-		KeyRuns: []lua.KeyRun{{Keys: 1, Requests: 2}},
-		Multis:  []lua.Multi{{Requests: 1, Limits: 1, Cost: 9, Mode: lua.Charge}}, MultiLimits: []int64{1},
+		Limits:      []lua.Limit{{Algorithm: "sliding", Rate: 5, Period: 1000, Burst: 10}},
+		Runs:        []lua.Run{{Requests: 2, Limit: 1, Cost: 3, Mode: lua.Peek}},
+		KeyRuns:     []lua.KeyRun{{Keys: 1, Requests: 2}},
+		Multis:      []lua.Multi{{Requests: 1, Limits: 1, Cost: 9, Mode: lua.Charge}, {Requests: 1, Limits: 1, Cost: 2, Mode: lua.Refund}},
+		MultiLimits: []int64{1, 1}, Anchors: []int64{pinned + 1000},
 		Now: pinned, Pinned: true,
 	}
 	var boxed []byte

@@ -48,6 +48,7 @@ type batch struct {
 	keyRuns     []lua.KeyRun
 	multis      []lua.Multi
 	multiLimits []int64
+	anchors     []int64
 	// Batch script only: each call's requests with a key's together
 	// (grouped; each call's reqs is a part of it), the distinct keys'
 	// group numbers (keyGroup) and their requests (groupSize), each
@@ -131,6 +132,7 @@ func (s *Store) release(b *batch) {
 	b.valid, b.slotted, b.slots, b.order = b.valid[:0], b.slotted[:0], b.slots[:0], b.order[:0]
 	b.keys, b.calls = b.keys[:0], b.calls[:0]
 	b.wireLimits, b.runs, b.keyRuns, b.multis, b.multiLimits = b.wireLimits[:0], b.runs[:0], b.keyRuns[:0], b.multis[:0], b.multiLimits[:0]
+	b.anchors = b.anchors[:0]
 	clear(b.slotGroup)
 	clear(b.limitIndex)
 	b.limits, b.reqLimit, b.multi, b.multiBy = b.limits[:0], b.reqLimit[:0], b.multi[:0], b.multiBy[:0]
@@ -304,6 +306,10 @@ func modeOf(r *engine.Request) lua.Mode {
 		return lua.Charge
 	case r.Peek:
 		return lua.Peek
+	case r.Grant:
+		return lua.Grant
+	case r.Refund:
+		return lua.Refund
 	}
 	return lua.Take
 }
@@ -340,7 +346,7 @@ func (b *batch) appendBatchCall(reqs []engine.Request, idx, multi []int) lua.Bat
 			b.reqLimit = append(b.reqLimit, index(l.Limit))
 		}
 	}
-	l0, r0, k0, m0, ml0 := len(b.wireLimits), len(b.runs), len(b.keyRuns), len(b.multis), len(b.multiLimits)
+	l0, r0, k0, m0, ml0, a0 := len(b.wireLimits), len(b.runs), len(b.keyRuns), len(b.multis), len(b.multiLimits), len(b.anchors)
 	for _, l := range b.limits {
 		b.wireLimits = append(b.wireLimits, lua.Limit{Algorithm: l.Algorithm.Short(), Rate: l.Rate, Period: l.Period.Microseconds(), Burst: burstArg(l)})
 	}
@@ -352,6 +358,11 @@ func (b *batch) appendBatchCall(reqs []engine.Request, idx, multi []int) lua.Bat
 			end++
 		}
 		b.runs = append(b.runs, lua.Run{Requests: int64(end - q), Limit: b.reqLimit[q], Cost: r.Cost, Mode: modeOf(r)})
+		if r.Refund {
+			for _, i := range idx[q:end] {
+				b.anchors = append(b.anchors, reqs[i].Anchor)
+			}
+		}
 		q = end
 	}
 	// Key runs: consecutive keys with as many requests each.
@@ -380,11 +391,21 @@ func (b *batch) appendBatchCall(reqs []engine.Request, idx, multi []int) lua.Bat
 		b.multis = append(b.multis, lua.Multi{Requests: 1, Limits: len(ls), Cost: r.Cost, Mode: modeOf(r)})
 		b.multiLimits = append(b.multiLimits, ls...)
 	}
+	// The refunds' anchors, a multi-limit refund's from its Detail (see
+	// engine.Request.Refund), after the single-limit ones.
+	for _, i := range multi {
+		if r := &reqs[i]; r.Refund {
+			for j := range r.Limits {
+				b.anchors = append(b.anchors, r.Detail[j].Anchor)
+			}
+		}
+	}
 	return lua.BatchCall{
 		Limits:      b.wireLimits[l0:len(b.wireLimits):len(b.wireLimits)],
 		Runs:        b.runs[r0:len(b.runs):len(b.runs)],
 		KeyRuns:     b.keyRuns[k0:len(b.keyRuns):len(b.keyRuns)],
 		Multis:      b.multis[m0:len(b.multis):len(b.multis)],
 		MultiLimits: b.multiLimits[ml0:len(b.multiLimits):len(b.multiLimits)],
+		Anchors:     b.anchors[a0:len(b.anchors):len(b.anchors)],
 	}
 }

@@ -316,7 +316,7 @@ func (s *Store) collectBatch(b *batch, c *call, reply []any) error {
 				res[i] = engine.Result{Err: fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.Key(r.Key, r.Limit.Algorithm), b.reply.Err(*v))}
 				continue
 			}
-			res[i] = engine.Result{Decision: decision(v, r.Limit)}
+			res[i] = engine.Result{Decision: decision(v, r.Limit, r.Grant)}
 			continue
 		}
 		var parts [engine.MaxLimits]engine.Decision
@@ -328,7 +328,7 @@ func (s *Store) collectBatch(b *batch, c *call, reply []any) error {
 				res[i].Err = fmt.Errorf("upstream: eval %s: %s: %w", c.script.Name, s.LimitKey(r.Key, r.Limits[j]), b.reply.Err(*v))
 				break
 			}
-			parts[j] = decision(v, r.Limits[j].Limit)
+			parts[j] = decision(v, r.Limits[j].Limit, r.Grant)
 		}
 		k += n
 		if res[i].Err == nil {
@@ -339,15 +339,23 @@ func (s *Store) collectBatch(b *batch, c *call, reply []any) error {
 	return nil
 }
 
-// decision is one reply under limit l.
-func decision(v *lua.Decision, l engine.Limit) engine.Decision {
+// decision is one reply under limit l; a grant's carries its anchor and
+// hold (lua.GrantOf).
+func decision(v *lua.Decision, l engine.Limit, grant bool) engine.Decision {
+	d := *v
+	var anchor, hold int64
+	if grant {
+		d, anchor, hold = lua.GrantOf(d)
+	}
 	return engine.Decision{
-		Allowed:    v.Allowed == 1,
+		Allowed:    d.Allowed == 1,
 		Limit:      l.Capacity(),
-		Remaining:  v.Remaining,
-		RetryAfter: engine.Micros(v.RetryAfter),
-		ResetAfter: engine.Micros(v.ResetAfter),
-		Delay:      engine.Micros(v.Delay),
+		Remaining:  d.Remaining,
+		RetryAfter: engine.Micros(d.RetryAfter),
+		ResetAfter: engine.Micros(d.ResetAfter),
+		Delay:      engine.Micros(d.Delay),
+		Anchor:     anchor,
+		Hold:       engine.Micros(hold),
 	}
 }
 

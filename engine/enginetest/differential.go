@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -28,8 +29,12 @@ type Op struct {
 	Cost    int64         // may exceed the capacity or be negative: bad input
 	Peek    bool
 	Charge  bool // a cost known after the work, taken even over the limit
-	Reset   bool
-	Multi   bool // decided by the scenario's Limits, not its Limit
+	// Grant takes the cost for a holder to spend later; Refund gives it
+	// back to the key's last admitted grant (Differential keeps its
+	// anchor), or, before any, to a made-up one.
+	Grant, Refund bool
+	Reset         bool
+	Multi         bool // decided by the scenario's Limits, not its Limit
 	// Batch joins the operation to the batch of the one before it: a
 	// request at the same instant (Advance is 0), decided in one Submit
 	// with it. Runs of them on one key are the hot runs a tenant-wide
@@ -155,7 +160,32 @@ func NewScenario(seed []byte) Scenario {
 	multiLimits(&sc, rand.New(rand.NewPCG(rng.Uint64(), extra+2)), periods)
 	charges(&sc, rand.New(rand.NewPCG(rng.Uint64(), extra+3)))
 	peerWindows(&sc, rand.New(rand.NewPCG(rng.Uint64(), extra+4)))
+	grants(&sc, rand.New(rand.NewPCG(rng.Uint64(), extra+5)))
 	return sc
+}
+
+// grants makes about a sixth of the operations grants and a sixth
+// refunds, from a stream of their own so that every seed's other
+// operations stay what they were: a key moves between hot (grants and
+// refunds) and cold (plain takes) and back, on every algorithm (those
+// that take no grant must refuse it alike), now and then with a peek or
+// a charge, which both stores must refuse alike.
+func grants(sc *Scenario, rng *rand.Rand) {
+	for i := range sc.Ops {
+		op := &sc.Ops[i]
+		if op.Reset || op.Charge && rng.IntN(10) != 0 {
+			continue
+		}
+		switch rng.IntN(6) {
+		case 0:
+			op.Grant = true
+		case 1:
+			op.Refund = true
+		default:
+			continue
+		}
+		op.Peek = op.Peek && rng.IntN(4) == 0
+	}
 }
 
 // peerWindows makes an eighth of the single-limit scenarios the peer's
@@ -232,7 +262,7 @@ func multiLimits(sc *Scenario, rng *rand.Rand, periods []time.Duration) {
 
 // request is op's request on key.
 func (sc *Scenario) request(op Op, key string) engine.Request {
-	r := engine.Request{Key: key, Limit: sc.Limit, Cost: op.Cost, Peek: op.Peek, Charge: op.Charge}
+	r := engine.Request{Key: key, Limit: sc.Limit, Cost: op.Cost, Peek: op.Peek, Charge: op.Charge, Grant: op.Grant, Refund: op.Refund}
 	if op.Multi {
 		r.Limit, r.Limits, r.Detail = engine.Limit{}, sc.Limits, make([]engine.Decision, len(sc.Limits))
 	}
@@ -247,9 +277,84 @@ func (sc *Scenario) request(op Op, key string) engine.Request {
 // scenarios.
 func Differential(tb testing.TB, a, b engine.Store, clock *Clock, prefix string, seed []byte) {
 	tb.Helper()
-	sc := NewScenario(seed)
+	runScenario(tb, a, b, clock, prefix, NewScenario(seed))
+}
+
+// HotCold runs, as Differential does, a scripted scenario per algorithm
+// that offers grants, and one of a multi-limit policy: one key cold
+// (plain takes), then hot (a grant, takes beside it, refunds within the
+// grant's window and after it, a grant refused, a grant given back at
+// once), then cold again, at times that fall inside and across windows
+// and refills. Keys are made unique with prefix.
+func HotCold(tb testing.TB, a, b engine.Store, clock *Clock, prefix string) {
+	tb.Helper()
+	limits := []engine.Limit{
+		{Algorithm: engine.FixedWindow, Rate: 10, Period: time.Second},
+		{Algorithm: engine.SlidingWindow, Rate: 10, Period: time.Second, Precision: 5},
+		{Algorithm: engine.TokenBucket, Rate: 10, Period: time.Second, Burst: 10},
+		{Algorithm: engine.GCRA, Rate: 7, Period: time.Second, Burst: 6}, // 142,857 1/7 µs a unit
+	}
+	ops := func(multi bool) []Op {
+		var ops []Op
+		add := func(op Op) {
+			op.Multi = multi
+			ops = append(ops, op)
+		}
+		for range 5 { // cold
+			add(Op{Advance: 37 * time.Millisecond, Cost: 1})
+		}
+		add(Op{Advance: 3 * time.Millisecond, Cost: 4, Grant: true})
+		for range 3 { // another sidecar's takes beside the grant
+			add(Op{Cost: 1, Batch: true})
+		}
+		add(Op{Advance: 50 * time.Millisecond, Cost: 2, Refund: true})
+		add(Op{Advance: 90 * time.Millisecond, Cost: 3, Grant: true})
+		add(Op{Cost: 9, Grant: true}) // does not fit
+		add(Op{Advance: 160 * time.Millisecond, Cost: 3, Refund: true})
+		add(Op{Advance: -1, Cost: 1}) // to the window's edge
+		add(Op{Cost: 3, Refund: true})
+		add(Op{Advance: 11 * time.Millisecond, Cost: 5, Grant: true})
+		add(Op{Cost: 5, Refund: true, Batch: true})
+		for range 10 { // cold again
+			add(Op{Advance: 13 * time.Millisecond, Cost: 1})
+		}
+		add(Op{Advance: 400 * time.Millisecond, Cost: 2, Grant: true})
+		add(Op{Advance: time.Second, Cost: 2, Refund: true}) // long after
+		add(Op{Cost: 1})
+		return ops
+	}
+	for _, l := range limits {
+		runScenario(tb, a, b, clock, prefix+":"+l.Algorithm.Short(), Scenario{Limit: l, Ops: ops(false)})
+	}
+	policy := []engine.NamedLimit{{Name: "a", Limit: limits[0]}, {Name: "b", Limit: limits[3]}}
+	runScenario(tb, a, b, clock, prefix+":multi", Scenario{Limit: limits[0], Limits: policy, Ops: ops(true)})
+}
+
+func runScenario(tb testing.TB, a, b engine.Store, clock *Clock, prefix string, sc Scenario) {
+	tb.Helper()
 	ctx := context.Background()
 	keys := []string{prefix + ":0", prefix + ":1", prefix + ":2"}
+	// The anchors of each key's last admitted grant, single-limit and
+	// multi-limit (one per limit), which its refunds give back to.
+	var anchors [3]int64
+	var multiAnchors [3][]int64
+	request := func(op Op) engine.Request {
+		r := sc.request(op, keys[op.Key])
+		if !op.Refund {
+			return r
+		}
+		made := clock.Now().UnixMicro() // no grant yet: one that names none
+		if r.Anchor = anchors[op.Key]; r.Anchor == 0 {
+			r.Anchor = made
+		}
+		for j := range r.Detail {
+			r.Detail[j].Anchor = made
+			if j < len(multiAnchors[op.Key]) {
+				r.Detail[j].Anchor = multiAnchors[op.Key][j]
+			}
+		}
+		return r
+	}
 	for i := 0; i < len(sc.Ops); i++ {
 		op := sc.Ops[i]
 		adv := op.Advance
@@ -265,11 +370,19 @@ func Differential(tb testing.TB, a, b engine.Store, clock *Clock, prefix string,
 			}
 			continue
 		}
-		batch := []engine.Request{sc.request(op, keys[op.Key])}
+		batch := []engine.Request{request(op)}
+		ops := []Op{op}
 		for i+1 < len(sc.Ops) && sc.Ops[i+1].Batch {
 			i++
 			o := sc.Ops[i]
-			batch = append(batch, sc.request(o, keys[o.Key]))
+			batch, ops = append(batch, request(o)), append(ops, o)
+		}
+		// a's copies, made before b decides into the batch's Detail: a
+		// refund's anchors are there.
+		ones := make([]engine.Request, len(batch))
+		for k := range batch {
+			ones[k] = batch[k]
+			ones[k].Detail = slices.Clone(batch[k].Detail)
 		}
 		rb := make([]engine.Result, len(batch))
 		if err := engine.Wait(b, batch, rb, time.Time{}); err != nil {
@@ -277,10 +390,7 @@ func Differential(tb testing.TB, a, b engine.Store, clock *Clock, prefix string,
 		}
 		for k := range batch {
 			ra := make([]engine.Result, 1)
-			one := batch[k]
-			if one.Detail != nil {
-				one.Detail = make([]engine.Decision, len(one.Detail))
-			}
+			one := ones[k]
 			if err := engine.Wait(a, []engine.Request{one}, ra, time.Time{}); err != nil {
 				tb.Fatalf("op %d: first store: %v", i, err)
 			}
@@ -293,6 +403,16 @@ func Differential(tb testing.TB, a, b engine.Store, clock *Clock, prefix string,
 			if msg != "" {
 				tb.Fatalf("op %d (request %d of a batch of %d) of scenario %+v %+v\n(%+v at %s): %s",
 					i, k, len(batch), sc.Limit, sc.Limits, batch[k], clock.Now().Format(time.RFC3339Nano), msg)
+			}
+			if o := ops[k]; o.Grant && rb[k].Err == nil && rb[k].Decision.Allowed {
+				if batch[k].Detail == nil {
+					anchors[o.Key] = rb[k].Decision.Anchor
+					continue
+				}
+				multiAnchors[o.Key] = multiAnchors[o.Key][:0]
+				for _, d := range batch[k].Detail {
+					multiAnchors[o.Key] = append(multiAnchors[o.Key], d.Anchor)
+				}
 			}
 		}
 	}

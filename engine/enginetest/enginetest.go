@@ -91,7 +91,7 @@ type Case struct {
 // request in a batch of its own, and once with the requests of the same
 // instant sent together in one batch, which must decide exactly the same.
 func Run(t *testing.T, open Opener) {
-	RunCases(t, open, slices.Concat(Cases, ChargeCases, PeerCases))
+	RunCases(t, open, slices.Concat(Cases, ChargeCases, PeerCases, GrantCases))
 }
 
 // RunCases runs cases as Run runs its own.

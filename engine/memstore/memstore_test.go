@@ -221,8 +221,3 @@ func TestMemoryCountsEvictions(t *testing.T) {
 		t.Fatalf("%d evictions after keys over expired states; want still %d", n, before)
 	}
 }
-
-// The grant and refund cases (owned quota), which the Redis store runs too.
-func TestMemoryGrantConformance(t *testing.T) {
-	enginetest.RunCases(t, openMemory, enginetest.GrantCases)
-}
