@@ -222,7 +222,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.BatchInFlight, "batch-inflight", c.BatchInFlight, "most round trips to the upstream in flight at once, per master on Redis Cluster (`n`)")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most keys the in-memory store keeps, about 300 bytes each with 128-byte keys, 430 for a sliding log; past it a key's count can be evicted and forgotten (`n`)")
 	fs.IntVar(&c.MaxReservations, "max-reservations", c.MaxReservations,
-		"most reservations (RL.RESERVE, the HTTP check's reserve=N) this sidecar holds open, about 300 bytes each (`n`); past it a reservation is refused with an error")
+		"most reservations (RL.RESERVE, the HTTP check's reserve=N) this sidecar holds open, about 350 bytes each with 128-byte keys (`n`); past it a reservation is refused with an error")
 	fs.IntVar(&c.DenyCacheSize, "deny-cache-size", c.DenyCacheSize, "most refusals remembered locally, about 350 bytes each (`n`)")
 	fs.IntVar(&c.MaxClients, "max-clients", c.MaxClients, "most client connections at once (`n`)")
 	fs.Var(&c.MaxInputMemory, "max-input-memory",
