@@ -65,6 +65,16 @@ func (e *UnknownReservationError) Why() string {
 	return "settled already, ended at its TTL (it stays charged at its estimate), or made through another sidecar (settle where you reserved)"
 }
 
+// NotGivenBackError is a settle whose give-back the store did not make:
+// it was answered by Path (a failure mode while the store is away), and
+// the reservation stays charged at its estimate.
+type NotGivenBackError struct{ Path engine.Path }
+
+func (e *NotGivenBackError) Error() string {
+	return "not given back: the settle was answered by " + e.Path.String() +
+		", not the store, so the reservation stays charged at its estimate"
+}
+
 // validateReserve checks what a reservation adds to a request: its TTL
 // (zero: the default) and the estimate, which must be a take's (Grant
 // refuses Peek and Charge itself, and the algorithms that cannot give
@@ -159,6 +169,11 @@ func (s *Service) Settle(ctx context.Context, id string, actual int64) (engine.D
 	err := engine.Wait(s.store, []engine.Request{req}, res[:], deadline)
 	if err == nil {
 		err = res[0].Err
+	}
+	if err == nil && req.Refund && (!res[0].Decision.Allowed || res[0].Path != engine.PathStore) {
+		// A refund is never refused by the store: refused, or decided
+		// by anything else (a failure mode), it was not given back.
+		err = &NotGivenBackError{Path: res[0].Path}
 	}
 	if err != nil {
 		if errors.Is(err, engine.ErrInvalid) {

@@ -491,3 +491,39 @@ func concurrentRounds(t *testing.T, s *service.Service, l engine.Limit, budget i
 		t.Errorf("%d of %d reservations admitted: the test exercised no refusal, or too few admissions", admittedAll, rounds*n)
 	}
 }
+
+// refusesRefunds answers every refund as a remembered refusal would,
+// without the store: what a deny cache that took a refund for a request
+// did.
+type refusesRefunds struct{ engine.Store }
+
+func (r refusesRefunds) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
+	for i := range reqs {
+		if reqs[i].Refund {
+			res[i] = engine.Result{Decision: engine.Decision{Limit: 100, RetryAfter: time.Second}, Path: engine.PathDenyCache}
+			done(nil)
+			return
+		}
+	}
+	r.Store.Submit(reqs, res, deadline, done)
+}
+
+// A give-back answered by anything but the store was not made: the settle
+// says so with an error, and the reservation stays charged.
+func TestSettleNotGivenBack(t *testing.T) {
+	clk := newClock()
+	mem, _ := memstore.New(memstore.Config{Now: clk.Now})
+	s, err := service.New(service.Config{Store: refusesRefunds{mem}, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := service.Request{Key: "k", Limit: fixed100, Cost: 50}
+	id, _, _ := reserve(s, r)
+	var ngb *service.NotGivenBackError
+	if _, err := s.Settle(context.Background(), id, 10); !errors.As(err, &ngb) || ngb.Path != engine.PathDenyCache {
+		t.Errorf("settle: %v; want not given back, by the deny cache", err)
+	}
+	if got := used(t, s, r); got != 50 {
+		t.Errorf("used %d; want the estimate, 50", got)
+	}
+}

@@ -192,7 +192,20 @@ func TestHTTPReserveSettle(t *testing.T) {
 	if res := do(http.MethodPost, "/v1/settle?id="+id+"&actual=120"); res.StatusCode != 404 {
 		t.Errorf("settle twice: %d", res.StatusCode)
 	}
-	if res := do(http.MethodGet, "/v1/check?policy=llm&key=web&cost=0"); res.Header.Get("X-Ratelimit-Remaining") != "880" {
+	if res := do(http.MethodGet, "/v1/check?policy=llm&key=web&cost=0"); res.StatusCode != 200 || res.Header.Get("X-Ratelimit-Remaining") != "880" {
 		t.Errorf("a check after the settle: %v", res.Header)
+	}
+	// A refused reservation is remembered by the deny cache; the settle
+	// that gives back more than it asked for must still reach Redis,
+	// never be answered as that refusal.
+	id = do(http.MethodGet, "/v1/check?policy=llm&key=full&reserve=990").Header.Get("X-Sluice-Reservation")
+	if res := do(http.MethodGet, "/v1/check?policy=llm&key=full&reserve=20"); res.StatusCode != 429 {
+		t.Fatalf("reserve 20 of 10: %d", res.StatusCode)
+	}
+	if res := do(http.MethodPost, "/v1/settle?id="+id+"&actual=0"); res.StatusCode != 200 || res.Header.Get("X-Ratelimit-Remaining") != "1000" {
+		t.Errorf("settle of 990 at 0 after a remembered refusal: %d %v", res.StatusCode, res.Header)
+	}
+	if res := do(http.MethodGet, "/v1/check?policy=llm&key=full&reserve=20"); res.StatusCode != 200 {
+		t.Errorf("reserve 20 after everything was given back: %d %v", res.StatusCode, res.Header)
 	}
 }

@@ -58,16 +58,17 @@ type Config struct {
 	// AdminOptional makes a taken AdminListen a warning rather than a
 	// failure: Finish sets it when the address is the default, not one
 	// asked for, so that a second sidecar on one machine starts.
-	AdminOptional bool
-	BatchMax      int // most decisions in one round trip
-	BatchInFlight int // most round trips in flight
-	MaxKeys       int // the in-memory store's size, in keys
+	AdminOptional  bool
+	BatchMax       int      // most decisions in one round trip
+	BatchInFlight  int      // most round trips in flight
+	MaxKeys        int      // the in-memory store's size, in keys
+	DenyCacheSize  int      // most refusals remembered
+	MaxClients     int      // most client connections
+	MaxInputMemory ByteSize // input all clients may buffer together
+	IOLoops        int      // event loops; 0: a goroutine per connection
+
 	// MaxReservations bounds the reservations (RL.RESERVE) held open.
 	MaxReservations int
-	DenyCacheSize   int      // most refusals remembered
-	MaxClients      int      // most client connections
-	MaxInputMemory  ByteSize // input all clients may buffer together
-	IOLoops         int      // event loops; 0: a goroutine per connection
 
 	// Envoy's rate limit service (gRPC).
 	GRPCListen         string            // address; empty: off (the flag's "off")
