@@ -206,9 +206,9 @@ type lastLookup struct {
 // lookup returns the local refusal for r, if one applies at now; last is
 // the batch's lookup before.
 func (c *DenyCache) lookup(r *engine.Request, now time.Time, last *lastLookup) (engine.Decision, bool) {
-	if r.Charge || r.Cost == 0 || r.Cost > r.Capacity() {
-		// A charge is never refused, so never answered here; a look, or
-		// a cost the store refuses as invalid.
+	if r.Charge || r.Refund || r.Cost == 0 || r.Cost > r.Capacity() {
+		// A charge or a refund is never refused, so never answered here;
+		// a look, or a cost the store refuses as invalid.
 		return engine.Decision{}, false
 	}
 	if k := denialKey(r); !last.set || k != last.key {
@@ -250,7 +250,9 @@ func denialKey(r *engine.Request) stateKey {
 func (c *DenyCache) remember(reqs []engine.Request, res []engine.Result, now time.Time) {
 	for i := range reqs {
 		r, d := &reqs[i], res[i].Decision
-		if res[i].Err != nil || r.Cost == 0 {
+		if res[i].Err != nil || r.Cost == 0 || (r.Grant && !d.Allowed) {
+			// A refused grant of k units says nothing of a request of
+			// fewer: it is not remembered.
 			continue
 		}
 		sk := denialKey(r)
