@@ -315,13 +315,13 @@ func (c *client) deliver(g *segment) {
 			c.out = appendExplanation(c.out, g.batch, p.req)
 			continue
 		}
-		if p.shape == shapeReserve {
-			c.out = appendReservation(c.out, d, g.batch.Reservation(p.req), c.form())
-			continue
-		}
 		if p.detail {
 			_, names, parts := g.batch.Detail(p.req)
 			c.out = appendDetail(c.out, d, p.shape, c.form(), names, parts)
+			continue
+		}
+		if p.shape == shapeReserve {
+			c.out = appendReservation(c.out, d, g.batch.Reservation(p.req), c.form())
 			continue
 		}
 		c.out = appendDecision(c.out, d, p.shape, c.form())

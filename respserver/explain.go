@@ -44,9 +44,7 @@ func parseExplain(_ *command, args [][]byte) (service.Request, shape, string) {
 	if req.Charge {
 		return req, 0, errExplainCharge
 	}
-	// A reservation explained is a look at its estimate: what its grant
-	// would get, taking nothing and holding no record.
-	req.Peek, req.Detail, req.Reserve, req.ReserveTTL = true, false, false, 0
+	req.Peek, req.Detail = true, false
 	return req, shapeExplain, ""
 }
 

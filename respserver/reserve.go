@@ -27,7 +27,7 @@ import (
 // shapeReserve: RL.RESERVE's reply, the decision's fields then the
 // reservation's id (nil when refused): the array's sixth element, or the
 // map's "reservation".
-const shapeReserve = shapeExplain + 1
+const shapeReserve = shapeThrottleOver + 2 // after RL.EXPLAIN's
 
 func reserveCommands() []*command {
 	return []*command{

@@ -37,7 +37,8 @@ type Request struct {
 	// Reserve makes the request a reservation of Cost, its estimate
 	// (reserve.go): granted as a take, its record held for ReserveTTL
 	// (zero: DefaultReservationTTL) until Service.Settle; its id is
-	// Batch.Reservation's.
+	// Batch.Reservation's. With Peek, a look at the estimate: no grant,
+	// no record (RL.EXPLAIN RL.RESERVE …).
 	Reserve    bool
 	ReserveTTL time.Duration
 
@@ -168,7 +169,7 @@ func (b *Batch) Add(r Request) (int, error) {
 			req.Detail = b.parts[at:len(b.parts):len(b.parts)]
 		}
 	}
-	if r.Reserve {
+	if r.Reserve && !r.Peek {
 		if err := b.reserve(&req, &m, r.ReserveTTL); err != nil {
 			b.s.CountError(ErrRequest)
 			return -1, err

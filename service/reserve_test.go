@@ -265,7 +265,6 @@ func TestReserveRefusesParameters(t *testing.T) {
 		{"estimate over the capacity", service.Request{Key: "k", Limit: fixed100, Cost: 101}, "cost"},
 		{"sliding log", service.Request{Key: "k", Limit: log, Cost: 1}, ""},
 		{"leaky bucket", service.Request{Key: "k", Limit: leaky, Cost: 1}, ""},
-		{"with peek", service.Request{Key: "k", Limit: fixed100, Cost: 1, Peek: true}, ""},
 		{"with charge", service.Request{Key: "k", Limit: fixed100, Cost: 1, Charge: true}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -525,5 +524,22 @@ func TestSettleNotGivenBack(t *testing.T) {
 	}
 	if got := used(t, s, r); got != 50 {
 		t.Errorf("used %d; want the estimate, 50", got)
+	}
+}
+
+// A reservation with Peek is a look at its estimate (RL.EXPLAIN
+// RL.RESERVE): it takes nothing and holds no record.
+func TestReservePeek(t *testing.T) {
+	s := memService(t, newClock(), service.Config{})
+	r := service.Request{Key: "k", Limit: fixed100, Cost: 40, Peek: true}
+	id, d, err := reserve(s, r)
+	if err != nil || id != "" || !d.Allowed || d.Remaining != 60 {
+		t.Fatalf("%q %+v %v; want a look, admitted, with no id", id, d, err)
+	}
+	if got := used(t, s, r); got != 0 {
+		t.Errorf("used %d after a look", got)
+	}
+	if info := s.InfoReservations(); info[1] != [2]string{"reservations_made", "0"} {
+		t.Errorf("INFO: %v", info)
 	}
 }

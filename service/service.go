@@ -68,16 +68,17 @@ type Config struct {
 	// explanation of a decision by policy (Explanation.Digest): the
 	// policies file's watcher's.
 	Digest func() string
+	// Durable is the durability of the requests decided by no named
+	// policy (the inline commands, the gateway doors' rules): a policy
+	// says its own (engine.Durability). Zero: answered at once.
+	Durable engine.Durability
+
 	// MaxReservations bounds the reservations this sidecar holds open
 	// (reserve.go); zero means DefaultMaxReservations.
 	MaxReservations int
 	// Now is the reservations' clock, which ends them at their TTL; nil
 	// means time.Now.
 	Now func() time.Time
-	// Durable is the durability of the requests decided by no named
-	// policy (the inline commands, the gateway doors' rules): a policy
-	// says its own (engine.Durability). Zero: answered at once.
-	Durable engine.Durability
 }
 
 // Service decides batches of requests for every front door. Its methods
