@@ -105,7 +105,7 @@ func (s *Service) reserved(b *Batch, i int) {
 	if !d.Allowed {
 		return
 	}
-	h := &held{estimate: r.Cost, key: strings.Clone(r.Key), limit: r.Limit, limits: r.Limits,
+	h := &reservation{estimate: r.Cost, key: strings.Clone(r.Key), limit: r.Limit, limits: r.Limits,
 		onFailure: r.OnFailure, durable: r.Durable, anchor: d.Anchor}
 	if m.shadowed || (res.Path != engine.PathStore && res.Path != engine.PathLocal) {
 		h.estimate, h.anchor = 0, 0
@@ -208,9 +208,9 @@ type reservationCounts struct {
 	open   atomic.Int64
 }
 
-// held is one reservation's record: what a settle needs to charge or give
+// reservation is one reservation's record: what a settle needs to charge or give
 // back without asking the client again.
-type held struct {
+type reservation struct {
 	key       string // under the policy's prefix, owned
 	limit     engine.Limit
 	limits    []engine.NamedLimit // a multi-limit policy's, shared and read only
@@ -234,7 +234,7 @@ type reservationBook struct {
 	byPolicy registry[reservationCounts]
 
 	mu      sync.Mutex
-	records map[string]*held // guarded by mu
+	records map[string]*reservation // guarded by mu
 	swept   time.Time        // guarded by mu
 }
 
@@ -252,14 +252,14 @@ func (b *reservationBook) full() bool {
 }
 
 // open records h under a new id for ttl and returns the id.
-func (b *reservationBook) open(policy string, ttl time.Duration, h *held) string {
+func (b *reservationBook) open(policy string, ttl time.Duration, h *reservation) string {
 	c := b.byPolicy.get(policy)
 	h.counts = c
 	h.ends = b.clock().Add(ttl)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.records == nil {
-		b.records = map[string]*held{}
+		b.records = map[string]*reservation{}
 	}
 	id := engine.NewLeaseID()
 	for b.records[id] != nil { // 63 random bits: a clash is all but impossible, and harmless
@@ -273,7 +273,7 @@ func (b *reservationBook) open(policy string, ttl time.Duration, h *held) string
 
 // take removes id's record and returns it; nil when there is none, or
 // when it has ended (it is then counted as expired).
-func (b *reservationBook) take(id string) *held {
+func (b *reservationBook) take(id string) *reservation {
 	now := b.clock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
