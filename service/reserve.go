@@ -235,7 +235,7 @@ type reservationBook struct {
 
 	mu      sync.Mutex
 	records map[string]*reservation // guarded by mu
-	swept   time.Time        // guarded by mu
+	swept   time.Time               // guarded by mu
 }
 
 // full reports whether the book holds its most: a new reservation is
