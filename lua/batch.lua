@@ -360,9 +360,12 @@ local function decided()
     end
     local key = KEYS[ki]
     -- A take of one request a key under a limit that claims (bucket.lua)
-    -- claims the empty keys of its run in a row, a command each.
+    -- claims the empty keys of its run in a row, a command each. One
+    -- request a key is the key run's (perKey), not reqsLeft == 0: a key
+    -- whose first requests failed unread (a bad run) has no state yet at
+    -- its last, and the keys after it have as many requests as it.
     local claimed = 0
-    if run.claimRun and not s and reqsLeft == 0 and pendingAt ~= ki then
+    if run.claimRun and not s and perKey[kk] == 1 and pendingAt ~= ki then
       local span = keysLeft
       if left < span then
         span = left
@@ -391,15 +394,15 @@ local function decided()
         A, L = run.A, run.L
       end
       if allowed ~= nil then -- a claim decided it
+      elseif not run.special then -- a take or a peek: one test for them
+        allowed, remaining, retry, reset, delay = A.step(s, key, now, L, run.cost, run.peek)
       elseif run.charge then
         allowed, remaining, retry, reset, delay = charge(A, s, key, now, L, run.cost)
       elseif run.grant then
         allowed, remaining, retry, reset, delay = grant(A, s, key, now, L, run.cost)
-      elseif run.refund then
+      else -- a refund
         local a = anchorAt(run.anchors + sizes[k] - 1 - left) -- the request's place in its run
         allowed, remaining, retry, reset, delay = refund(A, s, key, now, L, run.cost, a)
-      else
-        allowed, remaining, retry, reset, delay = A.step(s, key, now, L, run.cost, run.peek)
       end
       emit(allowed and 1 or 0, remaining, retry, reset, delay)
       i = i + 1
@@ -669,17 +672,18 @@ local function decideMulti(base, nl, held, goesOn)
     -- take's; the others step again. Unless a hot run goes on, each
     -- limit's state is written as soon as it is taken.
     for j = 1, nl do
-      local L, s, v = Ls[j], states[j], pb + 5 * j
+      local L, s = Ls[j], states[j]
       local A = L.alg
       if not (claimed and j == claimer) then
         if A.commit and cost > 0 then
           A.commit(s)
         else
+          local v = pb + 5 * j
           pv[v - 4], pv[v - 3], pv[v - 2], pv[v - 1], pv[v] = A.step(s, KEYS[base + j], now, L, cost, false)
         end
       end
       if mode == '3' then
-        local a = A.anchor(s, L) -- a grant: its hold and anchor (grant)
+        local v, a = pb + 5 * j, A.anchor(s, L) -- a grant: its hold and anchor (grant)
         pv[v - 2], pv[v] = a - now, a
       end
       if s.dirty and not goesOn then

@@ -304,6 +304,15 @@ func generate(data []byte, prefix string) generated {
 		limit, cost int64
 		mode        lua.Mode
 	}
+	// A refund's anchor: the ends of the fuzz limits' windows and
+	// sub-windows at pinned, a bucket's time, or one that names nothing.
+	anchors := []int64{pinned + 10_000_000, pinned + 200_000, pinned + 1_500_000, pinned + 1}
+	anchor := func(mode lua.Mode) []int64 {
+		if mode != lua.Refund {
+			return nil
+		}
+		return []int64{anchors[next(len(anchors))]}
+	}
 	one := func(keys []string, c lua.BatchCall) {
 		c.Limits, c.Now, c.Pinned = g.call.Limits, pinned, true
 		g.ones, g.oneK = append(g.ones, c), append(g.oneK, keys)
@@ -321,10 +330,13 @@ func generate(data []byte, prefix string) generated {
 		// A key keeps one limit: its state is that algorithm's.
 		limit := int64(1 + next(m))
 		for range n {
-			r := req{limit, int64(next(4)), lua.Mode(next(3))}
+			r := req{limit, int64(next(4)), lua.Mode(next(5))}
 			reqs = append(reqs, r)
+			a := anchor(r.mode)
+			g.call.Anchors = append(g.call.Anchors, a...)
 			one([]string{"one" + key}, lua.BatchCall{
 				Runs: []lua.Run{{Requests: 1, Limit: r.limit, Cost: r.cost, Mode: r.mode}}, KeyRuns: []lua.KeyRun{{Keys: 1, Requests: 1}},
+				Anchors: a,
 			})
 		}
 	}
@@ -338,7 +350,7 @@ func generate(data []byte, prefix string) generated {
 	// Runs of one to three multi-limit requests, each on the keys of the
 	// one before (a hot key's run) or on keys of its own.
 	for x := range next(3) {
-		mu := lua.Multi{Requests: int64(1 + next(3)), Limits: 1 + next(m), Cost: int64(next(4)), Mode: lua.Mode(next(3))}
+		mu := lua.Multi{Requests: int64(1 + next(3)), Limits: 1 + next(m), Cost: int64(next(4)), Mode: lua.Mode(next(5))}
 		var limits []int64
 		for range mu.Limits {
 			limits = append(limits, int64(1+next(m)))
@@ -359,7 +371,12 @@ func generate(data []byte, prefix string) generated {
 			}
 			alone := mu
 			alone.Requests = 1
-			one(oneKeys, lua.BatchCall{Multis: []lua.Multi{alone}, MultiLimits: limits})
+			var as []int64
+			for range mu.Limits {
+				as = append(as, anchor(mu.Mode)...)
+			}
+			g.call.Anchors = append(g.call.Anchors, as...)
+			one(oneKeys, lua.BatchCall{Multis: []lua.Multi{alone}, MultiLimits: limits, Anchors: as})
 		}
 	}
 	g.call.Now, g.call.Pinned = pinned, true
@@ -374,6 +391,9 @@ func FuzzBatchRoundTripRedis(f *testing.F) {
 	f.Add([]byte{2, 0, 1, 3, 2, 1, 0, 0, 2, 1, 2, 2, 1, 2, 0})
 	f.Add([]byte{0, 0, 0, 2, 0, 1, 0, 1, 0, 1, 0, 1, 0})
 	f.Add([]byte{1, 3, 5, 2, 1, 1, 2, 2, 2, 2, 1, 1, 0, 2, 1, 1, 2, 3, 1, 0})
+	// Grants and refunds (modes 3 and 4), single-limit and multi-limit.
+	f.Add([]byte{2, 1, 0, 0, 2, 0, 3, 3, 2, 4, 0, 1, 2, 1, 2, 1, 1, 2, 4, 0, 1, 2})
+	f.Add([]byte{1, 2, 0, 3, 0, 2, 3, 0, 1, 4, 1, 2, 3, 1, 2, 2, 3, 1, 1, 1, 4, 2, 0, 3})
 	conn := dialRedis(f)
 	n := 0
 	f.Fuzz(func(t *testing.T, data []byte) {

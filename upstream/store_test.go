@@ -27,10 +27,12 @@ import (
 func TestConformance(t *testing.T) {
 	eachTopology(t, func(t *testing.T, top topology) {
 		prefix := "conf:"
-		enginetest.Run(t, func(t *testing.T, now func() time.Time) engine.Store {
+		open := func(t *testing.T, now func() time.Time) engine.Store {
 			s := newStore(t, upstream.Config{Client: top.client, Prefix: prefix, Now: now})
 			return &ttlChecked{Store: s, tb: t, client: top.client, pattern: prefix + "*"}
-		})
+		}
+		enginetest.Run(t, open)
+		enginetest.RunCases(t, open, enginetest.GrantCases)
 	})
 }
 

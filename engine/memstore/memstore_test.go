@@ -21,6 +21,7 @@ func openMemory(t *testing.T, now func() time.Time) engine.Store {
 
 func TestMemoryConformance(t *testing.T) {
 	enginetest.Run(t, openMemory)
+	enginetest.RunCases(t, openMemory, enginetest.GrantCases)
 }
 
 func TestMemoryEvictsLeastRecentlyUsed(t *testing.T) {
