@@ -155,7 +155,8 @@ func (s *Sidecar) build(ctx context.Context, getenv func(string) string) (err er
 	if err := s.startRecording(); err != nil {
 		return err
 	}
-	scfg := service.Config{Store: store, Policies: policies, Tracer: tracer, StoreName: storeName, Recorder: s.rec, Durable: cfg.Durable}
+	scfg := service.Config{Store: store, Policies: policies, Tracer: tracer, StoreName: storeName, Recorder: s.rec, Durable: cfg.Durable,
+		MaxReservations: cfg.MaxReservations}
 	if cfg.Durable != engine.DurableNone && cfg.Upstream == "" {
 		log.Warn("--durable has no meaning on the in-memory store, which has no replicas: decisions are answered at once", "durable", cfg.Durable.String())
 	}
@@ -415,7 +416,7 @@ func (s *Sidecar) telemetry(ctx context.Context, getenv func(string) string) (tr
 // sources are what the metrics read when scraped.
 func (s *Sidecar) sources() telemetry.Sources {
 	src := telemetry.Sources{Decisions: s.svc.EachDecision, Errors: s.svc.EachError,
-		Clients: s.resp.Clients, Memory: s.mem.Len, MemoryEvictions: s.mem.Evictions, Leases: s.svc.EachLeasePolicy, Configs: s.configs}
+		Clients: s.resp.Clients, Memory: s.mem.Len, MemoryEvictions: s.mem.Evictions, Leases: s.svc.EachLeasePolicy, Reservations: s.svc.EachReservationPolicy, Configs: s.configs}
 	if s.rec != nil {
 		src.Recording = s.rec.Stats
 	}

@@ -290,6 +290,7 @@ func (s *Sidecar) infoSections() []respserver.InfoSection {
 	secs := []respserver.InfoSection{
 		{Name: "Memory", Fields: s.mem.InfoMemory},
 		{Name: "Leases", Fields: func() [][2]string { return append(s.svc.InfoLeases(), s.mem.InfoLeases()...) }},
+		{Name: "Reservations", Fields: s.svc.InfoReservations},
 		{Name: "Policies", Fields: func() [][2]string {
 			if s.policies == nil {
 				return s.live.Info(s.cfg.Policies)

@@ -6,6 +6,9 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/engine"
 )
 
 // Path is the check's address. Any path under it (Path + "/...") is a
@@ -21,6 +24,13 @@ const (
 	HeaderCharge     = "X-Sluice-Charge"
 	HeaderDenyStatus = "X-Sluice-Deny-Status"
 	HeaderToken      = "X-Sluice-Token"
+	// A reservation's (reserve.go): the estimate to reserve and the
+	// record's TTL on a check, the id on its answer and on a settle, and
+	// the actual cost on a settle.
+	HeaderReserve     = "X-Sluice-Reserve"
+	HeaderReserveTTL  = "X-Sluice-Reserve-Ttl"
+	HeaderReservation = "X-Sluice-Reservation"
+	HeaderActual      = "X-Sluice-Actual"
 )
 
 // Check is one parsed check.
@@ -31,7 +41,13 @@ type Check struct {
 	// Charge makes Cost a cost known after the work (the tokens an LLM
 	// answer used): taken even over the limit, never refused
 	// (engine.Request's Charge).
-	Charge     bool
+	Charge bool
+	// Reserve makes Cost an estimate to reserve (reserve=N): taken as a
+	// cost is, and answered with a reservation id to settle with the
+	// actual cost (service's Reserve). ReserveTTL is its record's TTL;
+	// zero: the service's default.
+	Reserve    bool
+	ReserveTTL time.Duration
 	DenyStatus int // the status of a refusal: 429, or 401 or 403 for nginx's auth_request
 }
 
@@ -62,7 +78,7 @@ func bad(format string, args ...any) error {
 // *BadRequest; so is a path that is neither form (its reason says so).
 func Parse(path, rawQuery string, h http.Header, keyHeader string) (Check, error) {
 	c := Check{Cost: 1, DenyStatus: http.StatusTooManyRequests}
-	var cost, charge, deny string
+	var cost, charge, reserve, ttl, deny string
 	query := path == Path && rawQuery != ""
 	switch {
 	case query:
@@ -83,10 +99,14 @@ func Parse(path, rawQuery string, h http.Header, keyHeader string) (Check, error
 				cost = vs[0]
 			case "charge":
 				charge = vs[0]
+			case "reserve":
+				reserve = vs[0]
+			case "reserve_ttl":
+				ttl = vs[0]
 			case "deny_status":
 				deny = vs[0]
 			default:
-				return c, bad("unknown parameter %q: expected policy, key, cost, charge or deny_status", name)
+				return c, bad("unknown parameter %q: expected policy, key, cost, charge, reserve, reserve_ttl or deny_status", name)
 			}
 		}
 		if c.Key == "" && keyHeader != "" {
@@ -96,7 +116,7 @@ func Parse(path, rawQuery string, h http.Header, keyHeader string) (Check, error
 		// As in the query form, a header given twice is refused: which of
 		// the two a reader takes differs from one proxy to the next.
 		// keyHeader is the exception, read as headerKey says.
-		for _, name := range []string{HeaderPolicy, HeaderKey, HeaderCost, HeaderCharge, HeaderDenyStatus} {
+		for _, name := range []string{HeaderPolicy, HeaderKey, HeaderCost, HeaderCharge, HeaderReserve, HeaderReserveTTL, HeaderDenyStatus} {
 			if len(h.Values(name)) > 1 && !(name == HeaderKey && keyHeader != "") {
 				return c, bad("header %s given more than once", name)
 			}
@@ -108,6 +128,7 @@ func Parse(path, rawQuery string, h http.Header, keyHeader string) (Check, error
 			c.Key = h.Get(HeaderKey)
 		}
 		cost, charge, deny = h.Get(HeaderCost), h.Get(HeaderCharge), h.Get(HeaderDenyStatus)
+		reserve, ttl = h.Get(HeaderReserve), h.Get(HeaderReserveTTL)
 	default:
 		return c, bad("no check at %q: the check is %s", path, Path)
 	}
@@ -127,22 +148,34 @@ func Parse(path, rawQuery string, h http.Header, keyHeader string) (Check, error
 	case c.Key == "":
 		return c, bad("missing key: give the %s header, or the query form %s?policy=NAME&key=KEY", HeaderKey, Path)
 	}
-	if cost != "" && charge != "" {
+	switch {
+	case cost != "" && charge != "":
 		return c, bad("both a cost and a charge: a check gives a cost before the work, or a charge after it")
+	case reserve != "" && (cost != "" || charge != ""):
+		return c, bad("a reservation with a cost or a charge: reserve=N is the cost, an estimate before the work; its actual cost is settled at %s", SettlePath)
 	}
-	if charge != "" {
-		cost, c.Charge = charge, true
+	what := "cost"
+	switch {
+	case charge != "":
+		cost, c.Charge, what = charge, true, "charge"
+	case reserve != "":
+		cost, c.Reserve, what = reserve, true, "reserve"
+	case ttl != "":
+		return c, bad("a reserve_ttl without a reservation: give reserve=N, the estimate, with it")
 	}
 	if cost != "" {
 		n, err := strconv.ParseInt(cost, 10, 64)
 		if err != nil || n < 0 {
-			what := "cost"
-			if c.Charge {
-				what = "charge"
-			}
 			return c, bad("invalid %s %q: must be a non-negative integer", what, cost)
 		}
 		c.Cost = n
+	}
+	if ttl != "" {
+		d, why := engine.ParsePeriod(ttl)
+		if why != "" {
+			return c, bad("invalid reserve_ttl %q: %s", ttl, why)
+		}
+		c.ReserveTTL = d
 	}
 	if deny != "" {
 		switch deny {

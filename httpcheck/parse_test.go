@@ -100,6 +100,8 @@ func FuzzParse(f *testing.F) {
 	f.Add(Path, "policy=%zz", "", "", "")
 	f.Add("/", "", "", "", "")
 	f.Add(Path, "", "p", "1.1.1.1, 2.2.2.2", "X-Forwarded-For")
+	f.Add(Path, "policy=api&key=k&reserve=5&reserve_ttl=1m", "", "", "")
+	f.Add(Path, "policy=api&key=k&reserve=5&charge=1", "", "", "")
 	f.Fuzz(func(t *testing.T, path, q, policy, key, keyHeader string) {
 		h := http.Header{}
 		h.Set(HeaderPolicy, policy)
@@ -127,7 +129,8 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		if c.Policy == "" || c.Key == "" || c.Cost < 0 || (c.DenyStatus != 401 && c.DenyStatus != 403 && c.DenyStatus != 429) {
+		if c.Policy == "" || c.Key == "" || c.Cost < 0 || (c.DenyStatus != 401 && c.DenyStatus != 403 && c.DenyStatus != 429) ||
+			(c.Reserve && c.Charge) || (c.ReserveTTL != 0 && !c.Reserve) {
 			t.Fatalf("accepted %+v", c)
 		}
 	})

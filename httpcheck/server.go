@@ -174,6 +174,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		plain(w, http.StatusUnauthorized, "missing or wrong token: send Authorization: Bearer TOKEN or "+HeaderToken)
 		return
 	}
+	if r.URL.Path == SettlePath {
+		s.settle(w, r)
+		return
+	}
 	ck, err := Parse(r.URL.Path, r.URL.RawQuery, r.Header, s.keyHeader)
 	if err != nil {
 		status := http.StatusBadRequest
@@ -188,8 +192,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.b.Clear()
 		s.checks.Put(c)
 	}()
-	i, err := c.b.Add(service.Request{ByPolicy: true, Policy: ck.Policy, Key: ck.Key, Cost: ck.Cost, Charge: ck.Charge, Detail: true})
-	if err != nil {
+	i, err := c.b.Add(service.Request{ByPolicy: true, Policy: ck.Policy, Key: ck.Key, Cost: ck.Cost, Charge: ck.Charge,
+		Reserve: ck.Reserve, ReserveTTL: ck.ReserveTTL, Detail: true})
+	var full *service.TooManyReservationsError
+	switch {
+	case errors.As(err, &full):
+		plain(w, http.StatusServiceUnavailable, err.Error())
+		return
+	case err != nil:
 		plain(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -238,6 +248,9 @@ func (s *Server) answer(w http.ResponseWriter, c *check, ck Check, d *engine.Dec
 		// A charge's answer, over the budget: by how many units, which
 		// the draft's fields, never below zero, cannot say.
 		h["X-Ratelimit-Over"] = []string{strconv.FormatInt(-d.Remaining, 10)}
+	}
+	if id := c.b.Reservation(i); id != "" {
+		h[HeaderReservation] = []string{id}
 	}
 	if d.Allowed || ck.Charge {
 		// A charge is never refused: the work is done, and it was taken.

@@ -316,6 +316,10 @@ func (c *client) deliver(g *segment) {
 			c.out = appendDetail(c.out, d, p.shape, c.form(), names, parts)
 			continue
 		}
+		if p.shape == shapeReserve {
+			c.out = appendReservation(c.out, d, g.batch.Reservation(p.req), c.form())
+			continue
+		}
 		c.out = appendDecision(c.out, d, p.shape, c.form())
 	}
 	if len(g.mon) > 0 { // MONITOR's one hook on the way out: lines kept by execMonitored

@@ -52,7 +52,7 @@ var commandTable map[string]*command
 var commandList []*command
 
 func init() {
-	commandList = slices.Concat(decisionCommands(), leaseCommands(), connectionCommands(), transactionCommands(), explainCommands())
+	commandList = slices.Concat(decisionCommands(), leaseCommands(), reserveCommands(), connectionCommands(), transactionCommands(), explainCommands())
 	commandTable = make(map[string]*command, len(commandList))
 	for _, cmd := range commandList {
 		commandTable[cmd.name] = cmd

@@ -55,22 +55,25 @@ func noSuchUser(user []byte) string        { return "ERR No such user " + resp.Q
 
 // Sluice's own texts: each says what was refused and what to do instead.
 const (
-	errInternal      = "ERR internal error"
-	errInputBudget   = "ERR closing the connection: the input all clients have sent and not finished is over the server's limit (--max-input-memory), and this client holds the most"
-	errScan          = "ERR SCAN is not supported: Sluice's keys are rate-limit states, not data to browse; DBSIZE and INFO keyspace count them"
-	errTracingOff    = "ERR tracing is off: start sluice with OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) set"
-	errPrecision     = "ERR option PRECISION needs a number of sub-windows"
-	errPeekTwice     = "ERR syntax error: PEEK given twice"
-	errPeekOrCharge  = "ERR syntax error: give PEEK or CHARGE, once"
-	errAllowUsage    = "ERR syntax error: RL.ALLOW policy key [cost] [PEEK | CHARGE] [DETAIL]"
-	errExplainUsage  = "ERR syntax error: RL.EXPLAIN takes a decision command and its arguments: RL.EXPLAIN RL.ALLOW policy key [cost], RL.GCRA key burst rate period [cost], CL.THROTTLE …"
-	errExplainCharge = "ERR syntax error: RL.EXPLAIN decides as a peek, which takes nothing; explain without CHARGE"
-	errResetUsage    = "ERR syntax error: RL.RESET POLICY name key [key ...]"
-	errReleaseUsage  = "ERR syntax error: RL.RELEASE key lease_id, or RL.RELEASE POLICY name key lease_id"
-	errReleasePolicy = "ERR syntax error: RL.RELEASE POLICY name key lease_id"
-	errMulti         = "ERR MULTI is not offered: each decision is atomic already, and a transaction cannot span a sidecar's local answers and its central Redis; send the commands as a plain pipeline (redis-py: pipeline(transaction=False); go-redis: Pipeline, not TxPipeline; ioredis: pipeline(), not multi(); node-redis: multi().execAsPipeline()). Commands are refused until EXEC or DISCARD"
-	errInMulti       = "ERR not run: MULTI was refused, so commands are refused until EXEC or DISCARD"
-	errExecAbort     = "EXECABORT Transaction discarded because MULTI is not offered: nothing was run"
+	errInternal        = "ERR internal error"
+	errInputBudget     = "ERR closing the connection: the input all clients have sent and not finished is over the server's limit (--max-input-memory), and this client holds the most"
+	errScan            = "ERR SCAN is not supported: Sluice's keys are rate-limit states, not data to browse; DBSIZE and INFO keyspace count them"
+	errTracingOff      = "ERR tracing is off: start sluice with OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) set"
+	errPrecision       = "ERR option PRECISION needs a number of sub-windows"
+	errPeekTwice       = "ERR syntax error: PEEK given twice"
+	errPeekOrCharge    = "ERR syntax error: give PEEK or CHARGE, once"
+	errAllowUsage      = "ERR syntax error: RL.ALLOW policy key [cost] [PEEK | CHARGE] [DETAIL]"
+	errExplainUsage    = "ERR syntax error: RL.EXPLAIN takes a decision command and its arguments: RL.EXPLAIN RL.ALLOW policy key [cost], RL.GCRA key burst rate period [cost], CL.THROTTLE …"
+	errExplainCharge   = "ERR syntax error: RL.EXPLAIN decides as a peek, which takes nothing; explain without CHARGE"
+	errResetUsage      = "ERR syntax error: RL.RESET POLICY name key [key ...]"
+	errReleaseUsage    = "ERR syntax error: RL.RELEASE key lease_id, or RL.RELEASE POLICY name key lease_id"
+	errReleasePolicy   = "ERR syntax error: RL.RELEASE POLICY name key lease_id"
+	errReserveUsage    = "ERR syntax error: RL.RESERVE RL.<algorithm> key … period estimate [TTL ttl] (RL.TOKEN key capacity rate period estimate), or RL.RESERVE POLICY name key estimate [TTL ttl]"
+	errReserveOption   = "ERR syntax error: RL.RESERVE takes the estimate as the cost, without PEEK or CHARGE; settle the actual cost with RL.SETTLE"
+	errReserveEstimate = "ERR syntax error: RL.RESERVE needs the estimate: the command's cost, after its period"
+	errMulti           = "ERR MULTI is not offered: each decision is atomic already, and a transaction cannot span a sidecar's local answers and its central Redis; send the commands as a plain pipeline (redis-py: pipeline(transaction=False); go-redis: Pipeline, not TxPipeline; ioredis: pipeline(), not multi(); node-redis: multi().execAsPipeline()). Commands are refused until EXEC or DISCARD"
+	errInMulti         = "ERR not run: MULTI was refused, so commands are refused until EXEC or DISCARD"
+	errExecAbort       = "EXECABORT Transaction discarded because MULTI is not offered: nothing was run"
 )
 
 // protocolError is the reply to a frame the parser refused (resp's
@@ -131,7 +134,10 @@ func requestError(err error, cmd *command) string {
 	var pe *engine.ParamError
 	var unknown *service.UnknownPolicyError
 	var kind *service.PolicyKindError
+	var gone *service.UnknownReservationError
 	switch {
+	case errors.As(err, &gone):
+		return "ERR unknown or expired reservation " + resp.Quote([]byte(gone.ID)) + ": " + gone.Why()
 	case errors.As(err, &unknown):
 		return invalidArg("policy", []byte(unknown.Name), "no such policy")
 	case errors.As(err, &kind) && kind.Concurrency:

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"go.opentelemetry.io/otel/trace"
@@ -33,6 +34,13 @@ type Request struct {
 	// Detail asks for each limit's own decision beside the one the
 	// request gets (RL.ALLOW … DETAIL): see Batch.Detail.
 	Detail bool
+	// Reserve makes the request a reservation of Cost, its estimate
+	// (reserve.go): granted as a take, its record held for ReserveTTL
+	// (zero: DefaultReservationTTL) until Service.Settle; its id is
+	// Batch.Reservation's. With Peek, a look at the estimate: no grant,
+	// no record (RL.EXPLAIN RL.RESERVE …).
+	Reserve    bool
+	ReserveTTL time.Duration
 
 	// An inline request's rules; under a policy, the policy's own.
 	Limit     engine.Limit
@@ -105,6 +113,11 @@ type meta struct {
 	byPolicy bool   // decided by the policy named policy; else inline, policy its label
 	prefix   int    // the length of the policy's prefix before the client's key
 	digest   string // the door's rules' digest (Request.Digest)
+	// A reservation's (Request.Reserve): its record's TTL, and its id
+	// once admitted.
+	reserve     bool
+	ttl         time.Duration
+	reservation string
 }
 
 // noParts is zero decisions, to append without allocating.
@@ -154,6 +167,12 @@ func (b *Batch) Add(r Request) (int, error) {
 			at := len(b.parts)
 			b.parts = append(b.parts, noParts[:len(p.Limits)]...)
 			req.Detail = b.parts[at:len(b.parts):len(b.parts)]
+		}
+	}
+	if r.Reserve && !r.Peek {
+		if err := b.reserve(&req, &m, r.ReserveTTL); err != nil {
+			b.s.CountError(ErrRequest)
+			return -1, err
 		}
 	}
 	if err := req.Validate(); err != nil {

@@ -257,11 +257,22 @@ func (b *leaseBook) released(policy, key, id string) {
 	}
 }
 
-func (b *leaseBook) clock() time.Time {
-	if b.now != nil {
-		return b.now()
+func (b *leaseBook) clock() time.Time { return clockOr(b.now) }
+
+// clockOr reads now, or the wall clock when now is nil: the books' clock,
+// injected by tests.
+func clockOr(now func() time.Time) time.Time {
+	if now != nil {
+		return now()
 	}
 	return time.Now()
+}
+
+// sweepDue tells a book last swept at swept whether to sweep again at
+// now: at most once a second, so that a scrape and an INFO together do
+// not walk it twice, and at once when the clock went back.
+func sweepDue(swept, now time.Time) bool {
+	return now.Sub(swept) >= time.Second || now.Before(swept)
 }
 
 // sweepLocked counts the leases that ended as expired.
@@ -276,13 +287,12 @@ func (b *leaseBook) sweepLocked(now time.Time) {
 	}
 }
 
-// sweep sweeps at most once a second: a scrape and an INFO together do
-// not walk the book twice.
+// sweep sweeps when sweepDue says.
 func (b *leaseBook) sweep() {
 	now := b.clock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if now.Sub(b.swept) >= time.Second || now.Before(b.swept) {
+	if sweepDue(b.swept, now) {
 		b.sweepLocked(now)
 	}
 }

@@ -78,6 +78,13 @@ type Config struct {
 	// policy (the inline commands, the gateway doors' rules): a policy
 	// says its own (engine.Durability). Zero: answered at once.
 	Durable engine.Durability
+
+	// MaxReservations bounds the reservations this sidecar holds open
+	// (reserve.go); zero means DefaultMaxReservations.
+	MaxReservations int
+	// Now is the reservations' clock, which ends them at their TTL; nil
+	// means time.Now.
+	Now func() time.Time
 }
 
 // Service decides batches of requests for every front door. Its methods
@@ -96,10 +103,11 @@ type Service struct {
 
 	leaser engine.Leaser
 
-	decisions decisions
-	leases    leaseBook
-	errors    [numErrorKinds]atomicCount
-	flights   sync.Pool // *flight
+	decisions    decisions
+	leases       leaseBook
+	reservations reservationBook
+	errors       [numErrorKinds]atomicCount
+	flights      sync.Pool // *flight
 }
 
 // New checks cfg and fills its defaults.
@@ -113,12 +121,16 @@ func New(cfg Config) (*Service, error) {
 	if cfg.ResetTimeout == 0 {
 		cfg.ResetTimeout = 2 * time.Second
 	}
+	if cfg.MaxReservations < 0 {
+		return nil, errors.New("service: negative Config.MaxReservations")
+	}
 	s := &Service{store: cfg.Store, policies: cfg.Policies, tracer: cfg.Tracer, resetTimeout: cfg.ResetTimeout,
 		leaser: cfg.Leaser, storeName: cmp.Or(cfg.StoreName, engine.PathStore.String()), inFlight: cfg.InFlight,
 		recorder: cfg.Recorder, digest: cfg.Digest, durable: cfg.Durable, states: cfg.States}
 	if s.leaser == nil {
 		s.leaser, _ = cfg.Store.(engine.Leaser)
 	}
+	s.reservations.max, s.reservations.now = cmp.Or(cfg.MaxReservations, DefaultMaxReservations), cfg.Now
 	s.flights.New = func() any {
 		f := &flight{s: s}
 		f.landed = f.land
@@ -264,6 +276,9 @@ func (s *Service) settle(b *Batch) {
 				outcome, d.Allowed, d.RetryAfter = Shadow, true, 0
 				m.shadowed = true
 			}
+		}
+		if m.reserve {
+			s.reserved(b, i)
 		}
 		// A multi-limit decision counts under the algorithm of the limit
 		// it came from.

@@ -64,6 +64,9 @@ type Sources struct {
 	// Leases walks the lease counts per policy
 	// (service.Service.EachLeasePolicy).
 	Leases func(func(policy string, st service.LeaseStats))
+	// Reservations walks the reservation counts per policy
+	// (service.Service.EachReservationPolicy).
+	Reservations func(func(policy string, st service.ReservationStats))
 	// Configs gives the watched configurations' load records.
 	Configs func() []ConfigStatus
 	// Recording reads the recording's counts (record.Writer.Stats); nil
@@ -149,7 +152,7 @@ func New(cfg Config) (*Telemetry, error) {
 	}
 	t.provider = sdkmetric.NewMeterProvider(opts...)
 	meter := t.provider.Meter("github.com/sluice-rl/sluice")
-	if err := errors.Join(t.instruments(meter), t.leaseInstruments(meter), t.configInstruments(meter), t.recordInstruments(meter), t.upstreamInstruments(meter)); err != nil {
+	if err := errors.Join(t.instruments(meter), t.leaseInstruments(meter), t.reservationInstruments(meter), t.configInstruments(meter), t.recordInstruments(meter), t.upstreamInstruments(meter)); err != nil {
 		return nil, fmt.Errorf("telemetry: instruments: %w", err)
 	}
 	if err := t.shareInstruments(meter); err != nil {

@@ -88,10 +88,13 @@ const memoryRatio = 0.85
 // 128-byte keys), the deny cache's entries, and what Sluice needs besides
 // (code, stacks, the loops' buffers).
 const (
-	bytesPerKey      = 432
-	bytesPerRefusal  = 350
-	baseMemory       = 32 << 20
-	inputSlackFactor = 8 // the limit leaves an eighth of the input budget for garbage
+	bytesPerKey     = 432
+	bytesPerRefusal = 350
+	// bytesPerReservation is a reservation's record (RL.RESERVE) with a
+	// 128-byte key, its share of the map included: 354 bytes measured.
+	bytesPerReservation = 360
+	baseMemory          = 32 << 20
+	inputSlackFactor    = 8 // the limit leaves an eighth of the input budget for garbage
 	// httpConnBytes is what an HTTP check connection holds at most while
 	// its headers are read (32 KiB of them, at about two and a half times
 	// their length, with Go's garbage: 110 KiB measured, docs/operating.md).
@@ -103,7 +106,7 @@ const (
 // limitMemory sets Go's memory limit unless GOMEMLIMIT does: to a share
 // of the container's limit, and never above what the settings bound (the
 // input budget and an eighth more, the store, the deny cache, the HTTP
-// check's connections, a base).
+// check's connections, the reservations' records, a base).
 // Without it, GOGC 400 lets the heap reach five times the live input:
 // 200 clients holding the budget's worth of large arguments made the
 // process's resident memory reach 1.5 GB at the default 256 MiB budget.
@@ -116,7 +119,8 @@ func limitMemory(log *slog.Logger, cfg settings.Config, getenv func(string) stri
 		limit = math.MaxInt64
 	}
 	input := int64(cfg.MaxInputMemory)
-	bound := input + input/inputSlackFactor + int64(cfg.MaxKeys)*bytesPerKey + int64(cfg.DenyCacheSize)*bytesPerRefusal + baseMemory
+	bound := input + input/inputSlackFactor + int64(cfg.MaxKeys)*bytesPerKey + int64(cfg.DenyCacheSize)*bytesPerRefusal + baseMemory +
+		int64(cfg.MaxReservations)*bytesPerReservation
 	if cfg.HTTPListen != "" {
 		bound += int64(cfg.HTTPMaxConns) * httpConnBytes
 	}

@@ -163,7 +163,8 @@ func TestLimitMemoryFollowsTheSettings(t *testing.T) {
 
 	debug.SetMemoryLimit(math.MaxInt64)
 	limitMemory(log, cfg, func(string) string { return "" })
-	want := int64(64<<20+8<<20) + int64(cfg.MaxKeys)*bytesPerKey + int64(cfg.DenyCacheSize)*bytesPerRefusal + baseMemory
+	want := int64(64<<20+8<<20) + int64(cfg.MaxKeys)*bytesPerKey + int64(cfg.DenyCacheSize)*bytesPerRefusal + baseMemory +
+		int64(cfg.MaxReservations)*bytesPerReservation
 	noHTTP := debug.SetMemoryLimit(-1)
 	if noHTTP > want {
 		t.Errorf("memory limit %d with GOMEMLIMIT unset; want at most %d, from the settings", noHTTP, want)

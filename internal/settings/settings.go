@@ -69,6 +69,9 @@ type Config struct {
 	MaxInputMemory ByteSize // input all clients may buffer together
 	IOLoops        int      // event loops; 0: a goroutine per connection
 
+	// MaxReservations bounds the reservations (RL.RESERVE) held open.
+	MaxReservations int
+
 	// Envoy's rate limit service (gRPC).
 	GRPCListen         string            // address; empty: off (the flag's "off")
 	GRPCTLSCert        string            // PEM certificate chain; with GRPCTLSKey, serve TLS
@@ -146,6 +149,7 @@ func Default() Config {
 		BatchMax:                1024,
 		BatchInFlight:           2,
 		MaxKeys:                 100_000,
+		MaxReservations:         100_000,
 		DenyCacheSize:           50_000,
 		MaxClients:              10_000,
 		HTTPMaxConns:            1024,
@@ -224,6 +228,8 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.BatchMax, "batch-max", c.BatchMax, "most decisions sent to the upstream in one round trip (`n`)")
 	fs.IntVar(&c.BatchInFlight, "batch-inflight", c.BatchInFlight, "most round trips to the upstream in flight at once, per master on Redis Cluster (`n`)")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most keys the in-memory store keeps, about 300 bytes each with 128-byte keys, 430 for a sliding log; past it a key's count can be evicted and forgotten (`n`)")
+	fs.IntVar(&c.MaxReservations, "max-reservations", c.MaxReservations,
+		"most reservations (RL.RESERVE, the HTTP check's reserve=N) this sidecar holds open, about 350 bytes each with 128-byte keys (`n`); past it a reservation is refused with an error")
 	fs.IntVar(&c.DenyCacheSize, "deny-cache-size", c.DenyCacheSize, "most refusals remembered locally, about 350 bytes each (`n`)")
 	fs.BoolVar(&c.Grants, "grants", c.Grants,
 		"decide a hot key (one this sidecar decides often) from units the upstream Redis grants this sidecar, with no round trip, "+

@@ -60,6 +60,7 @@ func (c *Config) Validate() error {
 		{"batch-max", c.BatchMax, false},
 		{"batch-inflight", c.BatchInFlight, false},
 		{"max-keys", c.MaxKeys, false},
+		{"max-reservations", c.MaxReservations, false},
 		{"deny-cache-size", c.DenyCacheSize, false},
 		{"max-clients", c.MaxClients, false},
 		{"grpc-max-conns", c.GRPCMaxConns, false},
