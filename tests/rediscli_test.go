@@ -62,7 +62,7 @@ func TestRedisCLI(t *testing.T) {
 				{"CLIENT SETINFO lib-name cli", "OK\n", false},
 				{"CLIENT SETNAME me", "OK\n", false},
 				{"CLIENT GETNAME", "\n", false},
-				{"COMMAND COUNT", "30\n", false},
+				{"COMMAND COUNT", "32\n", false},
 				{"COMMAND INFO cl.throttle", "cl.throttle\n-5\nwrite\nfast\n1\n1\n1\n@sluice\n", true},
 				{"COMMAND DOCS rl.gcra", "rl.gcra\nsummary\n", true},
 				{"COMMAND", "rl.fixed\n-4\n", true},
