@@ -194,7 +194,13 @@ func refund(st *State, now int64, r *Request) (Decision, Outcome) {
 				to = at
 			}
 			st.A, st.B, st.C = to.us, to.f, e.d
-			out = Outcome{Write: true, Expires: to.ceil()}
+			// A bucket given back to full ends at now; it is still
+			// written to end after now, as every write does, so that a
+			// store deciding a key's run of requests at one instant
+			// (memstore's decide, the batch script) keeps it as one
+			// deciding them one by one does, also when the clock then
+			// steps back.
+			out = Outcome{Write: true, Expires: max(to.ceil(), now+1)}
 		}
 	}
 	d, _ := step(st, now, &Request{Key: r.Key, Limit: l, Peek: true})

@@ -130,7 +130,7 @@ func TestStep(t *testing.T) {
 			st:   engine.State{A: now + 1_500_000, C: 1},
 			r:    engine.Request{Limit: token, Cost: 2, Refund: true, Anchor: now + 1_500_000},
 			want: engine.Decision{Allowed: true, Limit: 2, Remaining: 2},
-			out:  engine.Outcome{Write: true, Expires: now}, stAfter: engine.State{A: now, C: 1}, stChange: true},
+			out:  engine.Outcome{Write: true, Expires: now + 1}, stAfter: engine.State{A: now, C: 1}, stChange: true},
 		{name: "token bucket: a refund gives back at most the units not refilled, ceil((anchor-now)/interval)",
 			st:   engine.State{A: now + 2_500_000, C: 1},
 			r:    engine.Request{Limit: token, Cost: 2, Refund: true, Anchor: now + 500_000},
@@ -148,7 +148,7 @@ func TestStep(t *testing.T) {
 			st:   engine.State{A: now + 333_333, B: 1, C: 3},
 			r:    engine.Request{Limit: gcra3, Cost: 1, Refund: true, Anchor: now + 333_333},
 			want: engine.Decision{Allowed: true, Limit: 1, Remaining: 1},
-			out:  engine.Outcome{Write: true, Expires: now}, stAfter: engine.State{A: now, C: 3}, stChange: true},
+			out:  engine.Outcome{Write: true, Expires: now + 1}, stAfter: engine.State{A: now, C: 3}, stChange: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := tc.r

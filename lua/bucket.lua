@@ -259,8 +259,10 @@ local function newBucket(extra, leaky, token)
     end
   end
 
+  -- write stores s, ending when the bucket is full again, and after now
+  -- even when a refund gave it back to full at now (engine's refund).
   local function write(key, now, s, L)
-    redis.call('SET', key, stored(s.a, s.f, L.d), px(now, up(s.a, s.f)))
+    redis.call('SET', key, stored(s.a, s.f, L.d), px(now, max(up(s.a, s.f), now + 1)))
   end
 
   -- many decides the next m requests of cost on s, all at once, where
