@@ -298,7 +298,7 @@ const (
 	FailDefault FailureMode = iota
 	FailOpen                // allow: the API stays up, unlimited
 	FailClosed              // deny: nothing passes until the store is back
-	FailLocal               // the in-memory store enforces the same limits in this sidecar alone
+	FailLocal               // the in-memory store enforces this sidecar's share of the limits alone (chain/share.go)
 )
 
 var failureModeNames = [...]string{FailDefault: "default", FailOpen: "allow", FailClosed: "deny", FailLocal: "local"}
