@@ -36,6 +36,12 @@ const (
 	// keepInput is the largest input buffer a connection keeps once it is
 	// empty again; a larger one, grown for a large pipeline, is dropped.
 	keepInput = 64 << 10
+	// maxRead is the most one read takes: a large argument arrives over
+	// several turns of the event loop, and every other connection the
+	// loop serves is read in between, so that a client sending megabytes
+	// delays a small command by a turn of reads this size, not by its
+	// megabytes.
+	maxRead = 64 << 10
 )
 
 // room is where to read into, at the end of the input: never more than
@@ -49,7 +55,7 @@ func (c *client) room() []byte {
 	if left := c.s.cfg.MaxRequestBytes - (len(in.buf) - in.parsed); len(room) > left {
 		room = room[:max(left, 1)]
 	}
-	return room
+	return room[:min(len(room), maxRead)]
 }
 
 // grow moves what has not run into a new array (the old one stays as it

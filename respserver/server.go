@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/accept"
 	"github.com/sluice-rl/sluice/internal/evloop"
+	"github.com/sluice-rl/sluice/internal/lograte"
 	"github.com/sluice-rl/sluice/internal/membudget"
 	"github.com/sluice-rl/sluice/internal/monitor"
 	"github.com/sluice-rl/sluice/internal/redisadmin"
@@ -110,6 +111,7 @@ type stats struct {
 	commands     atomic.Int64
 	rejectedConn atomic.Int64
 	evicted      atomic.Int64 // connections closed for the input budget
+	evictedLog   *lograte.Limiter
 }
 
 // New checks cfg and fills its defaults.
@@ -148,6 +150,7 @@ func New(cfg Config) (*Server, error) {
 		started: time.Now(),
 		budget:  budget,
 		conns:   make(map[*client]struct{}),
+		stats:   stats{evictedLog: lograte.New(time.Second)},
 	}, nil
 }
 

@@ -69,6 +69,7 @@ func TestDepsPointDown(t *testing.T) {
 		"engine":             {""},
 		"internal/evloop":    {""},
 		"internal/accept":    {""},
+		"internal/lograte":   {""},
 		"internal/resp":      {""},
 		"internal/membudget": {""}, // the doors' shared input budget
 		// The fleet's membership says this sidecar is alive over go-redis

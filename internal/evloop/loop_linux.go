@@ -343,19 +343,19 @@ func (l *Loop) setOwersLocked(owers []*Watcher) { l.owers.Store(&owers) }
 // against 1.14) and -P 1 no faster beyond the noise: it stays.
 func (l *Loop) wait() (int, error) {
 	defer l.woken.Store(false)
-	n, err := unix.EpollWait(l.ep, l.events, 0)
+	n, err := pollNow(l.ep, l.events)
 	if n != 0 || err != nil || l.woken.Load() {
 		return n, err
 	}
 	runtime.Gosched()
 	timeout := l.timeout()
 	if timeout == 0 {
-		return unix.EpollWait(l.ep, l.events, 0)
+		return pollNow(l.ep, l.events)
 	}
 	l.asleep.Store(true)
 	if l.woken.Load() {
 		l.asleep.Store(false)
-		return unix.EpollWait(l.ep, l.events, 0)
+		return pollNow(l.ep, l.events)
 	}
 	n, err = unix.EpollWait(l.ep, l.events, timeout)
 	l.asleep.Store(false)
@@ -385,7 +385,7 @@ func (l *Loop) timeout() int {
 func (l *Loop) dispatch(ev unix.EpollEvent) {
 	if ev.Pad == 0 {
 		var buf [8]byte
-		_, _ = unix.Read(l.wake, buf[:])
+		_, _ = Read(l.wake, buf[:])
 		return
 	}
 	l.wmu.RLock()
@@ -464,7 +464,7 @@ func (l *Loop) holdReply() bool {
 		case p.Revents == 0:
 		case w == nil:
 			var buf [8]byte
-			_, _ = unix.Read(l.wake, buf[:])
+			_, _ = Read(l.wake, buf[:])
 		case l.live(w):
 			w.h.Ready(Readable)
 		}

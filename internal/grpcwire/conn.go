@@ -606,8 +606,10 @@ func (c *conn) accountLocked() {
 // perhaps this connection's, so the work is another goroutine's.
 func (c *conn) overBudget(held int64) {
 	go func() {
-		c.s.log.Warn("closing a gRPC connection over the input budget", "remote", c.nc.RemoteAddr().String(),
-			"held", held, "max_input_memory", c.s.budget.Limit())
+		if unsaid, ok := c.s.evictedLog.Allow(time.Now()); ok {
+			c.s.log.Warn("closing a gRPC connection over the input budget", "remote", c.nc.RemoteAddr().String(),
+				"held", held, "max_input_memory", c.s.budget.Limit(), "others_since_last_line", unsaid)
+		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.dead {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sluice-rl/sluice/internal/accept"
+	"github.com/sluice-rl/sluice/internal/lograte"
 	"github.com/sluice-rl/sluice/internal/membudget"
 )
 
@@ -81,6 +82,7 @@ type Server struct {
 	maxConns     int
 	idleTimeout  time.Duration     // 0: none
 	budget       *membudget.Budget // nil: none
+	evictedLog   *lograte.Limiter  // the budget's closing of a connection, said once a second
 	log          *slog.Logger
 	flagHeader   string // Config.FlagHeader
 
@@ -127,7 +129,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{maxRecv: cfg.MaxRecvMsgSize, maxStreams: cfg.MaxConcurrentStreams, log: cfg.Logger,
 		maxConns: cfg.MaxConns, idleTimeout: cfg.IdleTimeout, budget: cfg.Budget, flagHeader: cfg.FlagHeader,
-		unary: map[string]Unary{}, methods: map[string]*method{}, info: map[string]grpc.ServiceInfo{},
+		evictedLog: lograte.New(time.Second),
+		unary:      map[string]Unary{}, methods: map[string]*method{}, info: map[string]grpc.ServiceInfo{},
 		lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}, idle: make(chan struct{})}
 	// Far more than calls in flight hold (a thousand calls of a few
 	// hundred bytes), and room for two of the largest messages.

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/sluice-rl/sluice/internal/evloop"
 	"github.com/sluice-rl/sluice/internal/resp"
 )
 
@@ -74,7 +75,7 @@ func (r *replies) fill() error {
 	var n int
 	var rerr error
 	err := r.raw.Read(func(fd uintptr) bool {
-		n, rerr = syscall.Read(int(fd), r.room())
+		n, rerr = evloop.Read(int(fd), r.room()) // keeps the loop's processor: see evloop.Read
 		return rerr != syscall.EINTR
 	})
 	switch {

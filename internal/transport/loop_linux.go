@@ -311,7 +311,7 @@ func (l *Loop) reading(lc *loopConn) bool {
 // read reads what a connection has sent and runs the commands it
 // completes; their decisions wait for the turn's hand-over.
 func (l *Loop) read(lc *loopConn) {
-	n, err := unix.Read(lc.fd, lc.c.Room())
+	n, err := evloop.Read(lc.fd, lc.c.Room())
 	if n > 0 {
 		l.touch(lc)
 		lc.c.Filled(n)
@@ -486,7 +486,7 @@ func (l *Loop) recoverRound() {
 func (l *Loop) write(lc *loopConn) {
 	c := lc.c
 	for out := c.Out(); len(out) > 0 && lc.fd >= 0; out = c.Out() {
-		n, err := unix.Write(lc.fd, out)
+		n, err := evloop.Write(lc.fd, out)
 		if err == unix.EINTR {
 			continue
 		}
