@@ -333,3 +333,51 @@ func TestShareOutageWithGrants(t *testing.T) {
 			admitted, charged, paths[engine.PathGrant], allows-before-3)
 	}
 }
+
+// ChargeLocal takes the cost from the share of a request that fails
+// locally, from every limit of a multi-limit one, whatever is left, and
+// from nothing for the other failure modes; the request's Detail is not
+// written.
+func TestShareChargeLocal(t *testing.T) {
+	bucket := engine.Limit{Algorithm: engine.TokenBucket, Rate: 5, Period: time.Second, Burst: 300}
+	limits := []engine.NamedLimit{
+		{Name: "second", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 30, Period: time.Second}},
+		{Name: "hour", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 60, Period: time.Hour}},
+	}
+	for _, tc := range []struct {
+		name   string
+		r      engine.Request
+		want   int64         // the share's remaining after, by a peek
+		wait   time.Duration // and its retry-after at least
+		detail bool
+	}{
+		{"local", engine.Request{Key: "k", Limit: bucket, Cost: 40}, 60, 0, false},
+		// 30 units over a share refilled 5 every 3 s: 18 s to one unit.
+		{"over the share", engine.Request{Key: "k", Limit: bucket, Cost: 130}, 0, 18 * time.Second, false},
+		{"default mode", engine.Request{Key: "k", Limit: bucket, Cost: 40, OnFailure: engine.FailDefault}, 60, 0, false},
+		{"deny", engine.Request{Key: "k", Limit: bucket, Cost: 40, OnFailure: engine.FailClosed}, 100, 0, false},
+		{"allow", engine.Request{Key: "k", Limit: bucket, Cost: 40, OnFailure: engine.FailOpen}, 100, 0, false},
+		{"multi", engine.Request{Key: "k", Limits: limits, Cost: 4, Detail: make([]engine.Decision, 2)}, 6, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := enginetest.NewClock(enginetest.Epoch)
+			g := downGuard(t, clock, fixed(3))
+			g.ChargeLocal(tc.r)
+			if tc.detail && tc.r.Detail[0] != (engine.Decision{}) {
+				t.Errorf("the charge wrote the caller's detail: %+v", tc.r.Detail)
+			}
+			peek := tc.r
+			peek.Cost, peek.Peek, peek.OnFailure = 0, true, engine.FailLocal
+			if tc.detail {
+				peek.Detail = make([]engine.Decision, 2)
+			}
+			res := decide(t, g, peek)
+			if res.Err != nil || res.Path != engine.PathLocal || res.Decision.Remaining != tc.want || res.Decision.RetryAfter < tc.wait {
+				t.Errorf("the share after the charge: %+v; want %d remaining, a retry-after of at least %v", res, tc.want, tc.wait)
+			}
+			if tc.detail && (peek.Detail[0].Remaining != 6 || peek.Detail[1].Remaining != 16) {
+				t.Errorf("each limit's share after the charge: %+v; want 6 of 10 and 16 of 20", peek.Detail)
+			}
+		})
+	}
+}
