@@ -112,6 +112,15 @@ type GrantsConfig struct {
 	// it: a grant's time is measured from when it was asked for, which is
 	// no later than when the store decided it.
 	Now func() time.Time
+	// Away, if set, charges a request's cost to this sidecar's local share
+	// of its limits (Guard.ChargeLocal): the units a key's grants admitted
+	// since the store last answered for it, once the guard refuses the
+	// key's grant request because the store is away. A sidecar that loses
+	// the store spends its grants first, then decides by its share; so
+	// that the two together stay within the share, the share counts what
+	// the grants admitted during the outage (before the outage was
+	// noticed, too: a stalled store is noticed only at the deadline).
+	Away func(engine.Request)
 }
 
 // Grants is a Store that decides hot keys from units granted by the store
@@ -124,6 +133,8 @@ type Grants struct {
 	shards  [grantShards]grantShard
 	flights sync.Pool // *grantFlight
 
+	away func(engine.Request) // GrantsConfig.Away; nil: none
+
 	refundMu sync.Mutex
 	refunds  []engine.Request // what ended grants give back; guarded by refundMu
 	pending  atomic.Int64     // len(refunds), read without the lock on every Submit
@@ -134,6 +145,7 @@ type Grants struct {
 	asked    atomic.Uint64 // grant requests sent
 	refusedG atomic.Uint64 // grant requests the store refused
 	revoked  atomic.Uint64 // grants dropped by a reset or a reload
+	charged  atomic.Uint64 // units charged to the local share (GrantsConfig.Away)
 }
 
 var _ engine.Store = (*Grants)(nil)
@@ -170,6 +182,12 @@ type grantEntry struct {
 	askAfter time.Time // no grant is asked for before (a refused one's retry-after)
 	askMost  int64     // a refused grant's remaining: the most worth asking next; 0: no bound
 
+	// unanswered: the units admitted from grants since the store last
+	// answered one of the key's grant requests, and the failure mode of
+	// the last request admitted, for GrantsConfig.Away.
+	unanswered int64
+	onFailure  engine.FailureMode
+
 	// The grant held, if held.
 	held   bool
 	at     time.Time     // when it was asked for: no later than the store's decision
@@ -197,7 +215,7 @@ func NewGrants(cfg GrantsConfig) (*Grants, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	g := &Grants{next: cfg.Store, now: cfg.Now, perSlot: max(cfg.MaxKeys/grantShards, 1), seed: maphash.MakeSeed()}
+	g := &Grants{next: cfg.Store, now: cfg.Now, away: cfg.Away, perSlot: max(cfg.MaxKeys/grantShards, 1), seed: maphash.MakeSeed()}
 	for i := range g.shards {
 		g.shards[i].keys = map[grantKey]*grantEntry{}
 	}
@@ -350,6 +368,8 @@ func (g *Grants) decide(r *engine.Request, res *engine.Result, now time.Time, la
 		sp := e.spendable(now)
 		if sp >= r.Cost {
 			e.left -= r.Cost
+			e.unanswered += r.Cost
+			e.onFailure = r.OnFailure
 			g.admit(e, r, res, now, sp-r.Cost)
 			g.decided.Add(1)
 			return true, ask
@@ -621,6 +641,18 @@ func (g *Grants) take(a grantAsk, req *engine.Request, rr *engine.Result, at tim
 	if sh.keys[e.key] != e || rr == nil || rr.Err != nil {
 		return
 	}
+	switch rr.Path {
+	case engine.PathStore:
+		e.unanswered = 0 // the store answered: what the grants admitted before, it had granted
+	case engine.PathFailClosed:
+		// The guard could not send it: the store is away, and what the
+		// grants admitted since it last answered counts in the share.
+		if e.unanswered > 0 && g.away != nil {
+			g.away(engine.Request{Key: e.key.key, Limit: e.limit, Limits: e.limits, Cost: e.unanswered, OnFailure: e.onFailure})
+			g.charged.Add(uint64(e.unanswered))
+		}
+		e.unanswered = 0
+	}
 	d := rr.Decision
 	if !d.Allowed {
 		g.refusedG.Add(1)
@@ -771,12 +803,16 @@ type GrantStats struct {
 	GivenBack   uint64 // units sent back from grants that ended unspent
 	Revoked     uint64 // grants dropped by a reset or a policy reload
 	Keys        int    // keys counted
+
+	// ChargedLocal counts the units admitted from grants while the store
+	// was away, charged to the local share (GrantsConfig.Away).
+	ChargedLocal uint64
 }
 
 // Stats returns the counts so far.
 func (g *Grants) Stats() GrantStats {
 	s := GrantStats{Decisions: g.decided.Load(), Taken: g.taken.Load(), Asked: g.asked.Load(), GivenBack: g.given.Load(),
-		Revoked: g.revoked.Load()}
+		Revoked: g.revoked.Load(), ChargedLocal: g.charged.Load()}
 	now := g.now()
 	for i := range g.shards {
 		sh := &g.shards[i]

@@ -51,7 +51,9 @@ func u(n uint64) string { return strconv.FormatUint(n, 10) }
 
 // InfoGrants is INFO's Grants section: whether grants are on, the grants
 // held now and the units they may still spend, the decisions made from
-// them, the grants asked for and taken, and the units given back.
+// them, the grants asked for and taken, the units given back, and the
+// units admitted from grants while Redis was away, charged to the local
+// share.
 func (c *Chain) InfoGrants() [][2]string {
 	on, s := "0", c.GrantStats()
 	if c.grants != nil {
@@ -61,5 +63,5 @@ func (c *Chain) InfoGrants() [][2]string {
 		{"grant_units_outstanding", strconv.FormatInt(s.Outstanding, 10)}, {"grant_decisions", u(s.Decisions)},
 		{"grants_asked", u(s.Asked)}, {"grants_taken", u(s.Taken)}, {"grant_units_given_back", u(s.GivenBack)},
 		{"grants_revoked", u(s.Revoked)},
-		{"grant_keys", strconv.Itoa(s.Keys)}}
+		{"grant_keys", strconv.Itoa(s.Keys)}, {"grant_units_charged_locally", u(s.ChargedLocal)}}
 }

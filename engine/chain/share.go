@@ -91,6 +91,23 @@ func (g *Guard) decideLocal(reqs []engine.Request, res []engine.Result) {
 	r.Limit, r.Limits = limit, limits
 }
 
+// ChargeLocal takes r's cost from this sidecar's local share of r's
+// limits, as a charge (taken whatever is left), when r's failure mode is
+// FailLocal: the grant layer's units admitted from grants while the
+// shared store was away (GrantsConfig.Away), so that what this sidecar
+// admits in an outage, from its grants first and then locally, stays
+// within its share. The grants' units were taken from the shared budget
+// before the outage; without this the share would admit its whole
+// capacity on top of them.
+func (g *Guard) ChargeLocal(r engine.Request) {
+	if g.mode(&r) != engine.FailLocal || r.Cost < 1 {
+		return
+	}
+	r.Charge, r.Peek, r.Grant, r.Refund, r.Detail = true, false, false, false, nil
+	var res [1]engine.Result
+	g.decideLocal([]engine.Request{r}, res[:])
+}
+
 // decideLocally has the local store decide reqs as they stand.
 func (g *Guard) decideLocally(reqs []engine.Request, res []engine.Result) {
 	// The local store answers before Submit returns and never fails as a

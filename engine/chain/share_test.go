@@ -243,3 +243,141 @@ func TestShareLeases(t *testing.T) {
 		t.Errorf("%d leases of 10 held locally by one of 3 sidecars; want 3", held)
 	}
 }
+
+// The outage of the issue with grants on: a sidecar that loses the shared
+// store spends what its grants hold first, then decides by its share, and
+// the two together stay within the share. Three sidecars (the grant layer
+// over a guard) on one shared memory store decide the hot bucket for
+// 300 ms while it is full, so that each holds a grant when the store goes
+// down; then the load runs 10 s against the store down. The fleet admits
+// at most the limit's capacity and its refill over the outage, 350, as
+// without grants: the units its grants admitted are charged to the share
+// (Guard.ChargeLocal), and it admits no less than 350 less the units the
+// grants had admitted before the outage since the store last answered
+// them. Without the charge it admitted 350 and the grants' units on top.
+func TestShareOutageWithGrants(t *testing.T) {
+	hot := engine.Limit{Algorithm: engine.TokenBucket, Rate: 5, Period: time.Second, Burst: 300}
+	const outage = 10 * time.Second
+	allows := hot.Burst + hot.Rate*int64(outage/hot.Period) // 350
+	clock := enginetest.NewClock(enginetest.Epoch)
+	shared := openMemory(t, clock.Now)
+	var stores []*flakyStore
+	var sidecars []*chain.Grants
+	for range 3 {
+		f := &flakyStore{inner: shared}
+		g, err := chain.NewGuard(chain.GuardConfig{Store: f, Local: openMemory(t, clock.Now), Default: engine.FailLocal,
+			ProbeEvery: 250 * time.Millisecond, Now: clock.Now, Sidecars: fixed(3)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gr, err := chain.NewGrants(chain.GrantsConfig{Store: g, Now: clock.Now, Away: g.ChargeLocal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores, sidecars = append(stores, f), append(sidecars, gr)
+	}
+	// Ten times what the bucket allows over the outage, in turn.
+	step := outage / time.Duration(10*allows)
+	i := 0
+	send := func() engine.Result {
+		res := decide(t, sidecars[i%3], engine.Request{Key: "hot", Limit: hot, Cost: 1})
+		i++
+		clock.Advance(step)
+		if res.Err != nil {
+			t.Fatalf("request %d: %v", i, res.Err)
+		}
+		return res
+	}
+	for range 300 * time.Millisecond / step {
+		send()
+	}
+	var held int64
+	for _, g := range sidecars {
+		held += g.Stats().Outstanding
+	}
+	if held == 0 {
+		t.Fatal("no grant held when the store goes down: the test needs some")
+	}
+	for _, f := range stores {
+		f.set(true)
+	}
+	paths := map[engine.Path]int64{}
+	for range outage / step {
+		if res := send(); res.Decision.Allowed {
+			paths[res.Path]++
+		}
+	}
+	admitted := paths[engine.PathGrant] + paths[engine.PathLocal]
+	var charged uint64
+	for _, g := range sidecars {
+		charged += g.Stats().ChargedLocal
+	}
+	t.Logf("%d units held in grants when the store went down; over the %v outage %d admitted from grants, %d locally "+
+		"(%d charged to the shares); the limit allows %d", held, outage, paths[engine.PathGrant], paths[engine.PathLocal],
+		charged, allows)
+	if paths[engine.PathGrant] == 0 || paths[engine.PathLocal] == 0 || len(paths) != 2 {
+		t.Errorf("admitted during the outage by path: %v; want from grants first, then locally, and nothing else", paths)
+	}
+	if admitted > allows {
+		t.Errorf("%d admitted during the outage (%d from grants, %d locally); the limit allows %d",
+			admitted, paths[engine.PathGrant], paths[engine.PathLocal], allows)
+	}
+	// Charged: what the grants admitted since the store last answered
+	// each key's grant request, which is all they admitted during the
+	// outage and what the grant then held had admitted before it: a
+	// sidecar cannot tell a store that stalled from one that is slow
+	// until the deadline. The share loses no more than those units.
+	before := int64(charged) - paths[engine.PathGrant]
+	if before < 0 || admitted < allows-before-3 {
+		t.Errorf("%d admitted during the outage with %d units charged to the shares (%d admitted from grants meanwhile); want at least %d",
+			admitted, charged, paths[engine.PathGrant], allows-before-3)
+	}
+}
+
+// ChargeLocal takes the cost from the share of a request that fails
+// locally, from every limit of a multi-limit one, whatever is left, and
+// from nothing for the other failure modes; the request's Detail is not
+// written.
+func TestShareChargeLocal(t *testing.T) {
+	bucket := engine.Limit{Algorithm: engine.TokenBucket, Rate: 5, Period: time.Second, Burst: 300}
+	limits := []engine.NamedLimit{
+		{Name: "second", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 30, Period: time.Second}},
+		{Name: "hour", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 60, Period: time.Hour}},
+	}
+	for _, tc := range []struct {
+		name   string
+		r      engine.Request
+		want   int64         // the share's remaining after, by a peek
+		wait   time.Duration // and its retry-after at least
+		detail bool
+	}{
+		{"local", engine.Request{Key: "k", Limit: bucket, Cost: 40}, 60, 0, false},
+		// 30 units over a share refilled 5 every 3 s: 18 s to one unit.
+		{"over the share", engine.Request{Key: "k", Limit: bucket, Cost: 130}, 0, 18 * time.Second, false},
+		{"default mode", engine.Request{Key: "k", Limit: bucket, Cost: 40, OnFailure: engine.FailDefault}, 60, 0, false},
+		{"deny", engine.Request{Key: "k", Limit: bucket, Cost: 40, OnFailure: engine.FailClosed}, 100, 0, false},
+		{"allow", engine.Request{Key: "k", Limit: bucket, Cost: 40, OnFailure: engine.FailOpen}, 100, 0, false},
+		{"multi", engine.Request{Key: "k", Limits: limits, Cost: 4, Detail: make([]engine.Decision, 2)}, 6, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := enginetest.NewClock(enginetest.Epoch)
+			g := downGuard(t, clock, fixed(3))
+			g.ChargeLocal(tc.r)
+			if tc.detail && tc.r.Detail[0] != (engine.Decision{}) {
+				t.Errorf("the charge wrote the caller's detail: %+v", tc.r.Detail)
+			}
+			peek := tc.r
+			peek.Cost, peek.Peek, peek.OnFailure = 0, true, engine.FailLocal
+			if tc.detail {
+				peek.Detail = make([]engine.Decision, 2)
+			}
+			res := decide(t, g, peek)
+			if res.Err != nil || res.Path != engine.PathLocal || res.Decision.Remaining != tc.want || res.Decision.RetryAfter < tc.wait {
+				t.Errorf("the share after the charge: %+v; want %d remaining, a retry-after of at least %v", res, tc.want, tc.wait)
+			}
+			if tc.detail && (peek.Detail[0].Remaining != 6 || peek.Detail[1].Remaining != 16) {
+				t.Errorf("each limit's share after the charge: %+v; want 6 of 10 and 16 of 20", peek.Detail)
+			}
+		})
+	}
+}
