@@ -97,3 +97,98 @@ func BenchmarkGrantsSubmit(b *testing.B) {
 		}
 	}
 }
+
+// Many distinct keys, none hot: the layer keeps nothing for them and
+// allocates nothing, however many there are, and a hot key among them is
+// still found (when every key seen had an entry, MaxKeys of them filled
+// the shards and a key arriving after went uncounted until a flush).
+func TestGrantsColdKeysKeepNothing(t *testing.T) {
+	clock := enginetest.NewClock(enginetest.Epoch.Truncate(time.Minute))
+	g := newGrants(t, answerAtOnce{}, clock.Now)
+	l := engine.Limit{Algorithm: engine.GCRA, Rate: 1000, Period: time.Second, Burst: 1000}
+	keys := make([]string, 50_000)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	reqs := make([]engine.Request, 16)
+	res := make([]engine.Result, len(reqs))
+	n := 0
+	next := func() {
+		for i := range reqs {
+			reqs[i] = engine.Request{Key: keys[n%len(keys)], Limit: l, Cost: 1}
+			n++
+		}
+		if err := engine.Wait(g, reqs, res, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(80 * time.Microsecond)
+	}
+	for n < 40_000 { // four times MaxKeys, each key once
+		next()
+	}
+	if s := g.Stats(); s.Keys != 0 || s.Asked != 0 {
+		t.Fatalf("after 40,000 cold keys: %+v, want no key kept, no grant asked", s)
+	}
+	if allocs := testing.AllocsPerRun(100, next); allocs != 0 {
+		t.Fatalf("%v allocations a batch of cold keys", allocs)
+	}
+	fromGrant := 0
+	for range 20 {
+		reqs[0] = engine.Request{Key: "hot", Limit: l, Cost: 1}
+		for i := 1; i < len(reqs); i++ {
+			reqs[i] = engine.Request{Key: keys[n%len(keys)], Limit: l, Cost: 1}
+			n++
+		}
+		if err := engine.Wait(g, reqs, res, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		if res[0].Path == engine.PathGrant {
+			fromGrant++
+		}
+		clock.Advance(time.Millisecond)
+	}
+	if s := g.Stats(); fromGrant == 0 || s.Keys != 1 || s.Taken != 1 {
+		t.Fatalf("a hot key among cold ones: %d of 20 requests from a grant, %+v", fromGrant, s)
+	}
+}
+
+// A cold key judged hot (its slot and tag shared with another key, whose
+// requests add up with its own) costs a grant taken and given back, never
+// exactness: the grant is the store's as any other. So the decisions are
+// the store alone's, and once the key is cold again the store has every
+// unspent unit back and the layer keeps nothing of the key. (A bucket's
+// grant would lapse instead: units taken as any other grant's.)
+func TestGrantsColdKeyJudgedHot(t *testing.T) {
+	clock := enginetest.NewClock(enginetest.Epoch.Truncate(time.Minute))
+	l := engine.Limit{Algorithm: engine.FixedWindow, Rate: 100, Period: time.Minute}
+	alone, mem := openMemory(t, clock.Now), openMemory(t, clock.Now)
+	g := newGrants(t, mem, clock.Now)
+	// Three requests of another key in k's slot, with k's tag: k's
+	// first request makes four, hot.
+	g.CountAnother("k", engine.FixedWindow, 3, clock.Now())
+	for i := range 2 {
+		r := engine.Request{Key: "k", Limit: l, Cost: 1}
+		want := decideBatch(t, alone, []engine.Request{r})[0]
+		got := decideBatch(t, g, []engine.Request{r})[0]
+		if got.Decision.Allowed != want.Decision.Allowed {
+			t.Fatalf("request %d: with grants %+v, the store alone %+v", i, got, want)
+		}
+		clock.Advance(time.Millisecond)
+	}
+	s := g.Stats()
+	if s.Taken != 1 || s.Outstanding < 1 {
+		t.Fatalf("after the request that made it look hot: %+v, want a grant", s)
+	}
+	held := s.Outstanding
+	if left := peek(t, mem, l); left != 100-1-(held+1) { // the second request spent one of the grant's
+		t.Fatalf("the store has %d left with %d held", left, held)
+	}
+	clock.Advance(120 * time.Millisecond)
+	g.Flush()
+	if left, wantLeft := peek(t, mem, l), peek(t, alone, l); left != wantLeft {
+		t.Fatalf("once the key is cold the store has %d left, alone %d", left, wantLeft)
+	}
+	if s := g.Stats(); s.Held != 0 || s.Keys != 0 || s.GivenBack != uint64(held) {
+		t.Fatalf("once the key is cold: %+v, want nothing held or kept, %d given back", s, held)
+	}
+}
