@@ -111,7 +111,7 @@ type GrantsConfig struct {
 	// that turns hot goes down as a cold one until the flush forgets
 	// entries of keys gone cold. Cold keys take none: they are counted
 	// in a table of fixed size (hotness.go). Zero means 10,000 (about
-	// 300 bytes each, with its key).
+	// 350 bytes each, with its key).
 	MaxKeys int
 	// Now is the clock; nil means time.Now. Only durations are taken from
 	// it: a grant's time is measured from when it was asked for, which is
