@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -190,5 +193,84 @@ func TestGrantsColdKeyJudgedHot(t *testing.T) {
 	}
 	if s := g.Stats(); s.Held != 0 || s.Keys != 0 || s.GivenBack != uint64(held) {
 		t.Fatalf("once the key is cold: %+v, want nothing held or kept, %d given back", s, held)
+	}
+}
+
+// Hot and cold keys from several goroutines at once, the flush running
+// beside them (run it with -race): the table and the entries agree, so
+// that once the hot keys are cold again and their grants ended, the store
+// has counted each hot key's admitted requests exactly, no unit lost in a
+// grant or spent twice, and the layer keeps nothing.
+func TestGrantsConcurrentHotAndCold(t *testing.T) {
+	const (
+		workers = 4
+		batches = 300
+		hotKeys = 2
+	)
+	clock := enginetest.NewClock(enginetest.Epoch.Truncate(time.Minute))
+	mem := openMemory(t, clock.Now)
+	g := newGrants(t, mem, clock.Now)
+	l := engine.Limit{Algorithm: engine.FixedWindow, Rate: 1_000_000, Period: time.Minute}
+	var admitted [hotKeys]atomic.Int64
+	stop := make(chan struct{})
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				g.Flush()
+				runtime.Gosched()
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			reqs := make([]engine.Request, 16)
+			res := make([]engine.Result, len(reqs))
+			for b := range batches {
+				hot := (w + b) % hotKeys
+				for i := range reqs {
+					key := "hot:" + strconv.Itoa(hot)
+					if i >= 4 {
+						key = "user:" + strconv.Itoa(w) + ":" + strconv.Itoa(b*16+i)
+					}
+					reqs[i] = engine.Request{Key: key, Limit: l, Cost: 1}
+				}
+				if err := engine.Wait(g, reqs, res, time.Time{}); err != nil {
+					t.Error(err)
+					return
+				}
+				for i := range 4 {
+					if !res[i].Decision.Allowed || res[i].Err != nil {
+						t.Errorf("a hot key's request refused: %+v", res[i])
+						return
+					}
+					admitted[hot].Add(1)
+				}
+				clock.Advance(20 * time.Microsecond)
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-flushed
+	if g.Stats().Decisions == 0 {
+		t.Fatal("no decision from a grant")
+	}
+	clock.Advance(150 * time.Millisecond) // every key cold: the grants end and give back
+	g.Flush()
+	for h := range hotKeys {
+		key := "hot:" + strconv.Itoa(h)
+		left := decideBatch(t, mem, []engine.Request{{Key: key, Limit: l, Peek: true}})[0].Decision.Remaining
+		if want := l.Rate - admitted[h].Load(); left != want {
+			t.Errorf("%s: the store has %d left after %d admitted, want %d", key, left, admitted[h].Load(), want)
+		}
+	}
+	if s := g.Stats(); s.Held != 0 || s.Keys != 0 {
+		t.Errorf("every key cold: %+v, want nothing held or kept", s)
 	}
 }
