@@ -70,7 +70,7 @@ func TestHotTablePins(t *testing.T) {
 	var table hotTable
 	now := enginetest.Epoch
 	a := uint64(0x1234_5678_9abc_0042)
-	b := a ^ 1<<50 // the same slot, another tag
+	b := a ^ 1<<60 // the same slot, another tag
 	for i := range hotCount {
 		v, _ := table.count(a, now, 1)
 		want := hotCold
