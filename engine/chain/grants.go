@@ -261,7 +261,7 @@ func (g *Grants) shardOf(key string) *grantShard {
 	return &g.shards[maphash.String(g.seed, key)%grantShards]
 }
 
-// forget takes e out of its shard's keys (sh.mu held) and frees its slot
+// forget takes e out of its shard's keys (e.shard.mu held) and frees its slot
 // in the hot table.
 func (g *Grants) forget(e *grantEntry) {
 	e.gone = true
