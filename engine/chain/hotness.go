@@ -50,8 +50,10 @@ const (
 
 	// A slot's word, from the top: hotPin, the tag, the interval (its low
 	// bits), the requests in it, its units, the units of the one before.
-	// Requests and units saturate: a key hot here reaches hotCount
-	// first, and a grant is at most a quarter of the capacity anyway.
+	// Requests and units saturate: a key reaches hotCount first, and
+	// units past hotUnitsMax in an interval only size a first grant
+	// as hotUnitsMax would (4 × 2^20 units, unless a quarter of the
+	// capacity is less: it differs only for capacities over 2^24).
 	hotPin        = 1 << 63
 	hotTagShift   = 53
 	hotTagMask    = (1<<10 - 1) << hotTagShift
