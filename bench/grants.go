@@ -68,3 +68,23 @@ func fleetOnce(rdb nodes, n, c, pipeline int, ts []target) sample {
 	}
 	return sample{rps: sum / float64(len(ts)), redisCPU: (cpu1 - cpu0) / total * 1e6, scriptsPerRequest: (eval1 - eval0) / total}
 }
+
+// grantsColdRow measures what grants cost where no key is hot (issue 40:
+// "no change beyond noise"): many distinct keys, every request allowed,
+// on a sidecar with --grants against the bench's sidecar without, both in
+// front of the bench's Redis, side by side in each run. The grant layer
+// counts every request's key to find the hot ones; none is, so nothing is
+// granted (INFO grants, printed after, says what the layer kept and
+// asked). The sidecar starts only when the row is asked for.
+func grantsColdRow(name string, sluice func(...string) int, rdb nodes, redisPort string, off target) {
+	port := freePort()
+	pid := sluice("--listen", "127.0.0.1:"+port, "--admin-listen", "127.0.0.1:"+freePort(),
+		"--upstream", "redis://127.0.0.1:"+redisPort, "--grants")
+	waitPort(port)
+	on := off
+	on.port, on.pid = port, pid
+	c := compare(rdb, *requests, *clients, 16, off, on)
+	fmt.Printf("%-48s grants off %9.0f/s, on %9.0f/s, ratio %.2f; p50 ms: off %.3f, on %.3f; Sluice's CPU µs per request: off %.2f, on %.2f; Redis calls per request: off %.4f, on %.4f; %s\n",
+		name, c.a.rps, c.b.rps, c.ratio, c.a.p50, c.b.p50, c.a.serverCPU, c.b.serverCPU, c.a.scriptsPerRequest, c.b.scriptsPerRequest,
+		infoFields(port, "grants", "grants", "grants_asked", "grant_decisions", "grant_keys"))
+}

@@ -11,6 +11,7 @@
 //	go run ./bench -only durable   # --durable replica against not, with a replica
 //	go run ./bench -only record    # --record (every decision) against not
 //	go run ./bench -only 'hot key' # one hot key, --grants on three sidecars among them
+//	go run ./bench -only 'grants on' # keys from 1,000,000, none hot: --grants against not
 //
 // -sluice measures a prebuilt binary, so that runs of two builds can be
 // interleaved on a noisy machine; -only runs the scenarios whose name
@@ -188,6 +189,12 @@ func main() {
 	// against three on the in-memory store.
 	if name := "one hot key, allowed, 3 sidecars on one Redis"; wanted(name) {
 		grantRows(sluice, rdb, redisPort, 16)
+	}
+
+	// Many keys, none hot, on a sidecar with grants (--grants) beside the
+	// one without: grants must cost nothing where no key is hot.
+	if name := "GCRA, keys from 1000000, -P 16, grants on"; wanted(name) {
+		grantsColdRow(name, sluice, rdb, redisPort, target{port: sluicePort, args: gcraSidecar, keys: 1_000_000, pid: sluicePID})
 	}
 
 	// One hot key refused: burst 0 at 1 per hour.

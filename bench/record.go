@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -64,15 +65,21 @@ func recordRows(sluice func(...string) int, dir, redisPort string, rdb nodes, si
 // recorded is what the recording sidecar's INFO says it recorded and
 // dropped so far: a recording that kept up drops nothing.
 func recorded(port string) string {
+	return infoFields(port, "recording", "recorded_decisions", "recording_dropped", "recording_bytes")
+}
+
+// infoFields is the named fields of one section of the INFO of the
+// sidecar on port, as "name value" pairs.
+func infoFields(port, section string, names ...string) string {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port})
 	defer c.Close()
-	info, err := c.Info(context.Background(), "recording").Result()
+	info, err := c.Info(context.Background(), section).Result()
 	if err != nil {
-		return "INFO recording: " + err.Error()
+		return "INFO " + section + ": " + err.Error()
 	}
 	var out []string
 	for line := range strings.SplitSeq(info, "\r\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && (k == "recorded_decisions" || k == "recording_dropped" || k == "recording_bytes") {
+		if k, v, ok := strings.Cut(line, ":"); ok && slices.Contains(names, k) {
 			out = append(out, k+" "+v)
 		}
 	}

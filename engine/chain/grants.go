@@ -15,7 +15,9 @@ import (
 // Grants: a hot key decided in this sidecar, exactly.
 //
 // A key this sidecar decides often is hot (hotCount requests within
-// hotInterval). A hot key's request that no grant covers goes down as
+// hotInterval), found by a table that keeps nothing per cold key
+// (hotness.go); a hot key gets an entry, which counts it exactly. A hot
+// key's request that no grant covers goes down as
 // usual and, in the same Submit, a Grant request for k units goes with it
 // (engine.Request.Grant): the store takes the k units from the key's
 // budget, as a take of cost k, and hands them to this sidecar. Until the
@@ -104,9 +106,12 @@ type GrantsConfig struct {
 	// Store decides what no grant covers, and the grants themselves: the
 	// guard in front of Redis.
 	Store engine.Store
-	// MaxKeys bounds the keys counted (hot or not); past it, a key not
-	// yet counted goes down uncounted until the flush forgets cold ones.
-	// Zero means 10,000 (about 200 bytes each, with its key).
+	// MaxKeys bounds the hot keys this sidecar keeps an entry for (the
+	// keys it counts exactly, and may hold a grant of); past it, a key
+	// that turns hot goes down as a cold one until the flush forgets
+	// entries of keys gone cold. Cold keys take none: they are counted
+	// in a table of fixed size (hotness.go). Zero means 10,000 (about
+	// 350 bytes each, with its key).
 	MaxKeys int
 	// Now is the clock; nil means time.Now. Only durations are taken from
 	// it: a grant's time is measured from when it was asked for, which is
@@ -130,6 +135,7 @@ type Grants struct {
 	now     func() time.Time
 	perSlot int // MaxKeys per shard
 	seed    maphash.Seed
+	hot     *hotTable // counts every key until it turns hot
 	shards  [grantShards]grantShard
 	flights sync.Pool // *grantFlight
 
@@ -168,6 +174,7 @@ type grantKey struct {
 type grantEntry struct {
 	shard  *grantShard
 	key    grantKey // its own copy of the key
+	slot   uint64   // its hotHash: the table's slot pinned to it while it is in shard.keys
 	gone   bool     // no longer in shard.keys: a Submit's last entry is looked up again
 	limit  engine.Limit
 	limits []engine.NamedLimit // a multi-limit request's: the policy's, shared
@@ -215,7 +222,8 @@ func NewGrants(cfg GrantsConfig) (*Grants, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	g := &Grants{next: cfg.Store, now: cfg.Now, away: cfg.Away, perSlot: max(cfg.MaxKeys/grantShards, 1), seed: maphash.MakeSeed()}
+	g := &Grants{next: cfg.Store, now: cfg.Now, away: cfg.Away, perSlot: max(cfg.MaxKeys/grantShards, 1), seed: maphash.MakeSeed(),
+		hot: new(hotTable)}
 	for i := range g.shards {
 		g.shards[i].keys = map[grantKey]*grantEntry{}
 	}
@@ -269,6 +277,14 @@ func keyOf(r *engine.Request) grantKey {
 
 func (g *Grants) shardOf(key string) *grantShard {
 	return &g.shards[maphash.String(g.seed, key)%grantShards]
+}
+
+// forget takes e out of its shard's keys (e.shard.mu held) and frees its slot
+// in the hot table.
+func (g *Grants) forget(e *grantEntry) {
+	e.gone = true
+	delete(e.shard.keys, e.key)
+	g.hot.unpin(e.slot)
 }
 
 // Submit admits what grants cover and sends the rest down, with the grant
@@ -326,44 +342,71 @@ func (g *Grants) Submit(reqs []engine.Request, res []engine.Result, deadline tim
 
 // decide counts r in its key's recent requests and admits it from the
 // key's grant if it fits, into res. Otherwise it returns the grant to ask
-// for (ask.e set), if the key is hot and holds none.
+// for (ask.e set), if the key is hot and holds none. A cold key's request
+// is counted in the hot table alone: no lock, nothing kept.
 func (g *Grants) decide(r *engine.Request, res *engine.Result, now time.Time, last **grantEntry) (served bool, ask grantAsk) {
-	e := *last
-	if e == nil || e.key.key != r.Key || e.key.alg != keyOf(r).alg {
-		e = nil
+	k := keyOf(r)
+	if e := *last; e != nil && e.key == k {
+		// A hot key's requests come in a row: the one before found its
+		// entry.
+		e.shard.mu.Lock()
+		if !e.gone {
+			served, ask = g.fromEntry(e, r, res, now, last, false)
+			e.shard.mu.Unlock()
+			return served, ask
+		}
+		e.shard.mu.Unlock()
 	}
-	var sh *grantShard
-	if e != nil {
-		sh = e.shard
-	} else {
-		sh = g.shardOf(r.Key)
+	h := maphash.String(g.seed, r.Key)
+	x := hotHash(h, k.alg)
+	v, c := g.hot.count(x, now, r.Cost)
+	if v == hotCold {
+		return false, ask // the usual case
 	}
+	sh := &g.shards[h%grantShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	ok := e != nil && !e.gone
+	e, ok := sh.keys[k]
+	counted := false
 	if !ok {
-		e, ok = sh.keys[keyOf(r)]
-	}
-	if !ok {
-		if len(sh.keys) >= g.perSlot {
+		if v == hotPinned {
+			// Another key of the same tag, or this one's entry not made
+			// yet by the request that made it hot: it goes down
+			// uncounted.
 			return false, ask
 		}
-		k := keyOf(r)
+		if len(sh.keys) >= g.perSlot {
+			g.hot.unpin(x)
+			return false, ask
+		}
 		k.key = strings.Clone(k.key) // the caller may reuse the key's bytes
-		e = &grantEntry{shard: sh, key: k, limit: r.Limit, limits: r.Limits}
+		e = &grantEntry{shard: sh, key: k, slot: x, limit: r.Limit, limits: r.Limits,
+			tick: c.tick, cur: c.cur, curUnits: c.curUnits, prevUnits: c.prevUnits}
 		sh.keys[k] = e
-	} else if e.limit != r.Limit || !engine.SameLimits(e.limits, r.Limits) {
+		counted = true // the table counted this request
+	}
+	return g.fromEntry(e, r, res, now, last, counted)
+}
+
+// fromEntry is decide for a key with an entry, e, locked: counted says
+// whether r is already in its counts.
+func (g *Grants) fromEntry(e *grantEntry, r *engine.Request, res *engine.Result, now time.Time, last **grantEntry, counted bool) (served bool, ask grantAsk) {
+	if e.limit != r.Limit || !engine.SameLimits(e.limits, r.Limits) {
 		// Other limits on the same state (a reloaded policy, an inline
 		// command with other parameters): the grant was taken under the
 		// old ones, so it ends, and the key is counted afresh (a new
-		// entry: a grant asked for under the old limits finds it gone).
+		// entry, which keeps the slot: a grant asked for under the old
+		// limits finds it gone).
 		g.end(e, now)
 		e.gone = true
-		e = &grantEntry{shard: sh, key: e.key, limit: r.Limit, limits: r.Limits}
-		sh.keys[e.key] = e
+		e = &grantEntry{shard: e.shard, key: e.key, slot: e.slot, limit: r.Limit, limits: r.Limits}
+		e.shard.keys[e.key] = e
+		counted = false
 	}
 	*last = e
-	e.count(now, r.Cost)
+	if !counted {
+		e.count(now, r.Cost)
+	}
 	if e.held {
 		sp := e.spendable(now)
 		if sp >= r.Cost {
@@ -697,7 +740,7 @@ func (g *Grants) Flush() {
 	for i := range g.shards {
 		sh := &g.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.keys {
+		for _, e := range sh.keys {
 			e.roll(t)
 			cold := e.cur == 0 && e.prev == 0
 			// A bucket's grant is kept while it may spend, cold or not:
@@ -707,8 +750,7 @@ func (g *Grants) Flush() {
 				g.end(e, now)
 			}
 			if cold && !e.held && !e.asking {
-				e.gone = true
-				delete(sh.keys, k)
+				g.forget(e)
 			}
 		}
 		sh.mu.Unlock()
@@ -771,8 +813,7 @@ func (g *Grants) drop(sh *grantShard, k grantKey) {
 		if e.held {
 			g.revoked.Add(1)
 		}
-		e.gone = true
-		delete(sh.keys, k)
+		g.forget(e)
 	}
 }
 
@@ -802,7 +843,7 @@ type GrantStats struct {
 	Asked       uint64 // grants asked for
 	GivenBack   uint64 // units sent back from grants that ended unspent
 	Revoked     uint64 // grants dropped by a reset or a policy reload
-	Keys        int    // keys counted
+	Keys        int    // hot keys with an entry (MaxKeys)
 
 	// ChargedLocal counts the units admitted from grants while the store
 	// was away, charged to the local share (GrantsConfig.Away).
