@@ -2,46 +2,20 @@ package httpcheck
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/engine"
-	"github.com/sluice-rl/sluice/engine/memstore"
 	"github.com/sluice-rl/sluice/service"
 )
 
 // reserveServer is a check over "llm", 100 units an hour as a fixed
 // window, with at most maxOpen reservations open.
 func reserveServer(t *testing.T, maxOpen int) *Server {
-	t.Helper()
-	now := func() time.Time { return time.Unix(1_800_000_000, 0) }
-	mem, err := memstore.New(memstore.Config{Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := service.New(service.Config{Store: mem, Now: now, MaxReservations: maxOpen, Policies: policies{
+	return newServerAt(t, time.Unix(1_800_000_000, 0), Config{}, service.Config{MaxReservations: maxOpen, Policies: policies{
 		"llm": {Name: "llm", Prefix: "llm:", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 100, Period: time.Hour}},
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Config{Service: svc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func post(s *Server, target string, h ...string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(http.MethodPost, target, nil)
-	for i := 0; i+1 < len(h); i += 2 {
-		r.Header.Set(h[i], h[i+1])
-	}
-	w := httptest.NewRecorder()
-	s.ServeHTTP(w, r)
-	return w
 }
 
 // TestReserveAndSettle: reserve=N takes N as a cost and answers the
@@ -74,12 +48,7 @@ func TestReserveAndSettle(t *testing.T) {
 		{"unknown id", http.MethodPost, "/v1/settle", []string{HeaderReservation, "nosuch", HeaderActual, "3"}, 404, "", "", `"nosuch"`},
 	}
 	for _, st := range steps {
-		r := httptest.NewRequest(st.method, st.target, nil)
-		for i := 0; i+1 < len(st.h); i += 2 {
-			r.Header.Set(st.h[i], st.h[i+1])
-		}
-		w := httptest.NewRecorder()
-		s.ServeHTTP(w, r)
+		w := do(s, st.method, st.target, st.h...)
 		h := w.Header()
 		if w.Code != st.status || (st.remaining != "" && h.Get("X-Ratelimit-Remaining") != st.remaining) ||
 			h.Get("X-Ratelimit-Over") != st.over || !strings.Contains(w.Body.String(), st.body) {

@@ -21,22 +21,29 @@ func (p policies) Lookup(name string) (engine.Policy, bool) {
 }
 
 func newServer(t testing.TB, token string) *Server {
-	t.Helper()
-	mem, err := memstore.New(memstore.Config{Now: func() time.Time { return time.Unix(1_800_000_030, 0) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := service.New(service.Config{Store: mem, Policies: policies{
+	return newServerAt(t, time.Unix(1_800_000_030, 0), Config{Token: token}, service.Config{Policies: policies{
 		"api": {Name: "api", Prefix: "api:", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 2, Period: time.Minute}},
 		"two": {Name: "two", Prefix: "two:", Limits: []engine.NamedLimit{
 			{Name: "burst", Limit: engine.Limit{Algorithm: engine.TokenBucket, Rate: 1, Period: time.Second, Burst: 5}},
 			{Name: "hourly", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 2, Period: time.Hour}},
 		}},
 	}})
+}
+
+// newServerAt is a Server by cfg over a service by svc (its store and
+// clock set here): an in-memory store whose clock stands still at now.
+func newServerAt(t testing.TB, now time.Time, cfg Config, svc service.Config) *Server {
+	t.Helper()
+	clock := func() time.Time { return now }
+	mem, err := memstore.New(memstore.Config{Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Service: svc, Token: token})
+	svc.Store, svc.Now = mem, clock
+	if cfg.Service, err = service.New(svc); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +51,17 @@ func newServer(t testing.TB, token string) *Server {
 }
 
 func get(s *Server, target string, h ...string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(http.MethodGet, target, nil)
+	return do(s, http.MethodGet, target, h...)
+}
+
+func post(s *Server, target string, h ...string) *httptest.ResponseRecorder {
+	return do(s, http.MethodPost, target, h...)
+}
+
+// do serves a request by method to target, with h's header names and
+// values in pairs.
+func do(s *Server, method, target string, h ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, target, nil)
 	for i := 0; i+1 < len(h); i += 2 {
 		r.Header.Set(h[i], h[i+1])
 	}

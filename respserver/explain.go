@@ -46,21 +46,16 @@ func runExplain(c *client, args [][]byte) {
 		c.owe(requestError(err, cmd)) // the service counted it
 		return
 	}
-	var e service.Explanation
-	answer := func(out []byte) []byte {
-		if err != nil {
-			return redcon.AppendError(out, requestError(err, cmd))
-		}
+	answerOffLoop(c, cmd, func() (service.Explanation, error) {
+		svc.DecideWait(b)
+		return b.ExplainHeld(context.Background(), i)
+	}, func(out []byte, e *service.Explanation) []byte {
 		// An Explanation holds strings, numbers, booleans and maps of
 		// numbers only, which always encode (invalid UTF-8 as U+FFFD);
 		// the JSON escapes every control byte, so the document is one
 		// line however odd the key.
-		doc, _ := json.Marshal(&e)
+		doc, _ := json.Marshal(e)
 		return redcon.AppendBulk(out, doc)
-	}
-	c.offLoop(answer, func() {
-		svc.DecideWait(b)
-		e, err = b.ExplainHeld(context.Background(), i)
 	})
 }
 

@@ -52,32 +52,34 @@ func parseAcquire(args [][]byte) (service.LeaseRequest, string) {
 	var r service.LeaseRequest
 	if resp.Is(args[1], "policy") {
 		r.ByPolicy, r.Policy, r.Key = true, string(args[2]), string(args[3])
-		if len(args) > 4 {
-			r.ID = string(args[4])
-			if r.ID == "" {
-				return r, invalidArg("id", args[4], "must not be empty")
-			}
+	} else {
+		r.Key = string(args[1])
+		n, why := resp.ParseInt(args[2])
+		if why != "" {
+			return r, invalidArg("limit", args[2], why)
 		}
-		return r, ""
+		r.Limit = n
+		ttl, why := engine.ParsePeriod(str(args[3]))
+		if why != "" {
+			return r, invalidArg("lease_ttl", args[3], why)
+		}
+		r.TTL = ttl
 	}
-	r.Key = string(args[1])
-	n, why := resp.ParseInt(args[2])
-	if why != "" {
-		return r, invalidArg("limit", args[2], why)
-	}
-	r.Limit = n
-	ttl, why := engine.ParsePeriod(str(args[3]))
-	if why != "" {
-		return r, invalidArg("lease_ttl", args[3], why)
-	}
-	r.TTL = ttl
-	if len(args) > 4 {
-		r.ID = string(args[4])
-		if r.ID == "" {
-			return r, invalidArg("id", args[4], "must not be empty")
+	if len(args) > 4 { // the id: fifth in both forms
+		var msg string
+		if r.ID, msg = parseID(args[4]); msg != "" {
+			return r, msg
 		}
 	}
 	return r, ""
+}
+
+// parseID reads a lease's or a reservation's id, copied.
+func parseID(arg []byte) (string, string) {
+	if len(arg) == 0 {
+		return "", invalidArg("id", arg, "must not be empty")
+	}
+	return string(arg), ""
 }
 
 // parseRelease reads RL.RELEASE's arguments, copied.
@@ -100,15 +102,8 @@ func runAcquire(c *client, args [][]byte) {
 		return
 	}
 	svc, form := c.s.cfg.Service, c.form()
-	var d engine.LeaseDecision
-	var err error
-	answer := func(out []byte) []byte {
-		if err != nil {
-			return redcon.AppendError(out, requestError(err, nil)) // the service counted it
-		}
-		return appendLease(out, &d, form)
-	}
-	c.offLoop(answer, func() { d, err = svc.Acquire(context.Background(), r) })
+	answerOffLoop(c, nil, func() (engine.LeaseDecision, error) { return svc.Acquire(context.Background(), r) },
+		func(out []byte, d *engine.LeaseDecision) []byte { return appendLease(out, d, form) })
 }
 
 func runRelease(c *client, args [][]byte) {
@@ -118,18 +113,28 @@ func runRelease(c *client, args [][]byte) {
 		return
 	}
 	svc := c.s.cfg.Service
-	var held bool
+	answerOffLoop(c, nil, func() (bool, error) { return svc.Release(context.Background(), r) },
+		func(out []byte, held *bool) []byte {
+			if *held {
+				return redcon.AppendInt(out, 1)
+			}
+			return redcon.AppendInt(out, 0)
+		})
+}
+
+// answerOffLoop runs work off the loop (offLoop) and answers what it
+// returns by enc, or its error, which the service counted, worded with
+// cmd's names (nil: the service's).
+func answerOffLoop[T any](c *client, cmd *command, work func() (T, error), enc func(out []byte, v *T) []byte) {
+	var v T
 	var err error
 	answer := func(out []byte) []byte {
-		switch {
-		case err != nil:
-			return redcon.AppendError(out, requestError(err, nil))
-		case held:
-			return redcon.AppendInt(out, 1)
+		if err != nil {
+			return redcon.AppendError(out, requestError(err, cmd))
 		}
-		return redcon.AppendInt(out, 0)
+		return enc(out, &v)
 	}
-	c.offLoop(answer, func() { held, err = svc.Release(context.Background(), r) })
+	c.offLoop(answer, func() { v, err = work() })
 }
 
 // offLoop runs work, which may wait on Redis, and then owes answer's

@@ -126,17 +126,18 @@ func appendReservation(dst []byte, d *engine.Decision, id string, form int) []by
 // parseSettle reads RL.SETTLE id actual, the id copied: it outlives the
 // read buffer when the settle runs off the loop.
 func parseSettle(args [][]byte) (string, int64, string) {
-	if len(args[1]) == 0 {
-		return "", 0, invalidArg("id", args[1], "must not be empty")
-	}
 	if len(args[1]) > maxReservationID {
 		return "", 0, invalidArg("id", args[1], "no reservation id is that long")
+	}
+	id, msg := parseID(args[1])
+	if msg != "" {
+		return "", 0, msg
 	}
 	n, why := resp.ParseInt(args[2])
 	if why != "" {
 		return "", 0, invalidArg("actual", args[2], why)
 	}
-	return string(args[1]), n, ""
+	return id, n, ""
 }
 
 // maxReservationID bounds an id a settle reads: ids are 16 hex digits, and
@@ -150,13 +151,6 @@ func runSettle(c *client, args [][]byte) {
 		return
 	}
 	svc, form := c.s.cfg.Service, c.form()
-	var d engine.Decision
-	var err error
-	answer := func(out []byte) []byte {
-		if err != nil {
-			return redcon.AppendError(out, requestError(err, nil)) // the service counted it
-		}
-		return appendFields(out, &d, shapeRL, form, 0)
-	}
-	c.offLoop(answer, func() { d, err = svc.Settle(context.Background(), id, actual) })
+	answerOffLoop(c, nil, func() (engine.Decision, error) { return svc.Settle(context.Background(), id, actual) },
+		func(out []byte, d *engine.Decision) []byte { return appendFields(out, d, shapeRL, form, 0) })
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -195,19 +194,21 @@ const maxBooked = 100_000
 // new one is counted as acquired but not followed.
 type leaseBook struct {
 	byPolicy registry[leaseCounts]
-	now      func() time.Time
-
-	mu     sync.Mutex
-	leases map[leaseRef]booked // guarded by mu
-	swept  time.Time           // guarded by mu
+	book[leaseRef, booked]
 }
 
 type leaseRef struct{ key, id string }
 
 type booked struct {
-	policy string
 	counts *leaseCounts
 	ends   time.Time
+}
+
+func (e booked) end() time.Time { return e.ends }
+
+func (e booked) expire() {
+	e.counts.held.Add(-1)
+	e.counts.events[LeaseExpired].Add(1)
 }
 
 func (b *leaseBook) acquired(policy string, r *engine.LeaseRequest, d *engine.LeaseDecision) {
@@ -227,22 +228,16 @@ func (b *leaseBook) acquired(policy string, r *engine.LeaseRequest, d *engine.Le
 	now := b.clock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.leases == nil {
-		b.leases = map[leaseRef]booked{}
-	}
 	ref := leaseRef{r.Key, r.ID}
-	if e, ok := b.leases[ref]; ok {
+	if e, ok := b.entries[ref]; ok {
 		e.ends = now.Add(r.TTL)
-		b.leases[ref] = e
+		b.entries[ref] = e
 		return
 	}
-	if len(b.leases) >= maxBooked {
-		b.sweepLocked(now)
-		if len(b.leases) >= maxBooked {
-			return
-		}
+	if !b.roomLocked(now, maxBooked) {
+		return
 	}
-	b.leases[leaseRef{strings.Clone(r.Key), strings.Clone(r.ID)}] = booked{policy: policy, counts: c, ends: now.Add(r.TTL)}
+	b.addLocked(leaseRef{strings.Clone(r.Key), strings.Clone(r.ID)}, booked{counts: c, ends: now.Add(r.TTL)})
 	c.held.Add(1)
 }
 
@@ -251,49 +246,8 @@ func (b *leaseBook) released(policy, key, id string) {
 	c.events[LeaseReleased].Add(1)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if e, ok := b.leases[leaseRef{key, id}]; ok {
-		delete(b.leases, leaseRef{key, id})
+	if e, ok := b.removeLocked(leaseRef{key, id}); ok {
 		e.counts.held.Add(-1)
-	}
-}
-
-func (b *leaseBook) clock() time.Time { return clockOr(b.now) }
-
-// clockOr reads now, or the wall clock when now is nil: the books' clock,
-// injected by tests.
-func clockOr(now func() time.Time) time.Time {
-	if now != nil {
-		return now()
-	}
-	return time.Now()
-}
-
-// sweepDue tells a book last swept at swept whether to sweep again at
-// now: at most once a second, so that a scrape and an INFO together do
-// not walk it twice, and at once when the clock went back.
-func sweepDue(swept, now time.Time) bool {
-	return now.Sub(swept) >= time.Second || now.Before(swept)
-}
-
-// sweepLocked counts the leases that ended as expired.
-func (b *leaseBook) sweepLocked(now time.Time) {
-	b.swept = now
-	for ref, e := range b.leases {
-		if !now.Before(e.ends) {
-			delete(b.leases, ref)
-			e.counts.held.Add(-1)
-			e.counts.events[LeaseExpired].Add(1)
-		}
-	}
-}
-
-// sweep sweeps when sweepDue says.
-func (b *leaseBook) sweep() {
-	now := b.clock()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if sweepDue(b.swept, now) {
-		b.sweepLocked(now)
 	}
 }
 

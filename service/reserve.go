@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -223,32 +222,31 @@ type reservation struct {
 	counts    *reservationCounts
 }
 
+func (h *reservation) end() time.Time { return h.ends }
+
+func (h *reservation) expire() {
+	h.counts.open.Add(-1)
+	h.counts.events[ReservationExpired].Add(1)
+}
+
 // reservationBook holds the records of the reservations made through this
-// sidecar until they are settled or end. Ended records are swept when
-// the book is read or full, not by a goroutine or timer each: a record
-// past its end is never settled (take checks), so a late sweep costs
-// memory, never a wrong answer.
+// sidecar until they are settled or end. A record past its end is never
+// settled (take checks), so a late sweep costs memory, never a wrong
+// answer.
 type reservationBook struct {
 	max      int
-	now      func() time.Time
 	byPolicy registry[reservationCounts]
-
-	mu      sync.Mutex
-	records map[string]*reservation // guarded by mu
-	swept   time.Time               // guarded by mu
+	book[string, *reservation]
 }
 
 // full reports whether the book holds its most: a new reservation is
 // then refused before it takes anything. Reservations being decided are
 // not counted, so the book may pass max by as many as are in flight.
 func (b *reservationBook) full() bool {
+	now := b.clock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.records) < b.max {
-		return false
-	}
-	b.sweepLocked(b.clock())
-	return len(b.records) >= b.max
+	return !b.roomLocked(now, b.max)
 }
 
 // open records h under a new id for ttl and returns the id.
@@ -258,14 +256,11 @@ func (b *reservationBook) open(policy string, ttl time.Duration, h *reservation)
 	h.ends = b.clock().Add(ttl)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.records == nil {
-		b.records = map[string]*reservation{}
-	}
 	id := engine.NewLeaseID()
-	for b.records[id] != nil { // 63 random bits: a clash is all but impossible, and harmless
+	for b.entries[id] != nil { // 63 random bits: a clash is all but impossible, and harmless
 		id = engine.NewLeaseID()
 	}
-	b.records[id] = h
+	b.addLocked(id, h)
 	c.open.Add(1)
 	c.events[ReservationMade].Add(1)
 	return id
@@ -277,41 +272,16 @@ func (b *reservationBook) take(id string) *reservation {
 	now := b.clock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	h := b.records[id]
-	if h == nil {
+	h, ok := b.removeLocked(id)
+	switch {
+	case !ok:
+		return nil
+	case !now.Before(h.ends):
+		h.expire()
 		return nil
 	}
-	delete(b.records, id)
 	h.counts.open.Add(-1)
-	if !now.Before(h.ends) {
-		h.counts.events[ReservationExpired].Add(1)
-		return nil
-	}
 	return h
-}
-
-func (b *reservationBook) clock() time.Time { return clockOr(b.now) }
-
-// sweepLocked drops the records that ended, counting them as expired.
-func (b *reservationBook) sweepLocked(now time.Time) {
-	b.swept = now
-	for id, h := range b.records {
-		if !now.Before(h.ends) {
-			delete(b.records, id)
-			h.counts.open.Add(-1)
-			h.counts.events[ReservationExpired].Add(1)
-		}
-	}
-}
-
-// sweep sweeps when sweepDue says.
-func (b *reservationBook) sweep() {
-	now := b.clock()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if sweepDue(b.swept, now) {
-		b.sweepLocked(now)
-	}
 }
 
 // ReservationStats are one policy's reservation counts.

@@ -3,9 +3,7 @@ package tests
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,15 +20,12 @@ import (
 // Redis itself holds for that limit; asking took nothing.
 func TestExplainOnRedis(t *testing.T) {
 	r := redistest.Start(t)
-	pol := filepath.Join(t.TempDir(), "policies.yaml")
-	if err := os.WriteFile(pol, []byte(`policies:
+	pol := policiesFile(t, `policies:
   api:
     limits:
       - {name: burst, algorithm: token_bucket, rate: 5, period: 1s, capacity: 5}
       - {name: minute, algorithm: fixed_window, limit: 2, period: 1m}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`)
 	s := startSluice(t, "--upstream", "redis://"+r.Addr, "--policies", pol, "--upstream-timeout", decidingTimeout)
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	defer c.Close()
@@ -84,8 +79,7 @@ func TestExplainOnRedis(t *testing.T) {
 // key, on one Redis and on Cluster: a fixed window's w and n, a token
 // bucket's z, GCRA's z; the memory store shows its own.
 func TestExplainHeldIsWhatRedisHolds(t *testing.T) {
-	pol := filepath.Join(t.TempDir(), "policies.yaml")
-	if err := os.WriteFile(pol, []byte(`policies:
+	pol := policiesFile(t, `policies:
   api:
     limits:
       - {name: burst, algorithm: token_bucket, rate: 5, period: 1s, capacity: 5}
@@ -95,9 +89,7 @@ func TestExplainHeldIsWhatRedisHolds(t *testing.T) {
     rate: 10
     period: 1h
     burst: 4
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`)
 	for _, tc := range []struct {
 		name  string
 		start func(t *testing.T) (args []string, cli []string) // the sidecar's flags, redis-cli's to reach the key

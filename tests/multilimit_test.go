@@ -3,8 +3,6 @@ package tests
 import (
 	"context"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -26,15 +24,12 @@ type span struct{ sent, got time.Time }
 // window's own count at the end is exactly what was admitted in it.
 func TestMultiLimitExactAcrossSidecars(t *testing.T) {
 	r := redistest.Start(t)
-	pol := filepath.Join(t.TempDir(), "policies.yaml")
-	if err := os.WriteFile(pol, []byte(`policies:
+	pol := policiesFile(t, `policies:
   api:
     limits:
       - {name: burst, algorithm: token_bucket, rate: 5, period: 1s, capacity: 5}
       - {name: minute, algorithm: fixed_window, limit: 20, period: 1m}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`)
 	const run = 6 * time.Second
 	var mu sync.Mutex
 	var admitted []span        // each admitted request, from its send to its reply

@@ -203,9 +203,7 @@ const decidingTimeout = "2s"
 
 // writePolicies writes the policies file the tests use.
 func writePolicies(t *testing.T) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "policies.yaml")
-	err := os.WriteFile(p, []byte(`policies:
+	return policiesFile(t, `policies:
   api:
     algorithm: gcra
     rate: 10
@@ -216,8 +214,15 @@ func writePolicies(t *testing.T) string {
     rate: 2
     period: 1s
     capacity: 4
-`), 0o644)
-	if err != nil {
+`)
+}
+
+// policiesFile writes yaml to a policies file in a temporary directory
+// and returns its path, for --policies.
+func policiesFile(t *testing.T, yaml string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "policies.yaml")
+	if err := os.WriteFile(p, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return p

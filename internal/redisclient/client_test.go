@@ -1,12 +1,16 @@
 package redisclient_test
 
 import (
+	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/sluice-rl/sluice/internal/redisclient"
 	"github.com/sluice-rl/sluice/internal/redisurl"
@@ -99,17 +103,19 @@ func TestNewClientRefuses(t *testing.T) {
 }
 
 // FuzzParseAgrees holds redisurl to go-redis: an address that redisurl
-// reads, go-redis's URL parsers read too and NewClient builds a client
-// from (without a panic: go-redis panics on a pool over 2^31-1, and
-// runs out of memory on one far smaller), so that
-// the settings table, which links no Redis client, refuses every address
-// that would fail the sidecar's start.
+// reads, go-redis's URL parser for its kind reads too and builds a client
+// from (without a panic: go-redis panics on a pool over 2^31-1, and runs
+// out of memory on one far smaller), so that the settings table, which
+// links no Redis client, refuses every address that would fail the
+// sidecar's start. The client is built offline (see build): an input
+// costs its parsing and building, never a name lookup or a dial's wait.
 func FuzzParseAgrees(f *testing.F) {
 	for _, s := range []string{
 		"redis://127.0.0.1:6379/2", "rediss://u:p@h:6380?db=1&skip_verify=1&idle_timeout=3",
 		"redis+sentinel://a:1,b:2/m?db=3&replica_only=true", "rediss+sentinel://a:1/m?skip_verify=0&disableIdentity=1",
 		"redis+cluster://a:1,b:2?dial_timeout=1s&addr=c:3&max_redirects=2", "rediss+cluster://a:1?route_randomly=1",
 		"redis://x?pool_size=10000&min_idle_conns=-1", "redis://x?conn_max_lifetime_jitter=1s&max_conn_age=2s", "redis://[::1]/0",
+		"redis://x?pool_size=10000&min_idle_conns=10000", "redis+sentinel://a:1,b:2/m?min_idle_conns=3",
 	} {
 		f.Add(s)
 	}
@@ -118,24 +124,54 @@ func FuzzParseAgrees(f *testing.F) {
 		if err != nil {
 			return
 		}
-		switch a.Kind {
-		case redisurl.Sentinel:
-			_, err = redis.ParseFailoverURL(a.Client)
-		case redisurl.Cluster:
-			_, err = redis.ParseClusterURL(a.Client)
-		default:
-			_, err = redis.ParseURL(a.Client)
-		}
-		if err != nil {
+		if err := build(a); err != nil {
 			t.Fatalf("%q: redisurl reads it, go-redis refuses it: %v", addr, err)
 		}
-		c, _, err := redisclient.NewClient(addr, nil)
-		if err != nil {
-			t.Fatalf("%q: %v", addr, err)
-		}
-		c.Close()
 	})
 }
+
+// build parses a's client address with go-redis's parser for its kind, as
+// NewClient does, builds the client from the options offline, and closes
+// it. What is tested is that go-redis reads the address and builds its
+// pools, which is where it panics. Offline, because building a client
+// otherwise waits on the network: a standalone client resolves its host
+// name to choose a maintenance-notifications endpoint (a DNS lookup of up
+// to 2s for each input, the fuzz target's stalls at 0 execs/sec), and
+// min_idle_conns is dialled as the client is built, in goroutines that
+// outlive Close (for Sentinel, its sentinels are asked first). So the
+// notifications are off, no connection is made ahead of use, and a dial
+// fails at once.
+func build(a redisurl.Addr) error {
+	off := func() *maintnotifications.Config {
+		return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	}
+	switch a.Kind {
+	case redisurl.Sentinel:
+		opt, err := redis.ParseFailoverURL(a.Client)
+		if err != nil {
+			return err
+		}
+		opt.MinIdleConns, opt.Dialer = 0, noDial // its notifications are off already
+		return redis.NewFailoverClient(opt).Close()
+	case redisurl.Cluster:
+		opt, err := redis.ParseClusterURL(a.Client)
+		if err != nil {
+			return err
+		}
+		opt.MinIdleConns, opt.Dialer, opt.MaintNotificationsConfig = 0, noDial, off()
+		return redis.NewClusterClient(opt).Close()
+	}
+	opt, err := redis.ParseURL(a.Client)
+	if err != nil {
+		return err
+	}
+	opt.MinIdleConns, opt.Dialer, opt.MaintNotificationsConfig = 0, noDial, off()
+	return redis.NewClient(opt).Close()
+}
+
+var errNoDial = errors.New("no dial: the client is built offline")
+
+func noDial(context.Context, string, string) (net.Conn, error) { return nil, errNoDial }
 
 // TestParseAgreesOnEveryOption feeds go-redis each option redisurl takes,
 // so that an option go-redis dropped would fail here, not at start.
