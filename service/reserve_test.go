@@ -152,6 +152,12 @@ func TestReserveSettle(t *testing.T) {
 				if got := probe(t, s, r); got != want {
 					t.Errorf("after the settles, spent %d; want the actual %d", got, want)
 				}
+				var st service.ReservationStats
+				s.EachReservationPolicy(func(_ string, x service.ReservationStats) { st = x })
+				if st.Excess != uint64(max(0, tc.actual-tc.estimate)) || st.GivenBack != uint64(max(0, tc.estimate-tc.actual)) {
+					t.Errorf("stats: %d units charged over the estimate, %d given back; want %d and %d", st.Excess, st.GivenBack,
+						max(0, tc.actual-tc.estimate), max(0, tc.estimate-tc.actual))
+				}
 			})
 		}
 	}

@@ -150,7 +150,7 @@ func TestReserveSettleEndToEnd(t *testing.T) {
 				return n
 			}
 
-			made := reserveManyKeys(ctx, t, rdb, store, b.masters, masterOf, spent)
+			made, over, under := reserveManyKeys(ctx, t, rdb, store, b.masters, masterOf, spent)
 			chat := reserveMultiLimit(ctx, t, rdb, store)
 			settled := made
 			expired := reserveUnsettled(ctx, t, rdb, spent)
@@ -187,6 +187,21 @@ func TestReserveSettleEndToEnd(t *testing.T) {
 			if v, ok := metricstest.Sample(fams, "sluice_reservations_total", map[string]string{"policy": "chat", "event": "settled"}); !ok || v != float64(chat) {
 				t.Errorf("sluice_reservations_total{policy=chat,event=settled} = %v, %v; want %d", v, ok, chat)
 			}
+			// The units settled over and under the estimates: chat's
+			// reservations each settle 80 at 95 and 5 at 0.
+			for _, c := range []struct {
+				name, policy string
+				want         int64
+			}{
+				{"sluice_reservation_excess_units_total", "llm", over},
+				{"sluice_reservation_units_given_back_total", "llm", under},
+				{"sluice_reservation_excess_units_total", "chat", 15 * int64(chat) / 2},
+				{"sluice_reservation_units_given_back_total", "chat", 5 * int64(chat) / 2},
+			} {
+				if v, ok := metricstest.Sample(fams, c.name, map[string]string{"policy": c.policy}); !ok || v != float64(c.want) {
+					t.Errorf("%s{policy=%s} = %v, %v; want %d", c.name, c.policy, v, ok, c.want)
+				}
+			}
 			if v, ok := metricstest.Sample(fams, "sluice_reservations_open", map[string]string{"policy": "inline"}); !ok || v != 0 {
 				t.Errorf("sluice_reservations_open{policy=inline} = %v, %v; want 0", v, ok)
 			}
@@ -215,9 +230,11 @@ type reservation struct {
 
 // reserveManyKeys makes the reservations of TestReserveSettleEndToEnd on
 // 12 keys in three steps, checking each budget, read back from Redis,
-// after each; it returns how many reservations it made (all settled).
+// after each; it returns how many reservations it made (all settled),
+// and the units their settles charged over and gave back under the
+// estimates.
 func reserveManyKeys(ctx context.Context, t *testing.T, rdb *redis.Client, store redis.UniversalClient,
-	masters int, masterOf func(string) string, spent func(string) int64) (made int) {
+	masters int, masterOf func(string) string, spent func(string) int64) (made int, over, under int64) {
 	t.Helper()
 	const keys, per = 12, 50
 	name := func(k int) string { return fmt.Sprintf("user-%02d", k) }
@@ -359,22 +376,23 @@ func reserveManyKeys(ctx context.Context, t *testing.T, rdb *redis.Client, store
 			t.Errorf("%s spent %d: over its budget by more than the excess charged, %d", name(k), got, excess[k].Load())
 		}
 	}
-	refused, over := 0, 0
+	refused := 0
 	for _, r := range slices.Concat(first, second) {
 		switch {
 		case r.id == "":
 			refused++
 		case r.act > r.est:
 			made++
-			over++
+			over += r.act - r.est
 		default:
 			made++
+			under += r.est - r.act
 		}
 	}
 	if refused == 0 || over == 0 || made == 0 {
-		t.Fatalf("%d reservations made, %d refused, %d settled over their estimates: the test tried nothing", made, refused, over)
+		t.Fatalf("%d reservations made, %d refused, %d units settled over the estimates: the test tried nothing", made, refused, over)
 	}
-	return made
+	return made, over, under
 }
 
 // reserveUnsettled: a reservation on each of 6 keys (spread over the
