@@ -183,6 +183,11 @@ func (s *Service) Settle(ctx context.Context, id string, actual int64) (engine.D
 		return engine.Decision{}, err
 	}
 	h.counts.events[ReservationSettled].Add(1)
+	if req.Charge {
+		h.counts.excess.Add(uint64(req.Cost))
+	} else if req.Refund {
+		h.counts.givenBack.Add(uint64(req.Cost))
+	}
 	return res[0].Decision, nil
 }
 
@@ -203,8 +208,10 @@ func (e ReservationEvent) String() string { return reservationEventNames[e] }
 
 // reservationCounts is one policy's reservation counters.
 type reservationCounts struct {
-	events [numReservationEvents]atomic.Uint64
-	open   atomic.Int64
+	events    [numReservationEvents]atomic.Uint64
+	open      atomic.Int64
+	excess    atomic.Uint64 // units settles charged over the estimates
+	givenBack atomic.Uint64 // units settles gave back under them
 }
 
 // reservation is one reservation's record: what a settle needs to charge or give
@@ -288,6 +295,12 @@ func (b *reservationBook) take(id string) *reservation {
 type ReservationStats struct {
 	Open   int64                        // made through this sidecar, not settled nor ended
 	Events [numReservationEvents]uint64 // by ReservationEvent
+	// Excess is the units settles charged over their estimates: the most
+	// the budgets can have been overrun by (estimates too low).
+	Excess uint64
+	// GivenBack is the units settles gave back under their estimates
+	// (estimates too high: held from other requests until the settle).
+	GivenBack uint64
 }
 
 // EachReservationPolicy calls f with each policy's reservation counts
@@ -296,7 +309,7 @@ type ReservationStats struct {
 func (s *Service) EachReservationPolicy(f func(policy string, st ReservationStats)) {
 	s.reservations.sweep()
 	s.reservations.byPolicy.each(func(policy string, c *reservationCounts) {
-		st := ReservationStats{Open: c.open.Load()}
+		st := ReservationStats{Open: c.open.Load(), Excess: c.excess.Load(), GivenBack: c.givenBack.Load()}
 		for e := range numReservationEvents {
 			st.Events[e] = c.events[e].Load()
 		}

@@ -152,6 +152,12 @@ func TestReserveSettle(t *testing.T) {
 				if got := probe(t, s, r); got != want {
 					t.Errorf("after the settles, spent %d; want the actual %d", got, want)
 				}
+				var st service.ReservationStats
+				s.EachReservationPolicy(func(_ string, x service.ReservationStats) { st = x })
+				if st.Excess != uint64(max(0, tc.actual-tc.estimate)) || st.GivenBack != uint64(max(0, tc.estimate-tc.actual)) {
+					t.Errorf("stats: %d units charged over the estimate, %d given back; want %d and %d", st.Excess, st.GivenBack,
+						max(0, tc.actual-tc.estimate), max(0, tc.estimate-tc.actual))
+				}
 			})
 		}
 	}
@@ -357,8 +363,9 @@ func TestReserveShadow(t *testing.T) {
 
 // TestReservationsConcurrent is issue 40's test: rounds of 50 concurrent
 // reservations of random estimates against a budget of 1,000, each then
-// settled at a random actual cost, on the memory store and on a real
-// redis-server, for a fixed window and a token bucket, the clock pinned
+// settled at a random actual cost, on the memory store, a real
+// redis-server and a Cluster of 3 masters (a key on each), for a fixed
+// window and a token bucket, the clock pinned
 // so that nothing refills between the checks. In every round:
 //   - no admitted estimate overran the budget: those admitted sum to at
 //     most what was left when the round began;
@@ -376,9 +383,32 @@ func TestReservationsConcurrent(t *testing.T) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2})
 	t.Cleanup(func() { _ = client.Close() })
+	cl := redistest.StartCluster(t, 3, 0)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Protocol: 2})
+	t.Cleanup(func() { _ = cc.Close() })
+	// On the Cluster, a key on each master: its hash tag is the key.
+	var spread []string
+	on := map[string]bool{}
+	for i := 0; len(spread) < 3; i++ {
+		k := fmt.Sprintf("llm:team-%d", i)
+		if m := cl.MasterOf("{" + k + "}").Addr; !on[m] {
+			on[m] = true
+			spread = append(spread, k)
+		}
+	}
+	upstreamOn := func(c redis.UniversalClient) func(*clock) engine.Store {
+		return func(clk *clock) engine.Store {
+			up, err := upstream.New(upstream.Config{Client: c, Now: clk.Now, Prefix: "rsv" + fmt.Sprint(rand.Uint32()) + ":"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return up
+		}
+	}
 	stores := []struct {
 		name string
 		make func(clk *clock) engine.Store
+		keys []string
 	}{
 		{"memory", func(clk *clock) engine.Store {
 			mem, err := memstore.New(memstore.Config{Now: clk.Now})
@@ -386,14 +416,9 @@ func TestReservationsConcurrent(t *testing.T) {
 				t.Fatal(err)
 			}
 			return mem
-		}},
-		{"redis", func(clk *clock) engine.Store {
-			up, err := upstream.New(upstream.Config{Client: client, Now: clk.Now, Prefix: "rsv" + fmt.Sprint(rand.Uint32()) + ":"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return up
-		}},
+		}, []string{"llm:team"}},
+		{"redis", upstreamOn(client), []string{"llm:team"}},
+		{"cluster", upstreamOn(cc), spread},
 	}
 	for _, st := range stores {
 		for _, l := range limits {
@@ -403,16 +428,18 @@ func TestReservationsConcurrent(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				concurrentRounds(t, s, l, budget)
+				for _, key := range st.keys {
+					concurrentRounds(t, s, l, budget, key)
+				}
 			})
 		}
 	}
 }
 
-func concurrentRounds(t *testing.T, s *service.Service, l engine.Limit, budget int64) {
+func concurrentRounds(t *testing.T, s *service.Service, l engine.Limit, budget int64, key string) {
 	const n, rounds = 50, 6
 	rng := rand.New(rand.NewPCG(1, uint64(l.Algorithm)))
-	r := service.Request{Key: "llm:team", Limit: l}
+	r := service.Request{Key: key, Limit: l}
 	spent, overs := int64(0), int64(0)
 	admittedAll := 0
 	for round := range rounds {

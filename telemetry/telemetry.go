@@ -237,6 +237,9 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 	grantGiven, err := m.Int64ObservableCounter("sluice.grant.units_given_back", metric.WithUnit("{unit}"),
 		metric.WithDescription("Units of window grants that ended unspent, sent back to their keys."))
 	must(err)
+	grantsRevoked, err := m.Int64ObservableCounter("sluice.grants.revoked", metric.WithUnit("{grant}"),
+		metric.WithDescription("Grants dropped before their end by a reset (RL.RESET, the reset broadcast) or a policy reload."))
+	must(err)
 	t.batchSize, err = m.Int64Histogram("sluice.batch.size", metric.WithUnit("{request}"),
 		metric.WithDescription("Requests per upstream round trip."),
 		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048))
@@ -294,6 +297,7 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 			o.ObserveInt64(grantUnits, s.Outstanding)
 			o.ObserveInt64(grantsTaken, int64(s.Taken))
 			o.ObserveInt64(grantGiven, int64(s.GivenBack))
+			o.ObserveInt64(grantsRevoked, int64(s.Revoked))
 		}
 		if src.LateCalls != nil {
 			o.ObserveInt64(late, int64(src.LateCalls()))
@@ -318,7 +322,7 @@ func (t *Telemetry) instruments(m metric.Meter) error {
 		}
 		return nil
 	}, decisions, errorsC, clients, hits, misses, evictions, entries, memKeys, memEvictions, breaker, fallbacks, late, overdue, durableC, unreplicated,
-		failovers, lostFailovers, lostBytes, replicas, grantsHeld, grantUnits, grantsTaken, grantGiven)
+		failovers, lostFailovers, lostBytes, replicas, grantsHeld, grantUnits, grantsTaken, grantGiven, grantsRevoked)
 	return err
 }
 

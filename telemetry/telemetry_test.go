@@ -35,7 +35,7 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 		LateCalls:    func() uint64 { return 3 },
 		OverdueCalls: func() uint64 { return 1 },
 		Grants: func() chain.GrantStats {
-			return chain.GrantStats{Held: 2, Outstanding: 150, Taken: 11, GivenBack: 30}
+			return chain.GrantStats{Held: 2, Outstanding: 150, Taken: 11, GivenBack: 30, Revoked: 6}
 		},
 		Decisions: func(f func(string, engine.Algorithm, service.Outcome, engine.Path, uint64)) {
 			f("api", engine.GCRA, service.Allowed, engine.PathStore, 3)
@@ -78,6 +78,7 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 		{"sluice_grant_units_outstanding", nil, 150},
 		{"sluice_grants_taken_total", nil, 11},
 		{"sluice_grant_units_given_back_total", nil, 30},
+		{"sluice_grants_revoked_total", nil, 6},
 		{"sluice_upstream_late_calls_total", nil, 3},
 		{"sluice_upstream_overdue_calls_total", nil, 1},
 		{"sluice_fleet_sidecars", nil, 4},

@@ -384,10 +384,13 @@ func checkRules(t *testing.T, spec monitoringv1.PrometheusRuleSpec, have series)
 var (
 	wantPanels = []string{"Decisions by policy and outcome", "Decisions by path", "Refusal ratio by policy",
 		"Upstream round trip p50 / p99 against the timeout", "Batch size", "Fallbacks", "Breaker",
-		"Deny cache hit ratio", "Leases held by policy", "Lease events"}
+		"Deny cache hit ratio", "Leases held by policy", "Lease events",
+		"Grants held", "Grant units outstanding", "Decisions from grants by policy", "Grant events", "Live sidecars",
+		"Local share of each limit", "Reservations open by policy", "Reservation events", "Reservations ending unsettled",
+		"Reservation units over and under the estimates"}
 	wantAlerts = []string{"SluiceBreakerOpen", "SluiceFallbacks", "SluiceErrorRate", "SluiceUpstreamErrors",
 		"SluiceUpstreamNearTimeout", "SluiceSidecarNotReady", "SluiceConfigReloadFailing",
-		"SluiceUpstreamFailoverLostWrites", "SluiceDurableUnreplicated"}
+		"SluiceUpstreamFailoverLostWrites", "SluiceDurableUnreplicated", "SluiceReservationsUnsettled"}
 )
 
 func TestDashboardShape(t *testing.T) {
@@ -430,10 +433,11 @@ func TestDashboardShape(t *testing.T) {
 // the binary on a real Redis: Envoy's rate limit service answers from
 // the ConfigMap's rules and the HTTP check from its policies, with the
 // Secret's token. Its decisions (allowed, refused, from the deny cache, a
-// lease taken and one refused, a request error, then decisions without
-// Redis) make every series exist; a scrape of its admin port must then
-// hold every Sluice series, with every label, that the dashboard's
-// panels and variables and the alerts query.
+// reservation settled, a lease taken and one refused, a request error,
+// then decisions without Redis), with --grants, make every series exist;
+// a scrape of its admin port must then hold every Sluice series, with
+// every label, that the dashboard's panels and variables and the alerts
+// query.
 func TestCentralRunsAndExportsWhatTheDashboardQueries(t *testing.T) {
 	r := render(t, readValues(t, "central-values.yaml", nil))
 	dep := find[*appsv1.Deployment](t, r, "apps/v1/Deployment", "edge-sluice")
@@ -471,8 +475,8 @@ func TestCentralRunsAndExportsWhatTheDashboardQueries(t *testing.T) {
 	// The HTTP check, policy api (1 a minute, burst 1): with the Secret's
 	// token allowed, then refused; without it, unauthorised.
 	token := find[*corev1.Secret](t, r, "v1/Secret", "edge-sluice-http-token").StringData["token"]
-	check := func(key, tok string) int {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr("http")+"/v1/check?policy=api&key="+key, nil)
+	send := func(method, target, tok string) *http.Response {
+		req, _ := http.NewRequestWithContext(ctx, method, "http://"+addr("http")+target, nil)
 		if tok != "" {
 			req.Header.Set("X-Sluice-Token", tok)
 		}
@@ -481,7 +485,10 @@ func TestCentralRunsAndExportsWhatTheDashboardQueries(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		return resp.StatusCode
+		return resp
+	}
+	check := func(key, tok string) int {
+		return send(http.MethodGet, "/v1/check?policy=api&key="+key, tok).StatusCode
 	}
 	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests, http.StatusTooManyRequests} {
 		if got := check("user:1", token); got != want {
@@ -490,6 +497,15 @@ func TestCentralRunsAndExportsWhatTheDashboardQueries(t *testing.T) {
 	}
 	if got := check("user:1", ""); got != http.StatusUnauthorized {
 		t.Errorf("check without the token: %d", got)
+	}
+	// A reservation by the HTTP check, settled: the reservations' series.
+	res := send(http.MethodGet, "/v1/check?policy=api&key=user:2&reserve=1", token)
+	id := res.Header.Get("X-Sluice-Reservation")
+	if res.StatusCode != http.StatusOK || id == "" {
+		t.Fatalf("reserve 1: %d, id %q", res.StatusCode, id)
+	}
+	if res := send(http.MethodPost, "/v1/settle?id="+id+"&actual=1", token); res.StatusCode != http.StatusOK {
+		t.Errorf("settle: %d", res.StatusCode)
 	}
 
 	// RESP: leases of the jobs policy (one at a time), and a request error.
