@@ -59,23 +59,30 @@ func (c *client) room() []byte {
 }
 
 // grow moves what has not run into a new array (the old one stays as it
-// is, for queued and flying keys alias it), sized for what the command
-// under way is known to need: a large argument gets one array of its
-// announced length, not a doubling that would reach twice it and leave
-// each smaller array behind as garbage. The budget is charged for the new
-// array before it exists: a client that the charge puts over the budget
-// is closed (the largest holders go first), and one closed so is given
-// no new array; at most readSize more.
+// is, for queued and flying keys alias it), twice what it holds: a large
+// argument's array grows with what arrives of it, never past what its
+// header announced. The budget is charged the announced length from the
+// moment the header is read (footprint), so a client that announces more
+// than the budget leaves is closed as soon as it starts (the largest
+// holders go first), and one closed so is given no new array; at most
+// readSize more.
+//
+// Not the announced length at once: the flood of clients that each send
+// the start of a 16 MB argument and stop would have the event loop make a
+// 16 MB array for each, and under the memory limit the collector has the
+// goroutine that allocates pay for them, in assists and waits for a
+// collection to start: the loop, and every client on it with it, stopped
+// for seconds (bench/doorflood, every door at once). Doubling makes what
+// arrives cost at most twice itself.
 func (c *client) grow() {
 	in := &c.in
 	kept := len(in.buf) - in.parsed
 	size := max(2*kept, readSize)
 	if need := in.p.Need(); need > 0 {
-		// What is announced, and a read's room for the headers that follow.
-		size = kept + need + readSize
+		size = min(size, kept+need+readSize) // what the argument needs, and a read's room for the headers after it
 	}
 	size = min(size, c.s.cfg.MaxRequestBytes+readSize)
-	c.account(size + c.footprint() - cap(in.buf))
+	c.account(c.footprintAt(size))
 	if c.evicted() {
 		size = min(size, kept+readSize)
 	}
@@ -189,10 +196,16 @@ func (c *client) compact() {
 }
 
 // footprint is what the connection holds for its input and replies: its
-// input buffer's capacity, its unsent replies' and the places of the
-// arguments it has read (the parser's and the command's).
-func (c *client) footprint() int {
-	return cap(c.in.buf) + cap(c.out) + c.in.p.Footprint() + cap(c.in.args)*int(unsafe.Sizeof([]byte(nil)))
+// input buffer's capacity, or the length the command under way announced
+// when that is more, its unsent replies' and the places of the arguments
+// it has read (the parser's and the command's).
+func (c *client) footprint() int { return c.footprintAt(cap(c.in.buf)) }
+
+// footprintAt is footprint with an input buffer of capacity size.
+func (c *client) footprintAt(size int) int {
+	in := &c.in
+	announced := len(in.buf) - in.parsed + in.p.Need()
+	return max(size, announced) + cap(c.out) + in.p.Footprint() + cap(in.args)*int(unsafe.Sizeof([]byte(nil)))
 }
 
 // account sets the bytes this connection holds in the budget's total
