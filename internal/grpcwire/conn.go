@@ -106,6 +106,7 @@ type conn struct {
 	blocked   []*Call // streams with data waiting for window
 	retry     []*Call // pumpLocked's other list
 	goingAway bool    // GOAWAY sent: no new streams
+	evicted   bool    // picked by the input budget to close: its requests' bytes are dropped
 	dead      bool    // the connection is closed: writes are dropped
 	flushing  bool    // a flush is asked for and not yet taken
 	closing   bool    // close once out is flushed
@@ -540,9 +541,9 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		// connection.
 		return connError{http2.ErrCodeEnhanceYourCalm, "too much unread data on the connection"}
 	}
-	if st.ended {
-		// Answered already (a deadline, an error): what is left of the
-		// request is not read.
+	if st.ended || c.evicted {
+		// Answered already (a deadline, an error), or closing for the
+		// budget: what is left of the request is not kept.
 		return nil
 	}
 	ok := st.receive(f.Data())
@@ -615,7 +616,18 @@ func (c *conn) overBudget(held int64) {
 		if c.dead {
 			return
 		}
-		c.goingAway = true
+		c.goingAway, c.evicted = true, true
+		// The budget counts what this connection holds as returned from
+		// now on: make it so, rather than in a second when it closes,
+		// while the flood's next connections fill the budget again.
+		// A request a handler holds is the handler's.
+		for _, st := range c.streams {
+			if !st.owned {
+				c.held -= len(st.body)
+				c.bodyCap -= cap(st.body)
+				st.body = nil
+			}
+		}
 		c.fr.WriteGoAway(c.maxID, http2.ErrCodeEnhanceYourCalm, []byte("over the input memory budget"))
 		// A client that does not read has a second to take the GOAWAY;
 		// then the write fails, and the connection closes with it.
