@@ -243,6 +243,31 @@ func TestReadMinimal(t *testing.T) {
 	}
 }
 
+// A quiet writer's entries reach the file within a moment, without
+// Close: the first after the file was brought up to date wakes the
+// writer's goroutine, each time.
+func TestCurrentWithoutClose(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rec.jsonl")
+	w, err := New(Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for i := range 3 {
+		w.Record(&Entry{Time: int64(i + 1), Policy: "p", Key: "k", Cost: 1, Allowed: true})
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if es, _ := readAll(t, path); len(es) == i+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("entry %d not in the file 10 s after it was recorded", i+1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
 // The file keeps the order entries were recorded in, across the pages
 // they were handed over in, whatever the writer's goroutine was doing.
 func TestOrder(t *testing.T) {
