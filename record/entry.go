@@ -3,8 +3,10 @@ package record
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding"
 	"encoding/hex"
 	"hash"
+	"hash/maphash"
 	"strconv"
 	"unicode/utf8"
 
@@ -56,30 +58,114 @@ func (e *Entry) ID() string {
 
 // hasher hashes keys: HMAC-SHA-256 under a salt, the first 16 bytes in
 // hex. Not safe for concurrent use: the writer's goroutine has one.
+//
+// A recording pays for its hashes more than for anything else, so the
+// HMAC is computed from SHA-256's state after each padded salt block,
+// saved once (as crypto/hmac does, without its wrapping), and the hashes
+// of recent short keys are kept in a small table: a hot key, the usual
+// case for a rate limiter, is hashed once a while, not once a decision.
 type hasher struct {
-	mac hash.Hash
-	sum [sha256.Size]byte
+	d          hash.Hash
+	state      encoding.BinaryUnmarshaler // d's
+	ipad, opad []byte                     // d's state after the salt's inner and outer blocks
+	sum        [sha256.Size]byte
+	seed       maphash.Seed
+	recent     []recentHash // len hashTable
 }
 
-func newHasher(salt []byte) *hasher { return &hasher{mac: hmac.New(sha256.New, salt)} }
+// recentHash is a key's hash kept in the hasher's table: one cache
+// line, the key inline (up to maxRecentKey bytes; longer ones are hashed
+// each time).
+type recentHash struct {
+	n   uint8 // the key's length plus one; zero: empty
+	key [maxRecentKey]byte
+	hex [2 * hashLen]byte
+}
+
+const (
+	hashLen      = 16 // bytes of the HMAC kept
+	maxRecentKey = 31
+	// hashTable is how many recent keys' hashes are kept: 128 KiB, direct
+	// mapped, the latest key of a slot winning it.
+	hashTable = 2048
+)
+
+func newHasher(salt []byte) *hasher {
+	// HMAC's key blocks (RFC 2104): the salt, hashed first if longer than
+	// a block, padded with zeros, XORed with 0x36 and 0x5c.
+	var ipad, opad [sha256.BlockSize]byte
+	if len(salt) > sha256.BlockSize {
+		sum := sha256.Sum256(salt)
+		salt = sum[:]
+	}
+	copy(ipad[:], salt)
+	copy(opad[:], salt)
+	for i := range ipad {
+		ipad[i] ^= 0x36
+		opad[i] ^= 0x5c
+	}
+	h := &hasher{d: sha256.New(), seed: maphash.MakeSeed(), recent: make([]recentHash, hashTable)}
+	h.state = h.d.(encoding.BinaryUnmarshaler)
+	m := h.d.(encoding.BinaryMarshaler)
+	h.d.Write(ipad[:])
+	h.ipad, _ = m.MarshalBinary()
+	h.d.Reset()
+	h.d.Write(opad[:])
+	h.opad, _ = m.MarshalBinary()
+	return h
+}
 
 // append appends key's hash to dst.
 func (h *hasher) append(dst, key []byte) []byte {
-	h.mac.Reset()
-	h.mac.Write(key)
-	sum := h.mac.Sum(h.sum[:0])
-	return hex.AppendEncode(dst, sum[:16])
+	if len(key) > maxRecentKey {
+		return hex.AppendEncode(dst, h.hmac(key))
+	}
+	r := &h.recent[maphash.Bytes(h.seed, key)%hashTable]
+	if int(r.n) != len(key)+1 || string(r.key[:len(key)]) != string(key) {
+		hex.Encode(r.hex[:], h.hmac(key))
+		r.n = uint8(len(key) + 1)
+		copy(r.key[:], key)
+	}
+	return append(dst, r.hex[:]...)
+}
+
+// hmac is key's HMAC under the salt, its first hashLen bytes, valid until
+// the next call.
+func (h *hasher) hmac(key []byte) []byte {
+	// The states are the hash's own marshalling: unmarshalling them
+	// cannot fail.
+	_ = h.state.UnmarshalBinary(h.ipad)
+	h.d.Write(key)
+	inner := h.d.Sum(h.sum[:0])
+	_ = h.state.UnmarshalBinary(h.opad)
+	h.d.Write(inner)
+	return h.d.Sum(h.sum[:0])[:hashLen]
 }
 
 // KeyHash is key's hash under salt as a recording holds it, so that an
 // operator who knows the salt (--record-key-salt) finds a key's lines.
 func KeyHash(salt []byte, key string) string {
-	return string(newHasher(salt).append(nil, []byte(key)))
+	m := hmac.New(sha256.New, salt)
+	m.Write([]byte(key))
+	return hex.EncodeToString(m.Sum(nil)[:hashLen])
 }
 
-// appendEntry appends e as one line. key is e's key (the writer's copy);
-// h, when not nil, hashes it.
-func appendEntry(dst []byte, e *Entry, key []byte, h *hasher) []byte {
+// encoder writes entries as lines, with what repeats from line to line
+// kept: the keys' hashes and the limits' JSON. Not safe for concurrent
+// use: the writer's goroutine has one.
+type encoder struct {
+	hash *hasher // nil: keys in the clear
+	// The last limit written and its JSON, and the last policy's limits
+	// (held, so that their array, shared and read only, is not reused for
+	// others while the JSON is kept) and theirs.
+	limit      engine.Limit
+	limitJSON  []byte
+	limits     []engine.NamedLimit
+	limitsJSON []byte
+}
+
+// append appends e as one line. key is e's key (the writer's copy).
+func (c *encoder) append(dst []byte, e *Entry, key []byte) []byte {
 	dst = append(dst, `{"t":`...)
 	dst = strconv.AppendInt(dst, e.Time, 10)
 	if e.Door != "" {
@@ -91,9 +177,9 @@ func appendEntry(dst []byte, e *Entry, key []byte, h *hasher) []byte {
 	if e.Rule != "" {
 		dst = appendField(dst, "rule", e.Rule)
 	}
-	if h != nil {
+	if c.hash != nil {
 		dst = append(dst, `,"key_hash":"`...)
-		dst = append(h.append(dst, key), '"')
+		dst = append(c.hash.append(dst, key), '"')
 	} else {
 		dst = append(dst, `,"key":`...)
 		dst = appendString(dst, key)
@@ -107,17 +193,16 @@ func appendEntry(dst []byte, e *Entry, key []byte, h *hasher) []byte {
 		dst = appendField(dst, "on_failure", e.OnFailure.String())
 	}
 	if len(e.Limits) > 0 {
-		dst = append(dst, `,"limits":[`...)
-		for i := range e.Limits {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = appendLimit(dst, e.Limits[i].Name, &e.Limits[i].Limit)
+		if len(e.Limits) != len(c.limits) || &e.Limits[0] != &c.limits[0] {
+			c.limits, c.limitsJSON = e.Limits, appendLimits(c.limitsJSON[:0], e.Limits)
 		}
-		dst = append(dst, ']')
+		dst = append(dst, c.limitsJSON...)
 	} else if e.Limit.Algorithm != 0 {
-		dst = append(dst, `,"limit":`...)
-		dst = appendLimit(dst, "", &e.Limit)
+		if e.Limit != c.limit || c.limitJSON == nil {
+			c.limit = e.Limit
+			c.limitJSON = appendLimit(append(c.limitJSON[:0], `,"limit":`...), "", &e.Limit)
+		}
+		dst = append(dst, c.limitJSON...)
 	}
 	dst = append(dst, `,"allowed":`...)
 	dst = strconv.AppendBool(dst, e.Allowed)
@@ -131,6 +216,17 @@ func appendEntry(dst []byte, e *Entry, key []byte, h *hasher) []byte {
 		dst = appendField(dst, "path", e.Path)
 	}
 	return append(dst, "}\n"...)
+}
+
+func appendLimits(dst []byte, ls []engine.NamedLimit) []byte {
+	dst = append(dst, `,"limits":[`...)
+	for i := range ls {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendLimit(dst, ls[i].Name, &ls[i].Limit)
+	}
+	return append(dst, ']')
 }
 
 func appendLimit(dst []byte, name string, l *engine.Limit) []byte {

@@ -1,10 +1,12 @@
 package record
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -116,6 +118,65 @@ func TestKeysHashed(t *testing.T) {
 	}
 	if KeyHash([]byte("other"), "secret-a") == got[0].KeyHash {
 		t.Error("the salt does not change the hash")
+	}
+}
+
+// The writer's hasher is HMAC-SHA-256 as crypto/hmac computes it
+// (KeyHash), whatever the salt's length (a block's, longer, hashed
+// first), whether the key is kept in its table of recent hashes (short
+// keys, hashed again after another key took their slot) or not (long
+// ones), and however often it is asked.
+func TestHasherIsHMAC(t *testing.T) {
+	keys := []string{"a", "user:7", strings.Repeat("k", 31), strings.Repeat("k", 32), strings.Repeat("x", 300), "\xff\x00bin"}
+	for i := range 3 * hashTable {
+		keys = append(keys, "tenant:"+strconv.Itoa(i))
+	}
+	for _, salt := range [][]byte{{}, []byte("pepper"), bytes.Repeat([]byte{7}, 64), bytes.Repeat([]byte{9}, 65), bytes.Repeat([]byte("salt"), 40)} {
+		h := newHasher(salt)
+		for round := range 2 {
+			for _, k := range keys {
+				if got, want := string(h.append(nil, []byte(k))), KeyHash(salt, k); got != want {
+					t.Fatalf("salt %d bytes, key %q, round %d: hash %s, want %s", len(salt), k, round, got, want)
+				}
+			}
+		}
+	}
+}
+
+// An encoder keeps what repeats from line to line (limits' JSON, keys'
+// hashes): lines written by one encoder, one after another, are those
+// that a new encoder writes for each.
+func TestEncoderRepeats(t *testing.T) {
+	other := []engine.NamedLimit{{Name: "minute", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 50, Period: time.Minute}}}
+	gcra := engine.Limit{Algorithm: engine.GCRA, Rate: 100, Period: time.Minute, Burst: 3}
+	es := []Entry{
+		{Time: 1, Key: "a", Limit: token, Allowed: true},
+		{Time: 2, Key: "a", Limit: token, Allowed: true},
+		{Time: 3, Key: "b", Limit: gcra},
+		{Time: 4, Key: "a", Limit: token, Allowed: true},
+		{Time: 5, Policy: "p", Key: "a", Limits: multi},
+		{Time: 6, Policy: "p", Key: "b", Limits: multi},
+		{Time: 7, Policy: "q", Key: "b", Limits: other},
+		{Time: 8, Policy: "q", Key: "b", Limits: multi[:1]},
+		{Time: 9, Policy: "p", Key: "a", Limits: multi},
+		{Time: 10, Policy: "r", Key: "a"},
+		{Time: 11, Key: "c", Limit: gcra},
+	}
+	for _, salt := range [][]byte{nil, []byte("pepper")} {
+		kept := encoder{}
+		if salt != nil {
+			kept.hash = newHasher(salt)
+		}
+		for i := range es {
+			fresh := encoder{}
+			if salt != nil {
+				fresh.hash = newHasher(salt)
+			}
+			got := string(kept.append(nil, &es[i], []byte(es[i].Key)))
+			if want := string(fresh.append(nil, &es[i], []byte(es[i].Key))); got != want {
+				t.Errorf("entry %d: line\n%s, want\n%s", i, got, want)
+			}
+		}
 	}
 }
 
@@ -324,14 +385,19 @@ func BenchmarkRecord(b *testing.B) {
 // reported per entry as cpu-ns/entry. Entries are recorded in rounds of
 // at most the writer's slots, each round waited out (asleep, costing no
 // CPU) before the next, so that none is dropped: every one reaches the
-// file. Keys vary as a load of random keys does. It needs a quiet
+// file. Keys vary: each once, or a thousand hot ones. It needs a quiet
 // machine to mean much; ns/op is the wall clock, the rounds' waits
 // included.
 func BenchmarkRecordCPU(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
 		clear bool
-	}{{"hashed", false}, {"clear", true}} {
+		keys  int
+	}{
+		{"hashed, keys from 1000000", false, 1_000_000}, // each key once: no hash is kept
+		{"hashed, keys from 1000", false, 1000},         // hot keys: hashes kept
+		{"clear, keys from 1000000", true, 1_000_000},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
 			const slots = 1 << 16
 			w, err := New(Config{Path: filepath.Join(b.TempDir(), "rec.jsonl"), MaxSize: 1 << 40, Slots: slots, ClearKeys: bc.clear})
@@ -347,7 +413,7 @@ func BenchmarkRecordCPU(b *testing.B) {
 			for done := 0; done < b.N; {
 				round := min(b.N-done, slots)
 				for i := range round {
-					n := done + i
+					n := (done + i) % bc.keys
 					for j := len(key) - 1; j >= 2; j-- {
 						key[j] = '0' + byte(n%10)
 						n /= 10

@@ -93,7 +93,7 @@ type Writer struct {
 	bw   *bufio.Writer
 	size int64
 	line []byte
-	hash *hasher
+	enc  encoder
 }
 
 // pageLen is how many entries a page holds: enough that a channel
@@ -167,7 +167,7 @@ func New(cfg Config) (*Writer, error) {
 			salt = make([]byte, 32)
 			rand.Read(salt)
 		}
-		w.hash = newHasher(salt)
+		w.enc.hash = newHasher(salt)
 	}
 	if err := w.open(); err != nil {
 		return nil, err
@@ -336,7 +336,7 @@ func (w *Writer) write(p *page) {
 }
 
 func (w *Writer) writeEntry(e *Entry, key []byte) {
-	w.line = appendEntry(w.line[:0], e, key, w.hash)
+	w.line = w.enc.append(w.line[:0], e, key)
 	if w.size+int64(len(w.line)) > w.cfg.MaxSize && w.size > 0 {
 		if err := w.rotate(); err != nil {
 			w.fail(err)
