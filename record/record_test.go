@@ -180,6 +180,87 @@ func TestEncoderRepeats(t *testing.T) {
 	}
 }
 
+// The lines are byte for byte what version 1 has always written, keys
+// clear or hashed (under a known salt), limits repeated or not: a change
+// to the writer for speed changes no file.
+func TestLinesUnchanged(t *testing.T) {
+	entries := []Entry{
+		{Time: 1_700_000_000_000_001, Door: "resp", Policy: "api", Key: "user:1", Cost: 1, Limit: token, Allowed: true, Remaining: 19, Path: "memory"},
+		{Time: 1_700_000_000_000_002, Door: "grpc", Rule: "per_ip", Key: "10.0.0.1", Cost: 3, Shadow: true, OnFailure: engine.FailOpen,
+			Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 5, Period: time.Minute, Burst: 2}, Remaining: 0, RetryAfter: 12_000_000, Path: "redis"},
+		{Time: 1_700_000_000_000_003, Door: "http", Policy: "plan", Key: "tenant \"q\"\n\x00é\xff", Cost: 0, Peek: true, Limits: multi, Allowed: true, Remaining: 4, Path: "deny_cache"},
+		{Time: 1_700_000_000_000_004, Policy: "llm", Key: "k", Cost: 700, Charge: true, Limit: token, Remaining: -680, Path: "fail_closed"},
+		{Time: 1_700_000_000_000_005, Policy: "plan", Key: "a-key-longer-than-thirty-one-bytes-for-sure", Cost: 1, Limits: multi, Path: "memory"},
+	}
+	for _, tc := range []struct {
+		name  string
+		clear bool
+		want  []string
+	}{
+		{"clear", true, []string{
+			`{"t":1700000000000001,"door":"resp","policy":"api","key":"user:1","cost":1,"limit":{"algorithm":"token_bucket","rate":10,"period_us":1000000,"burst":20},"allowed":true,"remaining":19,"path":"memory"}`,
+			`{"t":1700000000000002,"door":"grpc","rule":"per_ip","key":"10.0.0.1","cost":3,"shadow":true,"on_failure":"allow","limit":{"algorithm":"gcra","rate":5,"period_us":60000000,"burst":2},"allowed":false,"remaining":0,"retry_after_us":12000000,"path":"redis"}`,
+			`{"t":1700000000000003,"door":"http","policy":"plan","key":"tenant \"q\"\u000a\u0000é\ufffd","cost":0,"peek":true,"limits":[{"name":"second","algorithm":"fixed_window","rate":5,"period_us":1000000},{"name":"day","algorithm":"sliding_window","rate":1000,"period_us":86400000000,"precision":24}],"allowed":true,"remaining":4,"path":"deny_cache"}`,
+			`{"t":1700000000000004,"policy":"llm","key":"k","cost":700,"charge":true,"limit":{"algorithm":"token_bucket","rate":10,"period_us":1000000,"burst":20},"allowed":false,"remaining":-680,"path":"fail_closed"}`,
+			`{"t":1700000000000005,"policy":"plan","key":"a-key-longer-than-thirty-one-bytes-for-sure","cost":1,"limits":[{"name":"second","algorithm":"fixed_window","rate":5,"period_us":1000000},{"name":"day","algorithm":"sliding_window","rate":1000,"period_us":86400000000,"precision":24}],"allowed":false,"remaining":0,"path":"memory"}`,
+		}},
+		{"hashed", false, []string{
+			`{"t":1700000000000001,"door":"resp","policy":"api","key_hash":"92f9e146fce71e559d9adc3b61db797f","cost":1,"limit":{"algorithm":"token_bucket","rate":10,"period_us":1000000,"burst":20},"allowed":true,"remaining":19,"path":"memory"}`,
+			`{"t":1700000000000002,"door":"grpc","rule":"per_ip","key_hash":"2a2ffd3ffe3a0de24e16b0a87f5e1a4a","cost":3,"shadow":true,"on_failure":"allow","limit":{"algorithm":"gcra","rate":5,"period_us":60000000,"burst":2},"allowed":false,"remaining":0,"retry_after_us":12000000,"path":"redis"}`,
+			`{"t":1700000000000003,"door":"http","policy":"plan","key_hash":"87123c8ceeb8d67e1527ebf71a4cce8b","cost":0,"peek":true,"limits":[{"name":"second","algorithm":"fixed_window","rate":5,"period_us":1000000},{"name":"day","algorithm":"sliding_window","rate":1000,"period_us":86400000000,"precision":24}],"allowed":true,"remaining":4,"path":"deny_cache"}`,
+			`{"t":1700000000000004,"policy":"llm","key_hash":"83ef0d5e11295bc9856db519b01b2f08","cost":700,"charge":true,"limit":{"algorithm":"token_bucket","rate":10,"period_us":1000000,"burst":20},"allowed":false,"remaining":-680,"path":"fail_closed"}`,
+			`{"t":1700000000000005,"policy":"plan","key_hash":"480f1aca139d1f35a71d0425428acb20","cost":1,"limits":[{"name":"second","algorithm":"fixed_window","rate":5,"period_us":1000000},{"name":"day","algorithm":"sliding_window","rate":1000,"period_us":86400000000,"precision":24}],"allowed":false,"remaining":0,"path":"memory"}`,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "rec.jsonl")
+			w, err := New(Config{Path: path, ClearKeys: tc.clear, Salt: []byte("pepper")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range entries {
+				w.Record(&entries[i])
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")[1:] // the header's time varies
+			if len(got) != len(tc.want) {
+				t.Fatalf("%d lines, want %d:\n%s", len(got), len(tc.want), raw)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Errorf("line %d:\n%s\nwant\n%s", i+1, got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+// A string is written as JSON holds it: printable ASCII as it is but the
+// quote and the backslash, control bytes as \u00XX, UTF-8 as it is, an
+// invalid byte as U+FFFD; the bytes around each escape are kept, in
+// order.
+func TestAppendString(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", `""`},
+		{"user:7", `"user:7"`},
+		{`a"b\c`, `"a\"b\\c"`},
+		{"\x00x\x1f\n\t\x7f", `"\u0000x\u001f\u000a\u0009` + "\x7f" + `"`},
+		{"pré-été", `"pré-été"`},
+		{"ok\xffok\xe9", `"ok\ufffdok\ufffd"`},
+		{"<&>", `"<&>"`},
+	} {
+		if got := string(appendString([]byte("x"), []byte(tc.in))); got != "x"+tc.want {
+			t.Errorf("%q: %s, want %s", tc.in, got, "x"+tc.want)
+		}
+	}
+}
+
 // One decision in Sample is recorded.
 func TestSample(t *testing.T) {
 	w, err := New(Config{Path: filepath.Join(t.TempDir(), "rec"), Sample: 4})

@@ -58,14 +58,16 @@ type Stats struct {
 // called once.
 //
 // Entries go into pages: Record appends to the page being filled under a
-// short lock (a copy, no allocation once warm), and hands the page to the
-// writer's goroutine when it is full. The first entry after the file was
-// last brought up to date wakes the goroutine, which waits linger before
-// it takes the page being filled too and writes what it holds to the
-// file: every entry reaches the file within about linger, and under load
-// the goroutine is woken and the file written once a linger (or once its
-// buffer fills), not once a few entries. A channel operation is paid once
-// a page, not once an entry. With no page free, entries are dropped and
+// short lock (a copy, no allocation once warm), and queues the page for
+// the writer's goroutine when it is full. The goroutine sleeps on a
+// timer, not on the queue, so that the decisions never pay to wake it: the
+// first entry after it last took the page being filled wakes it (a
+// channel send, buffered, that meets a waiting goroutine only when it
+// is idle); it then waits linger, writes every page queued and the one
+// being filled, brings the file up to date, and starts again. Every entry
+// reaches the file within about linger; under load the file is written
+// once a linger (or once its buffer fills), and the goroutine woken by
+// nothing but its timer. With no page free, entries are dropped and
 // counted.
 type Writer struct {
 	cfg     Config
@@ -79,7 +81,7 @@ type Writer struct {
 
 	free chan *page    // empty pages
 	full chan *page    // pages to write, then nil to stop; one more room than pages
-	wake chan struct{} // the first entry since the file was brought up to date
+	wake chan struct{} // the first entry since the goroutine took the page being filled; Close
 	done chan struct{}
 	stop sync.Once
 
@@ -101,12 +103,11 @@ type Writer struct {
 const pageLen = 256
 
 // linger is how long the writer's goroutine, woken by an entry, collects
-// more before it writes the page being filled and brings the file up to
-// date: short beside a person reading the file, long beside a decision,
-// and far shorter than the slots last at full load (8192 entries are
-// about 15 ms at 500,000 decisions a second; full pages are written as
-// they come, linger or not).
-const linger = 5 * time.Millisecond
+// more before it writes them: short beside a person reading the file,
+// long beside a decision, and shorter than the slots last at full load
+// (8192 entries are 16 ms at 500,000 decisions a second; with every page
+// full before the linger ends, entries are dropped).
+const linger = 3 * time.Millisecond
 
 // bufSize is the file's write buffer: a write syscall per 256 KiB of
 // lines at most.
@@ -251,6 +252,10 @@ func (w *Writer) Close() error {
 	w.stop.Do(func() {
 		w.closed.Store(true)
 		w.full <- nil
+		select {
+		case w.wake <- struct{}{}:
+		default: // the goroutine is awake, or will be
+		}
 	})
 	<-w.done
 	if p := w.lastErr.Load(); p != nil {
@@ -269,38 +274,28 @@ func (w *Writer) Stats() Stats {
 	return st
 }
 
-// run writes full pages as they come, until the nil that Close sends.
-// Woken by an entry, it lingers (writing full pages meanwhile), then
-// writes every page waiting and the one being filled, and flushes the
-// file's buffer, so that the file is current within about linger of a
-// decision without a write per few entries.
+// run writes what was recorded once a linger, while entries come, until
+// the nil that Close queues.
 func (w *Writer) run() {
 	defer close(w.done)
 	defer w.finish()
 	t := time.NewTimer(linger)
 	t.Stop()
 	for {
-		select {
-		case p := <-w.full:
-			if p == nil {
+		<-w.wake
+		t.Reset(linger)
+		<-t.C
+		for {
+			p, stop := w.next()
+			if stop {
 				return
 			}
-			w.put(p)
-		case <-w.wake:
-			t.Reset(linger)
-		case <-t.C:
-			for {
-				p, stop := w.next()
-				if stop {
-					return
-				}
-				if p == nil {
-					break
-				}
-				w.put(p)
+			if p == nil {
+				break
 			}
-			w.flush()
+			w.put(p)
 		}
+		w.flush()
 	}
 }
 
