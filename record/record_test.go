@@ -45,15 +45,23 @@ func readAll(t *testing.T, path string) ([]Entry, Header) {
 	}
 }
 
-// Entries read back as they were recorded, whatever their fields.
-func TestRoundTrip(t *testing.T) {
-	entries := []Entry{
+// someEntries are entries of every kind: each door, a policy's and a
+// rule's, one limit and several, a key to escape, a key too long for the
+// hasher's table, flags and failure modes.
+func someEntries() []Entry {
+	return []Entry{
 		{Time: 1_700_000_000_000_001, Door: "resp", Policy: "api", Key: "user:1", Cost: 1, Limit: token, Allowed: true, Remaining: 19, Path: "memory"},
 		{Time: 1_700_000_000_000_002, Door: "grpc", Rule: "per_ip", Key: "10.0.0.1", Cost: 3, Shadow: true, OnFailure: engine.FailOpen,
 			Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 5, Period: time.Minute, Burst: 2}, Remaining: 0, RetryAfter: 12_000_000, Path: "redis"},
 		{Time: 1_700_000_000_000_003, Door: "http", Policy: "plan", Key: "tenant \"q\"\n\x00é\xff", Cost: 0, Peek: true, Limits: multi, Allowed: true, Remaining: 4, Path: "deny_cache"},
 		{Time: 1_700_000_000_000_004, Policy: "llm", Key: "k", Cost: 700, Charge: true, Limit: token, Remaining: -680, Path: "fail_closed"},
+		{Time: 1_700_000_000_000_005, Policy: "plan", Key: "a-key-longer-than-thirty-one-bytes-for-sure", Cost: 1, Limits: multi, Path: "memory"},
 	}
+}
+
+// Entries read back as they were recorded, whatever their fields.
+func TestRoundTrip(t *testing.T) {
+	entries := someEntries()
 	path := filepath.Join(t.TempDir(), "rec.jsonl")
 	w, err := New(Config{Path: path, ClearKeys: true})
 	if err != nil {
@@ -184,14 +192,7 @@ func TestEncoderRepeats(t *testing.T) {
 // clear or hashed (under a known salt), limits repeated or not: a change
 // to the writer for speed changes no file.
 func TestLinesUnchanged(t *testing.T) {
-	entries := []Entry{
-		{Time: 1_700_000_000_000_001, Door: "resp", Policy: "api", Key: "user:1", Cost: 1, Limit: token, Allowed: true, Remaining: 19, Path: "memory"},
-		{Time: 1_700_000_000_000_002, Door: "grpc", Rule: "per_ip", Key: "10.0.0.1", Cost: 3, Shadow: true, OnFailure: engine.FailOpen,
-			Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 5, Period: time.Minute, Burst: 2}, Remaining: 0, RetryAfter: 12_000_000, Path: "redis"},
-		{Time: 1_700_000_000_000_003, Door: "http", Policy: "plan", Key: "tenant \"q\"\n\x00é\xff", Cost: 0, Peek: true, Limits: multi, Allowed: true, Remaining: 4, Path: "deny_cache"},
-		{Time: 1_700_000_000_000_004, Policy: "llm", Key: "k", Cost: 700, Charge: true, Limit: token, Remaining: -680, Path: "fail_closed"},
-		{Time: 1_700_000_000_000_005, Policy: "plan", Key: "a-key-longer-than-thirty-one-bytes-for-sure", Cost: 1, Limits: multi, Path: "memory"},
-	}
+	entries := someEntries()
 	for _, tc := range []struct {
 		name  string
 		clear bool
