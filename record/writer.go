@@ -324,13 +324,23 @@ func (w *Writer) finish() {
 	}
 }
 
+// write writes p's entries, counting them once a page: the counts are
+// read by others, and an atomic add per entry cost as much as a part of
+// the line.
 func (w *Writer) write(p *page) {
+	var c counts
 	for i := range p.es {
-		w.writeEntry(&p.es[i], p.key(i))
+		w.writeEntry(&p.es[i], p.key(i), &c)
 	}
+	w.recorded.Add(c.recorded)
+	w.failed.Add(c.failed)
+	w.written.Add(c.written)
 }
 
-func (w *Writer) writeEntry(e *Entry, key []byte) {
+// counts are a page's, for write.
+type counts struct{ recorded, failed, written uint64 }
+
+func (w *Writer) writeEntry(e *Entry, key []byte, c *counts) {
 	w.line = w.enc.append(w.line[:0], e, key)
 	if w.size+int64(len(w.line)) > w.cfg.MaxSize && w.size > 0 {
 		if err := w.rotate(); err != nil {
@@ -341,20 +351,20 @@ func (w *Writer) writeEntry(e *Entry, key []byte) {
 		// The last rotation could not open a new file: try again, once
 		// per entry, until it can.
 		if err := w.open(); err != nil {
-			w.failed.Add(1)
+			c.failed++
 			w.fail(err)
 			return
 		}
 	}
 	n, err := w.bw.Write(w.line)
 	w.size += int64(n)
-	w.written.Add(uint64(n))
+	c.written += uint64(n)
 	if err != nil {
-		w.failed.Add(1)
+		c.failed++
 		w.fail(fmt.Errorf("record: write %s: %w", w.cfg.Path, err))
 		return
 	}
-	w.recorded.Add(1)
+	c.recorded++
 }
 
 func (w *Writer) flush() {
