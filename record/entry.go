@@ -3,7 +3,6 @@ package record
 import (
 	"crypto/hmac"
 	"crypto/sha256"
-	"encoding"
 	"encoding/hex"
 	"hash"
 	"hash/maphash"
@@ -60,17 +59,18 @@ func (e *Entry) ID() string {
 // hex. Not safe for concurrent use: the writer's goroutine has one.
 //
 // A recording pays for its hashes more than for anything else, so the
-// HMAC is computed from SHA-256's state after each padded salt block,
-// saved once (as crypto/hmac does, without its wrapping), and the hashes
-// of recent short keys are kept in a small table: a hot key, the usual
-// case for a rate limiter, is hashed once a while, not once a decision.
+// hashes of recent short keys are kept in a small table: a hot key, the
+// usual case for a rate limiter, is hashed once in a while, not once a
+// decision. When keys rarely repeat, the table costs more than it
+// spares, and is left alone for a while (probe).
 type hasher struct {
-	d          hash.Hash
-	state      encoding.BinaryUnmarshaler // d's
-	ipad, opad []byte                     // d's state after the salt's inner and outer blocks
-	sum        [sha256.Size]byte
-	seed       maphash.Seed
-	recent     []recentHash // len hashTable
+	mac    hash.Hash
+	sum    [sha256.Size]byte
+	seed   maphash.Seed
+	recent []recentHash // len hashTable
+	// The table's last probes, and how many found their key; skip is how
+	// many keys more are hashed without it.
+	probes, hits, skip int
 }
 
 // recentHash is a key's hash kept in the hasher's table: one cache
@@ -88,46 +88,37 @@ const (
 	// hashTable is how many recent keys' hashes are kept, direct mapped,
 	// the latest key of a slot winning it: 16 KiB, that stays in the
 	// CPU's nearest caches. A larger table holds more hot keys but, when
-	// keys rarely repeat, costs a cache miss a line, as much as the HMAC
-	// it was to spare.
+	// keys rarely repeat, costs a cache miss a line.
 	hashTable = 256
+	// When fewer than minHits of probeRun probes find their key, the next
+	// skipRun keys are hashed without the table: a miss costs a tenth of
+	// an HMAC, so the table pays when a tenth of the keys or more hit.
+	probeRun, minHits, skipRun = 256, 26, 4096
 )
 
 func newHasher(salt []byte) *hasher {
-	// HMAC's key blocks (RFC 2104): the salt, hashed first if longer than
-	// a block, padded with zeros, XORed with 0x36 and 0x5c.
-	var ipad, opad [sha256.BlockSize]byte
-	if len(salt) > sha256.BlockSize {
-		sum := sha256.Sum256(salt)
-		salt = sum[:]
-	}
-	copy(ipad[:], salt)
-	copy(opad[:], salt)
-	for i := range ipad {
-		ipad[i] ^= 0x36
-		opad[i] ^= 0x5c
-	}
-	h := &hasher{d: sha256.New(), seed: maphash.MakeSeed(), recent: make([]recentHash, hashTable)}
-	h.state = h.d.(encoding.BinaryUnmarshaler)
-	m := h.d.(encoding.BinaryMarshaler)
-	h.d.Write(ipad[:])
-	h.ipad, _ = m.MarshalBinary()
-	h.d.Reset()
-	h.d.Write(opad[:])
-	h.opad, _ = m.MarshalBinary()
-	return h
+	return &hasher{mac: hmac.New(sha256.New, salt), seed: maphash.MakeSeed(), recent: make([]recentHash, hashTable)}
 }
 
 // append appends key's hash to dst.
 func (h *hasher) append(dst, key []byte) []byte {
-	if len(key) > maxRecentKey {
+	if len(key) > maxRecentKey || h.skip > 0 {
+		h.skip = max(h.skip-1, 0)
 		return hex.AppendEncode(dst, h.hmac(key))
 	}
 	r := &h.recent[maphash.Bytes(h.seed, key)%hashTable]
-	if int(r.n) != len(key)+1 || string(r.key[:len(key)]) != string(key) {
+	if int(r.n) == len(key)+1 && string(r.key[:len(key)]) == string(key) {
+		h.hits++
+	} else {
 		hex.Encode(r.hex[:], h.hmac(key))
 		r.n = uint8(len(key) + 1)
 		copy(r.key[:], key)
+	}
+	if h.probes++; h.probes == probeRun {
+		if h.hits < minHits {
+			h.skip = skipRun
+		}
+		h.probes, h.hits = 0, 0
 	}
 	return append(dst, r.hex[:]...)
 }
@@ -135,14 +126,9 @@ func (h *hasher) append(dst, key []byte) []byte {
 // hmac is key's HMAC under the salt, its first hashLen bytes, valid until
 // the next call.
 func (h *hasher) hmac(key []byte) []byte {
-	// The states are the hash's own marshalling: unmarshalling them
-	// cannot fail.
-	_ = h.state.UnmarshalBinary(h.ipad)
-	h.d.Write(key)
-	inner := h.d.Sum(h.sum[:0])
-	_ = h.state.UnmarshalBinary(h.opad)
-	h.d.Write(inner)
-	return h.d.Sum(h.sum[:0])[:hashLen]
+	h.mac.Reset()
+	h.mac.Write(key)
+	return h.mac.Sum(h.sum[:0])[:hashLen]
 }
 
 // KeyHash is key's hash under salt as a recording holds it, so that an

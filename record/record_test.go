@@ -132,22 +132,36 @@ func TestKeysHashed(t *testing.T) {
 
 // The writer's hasher is HMAC-SHA-256 as crypto/hmac computes it
 // (KeyHash), whatever the salt's length (a block's, longer, hashed
-// first), whether the key is kept in its table of recent hashes (short
-// keys, hashed again after another key took their slot) or not (long
-// ones), and however often it is asked.
+// first): for a key found in its table of recent hashes, a key hashed
+// again after another took its slot, a key too long for the table, and
+// while keys that rarely repeat have it left alone.
 func TestHasherIsHMAC(t *testing.T) {
-	keys := []string{"a", "user:7", strings.Repeat("k", 31), strings.Repeat("k", 32), strings.Repeat("x", 300), "\xff\x00bin"}
+	hot := []string{"a", "user:7", strings.Repeat("k", 31), strings.Repeat("k", 32), strings.Repeat("x", 300), "\xff\x00bin"}
+	var keys []string // hot keys among others: the table found useful
 	for i := range 3 * hashTable {
-		keys = append(keys, "tenant:"+strconv.Itoa(i))
+		keys = append(keys, "tenant:"+strconv.Itoa(i), hot[i%len(hot)])
 	}
+	for i := range 2 * skipRun { // none repeats: the table left alone
+		keys = append(keys, "once:"+strconv.Itoa(i))
+	}
+	keys = append(keys, keys[:6*hashTable]...) // and found useful again
 	for _, salt := range [][]byte{{}, []byte("pepper"), bytes.Repeat([]byte{7}, 64), bytes.Repeat([]byte{9}, 65), bytes.Repeat([]byte("salt"), 40)} {
 		h := newHasher(salt)
-		for round := range 2 {
-			for _, k := range keys {
-				if got, want := string(h.append(nil, []byte(k))), KeyHash(salt, k); got != want {
-					t.Fatalf("salt %d bytes, key %q, round %d: hash %s, want %s", len(salt), k, round, got, want)
-				}
+		var hits, skipped int
+		for _, k := range keys {
+			before := h.hits
+			if got, want := string(h.append(nil, []byte(k))), KeyHash(salt, k); got != want {
+				t.Fatalf("salt %d bytes, key %q: hash %s, want %s", len(salt), k, got, want)
 			}
+			if h.hits > before {
+				hits++
+			}
+			if h.skip > 0 {
+				skipped++
+			}
+		}
+		if hits < 2*hashTable || skipped < skipRun {
+			t.Errorf("salt %d bytes: %d keys found in the table, %d hashed without it: the test missed a case", len(salt), hits, skipped)
 		}
 	}
 }
