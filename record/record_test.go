@@ -426,6 +426,56 @@ func TestCurrentWithoutClose(t *testing.T) {
 	}
 }
 
+// With half its pages full before its linger ends (its timer late, its
+// CPU busy elsewhere), the writer's goroutine is woken at once rather than
+// let the pages run out.
+func TestHurry(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rec.jsonl")
+	w, err := New(Config{Path: path, Slots: 4 * pageLen, linger: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	n := 3 * pageLen // two pages full: half of the queue's room
+	for i := range n {
+		w.Record(&Entry{Time: int64(i + 1), Policy: "p", Key: "k", Cost: 1, Allowed: true})
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for w.Stats().Recorded < uint64(2*pageLen) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v 10 s after two pages were full, the linger an hour", w.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if st := w.Stats(); st.Dropped != 0 {
+		t.Errorf("stats %+v, want none dropped", st)
+	}
+}
+
+// Close does not wait out the writer's linger: what was recorded reaches
+// the file at once.
+func TestCloseCutsLinger(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rec.jsonl")
+	w, err := New(Config{Path: path, linger: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Record(&Entry{Time: 1, Policy: "p", Key: "k", Cost: 1, Allowed: true})
+	closed := make(chan error, 1)
+	go func() { closed <- w.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still waiting 10 s on, the linger an hour")
+	}
+	if es, _ := readAll(t, path); len(es) != 1 {
+		t.Errorf("%d entries in the file, want 1", len(es))
+	}
+}
+
 // The file keeps the order entries were recorded in, across the pages
 // they were handed over in, whatever the writer's goroutine was doing.
 func TestOrder(t *testing.T) {

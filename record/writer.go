@@ -39,6 +39,8 @@ type Config struct {
 	Slots int
 	// Now is the clock of the header lines. Nil means time.Now.
 	Now func() time.Time
+
+	linger time.Duration // zero means the const linger; tests set it
 }
 
 // Stats are a Writer's counts, for INFO and metrics.
@@ -82,8 +84,10 @@ type Writer struct {
 	free chan *page    // empty pages
 	full chan *page    // pages to write, then nil to stop; one more room than pages
 	wake chan struct{} // the first entry since the goroutine took the page being filled; Close
-	done chan struct{}
-	stop sync.Once
+	// hurry cuts the linger short: half the pages are full, or Close.
+	hurry chan struct{}
+	done  chan struct{}
+	stop  sync.Once
 
 	closed                             atomic.Bool
 	recorded, dropped, failed, written atomic.Uint64
@@ -159,9 +163,12 @@ func New(cfg Config) (*Writer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.linger == 0 {
+		cfg.linger = linger
+	}
 	pages := max(cfg.Slots/pageLen, 1)
 	w := &Writer{cfg: cfg, free: make(chan *page, pages), full: make(chan *page, pages+1),
-		wake: make(chan struct{}, 1), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), hurry: make(chan struct{}, 1), done: make(chan struct{})}
 	if !cfg.ClearKeys {
 		salt := cfg.Salt
 		if salt == nil {
@@ -221,6 +228,14 @@ func (w *Writer) Record(e *Entry) {
 		// order entries were recorded in.
 		w.cur = nil
 		w.full <- p // never waits: full has room for every page
+		if len(w.full) >= max(cap(w.full)/2, 1) {
+			// The goroutine's timer is late (its CPU is busy elsewhere):
+			// wake it before the pages run out, rather than drop.
+			select {
+			case w.hurry <- struct{}{}:
+			default:
+			}
+		}
 	}
 	w.mu.Unlock()
 	if wake {
@@ -252,9 +267,12 @@ func (w *Writer) Close() error {
 	w.stop.Do(func() {
 		w.closed.Store(true)
 		w.full <- nil
-		select {
-		case w.wake <- struct{}{}:
-		default: // the goroutine is awake, or will be
+		// Wake the goroutine, idle or lingering.
+		for _, c := range []chan struct{}{w.wake, w.hurry} {
+			select {
+			case c <- struct{}{}:
+			default: // the goroutine is awake, or will be
+			}
 		}
 	})
 	<-w.done
@@ -279,12 +297,16 @@ func (w *Writer) Stats() Stats {
 func (w *Writer) run() {
 	defer close(w.done)
 	defer w.finish()
-	t := time.NewTimer(linger)
+	t := time.NewTimer(w.cfg.linger)
 	t.Stop()
 	for {
 		<-w.wake
-		t.Reset(linger)
-		<-t.C
+		t.Reset(w.cfg.linger)
+		select {
+		case <-t.C:
+		case <-w.hurry:
+			t.Stop()
+		}
 		for {
 			p, stop := w.next()
 			if stop {
