@@ -32,10 +32,13 @@
 // user's own log converter may keep its own.
 //
 // Writing is off the decision path: Record copies an entry into a page
-// under a short lock and hands full pages to the writer's goroutine
-// through a buffered channel; when every page waits for the file the
-// entry is dropped and counted, never waited for. Lines are in the order
-// entries were recorded. The file is bounded: past MaxSize it is
+// under a short lock and queues full pages for the writer's goroutine;
+// when every page waits for the file the entry is dropped and counted,
+// never waited for. The goroutine wakes a few milliseconds after an entry
+// (linger) and writes every page then, so that decisions never pay to
+// wake it and the file is written in large pieces; the hashes of hot keys
+// and the policies' limits' JSON are kept from line to line. Lines are in
+// the order entries were recorded. The file is bounded: past MaxSize it is
 // rotated (FILE.1, FILE.2, … up to Keep). Keys are hashed with a salt
 // unless asked for in the clear.
 package record

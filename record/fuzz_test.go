@@ -14,7 +14,7 @@ func FuzzParseLine(f *testing.F) {
 		if err != nil || h != nil || e.Key == "" {
 			return
 		}
-		w := appendEntry(nil, &e, []byte(e.Key), nil)
+		w := new(encoder).append(nil, &e, []byte(e.Key))
 		e2, _, err := parseLine(w)
 		if err != nil {
 			t.Fatalf("written %s\nreads back as an error: %v", w, err)

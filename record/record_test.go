@@ -1,13 +1,18 @@
 package record
 
 import (
+	"bytes"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluice-rl/sluice/engine"
 )
@@ -41,15 +46,23 @@ func readAll(t *testing.T, path string) ([]Entry, Header) {
 	}
 }
 
-// Entries read back as they were recorded, whatever their fields.
-func TestRoundTrip(t *testing.T) {
-	entries := []Entry{
+// someEntries are entries of every kind: each door, a policy's and a
+// rule's, one limit and several, a key to escape, a key too long for the
+// hasher's table, flags and failure modes.
+func someEntries() []Entry {
+	return []Entry{
 		{Time: 1_700_000_000_000_001, Door: "resp", Policy: "api", Key: "user:1", Cost: 1, Limit: token, Allowed: true, Remaining: 19, Path: "memory"},
 		{Time: 1_700_000_000_000_002, Door: "grpc", Rule: "per_ip", Key: "10.0.0.1", Cost: 3, Shadow: true, OnFailure: engine.FailOpen,
 			Limit: engine.Limit{Algorithm: engine.GCRA, Rate: 5, Period: time.Minute, Burst: 2}, Remaining: 0, RetryAfter: 12_000_000, Path: "redis"},
 		{Time: 1_700_000_000_000_003, Door: "http", Policy: "plan", Key: "tenant \"q\"\n\x00é\xff", Cost: 0, Peek: true, Limits: multi, Allowed: true, Remaining: 4, Path: "deny_cache"},
 		{Time: 1_700_000_000_000_004, Policy: "llm", Key: "k", Cost: 700, Charge: true, Limit: token, Remaining: -680, Path: "fail_closed"},
+		{Time: 1_700_000_000_000_005, Policy: "plan", Key: "a-key-longer-than-thirty-one-bytes-for-sure", Cost: 1, Limits: multi, Path: "memory"},
 	}
+}
+
+// Entries read back as they were recorded, whatever their fields.
+func TestRoundTrip(t *testing.T) {
+	entries := someEntries()
 	path := filepath.Join(t.TempDir(), "rec.jsonl")
 	w, err := New(Config{Path: path, ClearKeys: true})
 	if err != nil {
@@ -114,6 +127,153 @@ func TestKeysHashed(t *testing.T) {
 	}
 	if KeyHash([]byte("other"), "secret-a") == got[0].KeyHash {
 		t.Error("the salt does not change the hash")
+	}
+}
+
+// The writer's hasher is HMAC-SHA-256 as crypto/hmac computes it
+// (KeyHash), whatever the salt's length (a block's, longer, hashed
+// first): for a key found in its table of recent hashes, a key hashed
+// again after another took its slot, a key too long for the table, and
+// while keys that rarely repeat have it left alone.
+func TestHasherIsHMAC(t *testing.T) {
+	hot := []string{"a", "user:7", strings.Repeat("k", 31), strings.Repeat("k", 32), strings.Repeat("x", 300), "\xff\x00bin"}
+	var keys []string // hot keys among others: the table found useful
+	for i := range 3 * hashTable {
+		keys = append(keys, "tenant:"+strconv.Itoa(i), hot[i%len(hot)])
+	}
+	for i := range 2 * skipRun { // none repeats: the table left alone
+		keys = append(keys, "once:"+strconv.Itoa(i))
+	}
+	keys = append(keys, keys[:6*hashTable]...) // and found useful again
+	for _, salt := range [][]byte{{}, []byte("pepper"), bytes.Repeat([]byte{7}, 64), bytes.Repeat([]byte{9}, 65), bytes.Repeat([]byte("salt"), 40)} {
+		h := newHasher(salt)
+		var hits, skipped int
+		for _, k := range keys {
+			before := h.hits
+			if got, want := string(h.append(nil, []byte(k))), KeyHash(salt, k); got != want {
+				t.Fatalf("salt %d bytes, key %q: hash %s, want %s", len(salt), k, got, want)
+			}
+			if h.hits > before {
+				hits++
+			}
+			if h.skip > 0 {
+				skipped++
+			}
+		}
+		if hits < hashTable/4 || skipped < skipRun {
+			t.Errorf("salt %d bytes: %d keys found in the table, %d hashed without it: the test missed a case", len(salt), hits, skipped)
+		}
+	}
+}
+
+// An encoder keeps what repeats from line to line (limits' JSON, keys'
+// hashes): lines written by one encoder, one after another, are those
+// that a new encoder writes for each.
+func TestEncoderRepeats(t *testing.T) {
+	other := []engine.NamedLimit{{Name: "minute", Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 50, Period: time.Minute}}}
+	gcra := engine.Limit{Algorithm: engine.GCRA, Rate: 100, Period: time.Minute, Burst: 3}
+	es := []Entry{
+		{Time: 1, Key: "a", Limit: token, Allowed: true},
+		{Time: 2, Key: "a", Limit: token, Allowed: true},
+		{Time: 3, Key: "b", Limit: gcra},
+		{Time: 4, Key: "a", Limit: token, Allowed: true},
+		{Time: 5, Policy: "p", Key: "a", Limits: multi},
+		{Time: 6, Policy: "p", Key: "b", Limits: multi},
+		{Time: 7, Policy: "q", Key: "b", Limits: other},
+		{Time: 8, Policy: "q", Key: "b", Limits: multi[:1]},
+		{Time: 9, Policy: "p", Key: "a", Limits: multi},
+		{Time: 10, Policy: "r", Key: "a"},
+		{Time: 11, Key: "c", Limit: gcra},
+	}
+	for _, salt := range [][]byte{nil, []byte("pepper")} {
+		kept := encoder{}
+		if salt != nil {
+			kept.hash = newHasher(salt)
+		}
+		for i := range es {
+			fresh := encoder{}
+			if salt != nil {
+				fresh.hash = newHasher(salt)
+			}
+			got := string(kept.append(nil, &es[i], []byte(es[i].Key)))
+			if want := string(fresh.append(nil, &es[i], []byte(es[i].Key))); got != want {
+				t.Errorf("entry %d: line\n%s, want\n%s", i, got, want)
+			}
+		}
+	}
+}
+
+// The lines are byte for byte what version 1 has always written, keys
+// clear or hashed (under a known salt), limits repeated or not: a change
+// to the writer for speed changes no file.
+func TestLinesUnchanged(t *testing.T) {
+	entries := someEntries()
+	for _, tc := range []struct {
+		name  string
+		clear bool
+		want  []string
+	}{
+		{"clear", true, []string{
+			`{"t":1700000000000001,"door":"resp","policy":"api","key":"user:1","cost":1,"limit":{"algorithm":"token_bucket","rate":10,"period_us":1000000,"burst":20},"allowed":true,"remaining":19,"path":"memory"}`,
+			`{"t":1700000000000002,"door":"grpc","rule":"per_ip","key":"10.0.0.1","cost":3,"shadow":true,"on_failure":"allow","limit":{"algorithm":"gcra","rate":5,"period_us":60000000,"burst":2},"allowed":false,"remaining":0,"retry_after_us":12000000,"path":"redis"}`,
+			`{"t":1700000000000003,"door":"http","policy":"plan","key":"tenant \"q\"\u000a\u0000é\ufffd","cost":0,"peek":true,"limits":[{"name":"second","algorithm":"fixed_window","rate":5,"period_us":1000000},{"name":"day","algorithm":"sliding_window","rate":1000,"period_us":86400000000,"precision":24}],"allowed":true,"remaining":4,"path":"deny_cache"}`,
+			`{"t":1700000000000004,"policy":"llm","key":"k","cost":700,"charge":true,"limit":{"algorithm":"token_bucket","rate":10,"period_us":1000000,"burst":20},"allowed":false,"remaining":-680,"path":"fail_closed"}`,
+			`{"t":1700000000000005,"policy":"plan","key":"a-key-longer-than-thirty-one-bytes-for-sure","cost":1,"limits":[{"name":"second","algorithm":"fixed_window","rate":5,"period_us":1000000},{"name":"day","algorithm":"sliding_window","rate":1000,"period_us":86400000000,"precision":24}],"allowed":false,"remaining":0,"path":"memory"}`,
+		}},
+		{"hashed", false, []string{
+			`{"t":1700000000000001,"door":"resp","policy":"api","key_hash":"92f9e146fce71e559d9adc3b61db797f","cost":1,"limit":{"algorithm":"token_bucket","rate":10,"period_us":1000000,"burst":20},"allowed":true,"remaining":19,"path":"memory"}`,
+			`{"t":1700000000000002,"door":"grpc","rule":"per_ip","key_hash":"2a2ffd3ffe3a0de24e16b0a87f5e1a4a","cost":3,"shadow":true,"on_failure":"allow","limit":{"algorithm":"gcra","rate":5,"period_us":60000000,"burst":2},"allowed":false,"remaining":0,"retry_after_us":12000000,"path":"redis"}`,
+			`{"t":1700000000000003,"door":"http","policy":"plan","key_hash":"87123c8ceeb8d67e1527ebf71a4cce8b","cost":0,"peek":true,"limits":[{"name":"second","algorithm":"fixed_window","rate":5,"period_us":1000000},{"name":"day","algorithm":"sliding_window","rate":1000,"period_us":86400000000,"precision":24}],"allowed":true,"remaining":4,"path":"deny_cache"}`,
+			`{"t":1700000000000004,"policy":"llm","key_hash":"83ef0d5e11295bc9856db519b01b2f08","cost":700,"charge":true,"limit":{"algorithm":"token_bucket","rate":10,"period_us":1000000,"burst":20},"allowed":false,"remaining":-680,"path":"fail_closed"}`,
+			`{"t":1700000000000005,"policy":"plan","key_hash":"480f1aca139d1f35a71d0425428acb20","cost":1,"limits":[{"name":"second","algorithm":"fixed_window","rate":5,"period_us":1000000},{"name":"day","algorithm":"sliding_window","rate":1000,"period_us":86400000000,"precision":24}],"allowed":false,"remaining":0,"path":"memory"}`,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "rec.jsonl")
+			w, err := New(Config{Path: path, ClearKeys: tc.clear, Salt: []byte("pepper")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range entries {
+				w.Record(&entries[i])
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")[1:] // the header's time varies
+			if len(got) != len(tc.want) {
+				t.Fatalf("%d lines, want %d:\n%s", len(got), len(tc.want), raw)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Errorf("line %d:\n%s\nwant\n%s", i+1, got[i], tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+// A string is written as JSON holds it: printable ASCII as it is but the
+// quote and the backslash, control bytes as \u00XX, UTF-8 as it is, an
+// invalid byte as U+FFFD; the bytes around each escape are kept, in
+// order.
+func TestAppendString(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", `""`},
+		{"user:7", `"user:7"`},
+		{`a"b\c`, `"a\"b\\c"`},
+		{"\x00x\x1f\n\t\x7f", `"\u0000x\u001f\u000a\u0009` + "\x7f" + `"`},
+		{"pré-été", `"pré-été"`},
+		{"ok\xffok\xe9", `"ok\ufffdok\ufffd"`},
+		{"<&>", `"<&>"`},
+	} {
+		if got := string(appendString([]byte("x"), []byte(tc.in))); got != "x"+tc.want {
+			t.Errorf("%q: %s, want %s", tc.in, got, "x"+tc.want)
+		}
 	}
 }
 
@@ -241,6 +401,81 @@ func TestReadMinimal(t *testing.T) {
 	}
 }
 
+// A quiet writer's entries reach the file within a moment, without
+// Close: the first after the file was brought up to date wakes the
+// writer's goroutine, each time.
+func TestCurrentWithoutClose(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rec.jsonl")
+	w, err := New(Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for i := range 3 {
+		w.Record(&Entry{Time: int64(i + 1), Policy: "p", Key: "k", Cost: 1, Allowed: true})
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if es, _ := readAll(t, path); len(es) == i+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("entry %d not in the file 10 s after it was recorded", i+1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// With half its pages full before its linger ends (its timer late, its
+// CPU busy elsewhere), the writer's goroutine is woken at once rather than
+// let the pages run out.
+func TestHurry(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rec.jsonl")
+	w, err := New(Config{Path: path, Slots: 4 * pageLen, linger: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	n := 3 * pageLen // two pages full: half of the queue's room
+	for i := range n {
+		w.Record(&Entry{Time: int64(i + 1), Policy: "p", Key: "k", Cost: 1, Allowed: true})
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for w.Stats().Recorded < uint64(2*pageLen) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v 10 s after two pages were full, the linger an hour", w.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if st := w.Stats(); st.Dropped != 0 {
+		t.Errorf("stats %+v, want none dropped", st)
+	}
+}
+
+// Close does not wait out the writer's linger: what was recorded reaches
+// the file at once.
+func TestCloseCutsLinger(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rec.jsonl")
+	w, err := New(Config{Path: path, linger: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Record(&Entry{Time: 1, Policy: "p", Key: "k", Cost: 1, Allowed: true})
+	closed := make(chan error, 1)
+	go func() { closed <- w.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still waiting 10 s on, the linger an hour")
+	}
+	if es, _ := readAll(t, path); len(es) != 1 {
+		t.Errorf("%d entries in the file, want 1", len(es))
+	}
+}
+
 // The file keeps the order entries were recorded in, across the pages
 // they were handed over in, whatever the writer's goroutine was doing.
 func TestOrder(t *testing.T) {
@@ -289,4 +524,85 @@ func BenchmarkRecord(b *testing.B) {
 	st := w.Stats()
 	w.Close()
 	b.ReportMetric(float64(st.Dropped)/float64(b.N), "dropped/op")
+}
+
+// BenchmarkRecordCPU is the whole CPU a recorded entry costs the process:
+// Record on the caller's side, and the writer's goroutine's line, hash
+// and write syscalls, read from getrusage (user+sys) around the loop and
+// reported per entry as cpu-ns/entry. Entries are recorded in rounds of
+// at most the writer's slots, each round waited out (asleep, costing no
+// CPU) before the next, so that none is dropped: every one reaches the
+// file. Keys vary: each once (the worst case), or skewed. It needs a quiet
+// machine to mean much; ns/op is the wall clock, the rounds' waits
+// included.
+func BenchmarkRecordCPU(b *testing.B) {
+	// A skewed load: keys drawn from 100,000 by Zipf's law (s = 1.1), as
+	// a rate limiter's keys usually are, a few hot ones most of the time.
+	zipf := make([]int, 1<<16)
+	z := rand.NewZipf(rand.New(rand.NewPCG(1, 2)), 1.1, 1, 100_000-1)
+	for i := range zipf {
+		zipf[i] = int(z.Uint64())
+	}
+	for _, bc := range []struct {
+		name  string
+		clear bool
+		key   func(i int) int
+	}{
+		{"hashed, each key once", false, func(i int) int { return i }}, // no hash is kept
+		{"hashed, Zipf keys from 100000", false, func(i int) int { return zipf[i%len(zipf)] }},
+		{"clear, each key once", true, func(i int) int { return i }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			const slots = 1 << 16
+			w, err := New(Config{Path: filepath.Join(b.TempDir(), "rec.jsonl"), MaxSize: 1 << 40, Slots: slots, ClearKeys: bc.clear})
+			if err != nil {
+				b.Fatal(err)
+			}
+			gcra := engine.Limit{Algorithm: engine.GCRA, Rate: 1000, Period: time.Second, Burst: 1000}
+			e := Entry{Time: 1_800_000_000_000_000, Door: "resp", Cost: 1, Limit: gcra, Allowed: true, Remaining: 999, Path: "memory"}
+			key := []byte("k:000000000000")
+			b.ReportAllocs()
+			b.ResetTimer()
+			before := cpuTime(b)
+			for done := 0; done < b.N; {
+				round := min(b.N-done, slots)
+				for i := range round {
+					n := bc.key(done + i)
+					for j := len(key) - 1; j >= 2; j-- {
+						key[j] = '0' + byte(n%10)
+						n /= 10
+					}
+					e.Key = unsafe.String(&key[0], len(key)) // Record copies it
+					e.Time++
+					if w.Sample() {
+						w.Record(&e)
+					}
+				}
+				done += round
+				for w.Stats().Recorded+w.Stats().Dropped < uint64(done) {
+					time.Sleep(100 * time.Microsecond)
+				}
+			}
+			if err := w.Close(); err != nil {
+				b.Fatal(err)
+			}
+			cpu := cpuTime(b) - before
+			b.StopTimer()
+			st := w.Stats()
+			if st.Dropped != 0 || st.Recorded != uint64(b.N) {
+				b.Fatalf("recorded %d, dropped %d of %d", st.Recorded, st.Dropped, b.N)
+			}
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/entry")
+			b.ReportMetric(float64(st.Bytes)/float64(b.N), "B/entry")
+		})
+	}
+}
+
+// cpuTime is the process's CPU time so far, user and system.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
