@@ -16,12 +16,15 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"log"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"sync"
 	"time"
@@ -53,12 +56,30 @@ func main() {
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	args := append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "off", "--grpc-listen", addr,
-		"--rls-config", *rlsConfig, "--log-level", "warn"}, flag.Args()...)
+		"--rls-config", *rlsConfig, "--log-level", "info"}, flag.Args()...)
 	cmd := exec.Command(*bin, args...)
-	cmd.Stderr = os.Stderr
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		log.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		log.Fatal(err)
 	}
+	// The bound the binary states is its Go memory limit, which it logs
+	// at start; its warnings are passed on, its other lines dropped.
+	limit := make(chan int64, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Bytes()
+			if m := limitLine.FindSubmatch(line); m != nil {
+				n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+				limit <- n
+			} else if !bytes.Contains(line, []byte("level=INFO")) {
+				fmt.Fprintln(os.Stderr, string(line))
+			}
+		}
+	}()
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	if err := procs.WaitListen(addr, 10*time.Second); err != nil {
 		log.Fatal(err)
@@ -84,9 +105,16 @@ func main() {
 	}
 	wg.Wait()
 	peak := status(pid, "VmHWM")
-	fmt.Printf("shape=%s args=%q idle_rss=%dMiB peak_rss=%dMiB answers_after=%v\n",
-		*shape, flag.Args(), idle>>20, peak>>20, answers(addr))
+	var goLimit int64
+	select {
+	case goLimit = <-limit:
+	default: // not logged (GOMEMLIMIT set by the environment): 0
+	}
+	fmt.Printf("shape=%s args=%q idle_rss=%dMiB peak_rss=%dMiB answers_after=%v go_memory_limit=%dMiB\n",
+		*shape, flag.Args(), idle>>20, peak>>20, answers(addr), goLimit>>20)
 }
+
+var limitLine = regexp.MustCompile(`msg="go memory limit" bytes=(\d+)`)
 
 // answers reports whether the door answers a call once the shape ended.
 func answers(addr string) bool {
