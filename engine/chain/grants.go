@@ -126,6 +126,12 @@ type GrantsConfig struct {
 	// the grants admitted during the outage (before the outage was
 	// noticed, too: a stalled store is noticed only at the deadline).
 	Away func(engine.Request)
+	// Sidecars, if set, is how many sidecars the fleet's limits are
+	// divided among while the store is away (Guard's share): a grant is
+	// never more than this sidecar's share of the capacity, so that the
+	// grants it holds when the store goes away, which Away charges to
+	// that share, fit in it. Nil: 1, the whole limit.
+	Sidecars func() int64
 }
 
 // Grants is a Store that decides hot keys from units granted by the store
@@ -134,10 +140,12 @@ type Grants struct {
 	next    engine.Store
 	now     func() time.Time
 	perSlot int // MaxKeys per shard
-	seed    maphash.Seed
-	hot     *hotTable // counts every key until it turns hot
-	shards  [grantShards]grantShard
-	flights sync.Pool // *grantFlight
+	// sidecars is GrantsConfig.Sidecars, or 1.
+	sidecars func() int64
+	seed     maphash.Seed
+	hot      *hotTable // counts every key until it turns hot
+	shards   [grantShards]grantShard
+	flights  sync.Pool // *grantFlight
 
 	away func(engine.Request) // GrantsConfig.Away; nil: none
 
@@ -223,7 +231,10 @@ func NewGrants(cfg GrantsConfig) (*Grants, error) {
 		cfg.Now = time.Now
 	}
 	g := &Grants{next: cfg.Store, now: cfg.Now, away: cfg.Away, perSlot: max(cfg.MaxKeys/grantShards, 1), seed: maphash.MakeSeed(),
-		hot: new(hotTable)}
+		hot: new(hotTable), sidecars: cfg.Sidecars}
+	if g.sidecars == nil {
+		g.sidecars = func() int64 { return 1 }
+	}
 	for i := range g.shards {
 		g.shards[i].keys = map[grantKey]*grantEntry{}
 	}
@@ -426,7 +437,7 @@ func (g *Grants) fromEntry(e *grantEntry, r *engine.Request, res *engine.Result,
 	if e.asking || !e.hot() || now.Before(e.askAfter) {
 		return false, ask
 	}
-	k := e.want(r)
+	k := e.want(r, g.sidecars())
 	if k < 1 {
 		return false, ask
 	}
@@ -461,12 +472,13 @@ func (e *grantEntry) hot() bool { return e.cur >= hotCount || e.prev >= hotCount
 
 // want is k: the units this sidecar spends of the key in holdTarget at its
 // recent rate (the busier of the last two intervals), at least 1, at most
-// the capacity's 1/maxGrantShare, and no more than a refused grant said
+// the capacity's 1/maxGrantShare and this sidecar's share of it (1 in
+// sidecars, GrantsConfig.Sidecars), and no more than a refused grant said
 // the key has left. 0: none worth asking for.
-func (e *grantEntry) want(r *engine.Request) int64 {
+func (e *grantEntry) want(r *engine.Request, sidecars int64) int64 {
 	units := max(e.curUnits, e.prevUnits)
 	k := max(units*int64(holdTarget/hotInterval), 1)
-	k = min(k, r.Capacity()/maxGrantShare)
+	k = min(k, r.Capacity()/max(maxGrantShare, sidecars))
 	if e.askMost > 0 {
 		k = min(k, e.askMost)
 	}

@@ -671,3 +671,39 @@ func BenchmarkGrantsColdKeys(b *testing.B) {
 		}
 	}
 }
+
+// A grant is never more than this sidecar's share of the capacity: past
+// four sidecars, their share is less than the quarter a grant may hold
+// otherwise, and the grants held when the store goes away are charged to
+// that share (GrantsConfig.Away). A share under one unit gets no grant.
+func TestGrantsFitTheShare(t *testing.T) {
+	for _, tc := range []struct {
+		sidecars int64
+		most     int64 // units a grant may hold, of 800
+	}{
+		{1, 200}, {3, 200}, {4, 200}, {8, 100}, {1000, 0},
+	} {
+		t.Run(fmt.Sprint(tc.sidecars), func(t *testing.T) {
+			clock := enginetest.NewClock(enginetest.Epoch.Truncate(time.Minute))
+			l := engine.Limit{Algorithm: engine.FixedWindow, Rate: 800, Period: time.Minute}
+			g, err := chain.NewGrants(chain.GrantsConfig{Store: openMemory(t, clock.Now), Now: clock.Now,
+				Sidecars: func() int64 { return tc.sidecars }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var most int64
+			for range 400 { // 100 a ms, for 4 ms at a time: a rate that wants the largest grant
+				reqs := make([]engine.Request, 100)
+				for i := range reqs {
+					reqs[i] = engine.Request{Key: "k", Limit: l, Cost: 1}
+				}
+				decideBatch(t, g, reqs)
+				most = max(most, g.Stats().Outstanding)
+				clock.Advance(time.Millisecond)
+			}
+			if most != tc.most {
+				t.Fatalf("the largest grant held %d units; want %d, a 1/%d share of 800 or a quarter", most, tc.most, tc.sidecars)
+			}
+		})
+	}
+}
