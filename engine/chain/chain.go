@@ -150,7 +150,7 @@ func New(cfg Config) (*Chain, error) {
 	}
 	c := &Chain{top: g, guard: g, deny: d, batcher: b, check: cfg.Check, timeout: b.timeout, denyCap: cfg.DenyCacheSize}
 	if cfg.Grants {
-		if c.grants, err = NewGrants(GrantsConfig{Store: g, MaxKeys: cfg.GrantKeys, Now: cfg.Now, Away: g.ChargeLocal, Sidecars: g.share}); err != nil {
+		if c.grants, err = NewGrants(GrantsConfig{Store: g, MaxKeys: cfg.GrantKeys, Now: cfg.Now, Away: g.ChargeLocal, Failing: g.Failing, Sidecars: g.share}); err != nil {
 			return nil, err
 		}
 		c.top = c.grants

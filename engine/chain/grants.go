@@ -126,6 +126,14 @@ type GrantsConfig struct {
 	// the grants admitted during the outage (before the outage was
 	// noticed, too: a stalled store is noticed only at the deadline).
 	Away func(engine.Request)
+	// Failing, if set, reports whether the store behind is failing
+	// (Guard.Failing). With Away: once it starts failing, what every
+	// key's grants admitted since the store last answered for the key is
+	// charged to the share at once, and while it fails, what they admit
+	// is charged as they admit it, so that a key whose load falls below
+	// hot during the outage (and so asks for no grant that could fail)
+	// is charged all the same.
+	Failing func() bool
 	// Sidecars, if set, is how many sidecars the fleet's limits are
 	// divided among while the store is away (Guard's share): a grant is
 	// never more than this sidecar's share of the capacity, so that the
@@ -142,10 +150,14 @@ type Grants struct {
 	perSlot int // MaxKeys per shard
 	// sidecars is GrantsConfig.Sidecars, or 1.
 	sidecars func() int64
-	seed     maphash.Seed
-	hot      *hotTable // counts every key until it turns hot
-	shards   [grantShards]grantShard
-	flights  sync.Pool // *grantFlight
+	// failing is GrantsConfig.Failing, or never; wasFailing says the
+	// layer has seen it fail and charged what the grants held.
+	failing    func() bool
+	wasFailing atomic.Bool
+	seed       maphash.Seed
+	hot        *hotTable // counts every key until it turns hot
+	shards     [grantShards]grantShard
+	flights    sync.Pool // *grantFlight
 
 	away func(engine.Request) // GrantsConfig.Away; nil: none
 
@@ -231,9 +243,12 @@ func NewGrants(cfg GrantsConfig) (*Grants, error) {
 		cfg.Now = time.Now
 	}
 	g := &Grants{next: cfg.Store, now: cfg.Now, away: cfg.Away, perSlot: max(cfg.MaxKeys/grantShards, 1), seed: maphash.MakeSeed(),
-		hot: new(hotTable), sidecars: cfg.Sidecars}
+		hot: new(hotTable), sidecars: cfg.Sidecars, failing: cfg.Failing}
 	if g.sidecars == nil {
 		g.sidecars = func() int64 { return 1 }
+	}
+	if g.failing == nil || g.away == nil {
+		g.failing = func() bool { return false }
 	}
 	for i := range g.shards {
 		g.shards[i].keys = map[grantKey]*grantEntry{}
@@ -301,6 +316,7 @@ func (g *Grants) forget(e *grantEntry) {
 // Submit admits what grants cover and sends the rest down, with the grant
 // requests of hot keys and what ended grants give back.
 func (g *Grants) Submit(reqs []engine.Request, res []engine.Result, deadline time.Time, done func(error)) {
+	g.noticeFailing()
 	now := g.now()
 	var f *grantFlight
 	var last *grantEntry // the entry of the request before: a hot key's come in a row
@@ -424,6 +440,9 @@ func (g *Grants) fromEntry(e *grantEntry, r *engine.Request, res *engine.Result,
 			e.left -= r.Cost
 			e.unanswered += r.Cost
 			e.onFailure = r.OnFailure
+			if g.wasFailing.Load() {
+				g.chargeLocked(e) // the store is away: in the share at once
+			}
 			g.admit(e, r, res, now, sp-r.Cost)
 			g.decided.Add(1)
 			return true, ask
@@ -683,6 +702,41 @@ func (f *grantFlight) land(err error) {
 	done(err)
 }
 
+// noticeFailing charges, once the store behind starts failing, what
+// every key's grants admitted since the store last answered for it (see
+// GrantsConfig.Failing); once the store answers again, grants are counted
+// as before.
+func (g *Grants) noticeFailing() {
+	if !g.failing() {
+		if g.wasFailing.Load() {
+			g.wasFailing.Store(false)
+		}
+		return
+	}
+	if g.wasFailing.Load() || !g.wasFailing.CompareAndSwap(false, true) {
+		return
+	}
+	for i := range g.shards {
+		sh := &g.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.keys {
+			g.chargeLocked(e)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// chargeLocked charges what e's grants admitted since the store last
+// answered for its key to this sidecar's local share (GrantsConfig.Away);
+// e's shard is locked.
+func (g *Grants) chargeLocked(e *grantEntry) {
+	if e.unanswered > 0 && g.away != nil {
+		g.away(engine.Request{Key: e.key.key, Limit: e.limit, Limits: e.limits, Cost: e.unanswered, OnFailure: e.onFailure})
+		g.charged.Add(uint64(e.unanswered))
+	}
+	e.unanswered = 0
+}
+
 // take installs a grant the store gave, if its key is still counted here
 // under the same limits (a reset or a reload drops what was asked for
 // before it).
@@ -702,11 +756,7 @@ func (g *Grants) take(a grantAsk, req *engine.Request, rr *engine.Result, at tim
 	case engine.PathFailClosed:
 		// The guard could not send it: the store is away, and what the
 		// grants admitted since it last answered counts in the share.
-		if e.unanswered > 0 && g.away != nil {
-			g.away(engine.Request{Key: e.key.key, Limit: e.limit, Limits: e.limits, Cost: e.unanswered, OnFailure: e.onFailure})
-			g.charged.Add(uint64(e.unanswered))
-		}
-		e.unanswered = 0
+		g.chargeLocked(e)
 	}
 	d := rr.Decision
 	if !d.Allowed {

@@ -222,6 +222,10 @@ func (g *Guard) record(err error, probe bool) {
 	}
 }
 
+// Failing reports whether the store is failing: a round trip failed
+// since the last that did not, or the breaker is open.
+func (g *Guard) Failing() bool { return g.failing.Load() }
+
 // fail decides reqs by their failure modes, in order.
 func (g *Guard) fail(reqs []engine.Request, res []engine.Result) error {
 	g.fallback.Add(uint64(len(reqs)))
