@@ -63,7 +63,7 @@ type Holder struct {
 
 	// mu makes a Set and the budget's pick of this holder one before the
 	// other, so that what the holder holds leaves the total exactly once.
-	// Only the owner and over take it: never contended for long.
+	// Only the owner and pick take it: never contended for long.
 	mu      sync.Mutex
 	held    atomic.Int64 // written under mu; read without it by Held
 	evicted atomic.Bool  // written under mu
@@ -156,6 +156,10 @@ func (b *Budget) pick() {
 		h := c.h
 		h.mu.Lock()
 		held := h.held.Load()
+		if held == 0 {
+			h.mu.Unlock() // emptied since (leaving, perhaps): nothing to return
+			continue
+		}
 		h.evicted.Store(true)
 		b.total.Add(-held)
 		h.mu.Unlock()
