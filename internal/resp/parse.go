@@ -328,8 +328,8 @@ func Unauthenticated(msg string) bool { return msg == errUnauthMultibulk || msg 
 // Need is how many more bytes the command being read is known to need:
 // the rest of the bulk under way and its CRLF, as its header announced;
 // 0 between bulks and between commands, where nothing is announced yet.
-// An input buffer sized by it grows once for a large argument, to what
-// the argument needs, instead of doubling past it.
+// An input buffer sized by it never grows past what the argument needs,
+// and the input budget charges the announced bytes before they arrive.
 func (p *Parser) Need() int {
 	switch p.state {
 	case pBulkBody:
