@@ -23,20 +23,15 @@ import (
 )
 
 // Budget is the shared total and its limit. Its methods are safe for
-// concurrent use, and no caller of Set ever waits for another: the doors'
-// goroutines and the RESP door's event loop all call it on every read,
-// and an event loop that waited there would keep every client on it
-// waiting (see over).
+// concurrent use.
 type Budget struct {
 	limit     int64
-	total     atomic.Int64 // what every holder not picked to close holds
+	total     atomic.Int64 // what every holder holds
 	seq       atomic.Int64 // the last holder's number
 	returning atomic.Bool  // a return of memory to the system is scheduled (Released)
-	pending   atomic.Bool  // a Set went over while another goroutine was picking
 
 	mu      sync.Mutex
 	holders map[*Holder]struct{} // guarded by mu
-	picking []candidate          // pick's list, reused; guarded by mu
 }
 
 // New is a budget of limit bytes.
@@ -50,23 +45,17 @@ func New(limit int64) (*Budget, error) {
 // Limit is the budget's bound in bytes.
 func (b *Budget) Limit() int64 { return b.limit }
 
-// Total is what the holders hold now, but for those picked to close:
-// theirs is as good as returned.
+// Total is what every holder holds now.
 func (b *Budget) Total() int64 { return b.total.Load() }
 
 // Holder is one connection's share. Set and Leave may be called from any
 // goroutine, but one at a time: the owner's.
 type Holder struct {
-	b     *Budget
-	seq   int64 // the order holders joined in: of two equal, the newer is closed first
-	evict func(held int64)
-
-	// mu makes a Set and the budget's pick of this holder one before the
-	// other, so that what the holder holds leaves the total exactly once.
-	// Only the owner and pick take it: never contended for long.
-	mu      sync.Mutex
-	held    atomic.Int64 // written under mu; read without it by Held
-	evicted atomic.Bool  // written under mu
+	b       *Budget
+	seq     int64 // the order holders joined in: of two equal, the newer is closed first
+	held    atomic.Int64
+	evicted atomic.Bool
+	evict   func(held int64)
 }
 
 // Join adds a holder that holds nothing yet. evict is called once, when
@@ -82,25 +71,20 @@ func (b *Budget) Join(evict func(held int64)) *Holder {
 	return h
 }
 
-// Held is what the holder holds.
+// Held is what the holder holds against the budget.
 func (h *Holder) Held() int64 { return h.held.Load() }
 
 // Evicted reports whether the budget has picked this holder to close.
 func (h *Holder) Evicted() bool { return h.evicted.Load() }
 
 // Set says the holder now holds n bytes. Growing past the budget picks
-// holders to close (this one among them, when it holds the most). Once
-// the holder is picked, what it holds no longer counts: it is closing.
+// holders to close (this one among them, when it holds the most).
 func (h *Holder) Set(n int64) {
-	h.mu.Lock()
 	d := n - h.held.Swap(n)
-	if h.evicted.Load() || d == 0 {
-		h.mu.Unlock()
+	if d == 0 {
 		return
 	}
-	total := h.b.total.Add(d)
-	h.mu.Unlock()
-	if d > 0 && total > h.b.limit {
+	if total := h.b.total.Add(d); d > 0 && total > h.b.limit {
 		h.b.over()
 	}
 }
@@ -113,67 +97,40 @@ func (h *Holder) Leave() {
 	h.b.mu.Unlock()
 }
 
-// over has the holders holding the most picked until what the others
-// hold is within the limit. It never waits: when another goroutine is
-// picking, it leaves a note (pending) that has that one look again once
-// done, so that an event loop whose read went over is not held up behind
-// the goroutines of a flood that all went over at once (each waiting for
-// the lock, then sorting every holder, in turn: seconds under
-// bench/doorflood's three doors at once).
+// over picks the holders holding the most until what the others hold is
+// within the limit, as Redis's maxmemory-clients does.
 func (b *Budget) over() {
-	b.pending.Store(true)
-	for b.pending.Load() && b.mu.TryLock() {
-		b.pending.Store(false)
-		b.pick()
-		b.mu.Unlock()
-	}
-}
-
-// pick is over's work, with b.mu held: the largest holders first, as
-// Redis's maxmemory-clients does.
-func (b *Budget) pick() {
-	if b.total.Load() <= b.limit {
-		return
-	}
-	hs := b.picking[:0]
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	over := b.total.Load() - b.limit
+	hs := make([]*Holder, 0, len(b.holders))
 	for h := range b.holders {
-		// Closing one that holds nothing would return nothing.
-		if held := h.Held(); held > 0 && !h.evicted.Load() {
-			hs = append(hs, candidate{h, held})
+		switch {
+		case h.evicted.Load():
+			over -= h.Held() // closing already: its bytes are as good as returned
+		case h.Held() > 0: // closing one that holds nothing would return nothing
+			hs = append(hs, h)
 		}
+	}
+	if over <= 0 {
+		return
 	}
 	// The largest first; of equal ones the newest, which has sent the
 	// least of what it announced (a client that a reservation for its
 	// announced argument put over the budget is closed before one that
 	// holds as much and has sent more of it).
-	slices.SortFunc(hs, func(x, y candidate) int {
-		return cmp.Or(cmp.Compare(y.held, x.held), cmp.Compare(y.h.seq, x.h.seq))
+	slices.SortFunc(hs, func(x, y *Holder) int {
+		return cmp.Or(cmp.Compare(y.Held(), x.Held()), cmp.Compare(y.seq, x.seq))
 	})
-	for _, c := range hs {
-		if b.total.Load() <= b.limit {
+	for _, h := range hs {
+		if over <= 0 {
 			break
 		}
-		h := c.h
-		h.mu.Lock()
-		held := h.held.Load()
-		if held == 0 {
-			h.mu.Unlock() // emptied since (leaving, perhaps): nothing to return
-			continue
-		}
+		held := h.Held()
+		over -= held
 		h.evicted.Store(true)
-		b.total.Add(-held)
-		h.mu.Unlock()
 		h.evict(held)
 	}
-	clear(hs)
-	b.picking = hs[:0]
-}
-
-// candidate is a holder as pick saw it: sorted by what it held then,
-// since its owner may change it meanwhile.
-type candidate struct {
-	h    *Holder
-	held int64
 }
 
 // returnAtLeast is the smallest buffer whose release has the process give
