@@ -86,12 +86,10 @@ func TestAcceptPastFileLimit(t *testing.T) {
 			if strings.Contains(s.logs.String(), "accept failed") {
 				waitFor(t, 20*time.Second, func() bool { return strings.Contains(s.logs.String(), "accepting connections again") }, s.logs)
 			}
-			c, err := net.Dial("tcp", s.Addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			respPing(t, c, bufio.NewReader(c))
-			c.Close()
+			// The descriptors come back as the server reads the flood's
+			// ends, which may be after a first new connection was taken
+			// and closed for want of one: wait for an answer, bounded.
+			waitFor(t, 10*time.Second, func() bool { return pingOnce(s.Addr) == nil }, s.logs)
 			rc, _ := rlsClient(t, grpcAddr)
 			checkStatuses(t, ask(t, rc, "accept", 1, desc("k", "v")), rlOK, st{rlOK, 100, rlHour, "", 99})
 			for _, u := range []string{"http://" + httpAddr + "/v1/check?policy=api&key=k", "http://" + s.Admin + "/healthz", "http://" + rlsHTTP + "/healthcheck"} {
@@ -129,6 +127,24 @@ func waitAccepting(t *testing.T, addr string, s *sluice) {
 }
 
 // respPing sends PING on c and wants +PONG within 5 s.
+// pingOnce opens a connection to addr and asks it one PING.
+func pingOnce(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err == nil && line != "+PONG\r\n" {
+		err = fmt.Errorf("PING answered %q", line)
+	}
+	return err
+}
+
 func respPing(t *testing.T, c net.Conn, r *bufio.Reader) {
 	t.Helper()
 	c.SetDeadline(time.Now().Add(5 * time.Second))

@@ -149,6 +149,9 @@ func parseState(a engine.Algorithm, ty string, v any) (engine.State, error) {
 			if !ok || e1 != nil || e2 != nil || st.C < 1 {
 				return st, fmt.Errorf("z = %q: not µs f/d", z)
 			}
+			if st.B == 0 {
+				st.C = 0 // no fraction: as the script writes it, "µs" alone
+			}
 		}
 		return st, nil
 	case engine.SlidingLog: // a sorted set: score = time, member = before/cost

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/sluice-rl/sluice/internal/evloop"
 	"github.com/sluice-rl/sluice/internal/resp"
 )
 
@@ -75,7 +74,7 @@ func (r *replies) fill() error {
 	var n int
 	var rerr error
 	err := r.raw.Read(func(fd uintptr) bool {
-		n, rerr = evloop.Read(int(fd), r.room()) // keeps the loop's processor: see evloop.Read
+		n, rerr = syscall.Read(int(fd), r.room())
 		return rerr != syscall.EINTR
 	})
 	switch {
