@@ -4,7 +4,6 @@ package evloop
 
 import (
 	"errors"
-	"syscall"
 	"time"
 )
 
@@ -29,9 +28,3 @@ func (*Loop) Hold(bool)                                    {}
 func (*Loop) Watch(int, Events, Handler) (*Watcher, error) { return nil, errors.ErrUnsupported }
 func (*Watcher) Set(Events) error                          { return errors.ErrUnsupported }
 func (*Watcher) Remove()                                   {}
-
-// Read is read(2): no loop runs here to keep a processor through it.
-func Read(fd int, p []byte) (int, error) { return syscall.Read(fd, p) }
-
-// Write is write(2), as Read is read(2).
-func Write(fd int, p []byte) (int, error) { return syscall.Write(fd, p) }

@@ -20,23 +20,17 @@ import (
 // non-blocking descriptor a call never waits: it copies what is there
 // (at most one read's room) and returns, so holding the processor through
 // it costs the others nothing they would notice.
-func Read(fd int, p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	n, _, errno := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-	if errno != 0 {
-		return -1, errno
-	}
-	return int(n), nil
-}
+func Read(fd int, p []byte) (int, error) { return rawIO(unix.SYS_READ, fd, p) }
 
 // Write is write(2) as Read is read(2); see Read.
-func Write(fd int, p []byte) (int, error) {
+func Write(fd int, p []byte) (int, error) { return rawIO(unix.SYS_WRITE, fd, p) }
+
+// rawIO is Read's and Write's system call, trap, on fd and p's bytes.
+func rawIO(trap uintptr, fd int, p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n, _, errno := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	n, _, errno := unix.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 	if errno != 0 {
 		return -1, errno
 	}
