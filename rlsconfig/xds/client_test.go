@@ -133,9 +133,11 @@ func TestApplyUpdateAndRefuse(t *testing.T) {
 		}
 		return m
 	}
-	if st, in := c.Status(), info(); !st.Failing || st.Failures != 1 || !strings.Contains(st.LastError, "invalid rate limit unit") ||
+	// At least once: a server may send the refused version again (a
+	// stream reconnected under load), and each is refused and counted.
+	if st, in := c.Status(), info(); !st.Failing || st.Failures < 1 || !strings.Contains(st.LastError, "invalid rate limit unit") ||
 		in["rls_xds_version"] != "2" || in["rls_config_reload_failing"] != "1" || in["rls_domains"] != "2" {
-		t.Errorf("after the NACK: status %+v, INFO %v; want failing once, version 2 in use", st, in)
+		t.Errorf("after the NACK: status %+v, INFO %v; want failing, version 2 in use", st, in)
 	}
 	m.Set(t, "sluice-1", "4", xdstest.Limits("shop", "client_ip", 6))
 	m.Acked(t, "4")
