@@ -9,7 +9,7 @@
 //	go run ./bench -runs 5 -n 400000
 //	go run ./bench -sluice /path/to/old/sluice -only '1000000, -P (16|1)$|latency' -sluice-args '--io-loops 2'
 //	go run ./bench -only durable   # --durable replica against not, with a replica
-//	go run ./bench -only record    # --record (every decision) against not
+//	go run ./bench -only record    # --record (by default, and every decision) against not
 //	go run ./bench -only 'hot key' # one hot key, --grants on three sidecars among them
 //	go run ./bench -only 'grants on' # keys from 1,000,000, none hot: --grants against not
 //

@@ -2,10 +2,13 @@
 // configuration can be replayed against the traffic it would have met
 // (package simulate, `sluice simulate`).
 //
-// A recording is JSON lines, one object a line, in version 1 of this
+// A recording is JSON lines, one object a line, in version 2 of this
 // format (Version). A line holding "sluice_recording" is a header: the
-// format's version and how the recording was made; the Writer starts
-// every file with one. Every other line is one decision (Entry):
+// format's version and how the lines after it were recorded (Header); the
+// Writer starts every file with one, and writes another when MaxRate
+// raises the sample. Its "sample" N says one key in N is recorded, with
+// every decision of it (in version 1, one decision in N). Every other
+// line is one decision (Entry):
 //
 //	t               µs since the Unix epoch: when the store decided (required;
 //	                "time", an RFC 3339 string, may stand in for it)
@@ -41,4 +44,10 @@
 // the order entries were recorded. The file is bounded: past MaxSize it is
 // rotated (FILE.1, FILE.2, … up to Keep). Keys are hashed with a salt
 // unless asked for in the clear.
+//
+// A sample is of keys, not decisions: a limit decides by what its key
+// asked before, so a replay reproduces a key's decisions only with all
+// of them. Past MaxRate decisions a second the sample rises, never to
+// fall while the Writer runs: a key leaves the sample, keeping the first
+// part of its decisions, and none joins it late.
 package record

@@ -12,8 +12,10 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 )
 
-// Version is the format's version, written in every header line.
-const Version = 1
+// Version is the format's version, written in every header line. Version
+// 2 samples keys, not decisions (Header.Sample); its lines are version
+// 1's.
+const Version = 2
 
 // Entry is one recorded decision: what it was asked, what decided it and
 // what it answered. See the package doc for the fields' names in a file.

@@ -17,6 +17,7 @@ func (w *Writer) Info() [][2]string {
 	}
 	u := func(n uint64) string { return strconv.FormatUint(n, 10) }
 	return [][2]string{{"recording", "1"}, {"recording_file", st.Path}, {"recording_sample", strconv.Itoa(st.Sample)},
+		{"recording_max_rate", strconv.Itoa(st.MaxRate)},
 		{"recording_keys", keys}, {"recorded_decisions", u(st.Recorded)}, {"recording_dropped", u(st.Dropped)},
 		{"recording_failed", u(st.Failed)}, {"recording_bytes", u(st.Bytes)}, {"recording_rotations", u(st.Rotations)},
 		{"recording_last_error", st.LastError}}

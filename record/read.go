@@ -12,12 +12,16 @@ import (
 	"github.com/sluice-rl/sluice/engine"
 )
 
-// Header is a recording's header line: how its file was made.
+// Header is a recording's header line: how the lines after it were
+// recorded.
 type Header struct {
-	Version int    `json:"sluice_recording"`
-	Started int64  `json:"started_us"` // µs since the Unix epoch
-	Sample  int    `json:"sample"`     // 1 in Sample decisions recorded
-	Keys    string `json:"keys"`       // "clear" or "hashed"
+	Version int   `json:"sluice_recording"`
+	Started int64 `json:"started_us"` // µs since the Unix epoch
+	// Sample: one key in Sample recorded, with its every decision (one
+	// decision in Sample, in version 1).
+	Sample  int    `json:"sample"`
+	MaxRate int    `json:"max_rate,omitempty"` // decisions a second, past which Sample rises
+	Keys    string `json:"keys"`               // "clear" or "hashed"
 }
 
 // MaxLine is the longest line a reader accepts: a whole entry with a key
@@ -58,11 +62,22 @@ type limitLine struct {
 	Precision int64  `json:"precision"`
 }
 
+// Sampling is what part of its decisions a recording holds.
+type Sampling struct {
+	// Sample: one in Sample recorded, the highest any header said (a
+	// sample only ever rises while a recording is made); 1: all of them.
+	Sample int `json:"sample"`
+	// ByDecision: one decision in Sample, a key's decisions not all
+	// recorded (version 1); else one key in Sample, with all of its.
+	ByDecision bool `json:"by_decision,omitempty"`
+}
+
 // Reader reads a recording line by line.
 type Reader struct {
-	sc     *bufio.Scanner
-	n      int // lines read
-	header Header
+	sc       *bufio.Scanner
+	n        int // lines read
+	header   Header
+	sampling Sampling
 }
 
 // NewReader reads r.
@@ -74,6 +89,11 @@ func NewReader(r io.Reader) *Reader {
 
 // Header is the last header line read; its Version is zero when none was.
 func (r *Reader) Header() Header { return r.header }
+
+// Sampling is what the header lines read so far said of the sample.
+func (r *Reader) Sampling() Sampling {
+	return Sampling{Sample: max(r.sampling.Sample, 1), ByDecision: r.sampling.ByDecision}
+}
 
 // Next returns the next entry, io.EOF after the last, or an error naming
 // the line that is wrong. Blank lines and header lines are skipped.
@@ -90,6 +110,8 @@ func (r *Reader) Next() (Entry, error) {
 		}
 		if h != nil {
 			r.header = *h
+			r.sampling.Sample = max(r.sampling.Sample, h.Sample)
+			r.sampling.ByDecision = r.sampling.ByDecision || h.Version == 1 && h.Sample > 1
 			continue
 		}
 		return e, nil
@@ -110,8 +132,8 @@ func parseLine(b []byte) (e Entry, h *Header, err error) {
 		return e, nil, fmt.Errorf("not a JSON object: %w", err)
 	}
 	if l.Version != nil {
-		if *l.Version != Version {
-			return e, nil, fmt.Errorf("format version %d: this sluice reads version %d", *l.Version, Version)
+		if *l.Version < 1 || *l.Version > Version {
+			return e, nil, fmt.Errorf("format version %d: this sluice reads versions 1 to %d", *l.Version, Version)
 		}
 		h = &Header{}
 		if err := json.Unmarshal(b, h); err != nil {

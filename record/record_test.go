@@ -9,11 +9,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/sluice-rl/sluice/engine"
 )
 
@@ -69,7 +71,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range entries {
-		if !w.Sample() {
+		if !w.Sample(entries[i].Key) {
 			t.Fatal("Sample 1 skipped a decision")
 		}
 		w.Record(&entries[i])
@@ -277,21 +279,127 @@ func TestAppendString(t *testing.T) {
 	}
 }
 
-// One decision in Sample is recorded.
-func TestSample(t *testing.T) {
-	w, err := New(Config{Path: filepath.Join(t.TempDir(), "rec"), Sample: 4})
+// One key in Sample is recorded, each with every decision; a salt picks
+// the same keys in every Writer, and another salt others.
+func TestSampleKeys(t *testing.T) {
+	sampled := func(salt string) map[string]bool {
+		w, err := New(Config{Path: filepath.Join(t.TempDir(), "rec"), Sample: 4, Salt: []byte(salt)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		in := map[string]bool{}
+		for i := range 10_000 {
+			k := "user:" + strconv.Itoa(i)
+			in[k] = w.Sample(k)
+			for range 3 {
+				if w.Sample(k) != in[k] {
+					t.Fatalf("key %s sampled on one decision and not another", k)
+				}
+			}
+		}
+		return in
+	}
+	a, b, c := sampled("s3cret"), sampled("s3cret"), sampled("other")
+	n, same := 0, 0
+	for k := range a {
+		if a[k] {
+			n++
+		}
+		if a[k] != b[k] {
+			t.Fatalf("key %s: sampled by one Writer and not another under the same salt", k)
+		}
+		if a[k] == c[k] {
+			same++
+		}
+	}
+	if n < 2_300 || n > 2_700 {
+		t.Errorf("sampled %d of 10,000 keys at one in 4", n)
+	}
+	if same > 9_000 { // independent choices agree on 62.5% of keys
+		t.Errorf("another salt chose the same keys: %d of 10,000 alike", same)
+	}
+}
+
+// Past MaxRate the sample rises, a header line says so, and every key
+// recorded keeps the decisions it had: all of a key still sampled, and a
+// first part of the others'.
+func TestMaxRate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rec.jsonl")
+	var rose atomic.Int64
+	w, err := New(Config{Path: path, ClearKeys: true, MaxRate: 50_000, OnSample: func(sample int, _ float64) { rose.Store(int64(sample)) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
-	n := 0
-	for range 100 {
-		if w.Sample() {
-			n++
+	lim := engine.Limit{Algorithm: engine.GCRA, Rate: 10, Period: time.Second, Burst: 10}
+	offered := map[string]int{} // decisions on each key sampled
+	left := map[string]bool{}   // keys the sample no longer holds
+	deadline := time.Now().Add(10 * time.Second)
+	after := 0 // ticks since the sample rose
+	for tick := int64(0); after < 100 && time.Now().Before(deadline); tick++ {
+		if rose.Load() > 0 {
+			after++
+		}
+		// 1,000 keys a millisecond at most: up to 1,000,000 a second
+		// against 50,000.
+		for i := range 1_000 {
+			e := Entry{Time: 1_700_000_000_000_000 + tick, Key: "k" + strconv.Itoa(i), Cost: 1, Limit: lim, Allowed: true}
+			if !w.Sample(e.Key) {
+				left[e.Key] = true
+				continue
+			}
+			if left[e.Key] {
+				t.Fatalf("key %s sampled again after it left the sample", e.Key)
+			}
+			offered[e.Key]++
+			w.Record(&e)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	final := w.Stats().Sample
+	if final < 2 || int64(final) != rose.Load() {
+		t.Fatalf("sample %d (told %d), want it raised", final, rose.Load())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r := NewReader(f)
+	got := map[string]int{}
+	for {
+		e, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[e.Key]++
+	}
+	if s := r.Sampling(); s.Sample != final || s.ByDecision {
+		t.Errorf("sampling read %+v, want one key in %d", s, final)
+	}
+	if h := r.Header(); h.Sample != final || h.MaxRate != 50_000 {
+		t.Errorf("last header %+v", h)
+	}
+	if w.Stats().Dropped > 0 {
+		t.Skipf("%d dropped: the machine is too busy to tell", w.Stats().Dropped)
+	}
+	kept := 0
+	for k, n := range offered {
+		if got[k] != n {
+			t.Errorf("key %s: %d of its %d decisions read back", k, got[k], n)
+		}
+		if (xxhash.Sum64String(k)^w.sampleSeed)%uint64(final) == 0 {
+			kept++
 		}
 	}
-	if n != 25 {
-		t.Errorf("sampled %d of 100 at 1 in 4", n)
+	if kept == 0 || kept > 2*1_000/final+10 {
+		t.Errorf("%d keys in the final sample of one in %d", kept, final)
 	}
 }
 
@@ -367,7 +475,7 @@ func TestDropWhenFull(t *testing.T) {
 // A bad line is an error that names the line and what is wrong.
 func TestReadErrors(t *testing.T) {
 	for _, tc := range []struct{ name, in, want string }{
-		{"version", `{"sluice_recording":2}`, "line 1: format version 2: this sluice reads version 1"},
+		{"version", `{"sluice_recording":3}`, "line 1: format version 3: this sluice reads versions 1 to 2"},
 		{"not json", "{\"sluice_recording\":1}\nnope", "line 2: not a JSON object"},
 		{"no time", `{"policy":"p","key":"k","allowed":true}`, `no "t"`},
 		{"bad time", `{"time":"yesterday","policy":"p","key":"k","allowed":true}`, `invalid "time"`},
@@ -516,7 +624,7 @@ func BenchmarkRecord(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		e := e
 		for pb.Next() {
-			if w.Sample() {
+			if w.Sample(e.Key) {
 				w.Record(&e)
 			}
 		}
@@ -574,7 +682,7 @@ func BenchmarkRecordCPU(b *testing.B) {
 					}
 					e.Key = unsafe.String(&key[0], len(key)) // Record copies it
 					e.Time++
-					if w.Sample() {
+					if w.Sample(e.Key) {
 						w.Record(&e)
 					}
 				}

@@ -3,6 +3,8 @@ package record
 import (
 	"bufio"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // Config configures a Writer. Zero values mean the documented defaults.
@@ -18,8 +22,20 @@ type Config struct {
 	// Path is the file written; rotated files are Path.1, Path.2, …
 	// (the lower, the newer). Required.
 	Path string
-	// Sample records one decision in Sample. Zero means 1: every one.
+	// Sample records the decisions of one key in Sample, every one of
+	// each: a limit decides by what the key asked before, so a replay
+	// needs all of a key's decisions or none of them. Zero means 1:
+	// every key.
 	Sample int
+	// MaxRate bounds the decisions recorded a second, beyond a second's
+	// worth at once: past it, the sample rises to one key in as many
+	// more (a power of two) as bring the rate under it, and stays there
+	// while the Writer runs, so that every key recorded keeps its whole
+	// history. Zero: no bound.
+	MaxRate int
+	// OnSample is told, from the writer's goroutine, that MaxRate raised
+	// the sample to sample, at rate decisions a second. Nil: nobody is.
+	OnSample func(sample int, rate float64)
 	// MaxSize bounds one file, in bytes: the line that would pass it
 	// starts a new file. Zero means 64 MiB.
 	MaxSize int64
@@ -32,7 +48,8 @@ type Config struct {
 	ClearKeys bool
 	// Salt is the keys' hash salt. Nil means a random one, so that a
 	// recording's hashes cannot be matched against guessed keys, nor
-	// against another process's recording.
+	// against another process's recording. It also chooses the keys
+	// sampled, so that sidecars sharing it record the same keys.
 	Salt []byte
 	// Slots is how many entries may wait for the file at once, in pages
 	// of 256; past it Record drops and counts. Zero means 8192.
@@ -46,7 +63,8 @@ type Config struct {
 // Stats are a Writer's counts, for INFO and metrics.
 type Stats struct {
 	Path      string
-	Sample    int
+	Sample    int // one key in Sample recorded, as it stands
+	MaxRate   int
 	Recorded  uint64 // entries written to the file
 	Dropped   uint64 // entries dropped: every slot taken
 	Failed    uint64 // entries lost to a failed write
@@ -72,8 +90,11 @@ type Stats struct {
 // nothing but its timer. With no page free, entries are dropped and
 // counted.
 type Writer struct {
-	cfg     Config
-	sampled atomic.Uint64 // decisions Sample saw, when Sample > 1
+	cfg Config
+	// sample is one key in how many is recorded: Config.Sample, raised
+	// by pace. sampleSeed picks which keys.
+	sample     atomic.Uint64
+	sampleSeed uint64
 
 	mu  sync.Mutex
 	cur *page // the page being filled; nil when none is; guarded by mu
@@ -100,6 +121,18 @@ type Writer struct {
 	size int64
 	line []byte
 	enc  encoder
+	pacer
+}
+
+// pacer is pace's state, the writer's goroutine's alone: a bucket of a
+// second's decisions, refilled at MaxRate a second, and the decisions
+// offered since it was last full.
+type pacer struct {
+	tokens  float64
+	at      time.Time // tokens' time
+	offered uint64    // decisions offered (recorded, dropped, failed) as of at
+	since   time.Time // when tokens were last full
+	burst   uint64    // decisions offered since then
 }
 
 // pageLen is how many entries a page holds: enough that a channel
@@ -150,6 +183,8 @@ func New(cfg Config) (*Writer, error) {
 		return nil, fmt.Errorf("record: invalid max size %d: must be positive", cfg.MaxSize)
 	case cfg.Keep < 0:
 		return nil, fmt.Errorf("record: invalid keep %d: must not be negative", cfg.Keep)
+	case cfg.MaxRate < 0:
+		return nil, fmt.Errorf("record: invalid max rate %d: must not be negative", cfg.MaxRate)
 	case cfg.Slots < 0:
 		return nil, fmt.Errorf("record: invalid slots %d: must not be negative", cfg.Slots)
 	}
@@ -169,14 +204,22 @@ func New(cfg Config) (*Writer, error) {
 	pages := max(cfg.Slots/pageLen, 1)
 	w := &Writer{cfg: cfg, free: make(chan *page, pages), full: make(chan *page, pages+1),
 		wake: make(chan struct{}, 1), hurry: make(chan struct{}, 1), done: make(chan struct{})}
+	salt := cfg.Salt
+	if salt == nil {
+		salt = make([]byte, 32)
+		rand.Read(salt)
+	}
 	if !cfg.ClearKeys {
-		salt := cfg.Salt
-		if salt == nil {
-			salt = make([]byte, 32)
-			rand.Read(salt)
-		}
 		w.enc.hash = newHasher(salt)
 	}
+	// Not the keys' hash (that costs a decision a tenth of a microsecond),
+	// a fast one seeded by the salt, itself hashed so that the seed tells
+	// nothing of it.
+	seed := sha256.Sum256(append([]byte("sluice record sample\x00"), salt...))
+	w.sampleSeed = binary.LittleEndian.Uint64(seed[:])
+	w.sample.Store(uint64(cfg.Sample))
+	now := time.Now()
+	w.pacer = pacer{tokens: float64(cfg.MaxRate), at: now, since: now}
 	if err := w.open(); err != nil {
 		return nil, err
 	}
@@ -188,13 +231,14 @@ func New(cfg Config) (*Writer, error) {
 	return w, nil
 }
 
-// Sample reports whether the next decision is to be recorded: one in
-// Config.Sample. The caller builds an Entry only when it is.
-func (w *Writer) Sample() bool {
-	if w.cfg.Sample == 1 {
-		return true
-	}
-	return w.sampled.Add(1)%uint64(w.cfg.Sample) == 0
+// Sample reports whether a decision on key (the client's, without the
+// policy's prefix) is to be recorded: every one of one key in the sample.
+// The caller builds an Entry only when it is.
+func (w *Writer) Sample(key string) bool {
+	n := w.sample.Load()
+	// A multiple of n is a multiple of every n before it (pace raises n
+	// by powers of two): a key in the sample was in it from the start.
+	return n == 1 || (xxhash.Sum64String(key)^w.sampleSeed)%n == 0
 }
 
 // Record queues e for the file and returns at once: e and its key are
@@ -284,7 +328,7 @@ func (w *Writer) Close() error {
 
 // Stats reads the counts.
 func (w *Writer) Stats() Stats {
-	st := Stats{Path: w.cfg.Path, Sample: w.cfg.Sample, Recorded: w.recorded.Load(), Dropped: w.dropped.Load(),
+	st := Stats{Path: w.cfg.Path, Sample: int(w.sample.Load()), MaxRate: w.cfg.MaxRate, Recorded: w.recorded.Load(), Dropped: w.dropped.Load(),
 		Failed: w.failed.Load(), Bytes: w.written.Load(), Rotations: w.rotations.Load()}
 	if p := w.lastErr.Load(); p != nil {
 		st.LastError = *p
@@ -317,9 +361,52 @@ func (w *Writer) run() {
 			}
 			w.put(p)
 		}
+		w.pace(time.Now())
 		w.flush()
 	}
 }
+
+// pace raises the sample when the decisions offered since the bucket was
+// last full come faster than MaxRate and have emptied it: to one key in
+// as many more as bring that rate under MaxRate, the next power of two.
+// A header line says so in the file, from about where the new sample
+// applies (decisions already sampled are still written).
+func (w *Writer) pace(now time.Time) {
+	if w.cfg.MaxRate == 0 {
+		return
+	}
+	offered := w.recorded.Load() + w.dropped.Load() + w.failed.Load()
+	n := offered - w.offered
+	rate := float64(w.cfg.MaxRate)
+	w.tokens += now.Sub(w.at).Seconds() * rate
+	w.offered, w.at = offered, now
+	if w.tokens >= rate {
+		w.tokens, w.since, w.burst = rate, now, 0
+	}
+	w.tokens -= float64(n)
+	w.burst += n
+	if w.tokens >= 0 {
+		return
+	}
+	seen := float64(w.burst) / max(now.Sub(w.since).Seconds(), 1e-3)
+	sample, f := w.sample.Load(), uint64(2)
+	for seen/float64(f) > rate && sample*f < maxSample {
+		f *= 2
+	}
+	sample = min(sample*f, maxSample)
+	w.sample.Store(sample)
+	// What the new sample keeps of the burst is allowed again from now.
+	w.tokens, w.since, w.burst = 0, now, 0
+	if w.f != nil {
+		w.header() // a failure shows in the next entry's write
+	}
+	if w.cfg.OnSample != nil {
+		w.cfg.OnSample(int(sample), seen)
+	}
+}
+
+// maxSample is the highest sample pace raises to: a key in a million.
+const maxSample = 1 << 20
 
 // put writes p and frees it.
 func (w *Writer) put(p *page) {
@@ -423,11 +510,16 @@ func (w *Writer) open() error {
 	} else {
 		w.bw.Reset(f)
 	}
+	return w.header()
+}
+
+// header writes a header line: how the lines after it were recorded.
+func (w *Writer) header() error {
 	keys := "hashed"
 	if w.cfg.ClearKeys {
 		keys = "clear"
 	}
-	h, _ := json.Marshal(Header{Version: Version, Started: w.cfg.Now().UnixMicro(), Sample: w.cfg.Sample, Keys: keys})
+	h, _ := json.Marshal(Header{Version: Version, Started: w.cfg.Now().UnixMicro(), Sample: int(w.sample.Load()), MaxRate: w.cfg.MaxRate, Keys: keys})
 	h = append(h, '\n')
 	n, err := w.bw.Write(h)
 	w.size += int64(n)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -120,22 +121,43 @@ func TestRecordsDecisions(t *testing.T) {
 	}
 }
 
-// With a sample of 1 in 3, one decision in three is recorded.
+// With a sample of 1 in 3, one key in three is recorded, each with every
+// decision of it, picked by its client's key (the policy's prefix not
+// part of it): as another Writer under the same salt picks.
 func TestRecordsSample(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "rec.jsonl")
-	svc, w := newRecorded(t, testPolicies, record.Config{Path: path, Sample: 3})
+	cfg := record.Config{Path: path, Sample: 3, Salt: []byte("s3cret"), ClearKeys: true}
+	svc, w := newRecorded(t, testPolicies, cfg)
 	b := svc.NewBatch()
-	for range 30 {
-		if _, err := b.Add(service.Request{ByPolicy: true, Policy: "api", Key: "u", Cost: 0}); err != nil {
-			t.Fatal(err)
+	for range 3 {
+		for k := range 300 {
+			if _, err := b.Add(service.Request{ByPolicy: true, Policy: "api", Key: "u" + strconv.Itoa(k), Cost: 0}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	decide(svc, b)
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := readRecording(t, path); len(got) != 10 {
-		t.Errorf("%d of 30 recorded at 1 in 3", len(got))
+	got := map[string]int{}
+	for _, e := range readRecording(t, path) {
+		got[e.Key]++
+	}
+	cfg.Path = filepath.Join(t.TempDir(), "other.jsonl")
+	other, err := record.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	for k := range 300 {
+		key := "u" + strconv.Itoa(k)
+		if want := map[bool]int{true: 3}[other.Sample(key)]; got[key] != want {
+			t.Errorf("key %s: %d decisions recorded, want %d", key, got[key], want)
+		}
+	}
+	if len(got) < 60 || len(got) > 140 {
+		t.Errorf("%d of 300 keys recorded at one in 3", len(got))
 	}
 }
 

@@ -264,7 +264,7 @@ func (s *Service) settle(b *Batch) {
 			continue
 		}
 		d := &r.Decision
-		if s.recorder != nil && s.recorder.Sample() {
+		if s.recorder != nil && s.recorder.Sample(b.reqs[i].Key[m.prefix:]) {
 			now = s.record(b, i, now)
 		}
 		outcome := Allowed

@@ -101,17 +101,18 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		})
 	}
 	var entries []record.Entry
-	sample := 1
+	sampling := record.Sampling{Sample: 1}
 	for _, name := range fs.Args() {
 		es, n, err := readFile(name, stdin)
 		if err != nil {
 			fmt.Fprintf(stderr, "sluice simulate: nothing was replayed: %s: %v\n", name, err)
 			return 2
 		}
-		entries, sample = append(entries, es...), max(sample, n)
+		entries = append(entries, es...)
+		sampling = record.Sampling{Sample: max(sampling.Sample, n.Sample), ByDecision: sampling.ByDecision || n.ByDecision}
 	}
 	cfg.Keys, cfg.Differences = *keys, *diffs
-	rep, err := Run(cfg, entries, sample)
+	rep, err := Run(cfg, entries, sampling)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice simulate: %v\n", err)
 		return 2
@@ -147,13 +148,13 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 // readFile reads one recording file, - standard input.
-func readFile(name string, stdin io.Reader) ([]record.Entry, int, error) {
+func readFile(name string, stdin io.Reader) ([]record.Entry, record.Sampling, error) {
 	if name == "-" {
 		return Read(stdin)
 	}
 	f, err := os.Open(name)
 	if err != nil {
-		return nil, 0, err
+		return nil, record.Sampling{}, err
 	}
 	defer f.Close()
 	return Read(f)

@@ -121,9 +121,11 @@ type Report struct {
 	Entries int       `json:"entries"`
 	From    time.Time `json:"from"`
 	To      time.Time `json:"to"`
-	// Sample is the recording's: one decision in Sample was recorded, and
-	// the replay sees only those (its counts are of a sample's state).
-	Sample int `json:"sample"`
+	// Sampling is the recording's: with one key in Sample recorded, the
+	// replay sees all of those keys' decisions, and its counts are theirs;
+	// with one decision in Sample (a version 1 recording), it sees a part
+	// of each key's, a state that was never the real one.
+	record.Sampling
 	// Replayed counts the entries that carry their limits and so were
 	// decided again under the old configuration; Reproduced, those whose
 	// replayed decision is the recorded one (allowed and remaining).
@@ -172,16 +174,16 @@ func (c *Counts) add(o outcome) {
 
 // Read reads every entry of one of a recording's files, and the sample
 // it was made at (1 when it has no header).
-func Read(f io.Reader) ([]record.Entry, int, error) {
+func Read(f io.Reader) ([]record.Entry, record.Sampling, error) {
 	var es []record.Entry
 	r := record.NewReader(f)
 	for {
 		e, err := r.Next()
 		if errors.Is(err, io.EOF) {
-			return es, max(r.Header().Sample, 1), nil
+			return es, r.Sampling(), nil
 		}
 		if err != nil {
-			return nil, 0, err
+			return nil, record.Sampling{}, err
 		}
 		es = append(es, e)
 	}
@@ -218,7 +220,7 @@ func (r *replayer) decide(t int64, req engine.Request) (engine.Decision, error) 
 
 // Run replays entries (Read's, in recorded order) against cfg.Policies.
 // It changes nothing outside itself.
-func Run(cfg Config, entries []record.Entry, sample int) (*Report, error) {
+func Run(cfg Config, entries []record.Entry, sampling record.Sampling) (*Report, error) {
 	if cfg.Policies == nil && cfg.Rules == nil {
 		return nil, errors.New("simulate: Config.Policies or Config.Rules is required")
 	}
@@ -240,7 +242,8 @@ func Run(cfg Config, entries []record.Entry, sample int) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Entries: len(entries), Sample: max(sample, 1), Policies: []Policy{}, Keys: []Key{}, Differences: []Difference{}}
+	sampling.Sample = max(sampling.Sample, 1)
+	rep := &Report{Entries: len(entries), Sampling: sampling, Policies: []Policy{}, Keys: []Key{}, Differences: []Difference{}}
 	byPolicy := map[string]*Policy{}
 	type keyID struct{ policy, key string }
 	byKey := map[keyID]*Key{}

@@ -253,7 +253,7 @@ func TestReplayRules(t *testing.T) {
 				Limit: hour, Allowed: i < 5, Remaining: 4 - int64(i)})
 		}
 	}
-	rep, err := Run(Config{Rules: map[string]Rule{"shop.client_ip": {Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 2, Period: time.Hour}}}}, es, 1)
+	rep, err := Run(Config{Rules: map[string]Rule{"shop.client_ip": {Limit: engine.Limit{Algorithm: engine.FixedWindow, Rate: 2, Period: time.Hour}}}}, es, record.Sampling{})
 	if err != nil {
 		t.Fatal(err)
 	}

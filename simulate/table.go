@@ -12,8 +12,11 @@ import (
 func (r *Report) Table(out io.Writer) error {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "%d decisions recorded from %s to %s", r.Entries, stamp(r.From), stamp(r.To))
-	if r.Sample > 1 {
-		fmt.Fprintf(w, ", one in %d: the replay sees that sample's state, not all the traffic's", r.Sample)
+	switch {
+	case r.Sample > 1 && r.ByDecision:
+		fmt.Fprintf(w, ", one decision in %d: the replay sees a part of each key's, a state that was never the real one", r.Sample)
+	case r.Sample > 1:
+		fmt.Fprintf(w, ", every decision of one key in %d: the counts are those keys'", r.Sample)
 	}
 	fmt.Fprintln(w)
 	if r.Replayed > 0 {

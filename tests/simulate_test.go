@@ -262,3 +262,93 @@ func TestSimulateRecording(t *testing.T) {
 		t.Errorf("a broken configuration: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
+
+// A sidecar asked for more decisions a second than --record-max-rate
+// records fewer keys: the sample rises (INFO, the log, a header line in
+// the file), and every key it records keeps a whole first part of its
+// decisions, so that the recording, replayed against the configuration it
+// was made under, reproduces every decision it holds.
+func TestRecordingMaxRate(t *testing.T) {
+	dir := t.TempDir()
+	policies := filepath.Join(dir, "policies.yaml")
+	if err := os.WriteFile(policies, []byte(simPolicies), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec := filepath.Join(dir, "rec.jsonl")
+	s := startSluice(t, "--policies", policies, "--record", rec, "--record-keys", "clear", "--record-max-rate", "2000")
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 2})
+	defer rdb.Close()
+	ctx := ctxT(t)
+	// 2,000 keys, 20 rounds, a round in pipelines of 500: tens of
+	// thousands of decisions a second. Each key's eighth is its last
+	// admitted (api: 8 an hour).
+	const keys, rounds = 2_000, 20
+	for range rounds {
+		for from := 0; from < keys; from += 500 {
+			pipe := rdb.Pipeline()
+			for k := from; k < from+500; k++ {
+				pipe.Do(ctx, "RL.ALLOW", "api", fmt.Sprintf("user:%d", k))
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	info, err := rdb.Info(ctx, "recording").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sample int
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "recording_sample:"); ok {
+			fmt.Sscan(v, &sample)
+		}
+	}
+	if sample < 2 {
+		t.Fatalf("INFO recording: the sample did not rise\n%s", info)
+	}
+	s.stop(t)
+	if !strings.Contains(s.logs.String(), "recording fewer keys") {
+		t.Errorf("no log line said the sample rose:\n%s", s.logs.String())
+	}
+
+	f, err := os.Open(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, sampling, err := simulate.Read(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sampling.Sample != sample || sampling.ByDecision {
+		t.Errorf("the file says %+v, INFO one key in %d", sampling, sample)
+	}
+	perKey := map[string]int{}
+	for _, e := range entries {
+		perKey[e.Key]++
+	}
+	whole := 0
+	for _, n := range perKey {
+		if n == rounds {
+			whole++
+		}
+	}
+	t.Logf("one key in %d recorded: %d decisions of %d keys, %d keys with all %d", sample, len(entries), len(perKey), whole, rounds)
+	if whole == 0 || len(entries) >= keys*rounds/2 {
+		t.Errorf("%d decisions of %d keys recorded, %d keys with all %d: want some whole, far fewer than all",
+			len(entries), len(perKey), whole, rounds)
+	}
+	code, out, errOut := runCLI(t, nil, "simulate", "--json", "--policies", policies, rec)
+	if code != 0 {
+		t.Fatalf("simulate: exit %d\n%s", code, errOut)
+	}
+	var r simulate.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("simulate --json: %v\n%s", err, out)
+	}
+	if r.Entries != len(entries) || r.Reproduced != r.Entries || r.Old.Refused == 0 || r.Sample != sample {
+		t.Errorf("replayed: %d entries, %d reproduced, %d refused, one key in %d; want every one reproduced, some refused, one in %d",
+			r.Entries, r.Reproduced, r.Old.Refused, r.Sample, sample)
+	}
+}

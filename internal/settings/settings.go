@@ -164,7 +164,7 @@ func Default() Config {
 		RLSXDSRetry:       3 * time.Second,
 		RLSXDSMaxMessage:  64 << 20,
 
-		Record: Recording{Sample: 1, MaxSize: 64 << 20, Keep: 2, Keys: "hashed"},
+		Record: Recording{Sample: 1, MaxRate: 50_000, MaxSize: 64 << 20, Keep: 2, Keys: "hashed"},
 	}
 }
 
