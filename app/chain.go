@@ -138,7 +138,7 @@ func newChain(ctx context.Context, cfg Config, mem *memstore.Store, tel *telemet
 	replDone := make(chan struct{})
 	go func() {
 		defer close(replDone)
-		obs.WatchReplication(replCtx, time.Second)
+		obs.WatchReplication(replCtx, time.Second, up.SlotMapBehind)
 	}()
 	closers = append(closers, func() { stopRepl(); waitAWhile(replDone) })
 	if c.fleet != nil {

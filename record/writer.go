@@ -389,14 +389,17 @@ func (w *Writer) pace(now time.Time) {
 		return
 	}
 	seen := float64(w.burst) / max(now.Sub(w.since).Seconds(), 1e-3)
+	// What the new sample keeps of the burst is allowed again from now.
+	w.tokens, w.since, w.burst = 0, now, 0
 	sample, f := w.sample.Load(), uint64(2)
+	if sample >= maxSample {
+		return // as few keys as it records
+	}
 	for seen/float64(f) > rate && sample*f < maxSample {
 		f *= 2
 	}
 	sample = min(sample*f, maxSample)
 	w.sample.Store(sample)
-	// What the new sample keeps of the burst is allowed again from now.
-	w.tokens, w.since, w.burst = 0, now, 0
 	if w.f != nil {
 		w.header() // a failure shows in the next entry's write
 	}

@@ -253,6 +253,12 @@ func (s *Store) keyOf(r *engine.Request) string {
 	return s.Key(r.Key, r.Limit.Algorithm)
 }
 
+// SlotMapBehind reloads a Cluster client's slot map, and the store's
+// cache of it, when something else than a round trip of its own says it
+// may be behind: a master that stopped answering, a replica promoted.
+// Off Cluster it does nothing.
+func (s *Store) SlotMapBehind() { s.reloadSlots(context.Background()) }
+
 // reloadSlots asks a Cluster client to reload its slot map after a failed
 // round trip. go-redis reloads it on MOVED, but a master that died answers
 // nothing, so its slots stay mapped to it until the periodic reload (60s by

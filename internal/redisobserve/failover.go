@@ -108,21 +108,32 @@ func parseRepl(info string) (m masterRepl, ok bool) {
 
 // WatchReplication reads every master's INFO replication now and every
 // interval until ctx ends, counting the failovers it sees (Replication).
-// A master that does not answer is skipped until the next look.
-func (o *Observer) WatchReplication(ctx context.Context, every time.Duration) {
-	o.lookAtReplication(ctx, every)
-	watch.Every(ctx, every, func() { o.lookAtReplication(ctx, every) })
+// A master that does not answer is skipped until the next look. behind,
+// when not nil, is called after a look that saw a failover or a master
+// that did not answer: a Cluster client's slot map may still send a dead
+// master's slots to it. A sidecar that sends nothing there would
+// otherwise learn it at its next request there, answered by the failure
+// mode.
+func (o *Observer) WatchReplication(ctx context.Context, every time.Duration, behind func()) {
+	look := func() {
+		if !o.lookAtReplication(ctx, every) && behind != nil && ctx.Err() == nil {
+			behind()
+		}
+	}
+	look()
+	watch.Every(ctx, every, look)
 }
 
-// lookAtReplication reads each master's INFO replication once.
-func (o *Observer) lookAtReplication(ctx context.Context, timeout time.Duration) {
+// lookAtReplication reads each master's INFO replication once, and
+// reports whether every master answered and none was newly promoted.
+func (o *Observer) lookAtReplication(ctx context.Context, timeout time.Duration) (settled bool) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var (
 		mu     sync.Mutex
 		looked []masterRepl
 	)
-	_ = o.eachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+	err := o.eachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "replication").Result()
 		if err != nil {
 			return err
@@ -135,7 +146,7 @@ func (o *Observer) lookAtReplication(ctx context.Context, timeout time.Duration)
 		return nil
 	})
 	if len(looked) == 0 {
-		return
+		return false
 	}
 	w := &o.repl
 	w.mu.Lock()
@@ -152,6 +163,7 @@ func (o *Observer) lookAtReplication(ctx context.Context, timeout time.Duration)
 		o.log.Warn("a replica took over from its master: charges the master had not replicated are lost, and requests that are not durable may be admitted again",
 			"upstream_failovers", after.Failovers, "upstream_failover_lost_bytes_seen", after.LostBytes-before.LostBytes)
 	}
+	return err == nil && after.Failovers == before.Failovers
 }
 
 // Replication returns what WatchReplication has seen so far.

@@ -158,17 +158,33 @@ func StartSentinel(tb testing.TB) *Sentinel {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// Wait until the sentinels know the replica and each other.
-	for {
-		out, err := st.Sentinels[0].Do("SENTINEL", "REPLICAS", st.Name)
-		if err == nil && strings.Contains(out, strconv.Itoa(st.Replica.Port)) && strings.Contains(out, "slave") {
-			return st
+	// Wait until every sentinel knows the replica and the other
+	// sentinels (their hello messages come every 2s). A sentinel that
+	// knows no other counts no votes but its own: a failover in that
+	// window is elected by fewer sentinels than the test means, and one
+	// left out may later act on the master it last knew.
+	for _, sen := range st.Sentinels {
+		for {
+			replicas, err1 := sen.Do("SENTINEL", "REPLICAS", st.Name)
+			sentinels, err2 := sen.Do("SENTINEL", "SENTINELS", st.Name)
+			known := 0
+			for _, other := range st.Sentinels {
+				if other != sen && strings.Contains(sentinels, "\n"+strconv.Itoa(other.Port)+"\n") {
+					known++
+				}
+			}
+			if err1 == nil && err2 == nil && strings.Contains(replicas, strconv.Itoa(st.Replica.Port)) &&
+				strings.Contains(replicas, "slave") && known == len(st.Sentinels)-1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("redistest: sentinel %s did not see the replica and the %d other sentinels within 30s (replicas %q, %v; sentinels %q, %v)",
+					sen.Addr, len(st.Sentinels)-1, replicas, err1, sentinels, err2)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("redistest: sentinels did not see the replica within 30s (%q, %v)", out, err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	return st
 }
 
 // Addrs lists the sentinels' addresses: what a failover client is given.
