@@ -324,6 +324,8 @@ func (s *Service) InfoReservations() [][2]string {
 	var t ReservationStats
 	s.EachReservationPolicy(func(_ string, st ReservationStats) {
 		t.Open += st.Open
+		t.Excess += st.Excess
+		t.GivenBack += st.GivenBack
 		for e := range st.Events {
 			t.Events[e] += st.Events[e]
 		}
@@ -332,7 +334,9 @@ func (s *Service) InfoReservations() [][2]string {
 	for e, n := range t.Events {
 		f = append(f, [2]string{"reservations_" + ReservationEvent(e).String(), strconv.FormatUint(n, 10)})
 	}
-	return f
+	return append(f,
+		[2]string{"reservation_excess_units", strconv.FormatUint(t.Excess, 10)},
+		[2]string{"reservation_units_given_back", strconv.FormatUint(t.GivenBack, 10)})
 }
 
 // reserve makes req a reservation: a Grant of its Cost, the estimate, its

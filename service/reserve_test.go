@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -158,6 +159,12 @@ func TestReserveSettle(t *testing.T) {
 					t.Errorf("stats: %d units charged over the estimate, %d given back; want %d and %d", st.Excess, st.GivenBack,
 						max(0, tc.actual-tc.estimate), max(0, tc.estimate-tc.actual))
 				}
+				info := fmt.Sprint(s.InfoReservations())
+				for _, f := range []string{fmt.Sprint("reservation_excess_units ", st.Excess), fmt.Sprint("reservation_units_given_back ", st.GivenBack)} {
+					if !strings.Contains(info, "["+f+"]") {
+						t.Errorf("INFO %s; want [%s]", info, f)
+					}
+				}
 			})
 		}
 	}
@@ -221,7 +228,8 @@ func TestReservationExpires(t *testing.T) {
 	if _, err := s.Settle(context.Background(), b, 30); !errors.As(err, &gone) {
 		t.Errorf("settle after the sweep: %v", err)
 	}
-	want := [][2]string{{"reservations_open", "0"}, {"reservations_made", "2"}, {"reservations_settled", "0"}, {"reservations_expired", "2"}}
+	want := [][2]string{{"reservations_open", "0"}, {"reservations_made", "2"}, {"reservations_settled", "0"}, {"reservations_expired", "2"},
+		{"reservation_excess_units", "0"}, {"reservation_units_given_back", "0"}}
 	if got := s.InfoReservations(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("INFO: %v; want %v", got, want)
 	}

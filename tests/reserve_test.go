@@ -173,7 +173,11 @@ func TestReserveSettleEndToEnd(t *testing.T) {
 			}
 			info := redisCLI(t, s, "", "INFO", "reservations")
 			for _, f := range []string{"reservations_open:0", fmt.Sprintf("reservations_made:%d", made+chat+1),
-				fmt.Sprintf("reservations_settled:%d", settled+chat+1), fmt.Sprintf("reservations_expired:%d", expired)} {
+				fmt.Sprintf("reservations_settled:%d", settled+chat+1), fmt.Sprintf("reservations_expired:%d", expired),
+				// Summed over the policies (their metrics below), and the
+				// inline reservation redis-cli settled 35 under its 60.
+				fmt.Sprintf("reservation_excess_units:%d", over+15*int64(chat)/2),
+				fmt.Sprintf("reservation_units_given_back:%d", under+5*int64(chat)/2+35)} {
 				if !strings.Contains(info, f+"\r\n") {
 					t.Errorf("INFO reservations: %q; want %s", info, f)
 				}
