@@ -10,8 +10,10 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 
+	"github.com/sluice-rl/sluice/internal/metricstest"
 	"github.com/sluice-rl/sluice/internal/redistest"
 	"github.com/sluice-rl/sluice/rlsconfig/xds/xdstest"
 )
@@ -68,9 +70,33 @@ func TestRLSFromXDS(t *testing.T) {
 	if got := call(); got.GetOverallCode() != pb.RateLimitResponse_OK || limit(got) != 10 {
 		t.Fatalf("after version 2: %v; want OK, the fourth of 10", got)
 	}
-	for _, want := range []string{"rls config applied from xDS", "xDS stream broken"} {
-		if !strings.Contains(s.logs.String(), want) {
-			t.Errorf("the log does not say %q:\n%s", want, s.logs)
+
+	// A version that does not load is refused; go-control-plane's cache
+	// sends it again at each refusal, and the binary refuses it again at
+	// a growing interval from --rls-xds-retry (20 ms), counting and
+	// logging it once, while version 2 decides.
+	bad := xdstest.Limits("shop", "client_ip", 1)
+	bad.Descriptors[0].RateLimit.Unit = rlspb.RateLimitUnit_UNKNOWN
+	m2.Set(t, "envoy-ratelimit", "3", bad)
+	m2.Next(t, "NACK of version 3", func(r *discoveryv3.DiscoveryRequest) bool { return r.GetErrorDetail() != nil })
+	time.Sleep(time.Second)
+	nacks := 1 + m2.DrainNACKs()
+	if nacks < 2 || nacks > 12 {
+		t.Errorf("%d NACKs of version 3 in a second; want 2 to 12", nacks)
+	}
+	if got := call(); got.GetOverallCode() != pb.RateLimitResponse_OK || limit(got) != 10 {
+		t.Errorf("after the refused version: %v; want version 2 deciding", got)
+	}
+	fams := metricstest.Scrape(t, "http://"+s.Admin+"/metrics")
+	for name, want := range map[string]float64{"sluice_config_reload_failures_total": 1, "sluice_config_reload_failing": 1} {
+		if v, ok := metricstest.Sample(fams, name, map[string]string{"config": "rls"}); !ok || v != want {
+			t.Errorf("%s{config=rls} = %v, %v; want %v", name, v, ok, want)
+		}
+	}
+	for want, n := range map[string]int{"rls config applied from xDS": 2, "xDS stream broken": -1,
+		"xDS version refused": 1, "sent the refused version again": 1} {
+		if got := strings.Count(s.logs.String(), want); got == 0 || n > 0 && got != n {
+			t.Errorf("the log says %q %d times; want %d:\n%s", want, got, n, s.logs)
 		}
 	}
 }

@@ -6,18 +6,22 @@
 // It is the gRPC transport only: each response's resources go through
 // rlsconfig.FromXDS, the same checks as the YAML files, and a response that
 // fails them is refused (NACK, with the reason) while the configuration
-// in use stays. The stream is reopened with a growing, jittered wait when
+// in use stays; the same response sent again is refused again at a growing
+// interval, not at once (see refusal). The stream is reopened with a growing, jittered wait when
 // it breaks, asking for the version in use so that an unchanged server
 // sends nothing new.
 package xds
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -96,6 +100,9 @@ type Client struct {
 	// version is the version_info of the configuration in use, asked for
 	// again on a new stream; written by Run's goroutine only.
 	version string
+	// refused is the response last refused, while no other has come since;
+	// Run's goroutine only.
+	refused *refusal
 
 	mu     sync.Mutex
 	status watch.Status // guarded by mu: the versions applied and refused
@@ -218,17 +225,93 @@ func (c *Client) Run(ctx context.Context) error {
 		if got {
 			wait = c.cfg.RetryInterval // the server was there: start again from the first wait
 		}
-		d := wait/2 + rand.N(wait) // wait ± half
+		d := jittered(wait)
 		c.log.Warn("rls config: xDS stream broken; the configuration in use stays", "server", c.cfg.Server, "err", err, "retry_in", d)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, d) {
 			return nil
-		case <-t.C:
 		}
 		wait = min(2*wait, c.cfg.MaxRetryInterval)
 	}
+}
+
+// jittered is d, give or take half, so that a fleet started together does
+// not ask together.
+func jittered(d time.Duration) time.Duration { return d/2 + rand.N(d) }
+
+// sleep waits d, or less when ctx ends first; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// A refusal is a response refused, kept to know it when the server sends
+// it again: go-control-plane's snapshot cache (Envoy Gateway's) answers a
+// NACK at once with the version it refused, as long as that is its latest,
+// and a client that refuses at once again spins with it, thousands of
+// times a second, for as long as the version stays.
+type refusal struct {
+	digest [sha256.Size]byte // of the version and the resources
+	err    error
+	// wait is how long the next NACK of the same response waits: the
+	// first again is sent at once, then after RetryInterval, doubling to
+	// MaxRetryInterval. The server holds no watch meanwhile, so a newer
+	// version comes when the wait ends.
+	wait time.Duration
+}
+
+// responseDigest tells a response sent again from a new one. The
+// resources are taken in any order: the snapshot cache keeps them in a
+// map, and sends them in its order of the moment.
+func responseDigest(resp *discoveryv3.DiscoveryResponse) [sha256.Size]byte {
+	each := make([][sha256.Size]byte, len(resp.GetResources()))
+	for i, r := range resp.GetResources() {
+		each[i] = sha256.Sum256(append([]byte(r.GetTypeUrl()+"\x00"), r.GetValue()...))
+	}
+	slices.SortFunc(each, func(a, b [sha256.Size]byte) int { return bytes.Compare(a[:], b[:]) })
+	h := sha256.New()
+	h.Write([]byte(resp.GetVersionInfo()))
+	for _, d := range each {
+		h.Write(d[:])
+	}
+	return [sha256.Size]byte(h.Sum(nil))
+}
+
+// decide applies resp, or, when it is the response last refused sent
+// again, refuses it again after the refusal's wait without loading,
+// logging or counting it a second time. It returns the reason for a
+// NACK, nil for an ACK; ok is false when ctx ended during the wait.
+func (c *Client) decide(ctx context.Context, resp *discoveryv3.DiscoveryResponse) (refused error, ok bool) {
+	digest := responseDigest(resp)
+	if r := c.refused; r != nil && r.digest == digest {
+		if r.wait == 0 {
+			c.log.Warn("rls config: the xDS server sent the refused version again; refusing it again at a growing interval, a new version is taken when it ends",
+				"version", resp.GetVersionInfo(), "first_wait", c.cfg.RetryInterval, "max_wait", c.cfg.MaxRetryInterval)
+			r.wait = c.cfg.RetryInterval
+			return r.err, true
+		}
+		d := jittered(r.wait)
+		r.wait = min(2*r.wait, c.cfg.MaxRetryInterval)
+		c.log.Debug("rls config: the same xDS version, NACKed again", "version", resp.GetVersionInfo(), "nack_in", d)
+		return r.err, sleep(ctx, d)
+	}
+	err := c.apply(resp)
+	c.record(err)
+	if c.cfg.OnApply != nil {
+		c.cfg.OnApply(err)
+	}
+	c.refused = nil
+	if err != nil {
+		c.log.Error("rls config: xDS version refused; the configuration in use stays",
+			"version", resp.GetVersionInfo(), "in_use", c.version, "err", err)
+		c.refused = &refusal{digest: digest, err: err}
+	}
+	return err, true
 }
 
 // stream opens one ADS stream and applies what it receives until it
@@ -253,15 +336,12 @@ func (c *Client) stream(ctx context.Context) (got bool, err error) {
 		}
 		got = true
 		ack := &discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
-		err = c.apply(resp)
-		c.record(err)
-		if c.cfg.OnApply != nil {
-			c.cfg.OnApply(err)
+		refused, ok := c.decide(ctx, resp)
+		if !ok {
+			return got, ctx.Err()
 		}
-		if err != nil {
-			c.log.Error("rls config: xDS version refused; the configuration in use stays",
-				"version", resp.GetVersionInfo(), "in_use", c.version, "err", err)
-			ack.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
+		if refused != nil {
+			ack.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: refused.Error()}
 		}
 		ack.VersionInfo = c.version
 		if err := s.Send(ack); err != nil {

@@ -124,6 +124,17 @@ func (s *Server) Acked(t testing.TB, version string) *discoveryv3.DiscoveryReque
 	})
 }
 
+// DrainNACKs empties Requests and says how many of them were NACKs.
+func (s *Server) DrainNACKs() int {
+	n := 0
+	for len(s.Requests) > 0 {
+		if (<-s.Requests).GetErrorDetail() != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // Limits is a resource of one rule: key, n per minute, in domain.
 func Limits(domain, key string, n uint32) *rlspb.RateLimitConfig {
 	return &rlspb.RateLimitConfig{Name: domain + "-limits", Domain: domain, Descriptors: []*rlspb.RateLimitDescriptor{
