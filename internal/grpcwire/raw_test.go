@@ -32,6 +32,12 @@ func rawDial(t *testing.T, addr string, settings ...http2.Setting) *rawConn {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rawOver(t, nc, settings...)
+}
+
+// rawOver is rawDial's on a connection already made.
+func rawOver(t *testing.T, nc net.Conn, settings ...http2.Setting) *rawConn {
+	t.Helper()
 	t.Cleanup(func() { nc.Close() })
 	rc := &rawConn{nc: nc, fr: http2.NewFramer(nc, nc)}
 	rc.henc = hpack.NewEncoder(&rc.hbuf)

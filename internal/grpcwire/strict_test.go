@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -285,4 +287,90 @@ func TestBudget(t *testing.T) {
 	if a := small.readUntilEnd(t, 3); a.status != "0" {
 		t.Fatalf("the small connection after: %+v", a)
 	}
+}
+
+// smallSendBuffers gives each accepted connection a send buffer of 4 KiB,
+// so that a client that reads nothing stops the server's writes soon.
+type smallSendBuffers struct{ net.Listener }
+
+func (l smallSendBuffers) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetWriteBuffer(4 << 10)
+	}
+	return nc, err
+}
+
+// TestBudgetGivesBackAtOnce: a connection the budget picks gives its
+// requests' bytes back when it is picked, not when it closes. Here it
+// cannot close for a second: its client reads nothing, and its GOAWAY
+// waits behind answers that neither socket has room for, until the write
+// deadline. Meanwhile the flood's next connections would find the budget
+// still full.
+func TestBudgetGivesBackAtOnce(t *testing.T) {
+	b, err := membudget.New(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Budget: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answered atomic.Int32
+	s.HandleUnary(echoPath, func(c *Call) { c.Reply(c.Message()); answered.Add(1) })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(smallSendBuffers{ln}) }()
+	t.Cleanup(func() { s.Close(); <-done })
+
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10) })
+	}}
+	nc, err := d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := rawOver(t, nc)
+	// 60 KB of answers, never read: more than the two sockets hold.
+	for id := uint32(1); id <= 5; id += 2 {
+		rc.request(id, echoPath, "", append([]byte{0x0a, 0xa0, 0x9c, 0x01}, make([]byte, 20000)...))
+	}
+	waitFor(t, "the answers", func() bool { return answered.Load() == 3 })
+	var c *conn
+	s.mu.Lock()
+	for x := range s.conns {
+		c = x
+	}
+	s.mu.Unlock()
+
+	// A large message never finished, past the budget.
+	go func() {
+		rc.headers(7, false, grpcFields()...)
+		body := grpcMsg(make([]byte, 3<<20))[:3<<19]
+		for len(body) > 0 {
+			n := min(len(body), defaultFrame)
+			if rc.fr.WriteData(7, false, body[:n]) != nil {
+				return // closed
+			}
+			body = body[n:]
+		}
+	}()
+	waitFor(t, "the budget to pick the connection", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.evicted || c.dead
+	})
+	waitFor(t, "the budget to be given back", func() bool {
+		total := b.Total() // before dead: closing sets dead, then leaves the budget
+		c.mu.Lock()
+		dead := c.dead
+		c.mu.Unlock()
+		if dead {
+			t.Fatal("the connection closed at its write deadline before it gave the budget back")
+		}
+		return total < 256<<10
+	})
 }
