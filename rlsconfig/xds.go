@@ -1,11 +1,15 @@
 package rlsconfig
 
 import (
+	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	rlspb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
@@ -34,11 +38,20 @@ func (e *ResourceError) Error() string {
 // The protocol has no field for Sluice's own rate_limit fields
 // (algorithm, period, burst, on_failure), nor for share_threshold and
 // value_to_metric; their defaults apply, as in the peer.
+//
+// The resources are taken in the order of their names (then of their
+// bytes), not as they came: go-control-plane's snapshot cache sends them
+// in a map's order, and the same configuration must have one digest on
+// every sidecar and in every response.
 func FromXDS(resources ...*rlspb.RateLimitConfig) (*Config, error) {
-	c := &Config{domains: map[string]*domain{}}
-	h := sha256.New()
+	type resource struct {
+		name string
+		rc   *rlspb.RateLimitConfig
+		b    []byte // deterministic
+	}
+	rs := make([]resource, len(resources))
 	marshal := proto.MarshalOptions{Deterministic: true}
-	for _, rc := range resources {
+	for i, rc := range resources {
 		name := rc.GetName()
 		if name == "" {
 			name = rc.GetDomain()
@@ -47,6 +60,15 @@ func FromXDS(resources ...*rlspb.RateLimitConfig) (*Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rlsconfig: RateLimitConfig %q: %w", name, err)
 		}
+		rs[i] = resource{name, rc, b}
+	}
+	slices.SortFunc(rs, func(a, b resource) int {
+		return cmp.Or(strings.Compare(a.name, b.name), bytes.Compare(a.b, b.b))
+	})
+	c := &Config{domains: map[string]*domain{}}
+	h := sha256.New()
+	for _, r := range rs {
+		name, rc, b := r.name, r.rc, r.b
 		fmt.Fprintf(h, "%d:", len(b))
 		h.Write(b)
 		// Each field a check can name gets a "line" of its own, so that the

@@ -3,6 +3,7 @@ package rlsconfig
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -89,6 +90,16 @@ descriptors:
 	}
 	if again.Digest() != fromXDS.Digest() {
 		t.Error("the same resource has two digests")
+	}
+	// Two resources have one digest in either order: the snapshot cache
+	// sends them in a map's order.
+	other := &rlspb.RateLimitConfig{Name: "media", Domain: "media", Descriptors: []*rlspb.RateLimitDescriptor{
+		{Key: "bucket", RateLimit: &rlspb.RateLimitPolicy{Unit: rlspb.RateLimitUnit_MINUTE, RequestsPerUnit: 7}}}}
+	ab, errA := FromXDS(rc, other)
+	ba, errB := FromXDS(other, rc)
+	if errA != nil || errB != nil || ab.Digest() != ba.Digest() || !slices.Equal(ab.Files(), ba.Files()) {
+		t.Errorf("the same two resources in two orders: digests %s and %s, resources %v and %v (%v, %v)",
+			ab.Digest(), ba.Digest(), ab.Files(), ba.Files(), errA, errB)
 	}
 	rc.Descriptors[0].RateLimit.RequestsPerUnit = 11
 	if changed, _ := FromXDS(rc); changed.Digest() == fromXDS.Digest() {
