@@ -4,6 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	rlspb "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
 )
 
 // FuzzLoad feeds the loader arbitrary bytes: it must return a Config or an
@@ -105,6 +108,55 @@ func FuzzParseOverlay(f *testing.F) {
 			if !r.Unlimited && !r.RefusesAll() {
 				if err := r.Limit.Validate(); err != nil {
 					t.Fatalf("%v: laid an invalid limit: %v", entries, err)
+				}
+			}
+		}
+	})
+}
+
+// FuzzFromXDS feeds FromXDS whatever a management server could send as a
+// RateLimitConfig (any bytes that unmarshal as one), beside a valid
+// resource: it must load or refuse, never panic; what it loads must have
+// valid limits and one digest in either order of the two.
+func FuzzFromXDS(f *testing.F) {
+	valid := &rlspb.RateLimitConfig{Name: "media", Domain: "media", Descriptors: []*rlspb.RateLimitDescriptor{
+		{Key: "bucket", RateLimit: &rlspb.RateLimitPolicy{Unit: rlspb.RateLimitUnit_MINUTE, RequestsPerUnit: 7}}}}
+	for _, rc := range []*rlspb.RateLimitConfig{
+		{},
+		{Name: "shop", Domain: "shop", Descriptors: []*rlspb.RateLimitDescriptor{
+			{Key: "client_ip", RateLimit: &rlspb.RateLimitPolicy{Unit: rlspb.RateLimitUnit_SECOND, RequestsPerUnit: 2}},
+			{Key: "path", Value: "/checkout", ShadowMode: true, Descriptors: []*rlspb.RateLimitDescriptor{
+				{Key: "user", RateLimit: &rlspb.RateLimitPolicy{Unit: rlspb.RateLimitUnit_HOUR, RequestsPerUnit: 4294967295, Name: "n", Replaces: []*rlspb.RateLimitReplace{{Name: "n"}}}}}},
+			{Key: "free", RateLimit: &rlspb.RateLimitPolicy{Unlimited: true}}}},
+		{Domain: "media", Descriptors: []*rlspb.RateLimitDescriptor{{Key: "bucket"}}},
+		{Domain: "d", Descriptors: []*rlspb.RateLimitDescriptor{{Key: "k", RateLimit: &rlspb.RateLimitPolicy{Unit: rlspb.RateLimitUnit_UNKNOWN}}}},
+	} {
+		b, err := proto.Marshal(rc)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		rc := &rlspb.RateLimitConfig{}
+		if proto.Unmarshal(data, rc) != nil {
+			return
+		}
+		c, err := FromXDS(rc, valid)
+		if err != nil {
+			return
+		}
+		again, err := FromXDS(valid, rc)
+		if err != nil || again.Digest() != c.Digest() {
+			t.Fatalf("in the other order: %v, digest %s against %s", err, again.Digest(), c.Digest())
+		}
+		for _, d := range c.Domains() {
+			for _, entries := range [][]Entry{{{"k", "v"}}, {{"bucket", "b"}}, {{"client_ip", "x"}}, {{"", ""}}} {
+				r, ok := c.Lookup(d, entries)
+				if ok && !r.Unlimited && !r.RefusesAll() {
+					if err := r.Limit.Validate(); err != nil {
+						t.Fatalf("loaded an invalid limit: %v", err)
+					}
 				}
 			}
 		}
