@@ -6,10 +6,10 @@
 // It is the gRPC transport only: each response's resources go through
 // rlsconfig.FromXDS, the same checks as the YAML files, and a response that
 // fails them is refused (NACK, with the reason) while the configuration
-// in use stays; the same response sent again is refused again at a growing
-// interval, not at once (see refusal). The stream is reopened with a growing, jittered wait when
-// it breaks, asking for the version in use so that an unchanged server
-// sends nothing new.
+// in use stays; the same response sent again is refused again at a
+// growing interval, not at once (see refusal). The stream is reopened with
+// a growing, jittered wait when it breaks, asking for the version in use so
+// that an unchanged server sends nothing new.
 package xds
 
 import (
@@ -253,8 +253,8 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // A refusal is a response refused, kept to know it when the server sends
 // it again: go-control-plane's snapshot cache (Envoy Gateway's) answers a
 // NACK at once with the version it refused, as long as that is its latest,
-// and a client that refuses at once again spins with it, thousands of
-// times a second, for as long as the version stays.
+// and a client that refuses at once again spins with it (a thousand
+// times a second on loopback) for as long as the version stays.
 type refusal struct {
 	digest [sha256.Size]byte // of the version and the resources
 	err    error
