@@ -113,7 +113,7 @@ type Config struct {
 	RLSXDSTLSCert            string        // PEM client certificate chain (mTLS); with RLSXDSTLSKey
 	RLSXDSTLSKey             string        // PEM client private key
 	RLSXDSTLSServerName      string        // name checked in the server's certificate; empty: the address's host
-	RLSXDSRetry              time.Duration // first wait before reconnecting; doubles to a minute
+	RLSXDSRetry              time.Duration // first wait before reconnecting or refusing a resent version again; doubles to a minute
 	RLSXDSStartWithoutConfig bool          // serve before the first configuration arrives
 	RLSXDSMaxMessage         ByteSize      // largest xDS response accepted
 

@@ -28,7 +28,8 @@ func (c *Config) registerXDS(fs *flag.FlagSet) {
 	fs.StringVar(&c.RLSXDSTLSServerName, "rls-xds-tls-server-name", c.RLSXDSTLSServerName,
 		"`name` the xDS server's certificate must carry; empty: the address's host")
 	fs.DurationVar(&c.RLSXDSRetry, "rls-xds-retry", c.RLSXDSRetry,
-		"first wait before reconnecting to the xDS server (`duration`); it doubles with each failure in a row up to a minute, jittered by half")
+		"first wait before reconnecting to the xDS server (`duration`), and before refusing again a refused version it sends again; "+
+			"it doubles with each in a row up to a minute, jittered by half")
 	fs.BoolVar(&c.RLSXDSStartWithoutConfig, "rls-xds-start-without-config", c.RLSXDSStartWithoutConfig,
 		"serve before the xDS server has sent a configuration, answering every domain as unknown (OK) until then "+
 			"(envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG); without it, start-up waits for one")
