@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/internal/metricstest"
+	"github.com/sluice-rl/sluice/record"
 	"github.com/sluice-rl/sluice/simulate"
 )
 
@@ -152,15 +153,7 @@ func TestSimulateRecording(t *testing.T) {
 	}
 	s.stop(t) // the recording is whole once the sidecar has stopped
 
-	f, err := os.Open(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	entries, _, err := simulate.Read(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	entries, _ := readRecording(t, rec)
 	doors := map[string]int{}
 	for _, e := range entries {
 		doors[e.Door]++
@@ -312,15 +305,7 @@ func TestRecordingMaxRate(t *testing.T) {
 		t.Errorf("no log line said the sample rose:\n%s", s.logs.String())
 	}
 
-	f, err := os.Open(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	entries, sampling, err := simulate.Read(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	entries, sampling := readRecording(t, rec)
 	if sampling.Sample != sample || sampling.ByDecision {
 		t.Errorf("the file says %+v, INFO one key in %d", sampling, sample)
 	}
@@ -351,4 +336,19 @@ func TestRecordingMaxRate(t *testing.T) {
 		t.Errorf("replayed: %d entries, %d reproduced, %d refused, one key in %d; want every one reproduced, some refused, one in %d",
 			r.Entries, r.Reproduced, r.Old.Refused, r.Sample, sample)
 	}
+}
+
+// readRecording is the recording at path, as sluice simulate reads it.
+func readRecording(t *testing.T, path string) ([]record.Entry, record.Sampling) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	entries, sampling, err := simulate.Read(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return entries, sampling
 }
