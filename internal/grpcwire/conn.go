@@ -631,7 +631,7 @@ func (c *conn) overBudget(held int64) {
 		c.fr.WriteGoAway(c.maxID, http2.ErrCodeEnhanceYourCalm, []byte("over the input memory budget"))
 		// A client that does not read has a second to take the GOAWAY;
 		// then the write fails, and the connection closes with it.
-		c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+		c.nc.SetWriteDeadline(time.Now().Add(c.s.evictGrace))
 		c.closeAfterFlushLocked(errors.New("over the input memory budget"))
 	}()
 }

@@ -79,6 +79,7 @@ type Server struct {
 	maxHeld      int           // the most bytes a connection's streams may hold unread
 	maxUnflushed int           // the most bytes a connection may have waiting to be written (conn.waitFlushed)
 	setupTimeout time.Duration // for a connection's TLS handshake and preface
+	evictGrace   time.Duration // how long a connection the budget closes has to take its GOAWAY
 	maxConns     int
 	idleTimeout  time.Duration     // 0: none
 	budget       *membudget.Budget // nil: none
@@ -137,6 +138,7 @@ func New(cfg Config) (*Server, error) {
 	s.maxHeld = max(64<<20, 2*(cfg.MaxRecvMsgSize+5))
 	s.maxUnflushed = maxUnflushed
 	s.setupTimeout = setupTimeout
+	s.evictGrace = time.Second
 	if cfg.TLS != nil {
 		s.tlsCfg = cfg.TLS.Clone()
 		s.tlsCfg.NextProtos = []string{"h2"}
