@@ -134,14 +134,12 @@ func TestApplyUpdateAndRefuse(t *testing.T) {
 		return m
 	}
 	// go-control-plane's cache answers each NACK with the refused version
-	// again while it is the latest: the client refuses it again at a
-	// growing interval (10 ms doubling here, jittered), not at once, and
-	// counts one failure, not one a resend. Refusing at once, it NACKed
-	// 1,000 times in this second, until the test server's queue filled.
-	time.Sleep(time.Second)
-	nacks := m.DrainNACKs()
-	if nacks < 2 || nacks > 15 {
-		t.Errorf("%d NACKs of the version sent again in a second; want 2 to 15", nacks)
+	// again while it is the latest: the client refuses the first resend at
+	// once, then waits (10 ms here, doubling, each wait at least half its
+	// nominal), and counts one failure, not one a resend. Refusing at once,
+	// it NACKed a thousand times a second.
+	if at := m.NACKs(t, 4); at[3].Sub(at[1]) < 15*time.Millisecond {
+		t.Errorf("the second and fourth NACKs %s apart; want the waits of 10 and 20 ms, jittered (15 ms at least)", at[3].Sub(at[1]))
 	}
 	if st, in := c.Status(), info(); !st.Failing || st.Failures != 1 || !strings.Contains(st.LastError, "invalid rate limit unit") ||
 		in["rls_xds_version"] != "2" || in["rls_config_reload_failing"] != "1" || in["rls_domains"] != "2" {

@@ -13,6 +13,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,6 +45,9 @@ type Server struct {
 	Opened chan metadata.MD
 	cache  cachev3.SnapshotCache
 	srv    *grpc.Server
+
+	mu    sync.Mutex
+	nacks []time.Time // guarded by mu: when each NACK came
 }
 
 // Start serves on addr ("127.0.0.1:0" for a free port, or the address of
@@ -59,6 +64,11 @@ func Start(t testing.TB, addr string, tlsCfg *tls.Config) *Server {
 			return nil
 		},
 		StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
+			if req.GetErrorDetail() != nil {
+				s.mu.Lock()
+				s.nacks = append(s.nacks, time.Now())
+				s.mu.Unlock()
+			}
 			s.Requests <- proto.Clone(req).(*discoveryv3.DiscoveryRequest)
 			return nil
 		},
@@ -124,15 +134,21 @@ func (s *Server) Acked(t testing.TB, version string) *discoveryv3.DiscoveryReque
 	})
 }
 
-// DrainNACKs empties Requests and says how many of them were NACKs.
-func (s *Server) DrainNACKs() int {
-	n := 0
-	for len(s.Requests) > 0 {
-		if (<-s.Requests).GetErrorDetail() != nil {
-			n++
+// NACKs waits for the server's nth NACK and says when it received each
+// of the first n, the earliest first.
+func (s *Server) NACKs(t testing.TB, n int) []time.Time {
+	t.Helper()
+	for end := time.Now().Add(Wait); ; time.Sleep(time.Millisecond) {
+		s.mu.Lock()
+		seen := slices.Clone(s.nacks)
+		s.mu.Unlock()
+		if len(seen) >= n {
+			return seen[:n]
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the management server saw %d NACKs in %s; want %d", len(seen), Wait, n)
 		}
 	}
-	return n
 }
 
 // Limits is a resource of one rule: key, n per minute, in domain.
